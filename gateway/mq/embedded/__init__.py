@@ -1,0 +1,1 @@
+"""mq-stream-gateway."""

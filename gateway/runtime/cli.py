@@ -1,0 +1,59 @@
+"""The ``mqgw`` command line: one sub-command per concern, each registered by its own module.
+
+Each module named in ``COMMAND_MODULES`` exposes ``register(subparsers)``, adding its
+parser and setting ``func`` (``(argparse.Namespace) -> int``). Registration imports only
+light modules so ``mqgw --help`` stays fast; heavy work is imported inside ``func``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "gateway.devstack.cli",
+    "gateway.mq.embedded.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mqgw",
+        description=(
+            "mq-stream-gateway: joins IBM MQ publish/subscribe networks as a broker node and "
+            "bridges their streams to Kafka and MQTT."
+        ),
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # a sub-command whose module is not built yet
+            if exc.name != name:
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    result: int = func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
