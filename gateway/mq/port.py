@@ -1,0 +1,262 @@
+"""The queue-manager port: the few async verbs the gateway needs from a queue manager.
+
+Everything above ``gateway.mq`` talks to queue managers only through these protocols, so
+the embedded queue manager (tests, demo, trying the gateway) and IBM MQ (through IBM's
+``ibmmq`` package or pymqi) are interchangeable. The shape follows the MQI: a
+*connection* (MQCONN's hconn) owns one unit of work; *queue handles* (MQOPEN's hobj)
+get, put and inquire. Values of the option and selector enums are IBM's (cmqc.h), so an
+adapter passes them through unchanged.
+
+Lifetimes are explicit and async-with friendly::
+
+    conn = await qm.connect()
+    async with conn:
+        q = await conn.open("APP.IN", OpenOption.INPUT_SHARED)
+        msg = await q.get(GetOptions(wait_ms=5000, syncpoint=True))
+        await conn.commit()
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from gateway.wire.mqmd import MQMD
+
+#: MQWI_UNLIMITED: wait for ever.
+WAIT_UNLIMITED = -1
+
+
+class CompCode(enum.IntEnum):
+    """MQCC_* completion codes."""
+
+    OK = 0
+    WARNING = 1
+    FAILED = 2
+
+
+class OpenOption(enum.IntFlag):
+    """MQOO_* open options (cmqc.h values)."""
+
+    BIND_AS_Q_DEF = 0
+    INPUT_AS_Q_DEF = 0x1
+    INPUT_SHARED = 0x2
+    INPUT_EXCLUSIVE = 0x4
+    BROWSE = 0x8
+    OUTPUT = 0x10
+    INQUIRE = 0x20
+    SET = 0x40
+    SAVE_ALL_CONTEXT = 0x80
+    PASS_IDENTITY_CONTEXT = 0x100
+    PASS_ALL_CONTEXT = 0x200
+    SET_IDENTITY_CONTEXT = 0x400
+    SET_ALL_CONTEXT = 0x800
+    FAIL_IF_QUIESCING = 0x2000
+    BIND_ON_OPEN = 0x4000
+    BIND_NOT_FIXED = 0x8000
+
+
+class Browse(enum.Enum):
+    """Which message a browse get returns (MQGMO_BROWSE_FIRST / MQGMO_BROWSE_NEXT)."""
+
+    FIRST = "first"
+    NEXT = "next"
+
+
+class QueueAttr(enum.IntEnum):
+    """MQIA_* / MQCA_* selectors for :meth:`QueueHandle.inquire` (cmqc.h values)."""
+
+    CURRENT_Q_DEPTH = 3
+    DEF_PERSISTENCE = 5
+    DEF_PRIORITY = 6
+    INHIBIT_GET = 9
+    INHIBIT_PUT = 10
+    USAGE = 12
+    MAX_MSG_LENGTH = 13
+    MAX_Q_DEPTH = 15
+    OPEN_INPUT_COUNT = 17
+    OPEN_OUTPUT_COUNT = 18
+    Q_TYPE = 20
+    BACKOUT_THRESHOLD = 22
+    BASE_Q_NAME = 2002
+    DEAD_LETTER_Q_NAME = 2006
+    Q_MGR_NAME = 2015
+    Q_NAME = 2016
+    REMOTE_Q_MGR_NAME = 2017
+    REMOTE_Q_NAME = 2018
+    BACKOUT_REQ_Q_NAME = 2019
+    XMIT_Q_NAME = 2024
+
+
+@dataclass(slots=True)
+class GetOptions:
+    """MQGMO, reduced to what the gateway uses.
+
+    ``wait_ms``: 0 returns at once (2033 when empty), ``WAIT_UNLIMITED`` waits for ever.
+    ``match_msg_id`` / ``match_correl_id``: MQMO_MATCH_* with the given id.
+    ``browse``: browse first/next under the handle's browse cursor (queue opened BROWSE).
+    """
+
+    wait_ms: int = 0
+    syncpoint: bool = False
+    browse: Browse | None = None
+    match_msg_id: bytes | None = None
+    match_correl_id: bytes | None = None
+    max_length: int | None = None
+    accept_truncated: bool = False
+
+
+@dataclass(slots=True)
+class PutOptions:
+    """MQPMO, reduced to what the gateway uses.
+
+    ``new_msg_id``: MQPMO_NEW_MSG_ID (a blank MsgId is always replaced).
+    ``set_all_context``: MQPMO_SET_ALL_CONTEXT: the caller's context fields (PutApplType,
+    PutApplName, PutDate, PutTime, UserIdentifier, ...) are kept instead of being filled
+    by the queue manager, as a broker or channel does when it forwards a message.
+    ``set_identity_context``: MQPMO_SET_IDENTITY_CONTEXT (UserIdentifier, AccountingToken,
+    ApplIdentityData kept; origin context filled by the queue manager).
+    """
+
+    syncpoint: bool = False
+    new_msg_id: bool = False
+    new_correl_id: bool = False
+    set_all_context: bool = False
+    set_identity_context: bool = False
+
+
+@dataclass(slots=True)
+class Message:
+    """One MQ message: its descriptor and the bytes of its data (headers included)."""
+
+    md: MQMD
+    body: bytes
+
+
+class MQError(Exception):
+    """An MQI call failed: carries IBM's completion and reason codes.
+
+    ``reason`` is an MQRC_* value (``gateway.wire.reasons.Reason``); ``retriable`` says
+    whether trying again later can succeed (connection broken, queue full, ...).
+    """
+
+    RETRIABLE_REASONS = frozenset({2009, 2059, 2161, 2162, 2202, 2053, 2051, 2016, 2538, 2543})
+
+    def __init__(self, reason: int, message: str = "", comp_code: int = CompCode.FAILED) -> None:
+        self.reason = int(reason)
+        self.comp_code = int(comp_code)
+        self.detail = message
+        super().__init__(f"MQRC {self.reason} ({reason_name(self.reason)}): {message}".rstrip(": "))
+
+    @property
+    def retriable(self) -> bool:
+        return self.reason in self.RETRIABLE_REASONS
+
+
+def reason_name(reason: int) -> str:
+    """The MQRC_* name of a reason code, or the bare number when unknown."""
+    from gateway.wire.reasons import Reason
+
+    try:
+        return f"MQRC_{Reason(reason).name}"
+    except ValueError:
+        return str(reason)
+
+
+@runtime_checkable
+class QueueHandle(Protocol):
+    """An open queue (MQOPEN's object handle)."""
+
+    @property
+    def name(self) -> str:
+        """The name the queue was opened by."""
+        ...
+
+    @property
+    def resolved_q_name(self) -> str:
+        """The queue name after name resolution (alias base, remote name, ...)."""
+        ...
+
+    @property
+    def resolved_q_mgr_name(self) -> str:
+        """The queue manager the resolved queue lives on."""
+        ...
+
+    async def get(self, options: GetOptions | None = None) -> Message:
+        """MQGET. Raises MQError(2033) when no message arrives in the wait interval."""
+        ...
+
+    async def put(self, md: MQMD, body: bytes, options: PutOptions | None = None) -> MQMD:
+        """MQPUT. Returns the descriptor as the queue manager completed it (MsgId, dates)."""
+        ...
+
+    async def inquire(self, *selectors: QueueAttr) -> dict[QueueAttr, int | str]:
+        """MQINQ for the given selectors."""
+        ...
+
+    async def close(self) -> None:
+        """MQCLOSE."""
+        ...
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """A connection to one queue manager (MQCONN's hconn), owning one unit of work."""
+
+    @property
+    def q_mgr_name(self) -> str:
+        """The name of the queue manager this connection is to."""
+        ...
+
+    async def open(
+        self, q_name: str, options: OpenOption, q_mgr_name: str = ""
+    ) -> QueueHandle:
+        """MQOPEN, resolving ``q_name`` (at ``q_mgr_name`` when given)."""
+        ...
+
+    async def put1(
+        self,
+        q_name: str,
+        md: MQMD,
+        body: bytes,
+        options: PutOptions | None = None,
+        q_mgr_name: str = "",
+    ) -> MQMD:
+        """MQPUT1: open, put one message, close."""
+        ...
+
+    async def commit(self) -> None:
+        """MQCMIT: make this connection's syncpoint puts visible and gets final."""
+        ...
+
+    async def backout(self) -> None:
+        """MQBACK: undo syncpoint puts; return syncpoint gets (BackoutCount + 1)."""
+        ...
+
+    async def disconnect(self) -> None:
+        """MQDISC. An open unit of work is backed out (MQ commits on normal MQDISC on
+        some platforms; the gateway always commits or backs out explicitly first)."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class QueueManager(Protocol):
+    """Something that hands out connections to one queue manager."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def connect(self) -> Connection:
+        """MQCONN(X)."""
+        ...
