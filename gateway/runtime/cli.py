@@ -16,6 +16,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "gateway.devstack.cli",
     "gateway.mq.embedded.cli",
+    "analytics.cli",
 )
 
 
