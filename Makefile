@@ -1,16 +1,19 @@
-# mq-stream-gateway: the README's commands. Every target sets up what it needs first.
+# mq-stream-gateway: the README's commands. Every target sets up what it needs first
+# (tools/setup.sh: idempotent, well under 2 s when nothing is missing).
 PY := .venv/bin/python
+PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench fuzz lint devstack-up devstack-down clean
+.PHONY: setup test demo bench fuzz lint devstack-up devstack-status devstack-down clean
 
 setup:
 	@bash tools/setup.sh
 
+# The whole suite against the real services (Kafka, Mosquitto, Spark start on demand).
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup
-	.venv/bin/ruff check gateway plugins tests benchmarks
+	.venv/bin/ruff check gateway plugins analytics tests benchmarks
 	.venv/bin/mypy
 
 demo: setup
@@ -24,6 +27,9 @@ fuzz: setup
 
 devstack-up: setup
 	.venv/bin/mqgw devstack up
+
+devstack-status:
+	.venv/bin/mqgw devstack status
 
 devstack-down:
 	.venv/bin/mqgw devstack down

@@ -1,0 +1,120 @@
+"""traffic: messages and bytes per stream and topic per window, and top topics per stream.
+
+Event time is the MQ put time (the Kafka timestamp for records without one); the
+watermark bounds how long a window stays open for late records. Bytes are the record
+value's length (the publication data as published; 0 for a tombstone).
+
+Tables (docs/analytics.md): ``traffic_topics`` one row per (stream, kafka_topic, topic,
+window); ``traffic_streams`` one row per (stream, window) with the top topics.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    DateType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from analytics.job import JobOptions, QueryPlan, show_batch
+from analytics.records import decode_records, utc_date
+from analytics.source import read_stream
+from analytics.tables import ParquetTable
+
+TOPICS_SCHEMA = StructType([
+    StructField("kafka_topic", StringType()),
+    StructField("topic", StringType()),
+    StructField("window_start", TimestampType()),
+    StructField("window_end", TimestampType()),
+    StructField("messages", LongType()),
+    StructField("bytes", LongType()),
+    StructField("stream", StringType()),
+    StructField("date", DateType()),
+])
+
+TOP_TOPIC = StructType([
+    StructField("topic", StringType()),
+    StructField("kafka_topic", StringType()),
+    StructField("messages", LongType()),
+    StructField("bytes", LongType()),
+])
+
+STREAMS_SCHEMA = StructType([
+    StructField("window_start", TimestampType()),
+    StructField("window_end", TimestampType()),
+    StructField("messages", LongType()),
+    StructField("bytes", LongType()),
+    StructField("topics", LongType()),
+    StructField("top_topics", ArrayType(TOP_TOPIC)),
+    StructField("stream", StringType()),
+    StructField("date", DateType()),
+])
+
+DEFAULT_TOP = 10
+
+
+def aggregate(records: DataFrame, options: JobOptions) -> DataFrame:
+    """Per (stream, kafka_topic, topic, window) counts from decoded records."""
+    grouped = (
+        records.withWatermark("event_time", options.watermark)
+        .groupBy(
+            F.window("event_time", options.window).alias("w"),
+            F.col("stream"),
+            F.col("kafka_topic"),
+            F.coalesce(F.col("topic"), F.col("key")).alias("topic"),
+        )
+        .agg(F.count(F.lit(1)).alias("messages"), F.sum("value_bytes").alias("bytes"))
+    )
+    return grouped.select(
+        "kafka_topic", "topic",
+        F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
+        "messages", "bytes", "stream", utc_date(F.col("w.start")).alias("date"),
+    )
+
+
+def summarise_streams(topic_rows: DataFrame, top: int) -> DataFrame:
+    """Per (stream, window) totals and the ``top`` topics by messages, then bytes, then name."""
+    entry = F.struct("topic", "kafka_topic", "messages", "bytes")
+    ranked = F.array_sort(
+        F.collect_list(entry),
+        lambda a, b: F.when(a["messages"] != b["messages"],
+                            F.when(a["messages"] > b["messages"], -1).otherwise(1))
+        .when(a["bytes"] != b["bytes"], F.when(a["bytes"] > b["bytes"], -1).otherwise(1))
+        .when(a["topic"] < b["topic"], -1)
+        .when(a["topic"] > b["topic"], 1)
+        .otherwise(0),
+    )
+    return topic_rows.groupBy("stream", "date", "window_start", "window_end").agg(
+        F.sum("messages").alias("messages"),
+        F.sum("bytes").alias("bytes"),
+        F.count(F.lit(1)).alias("topics"),
+        F.slice(ranked, 1, top).cast(ArrayType(TOP_TOPIC)).alias("top_topics"),
+    )
+
+
+def build(spark: SparkSession, options: JobOptions) -> list[QueryPlan]:
+    """The traffic query: windowed counts, upserted into both tables each batch."""
+    top = int(options.extra.get("top", DEFAULT_TOP))
+    topics_table = ParquetTable(options.table_path("traffic_topics"), TOPICS_SCHEMA,
+                                keys=("stream", "kafka_topic", "topic", "window_start"))
+    streams_table = ParquetTable(options.table_path("traffic_streams"), STREAMS_SCHEMA,
+                                 keys=("stream", "window_start"))
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        merged = topics_table.upsert(batch)
+        windows = batch.select("stream", "window_start").distinct()
+        affected = merged.join(windows, on=["stream", "window_start"], how="left_semi")
+        summary = summarise_streams(affected, top)
+        streams_table.upsert(summary)
+        if options.console:
+            show_batch(f"traffic batch {batch_id}: streams",
+                       summary.drop("date").orderBy("stream", "window_start"))
+
+    frame = aggregate(decode_records(read_stream(spark, options.source)), options)
+    return [QueryPlan("traffic", frame, write_batch)]

@@ -1,0 +1,300 @@
+"""A single-node Apache Kafka broker (KRaft: broker and controller in one JVM) on 127.0.0.1.
+
+Runs from the jars ``make setup`` resolved (``tools/jvm/kafka/pom.xml``), in a work
+directory of its own: ``server.properties``, ``log4j2.properties``, ``kraft-logs/`` (data)
+and ``kafka.log`` (stdout and stderr of the JVM). Storage is formatted by the project
+(``kafka.tools.StorageTool``) and readiness means a real Metadata request answered with
+this broker in it, not a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from gateway.devstack.errors import ExecutableNotFoundError, ServiceStartError
+from gateway.devstack.jars import kafka_broker_jars
+from gateway.devstack.ports import LOOPBACK, free_ports, port_accepts
+from gateway.devstack.process import ServiceProcess, log_tail, spawn
+
+#: Heap for a 2-core, 24 GB machine shared with Spark and the gateway: enough for
+#: benchmarks with a few hundred MB in flight, small enough to leave room for the rest.
+DEFAULT_HEAP = ("512m", "1g")
+BROKER_MAIN = "kafka.Kafka"
+STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
+
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.authorizer.name = kafka.authorizer.logger
+logger.authorizer.level = WARN
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+"""
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: base64url of 16 random bytes without padding (22 characters).
+
+    Never starting with "-" (1 in 64 would): the storage tool's argument parser would take
+    it for an option. Kafka's own ``Uuid.randomUuid()`` skips those for the same reason.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode("ascii")
+        if not cid.startswith("-"):
+            return cid
+
+
+def server_properties(
+    *, port: int, controller_port: int, data_dir: Path, num_partitions: int = 1
+) -> str:
+    """``server.properties`` for one node that is both broker and controller.
+
+    Replication factors and ISR minimums are 1 (there is one node); the cleaner's dedupe
+    buffer is shrunk from 128 MiB; the initial rebalance delay is 0 so consumer groups
+    form at once in tests.
+    """
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
+        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "num.partitions": str(num_partitions),
+        "auto.create.topics.enable": "true",
+        "delete.topic.enable": "true",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "log.cleaner.dedupe.buffer.size": "1048577",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def find_java() -> str:
+    """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    candidates = [str(Path(java_home) / "bin" / "java")] if java_home else []
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append(on_path)
+    for cand in candidates:
+        if os.access(cand, os.X_OK):
+            return cand
+    raise ExecutableNotFoundError(
+        "java", ["$JAVA_HOME/bin/java", "PATH"], "install OpenJDK 17+ (make setup checks this)"
+    )
+
+
+async def _metadata_brokers(bootstrap: str, timeout_ms: int) -> list[int]:
+    from aiokafka.client import AIOKafkaClient  # heavy import, only when probing
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
+    try:
+        await client.bootstrap()
+        return sorted(b.nodeId for b in client.cluster.brokers())
+    finally:
+        await client.close()
+
+
+def metadata_brokers(bootstrap: str, timeout: float = 5.0) -> list[int]:
+    """Node ids from a real Metadata request to ``bootstrap`` (raises on failure).
+
+    Runs its own event loop in a worker thread, so it is safe to call from code that is
+    itself inside a running loop.
+    """
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kafka-probe") as pool:
+        future = pool.submit(asyncio.run, _metadata_brokers(bootstrap, int(timeout * 1000)))
+        return future.result(timeout + 5.0)
+
+
+@dataclass(slots=True)
+class KafkaOptions:
+    """Knobs for the local broker; the defaults suit tests and the demo."""
+
+    heap_min: str = DEFAULT_HEAP[0]
+    heap_max: str = DEFAULT_HEAP[1]
+    num_partitions: int = 1
+    startup_timeout: float = 120.0
+    stop_timeout: float = 15.0
+
+
+class KafkaBroker:
+    """A running (after ``start()``) single-node KRaft broker; ``bootstrap`` is its address."""
+
+    def __init__(
+        self, work_dir: Path, options: KafkaOptions | None = None, *, detach: bool = False
+    ) -> None:
+        self.work_dir = work_dir
+        self.options = options or KafkaOptions()
+        self.detach = detach
+        self.log_path = work_dir / "kafka.log"
+        self.port = 0
+        self.controller_port = 0
+        self.cluster_id = ""
+        self.process: ServiceProcess | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def start(self) -> KafkaBroker:
+        """Format storage, start the JVM and wait for a Metadata answer.
+
+        Retries with fresh ports when another process took a probed port in between;
+        raises ``ServiceStartError`` with the log tail otherwise.
+        """
+        jars = kafka_broker_jars()
+        java = find_java()
+        classpath = str(jars[0].parent / "*")  # expanded by java itself
+        for attempt in range(3):
+            try:
+                self._start_once(java, classpath)
+                return self
+            except ServiceStartError as exc:
+                self.stop()
+                if attempt < 2 and "Address already in use" in exc.log_tail:
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _jvm_options(self, heap: tuple[str, str]) -> list[str]:
+        return [
+            f"-Xms{heap[0]}",
+            f"-Xmx{heap[1]}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.work_dir / 'logs'}",
+        ]
+
+    def _start_once(self, java: str, classpath: str) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        data_dir = self.work_dir / "kraft-logs"
+        shutil.rmtree(data_dir, ignore_errors=True)
+        self.port, self.controller_port = free_ports(2)
+        self.cluster_id = new_cluster_id()
+        config = self.work_dir / "server.properties"
+        config.write_text(
+            server_properties(
+                port=self.port,
+                controller_port=self.controller_port,
+                data_dir=data_dir,
+                num_partitions=self.options.num_partitions,
+            ),
+            encoding="utf-8",
+        )
+        (self.work_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES, encoding="utf-8")
+        self._format_storage(java, classpath, config)
+        argv = [
+            java,
+            *self._jvm_options((self.options.heap_min, self.options.heap_max)),
+            "-cp",
+            classpath,
+            BROKER_MAIN,
+            str(config),
+        ]
+        self.process = spawn(
+            "kafka", argv, log_path=self.log_path, cwd=self.work_dir, detach=self.detach
+        )
+        self._wait_ready()
+
+    def _format_storage(self, java: str, classpath: str, config: Path) -> None:
+        argv = [
+            java,
+            "-Xmx256m",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
+            "-cp",
+            classpath,
+            STORAGE_TOOL_MAIN,
+            "format",
+            "-t",
+            self.cluster_id,
+            "-c",
+            str(config),
+        ]
+        log = self.work_dir / "storage-format.log"
+        with log.open("wb") as out:
+            try:
+                rc = subprocess.run(
+                    argv, stdout=out, stderr=subprocess.STDOUT, timeout=120, check=False
+                ).returncode
+            except subprocess.TimeoutExpired:
+                rc = -1
+        if rc != 0:
+            raise ServiceStartError(
+                "kafka", f"storage format exited with {rc}", log, log_tail(log), rc
+            )
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.options.startup_timeout
+        last_error = "port never opened"
+        while time.monotonic() < deadline:
+            if not self.process.alive():
+                rc = self.process.exit_code()
+                raise ServiceStartError(
+                    "kafka", f"JVM exited with {rc}", self.log_path, self.process.log_tail(), rc
+                )
+            if port_accepts(LOOPBACK, self.port):
+                try:
+                    if 1 in metadata_brokers(self.bootstrap):
+                        return
+                    last_error = "metadata listed no broker yet"
+                except Exception as exc:  # any client error means "not ready yet"
+                    last_error = f"metadata request failed: {exc!r}"
+            time.sleep(0.25)
+        raise ServiceStartError(
+            "kafka",
+            f"not ready after {self.options.startup_timeout:.0f} s ({last_error})",
+            self.log_path,
+            self.process.log_tail(),
+            None,
+        )
+
+    def stop(self) -> None:
+        """Stop the JVM (SIGTERM, then SIGKILL after ``stop_timeout``); idempotent."""
+        if self.process is not None:
+            self.process.stop(self.options.stop_timeout)
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

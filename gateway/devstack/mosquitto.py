@@ -1,0 +1,186 @@
+"""A Mosquitto MQTT broker on 127.0.0.1 with a generated configuration.
+
+Debian's ``mosquitto`` package (``/usr/sbin/mosquitto``, not on a non-root PATH) runs in
+the foreground with ``-c <work_dir>/mosquitto.conf``; it keeps no files (no persistence;
+it logs to stderr, unbuffered unlike stdout, which goes to ``mosquitto.log``), so dropping
+privileges when started as root is harmless. Readiness means an MQTT CONNECT answered by
+a CONNACK with return code 0.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from gateway.devstack.errors import ExecutableNotFoundError, ServiceStartError
+from gateway.devstack.ports import LOOPBACK, free_port
+from gateway.devstack.process import ServiceProcess, spawn
+
+MOSQUITTO_CANDIDATES = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/usr/bin/mosquitto")
+
+
+def find_mosquitto() -> str:
+    """``$MQGW_MOSQUITTO``, then ``mosquitto`` on PATH, then Debian's /usr/sbin/mosquitto."""
+    searched: list[str] = []
+    override = os.environ.get("MQGW_MOSQUITTO")
+    candidates = [override] if override else []
+    on_path = shutil.which("mosquitto")
+    if on_path:
+        candidates.append(on_path)
+    candidates.extend(MOSQUITTO_CANDIDATES)
+    for cand in candidates:
+        searched.append(cand)
+        if os.access(cand, os.X_OK):
+            return cand
+    raise ExecutableNotFoundError(
+        "mosquitto",
+        ["$MQGW_MOSQUITTO", "PATH", *MOSQUITTO_CANDIDATES],
+        "run `make setup` (installs Debian's mosquitto package as root)",
+    )
+
+
+def mosquitto_conf(*, port: int, max_queued_messages: int = 100_000) -> str:
+    """The broker configuration: one anonymous loopback listener, no persistence.
+
+    A configured ``listener`` turns ``allow_anonymous`` off by default, so it is set
+    explicitly; the in-flight and queue limits are raised from 20 / 1000 so a gateway
+    publishing bursts at QoS 1 is not silently dropped.
+    """
+    return (
+        f"listener {port} {LOOPBACK}\n"
+        "allow_anonymous true\n"
+        "persistence false\n"
+        "log_dest stderr\n"
+        "log_type error\n"
+        "log_type warning\n"
+        "log_type notice\n"
+        "log_type information\n"
+        "connection_messages false\n"
+        "log_timestamp true\n"
+        "log_timestamp_format %Y-%m-%dT%H:%M:%S\n"
+        "max_inflight_messages 1000\n"
+        f"max_queued_messages {max_queued_messages}\n"
+        "max_queued_bytes 0\n"
+        "set_tcp_nodelay true\n"
+    )
+
+
+def _connect_packet(client_id: bytes) -> bytes:
+    # MQTT 3.1.1 section 3.1: protocol name, level 4, clean session, keep-alive 10 s.
+    variable = b"\x00\x04MQTT\x04\x02\x00\x0a"
+    payload = len(client_id).to_bytes(2, "big") + client_id
+    remaining = len(variable) + len(payload)
+    assert remaining < 128  # one-byte remaining length
+    return bytes([0x10, remaining]) + variable + payload
+
+
+_PROBE_CONNECT = _connect_packet(b"mqgw-devstack-probe")
+_CONNACK_OK = bytes([0x20, 0x02, 0x00, 0x00])
+_DISCONNECT = bytes([0xE0, 0x00])
+
+
+def mqtt_handshake(host: str, port: int, timeout: float = 2.0) -> bool:
+    """True when an MQTT 3.1.1 CONNECT (clean session) gets CONNACK 'accepted'."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(_PROBE_CONNECT)
+            reply = b""
+            while len(reply) < 4:
+                chunk = sock.recv(4 - len(reply))
+                if not chunk:
+                    return False
+                reply += chunk
+            if reply != _CONNACK_OK:
+                return False
+            sock.sendall(_DISCONNECT)
+            return True
+    except OSError:
+        return False
+
+
+@dataclass(slots=True)
+class MosquittoOptions:
+    startup_timeout: float = 20.0
+    stop_timeout: float = 5.0
+    max_queued_messages: int = 100_000
+
+
+class MosquittoBroker:
+    """A running (after ``start()``) Mosquitto broker at ``host``:``port``."""
+
+    def __init__(
+        self, work_dir: Path, options: MosquittoOptions | None = None, *, detach: bool = False
+    ) -> None:
+        self.work_dir = work_dir
+        self.options = options or MosquittoOptions()
+        self.detach = detach
+        self.host = LOOPBACK
+        self.port = 0
+        self.log_path = work_dir / "mosquitto.log"
+        self.process: ServiceProcess | None = None
+
+    def start(self) -> MosquittoBroker:
+        binary = find_mosquitto()
+        for attempt in range(3):
+            try:
+                self._start_once(binary)
+                return self
+            except ServiceStartError as exc:
+                self.stop()
+                if attempt < 2 and "Address already in use" in exc.log_tail:
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, binary: str) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        conf = self.work_dir / "mosquitto.conf"
+        conf.write_text(
+            mosquitto_conf(port=self.port, max_queued_messages=self.options.max_queued_messages),
+            encoding="utf-8",
+        )
+        self.process = spawn(
+            "mosquitto",
+            [binary, "-c", str(conf)],
+            log_path=self.log_path,
+            cwd=self.work_dir,
+            detach=self.detach,
+        )
+        deadline = time.monotonic() + self.options.startup_timeout
+        while time.monotonic() < deadline:
+            if not self.process.alive():
+                rc = self.process.exit_code()
+                raise ServiceStartError(
+                    "mosquitto", f"exited with {rc}", self.log_path, self.process.log_tail(), rc
+                )
+            if mqtt_handshake(self.host, self.port):
+                return
+            time.sleep(0.05)
+        raise ServiceStartError(
+            "mosquitto",
+            f"no CONNACK after {self.options.startup_timeout:.0f} s",
+            self.log_path,
+            self.process.log_tail(),
+            None,
+        )
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(self.options.stop_timeout)
+
+    def __enter__(self) -> MosquittoBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,72 @@
+"""``mqgw mqsc QM``: run MQSC commands from stdin against an embedded queue manager.
+
+Like ``runmqsc QM < script.mqsc``: echoes each command with its number, prints the
+AMQ messages, ends with the summary, and exits 0 (all processed), 10 (some commands
+failed) or 20 (the queue manager could not be used). A queue manager that does not exist
+is only created with ``--create``, so a typo in its name does not make a new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_DATA_DIR_ENV = "MQGW_DATA_DIR"
+DEFAULT_DATA_DIR = "data/qmgrs"
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get(DEFAULT_DATA_DIR_ENV, DEFAULT_DATA_DIR))
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "mqsc",
+        help="run MQSC commands (stdin) against an embedded queue manager",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("qmgr", metavar="QM", help="queue manager name")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"directory holding queue managers (default ${DEFAULT_DATA_DIR_ENV} or "
+        f"./{DEFAULT_DATA_DIR}); the queue manager lives in DIR/QM",
+    )
+    parser.add_argument(
+        "--create", action="store_true", help="create the queue manager if it does not exist"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gateway.mq.embedded.mqsc import format_results
+    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+    from gateway.mq.embedded.store import DB_FILE
+    from gateway.mq.port import MQError
+
+    base: Path = args.data_dir if args.data_dir is not None else default_data_dir()
+    path = base / args.qmgr
+    if not (path / DB_FILE).exists() and not args.create:
+        print(
+            f"AMQ8118E: IBM MQ queue manager {args.qmgr} does not exist (no {path / DB_FILE}); "
+            "use --create to create it.",
+            file=sys.stderr,
+        )
+        return 20
+    script = sys.stdin.read()
+    try:
+        qm = EmbeddedQueueManager(args.qmgr, path)
+    except MQError as exc:
+        print(f"AMQ8146E: IBM MQ queue manager not available: {exc.detail}", file=sys.stderr)
+        return 20
+    try:
+        results = qm.run_mqsc(script)
+    finally:
+        asyncio.run(qm.close())
+    sys.stdout.write(format_results(args.qmgr, results))
+    return 0 if all(r.ok for r in results) else 10

@@ -1,0 +1,213 @@
+"""The in-memory view of one local queue: ordering, matching, browse cursors, waiters.
+
+Why in memory: every get must pick "highest priority, then oldest" among the messages
+not locked by another unit of work, match MsgId/CorrelId, skip expired messages and wake
+waiting getters the moment something arrives. The store only keeps persistent messages
+durable; this index is rebuilt from it at start.
+
+Order is a heap of ``(-priority, seq)`` keys with lazy deletion (keys whose message has
+left ``available`` are dropped when they reach the top), plus MsgId/CorrelId indexes so
+a matching get does not scan the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.wire.mqmd import MQMD
+
+Key = tuple[int, int]
+_MD_SLOTS: tuple[str, ...] = tuple(MQMD.__slots__)
+
+
+def clone_md(md: MQMD) -> MQMD:
+    """A shallow copy of an MQMD, several times faster than ``dataclasses.replace``
+    (every put and get copies one: callers must not share the queued descriptor)."""
+    out = object.__new__(MQMD)
+    for name in _MD_SLOTS:
+        object.__setattr__(out, name, getattr(md, name))
+    return out
+
+
+@dataclass(slots=True)
+class Waiter:
+    """A getter parked on a queue: what it would accept, and how to wake it.
+
+    ``browse`` waiters look past a cursor, so any arrival may concern them."""
+
+    future: asyncio.Future[None]
+    msg_id: bytes | None = None
+    correl_id: bytes | None = None
+    browse: bool = False
+
+    def accepts(self, msg: QueuedMessage) -> bool:
+        if self.browse:
+            return True
+        if self.msg_id is not None and msg.md.msg_id != self.msg_id:
+            return False
+        return self.correl_id is None or msg.md.correl_id == self.correl_id
+
+
+@dataclass(slots=True)
+class QueuedMessage:
+    """A message on a local queue. ``seq`` orders arrival; ``expiry_at`` is wall-clock."""
+
+    seq: int
+    md: MQMD
+    body: bytes
+    priority: int
+    persistent: bool
+    put_at: float
+    expiry_at: float | None
+    #: the MQMD as stored (persistent messages), packed once at put
+    packed_md: bytes | None = None
+
+    @property
+    def key(self) -> Key:
+        return (-self.priority, self.seq)
+
+    def expired(self, now: float) -> bool:
+        return self.expiry_at is not None and now >= self.expiry_at
+
+
+class LocalQueue:
+    """Messages of one local queue plus the bookkeeping MQ shows as attributes."""
+
+    __slots__ = (
+        "_heap",
+        "available",
+        "by_correl_id",
+        "by_msg_id",
+        "exclusive",
+        "input_count",
+        "locked",
+        "name",
+        "output_count",
+        "pending_puts",
+        "waiters",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._heap: list[Key] = []
+        self.available: dict[int, QueuedMessage] = {}
+        self.by_msg_id: dict[bytes, set[int]] = {}
+        self.by_correl_id: dict[bytes, set[int]] = {}
+        #: messages got under syncpoint, not yet committed (still count in CURDEPTH)
+        self.locked = 0
+        #: messages put under syncpoint, not yet committed (count in CURDEPTH, as on MQ)
+        self.pending_puts = 0
+        self.input_count = 0
+        self.output_count = 0
+        self.exclusive = False
+        self.waiters: list[Waiter] = []
+
+    @property
+    def depth(self) -> int:
+        """CURDEPTH: committed messages plus those inside open units of work."""
+        return len(self.available) + self.locked + self.pending_puts
+
+    def add(self, msg: QueuedMessage) -> None:
+        self.available[msg.seq] = msg
+        heapq.heappush(self._heap, msg.key)
+        self.by_msg_id.setdefault(msg.md.msg_id, set()).add(msg.seq)
+        self.by_correl_id.setdefault(msg.md.correl_id, set()).add(msg.seq)
+
+    def remove(self, msg: QueuedMessage) -> None:
+        del self.available[msg.seq]
+        for index, ident in (
+            (self.by_msg_id, msg.md.msg_id),
+            (self.by_correl_id, msg.md.correl_id),
+        ):
+            seqs = index.get(ident)
+            if seqs is not None:
+                seqs.discard(msg.seq)
+                if not seqs:
+                    del index[ident]
+
+    def clear(self) -> list[QueuedMessage]:
+        gone = list(self.available.values())
+        self.available.clear()
+        self.by_msg_id.clear()
+        self.by_correl_id.clear()
+        self._heap.clear()
+        return gone
+
+    def first(
+        self,
+        now: float,
+        on_expired: Callable[[QueuedMessage], None],
+        msg_id: bytes | None = None,
+        correl_id: bytes | None = None,
+        after: Key | None = None,
+    ) -> QueuedMessage | None:
+        """The next message in get order (optionally matching, optionally after a browse
+        cursor ``after``). Expired messages met on the way are removed and reported."""
+        if msg_id is None and correl_id is None and after is None:
+            return self._first_plain(now, on_expired)
+        candidates: set[int] | None = None
+        if msg_id is not None:
+            candidates = set(self.by_msg_id.get(msg_id, ()))
+        if correl_id is not None:
+            seqs = self.by_correl_id.get(correl_id, set())
+            candidates = set(seqs) if candidates is None else candidates & seqs
+        if candidates is None:
+            pool = list(self.available.values())
+        else:
+            pool = [self.available[s] for s in candidates if s in self.available]
+        pool.sort(key=lambda m: m.key)
+        for msg in pool:
+            if after is not None and msg.key <= after:
+                continue
+            if msg.expired(now):
+                self.remove(msg)
+                on_expired(msg)
+                continue
+            return msg
+        return None
+
+    def _first_plain(
+        self, now: float, on_expired: Callable[[QueuedMessage], None]
+    ) -> QueuedMessage | None:
+        heap = self._heap
+        while heap:
+            seq = heap[0][1]
+            msg = self.available.get(seq)
+            if msg is None or msg.key != heap[0]:
+                heapq.heappop(heap)
+                continue
+            if msg.expired(now):
+                heapq.heappop(heap)
+                self.remove(msg)
+                on_expired(msg)
+                continue
+            return msg
+        return None
+
+    def wake(self) -> None:
+        """Wake every waiting getter (the queue changed state: inhibited, deleted, stop)."""
+        waiters, self.waiters = self.waiters, []
+        for w in waiters:
+            if not w.future.done():
+                w.future.set_result(None)
+
+    def notify(self, msg: QueuedMessage) -> None:
+        """A message became available: wake the oldest getter that would take it (and
+        every browser), not the whole crowd. A woken getter that leaves without taking a
+        message passes the wake-up on (see ``EmbeddedQueueHandle.get``)."""
+        if not self.waiters:
+            return
+        keep: list[Waiter] = []
+        woke_getter = False
+        for w in self.waiters:
+            if w.future.done():
+                continue
+            if w.browse or (not woke_getter and w.accepts(msg)):
+                w.future.set_result(None)
+                woke_getter = woke_getter or not w.browse
+            else:
+                keep.append(w)
+        self.waiters = keep

@@ -1,0 +1,257 @@
+"""Durable storage of one embedded queue manager: SQLite in WAL mode.
+
+What is stored: object definitions, queue-manager attributes and **persistent** messages
+only. Non-persistent messages live in memory and are gone after a restart, as on IBM MQ
+(MQPER_NOT_PERSISTENT messages do not survive a queue-manager restart).
+
+Durability: every unit of work that touches persistent messages is one SQLite
+transaction committed with ``synchronous=FULL`` (the WAL is fsynced before COMMIT
+returns), so a commit that returned survives a process kill or power loss, and a
+transaction cut short by a kill is rolled back by SQLite on the next open.
+
+Exclusive ownership: one process owns a queue manager's data directory at a time,
+enforced by an ``fcntl`` lock on ``qmgr.lock`` held for the life of the store. A second
+opener gets :class:`DataDirInUseError` naming the owner's pid instead of a corrupt queue.
+
+All methods are synchronous and serialised by an internal lock; the queue manager calls
+the writing ones from its own writer thread so the event loop never waits on fsync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.mq.embedded.objects import ObjectCatalogue, QMgrAttrs, QueueDef
+
+SCHEMA_VERSION = 1
+DB_FILE = "qmgr.sqlite3"
+LOCK_FILE = "qmgr.lock"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, definition TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY,
+    queue TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    msg_id BLOB NOT NULL,
+    correl_id BLOB NOT NULL,
+    put_at REAL NOT NULL,
+    expiry_at REAL,
+    backout_count INTEGER NOT NULL,
+    md BLOB NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue, seq);
+"""
+
+
+class StoreError(Exception):
+    """The data directory cannot be used (locked, damaged, newer schema)."""
+
+
+class DataDirInUseError(StoreError):
+    """Another process owns this queue manager's data directory."""
+
+    def __init__(self, path: Path, owner: str) -> None:
+        self.path = path
+        self.owner = owner
+        super().__init__(
+            f"queue manager data directory {path} is in use by another process ({owner}); "
+            "one process owns a queue manager at a time: stop it or connect through it"
+        )
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A persistent message row. ``md`` is the packed MQMD (v2, native encoding)."""
+
+    seq: int
+    queue: str
+    priority: int
+    msg_id: bytes
+    correl_id: bytes
+    put_at: float
+    expiry_at: float | None
+    backout_count: int
+    md: bytes
+    body: bytes
+
+
+class MessageStore:
+    """The SQLite file of one queue manager, opened exclusively."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _acquire_dir_lock(self.directory)
+        self._mutex = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                self.directory / DB_FILE, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                )
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.directory} was written by a newer version (schema {row[0]})"
+                )
+        except sqlite3.DatabaseError as exc:
+            os.close(self._lock_fd)
+            raise StoreError(f"cannot open {self.directory / DB_FILE}: {exc}") from exc
+        except StoreError:
+            os.close(self._lock_fd)
+            raise
+        self._closed = False
+
+    # ------------------------------------------------------------------ catalogue
+
+    def load_catalogue(self) -> ObjectCatalogue | None:
+        """The stored definitions, or None for a new data directory."""
+        with self._mutex:
+            row = self._db.execute("SELECT value FROM meta WHERE key='qmgr'").fetchone()
+            if row is None:
+                return None
+            cat = ObjectCatalogue(QMgrAttrs.from_json(json.loads(row[0])))
+            for name, definition in self._db.execute("SELECT name, definition FROM queues"):
+                cat.queues[name] = QueueDef.from_json(json.loads(definition))
+            return cat
+
+    def save_catalogue(self, cat: ObjectCatalogue) -> None:
+        with self._mutex, self._transaction():
+            self._put_qmgr(cat.qmgr)
+            for d in cat.queues.values():
+                self._put_queue(d)
+
+    def save_qmgr(self, attrs: QMgrAttrs) -> None:
+        with self._mutex, self._transaction():
+            self._put_qmgr(attrs)
+
+    def save_queue(self, definition: QueueDef) -> None:
+        with self._mutex, self._transaction():
+            self._put_queue(definition)
+
+    def delete_queue(self, name: str) -> None:
+        """Delete a definition and its persistent messages in one transaction."""
+        with self._mutex, self._transaction():
+            self._db.execute("DELETE FROM queues WHERE name=?", (name,))
+            self._db.execute("DELETE FROM messages WHERE queue=?", (name,))
+
+    def _put_qmgr(self, attrs: QMgrAttrs) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('qmgr', ?)",
+            (json.dumps(attrs.to_json()),),
+        )
+
+    def _put_queue(self, d: QueueDef) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO queues (name, definition) VALUES (?, ?)",
+            (d.name, json.dumps(d.to_json())),
+        )
+
+    # ------------------------------------------------------------------ messages
+
+    def load_messages(self) -> list[StoredMessage]:
+        """All persistent messages, in arrival order."""
+        with self._mutex:
+            rows = self._db.execute(
+                "SELECT seq, queue, priority, msg_id, correl_id, put_at, expiry_at, "
+                "backout_count, md, body FROM messages ORDER BY seq"
+            ).fetchall()
+        return [StoredMessage(*row) for row in rows]
+
+    def max_seq(self) -> int:
+        with self._mutex:
+            row = self._db.execute("SELECT MAX(seq) FROM messages").fetchone()
+        return int(row[0] or 0)
+
+    def apply(
+        self,
+        inserts: Sequence[StoredMessage] = (),
+        deletes: Iterable[int] = (),
+        backouts: Iterable[tuple[int, int]] = (),
+    ) -> None:
+        """One durable transaction: add ``inserts``, remove ``deletes`` (seqs), set
+        backout counts ``(seq, count)``. Returns only after the WAL is on disk."""
+        with self._mutex, self._transaction():
+            if inserts:
+                self._db.executemany(
+                    "INSERT INTO messages (seq, queue, priority, msg_id, correl_id, put_at, "
+                    "expiry_at, backout_count, md, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at,
+                         m.expiry_at, m.backout_count, m.md, m.body)
+                        for m in inserts
+                    ],
+                )
+            self._db.executemany("DELETE FROM messages WHERE seq=?", [(s,) for s in deletes])
+            self._db.executemany(
+                "UPDATE messages SET backout_count=? WHERE seq=?",
+                [(count, seq) for seq, count in backouts],
+            )
+
+    def purge_queue(self, name: str) -> None:
+        with self._mutex, self._transaction():
+            self._db.execute("DELETE FROM messages WHERE queue=?", (name,))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._mutex:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.close()
+        os.close(self._lock_fd)
+
+    # ------------------------------------------------------------------ internals
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, ROLLBACK on error."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._db.execute("COMMIT")
+        else:
+            self._db.execute("ROLLBACK")
+
+
+def _acquire_dir_lock(directory: Path) -> int:
+    path = directory / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            owner = os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown pid"
+        finally:
+            os.close(fd)
+        raise DataDirInUseError(directory, owner) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}\n".encode())
+    os.fsync(fd)
+    return fd

@@ -1,0 +1,96 @@
+"""Decoding a command message: MQMD Format -> MQRFH or MQRFH2 -> :class:`Command`.
+
+Why its own module: the engine must not care which header generation a command came
+in, and every decode failure must become a :class:`CommandError` with the reason code
+the broker reports (MQRC_RFH_ERROR for a broken header, MQRC_RFH_STRING_ERROR with
+MQPSErrorPos for a bad NameValueString, ...; reference §5.6, §5.10).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.pubsub.commands import Command, decode_psc_command, decode_rfh_command
+from gateway.pubsub.errors import CommandError
+from gateway.wire.constants import CCSI_INHERIT
+from gateway.wire.errors import WireError
+from gateway.wire.folder import Element
+from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
+from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
+from gateway.wire.rfh import MQRFH, MQRFH_STRUC_LENGTH_FIXED, decode_rfh
+from gateway.wire.rfh2 import MQRFH2, decode_rfh2
+
+
+@dataclass(slots=True)
+class ParsedCommand:
+    """A decoded command with the publication data that followed its header."""
+
+    command: Command
+    header: MQRFH | MQRFH2
+    payload: bytes = b""
+    payload_format: str = ""
+    payload_encoding: int = 546
+    payload_ccsid: int = 1208
+    #: MQRFH2 folders other than psc (mcd, usr, jms...), serialized, passed through.
+    extra_folders: list[str] = field(default_factory=list)
+    psc: Element | None = None
+
+
+def decode_command_message(md: MQMD, body: bytes) -> ParsedCommand:
+    """Decode the header named by ``md.format`` and the command inside it."""
+    fmt = md.format
+    try:
+        if fmt == FMT_RF_HEADER_2:
+            rfh2, used = decode_rfh2(body, md.encoding, ccsid=md.coded_char_set_id)
+            pscs = rfh2.folders_named("psc")
+            if not pscs:
+                raise CommandError(
+                    Reason.RFH_COMMAND_ERROR, "MQRFH2 without a psc folder", parm_id="psc"
+                )
+            if len(pscs) > 1:
+                raise CommandError(
+                    Reason.RFH_DUPLICATE_PARM, "more than one psc folder", parm_id="psc"
+                )
+            psc = pscs[0]
+            try:
+                command = decode_psc_command((c.name, c.text) for c in psc.children)
+            except CommandError as exc:
+                exc.psc = psc
+                raise
+            extra = [f.to_xml() for f in rfh2.folders if f.name not in ("psc", "pscr")]
+            return ParsedCommand(
+                command,
+                rfh2,
+                body[used:],
+                rfh2.format,
+                rfh2.encoding,
+                _payload_ccsid(rfh2.coded_char_set_id, md),
+                extra,
+                psc,
+            )
+        if fmt == FMT_RF_HEADER:
+            rfh, used = decode_rfh(body, md.encoding, ccsid=md.coded_char_set_id)
+            try:
+                command = decode_rfh_command(rfh.name_values)
+            except CommandError as exc:
+                exc.name_values = rfh.name_values
+                raise
+            return ParsedCommand(
+                command,
+                rfh,
+                body[used:],
+                rfh.format,
+                rfh.encoding,
+                _payload_ccsid(rfh.coded_char_set_id, md),
+            )
+    except WireError as exc:
+        pos = exc.offset - MQRFH_STRUC_LENGTH_FIXED if exc.reason == Reason.RFH_STRING_ERROR else -1
+        raise CommandError(exc.reason, exc.message, error_pos=pos) from None
+    raise CommandError(
+        Reason.RFH_ERROR, f"a command message needs Format MQHRF or MQHRF2, not {fmt!r}"
+    )
+
+
+def _payload_ccsid(header_ccsid: int, md: MQMD) -> int:
+    return md.coded_char_set_id if header_ccsid == CCSI_INHERIT else header_ccsid

@@ -1,0 +1,570 @@
+"""The broker service: the I/O loop around the sans-I/O publish/subscribe engine.
+
+``BrokerService`` services ``SYSTEM.BROKER.CONTROL.QUEUE``, ``SYSTEM.BROKER.DEFAULT.STREAM``
+and every configured stream queue through the queue-manager port. Per queue, one task
+and one connection (a connection owns one unit of work):
+
+1. get a small batch under syncpoint;
+2. a message whose BackoutCount reached the queue's BOTHRESH is moved, as is, to its
+   BOQNAME (or to the dead-letter queue behind an MQDLH, reason MQRC_BACKED_OUT) and
+   not processed again — never dropped, never blocking the queue;
+3. the engine handles each message; its deliveries, responses and dead-letter
+   actions are put under the same unit of work (a delivery that cannot be put — unknown
+   queue, queue full, put inhibited — goes to the dead-letter queue with that reason,
+   so a publication reaches every matching subscriber or the DLQ on its behalf);
+4. sink deliveries (the gateway's Kafka/MQTT plugins) are handed to their sinks and
+   awaited;
+5. the engine's store mutations are committed, then the MQ unit of work.
+
+Anything failing in 1-5 backs the batch out (MQ and engine), so the messages come back
+with BackoutCount + 1. A crash between the store commit and the MQ commit re-delivers
+the batch; the store's idempotent upserts and command journal make that harmless
+(docs/pubsub.md, "Ordering of commits"). Sinks see at-least-once delivery.
+
+Batches of all queues share the engine, so the engine part of a batch runs under one
+lock; waiting for messages does not hold it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from gateway.mq.port import (
+    Connection,
+    GetOptions,
+    Message,
+    MQError,
+    OpenOption,
+    PutOptions,
+    QueueAttr,
+    QueueHandle,
+    QueueManager,
+)
+from gateway.pubsub.engine import Delivery, InboundMessage, PubSubEngine
+from gateway.pubsub.options import RegOpt
+from gateway.pubsub.records import Subscription
+from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
+from gateway.pubsub.topics import Scheme
+from gateway.wire.dlh import wrap_for_dlq
+from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
+
+log = logging.getLogger(__name__)
+
+#: Reasons after which retrying the batch on this connection is pointless: reconnect.
+_CONNECTION_REASONS = frozenset(
+    {
+        Reason.CONNECTION_BROKEN,
+        Reason.Q_MGR_STOPPING,
+        Reason.Q_MGR_NOT_AVAILABLE,
+        Reason.HCONN_ERROR,
+    }
+)
+DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """An in-process subscriber of the engine (a Kafka or MQTT plugin, a test double).
+
+    ``send`` gets every delivery of one MQ unit of work for this sink and returns only
+    once they are safely handed over (acknowledged); raising backs the unit of work
+    out, so the publications are offered again later (at-least-once).
+    """
+
+    async def send(self, deliveries: Sequence[Delivery]) -> None: ...
+
+
+class StreamQueueConfig(BaseModel):
+    """A serviced stream queue and its Implicit Stream Naming property."""
+
+    name: str = Field(min_length=1, max_length=48)
+    implicit_stream_naming: bool = True
+
+
+class BrokerConfig(BaseModel):
+    """Settings of the broker service (YAML/CLI boundary)."""
+
+    streams: list[StreamQueueConfig] = Field(default_factory=list)
+    #: Implicit Stream Naming of SYSTEM.BROKER.DEFAULT.STREAM itself.
+    default_stream_implicit_naming: bool = True
+    batch_size: int = Field(default=32, ge=1, le=5000)
+    #: A batch stops growing once this many puts are due (MQ's MaxUncommittedMsgs is
+    #: 10,000 by default; one publication with more matching subscribers than that
+    #: cannot be delivered in one unit of work and ends on the backout queue).
+    max_puts_per_unit: int = Field(default=2000, ge=1)
+    wait_ms: int = Field(default=500, ge=0, le=60_000)
+    #: Used when a queue's BOTHRESH is 0 (MQ's "no backout processing"), so a poison
+    #: message can never block its queue.
+    default_backout_threshold: int = Field(default=5, ge=1)
+    #: Dead-letter queue when the queue manager cannot be asked for its DEADQ.
+    dead_letter_queue: str = DEAD_LETTER_QUEUE
+    #: Pause after a backed-out batch before the next get (seconds, doubles up to 10 s).
+    retry_delay: float = Field(default=0.2, ge=0.0)
+
+
+@dataclass(slots=True)
+class ServiceCounters:
+    """Counters exported as metrics (no per-message logging)."""
+
+    batches: int = 0
+    messages: int = 0
+    backouts: int = 0
+    moved_to_backout_queue: int = 0
+    dead_lettered: int = 0
+    sink_deliveries: int = 0
+
+
+class BrokerError(Exception):
+    """The broker service cannot run (a serviced queue is missing, ...)."""
+
+    def __init__(self, message: str, reason: int = 0) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _Put:
+    q_mgr: str
+    queue: str
+    md: MQMD
+    body: bytes
+    #: what to dead-letter if this put fails (None: a failure backs the batch out)
+    dead_letter_on_failure: bool = True
+
+
+@dataclass(slots=True)
+class _InputQueue:
+    name: str
+    implicit_stream_naming: bool
+    handle: QueueHandle
+    backout_threshold: int
+    backout_queue: str
+
+
+class BrokerService:
+    """Runs a :class:`PubSubEngine` against a queue manager (see module docstring)."""
+
+    def __init__(
+        self,
+        qm: QueueManager,
+        engine: PubSubEngine,
+        config: BrokerConfig | None = None,
+        sinks: Mapping[str, Sink] | None = None,
+    ) -> None:
+        self.qm = qm
+        self.engine = engine
+        self.config = config or BrokerConfig()
+        self.sinks: dict[str, Sink] = dict(sinks or {})
+        self.counters = ServiceCounters()
+        self._lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ---------------------------------------------------------------- lifecycle -----
+
+    @property
+    def busy(self) -> bool:
+        """True while a batch is being handled (health checks, tests, graceful stops)."""
+        return self._lock.locked()
+
+    def register_sink(self, name: str, sink: Sink) -> None:
+        """Make ``sink`` receive the deliveries of subscriptions whose destination is it."""
+        self.sinks[name] = sink
+
+    async def subscribe_sink(
+        self,
+        sink: str,
+        topic: str,
+        *,
+        scheme: Scheme = Scheme.TOPIC,
+        reg_opts: RegOpt = RegOpt.NONE,
+    ) -> Subscription:
+        """Subscribe a registered sink to ``topic`` (unified form: ``$SYS/STREAM/<s>/...``
+        for a named stream), durably; the retained publications it matches are sent to
+        the sink before this returns (unless NewPubsOnly/PubOnReqOnly)."""
+        target = self.sinks.get(sink)
+        if target is None:
+            raise BrokerError(f"no sink called {sink!r} is registered")
+        async with self._lock:
+            try:
+                sub, retained = self.engine.subscribe_sink(
+                    sink, topic, scheme=scheme, reg_opts=reg_opts
+                )
+                if retained:
+                    await target.send(retained)
+                self.engine.commit()
+            except BaseException:
+                self.engine.rollback()
+                raise
+        return sub
+
+    async def unsubscribe_sink(
+        self, sink: str, topic: str, *, scheme: Scheme = Scheme.TOPIC
+    ) -> bool:
+        """Remove a sink subscription durably; False when there was none."""
+        async with self._lock:
+            try:
+                existed = self.engine.unsubscribe_sink(sink, topic, scheme=scheme)
+                self.engine.commit()
+            except BaseException:
+                self.engine.rollback()
+                raise
+        return existed
+
+    @property
+    def serviced_queues(self) -> list[tuple[str, bool]]:
+        """(queue, implicit stream naming) of every serviced queue, control queue first."""
+        queues = [
+            (CONTROL_QUEUE, False),
+            (DEFAULT_STREAM, self.config.default_stream_implicit_naming),
+        ]
+        queues += [
+            (s.name, s.implicit_stream_naming)
+            for s in self.config.streams
+            if s.name not in (CONTROL_QUEUE, DEFAULT_STREAM)
+        ]
+        return queues
+
+    async def start(self) -> None:
+        """Open every serviced queue (failing clearly if one is missing) and start."""
+        if self._tasks:
+            return
+        self._stop.clear()
+        opened: list[tuple[Connection, _InputQueue]] = []
+        try:
+            for name, isn in self.serviced_queues:
+                conn = await self.qm.connect()
+                try:
+                    opened.append((conn, await self._open_input(conn, name, isn)))
+                except BaseException:
+                    await conn.disconnect()
+                    raise
+        except MQError as exc:
+            for conn, _ in opened:
+                await conn.disconnect()
+            raise BrokerError(f"cannot open serviced queue: {exc}", exc.reason) from exc
+        for conn, q in opened:
+            self._tasks.append(asyncio.create_task(self._serve(conn, q), name=f"broker:{q.name}"))
+
+    async def stop(self) -> None:
+        """Finish the batches in progress, close queues and connections."""
+        self._stop.set()
+        tasks, self._tasks = self._tasks, []
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def run(self) -> None:
+        """Start and serve until :meth:`stop` is called (or the task is cancelled)."""
+        await self.start()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.stop()
+
+    async def __aenter__(self) -> BrokerService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _open_input(self, conn: Connection, name: str, isn: bool) -> _InputQueue:
+        handle = await conn.open(name, OpenOption.INPUT_SHARED | OpenOption.INQUIRE)
+        threshold, boq = 0, ""
+        try:
+            attrs = await handle.inquire(QueueAttr.BACKOUT_THRESHOLD, QueueAttr.BACKOUT_REQ_Q_NAME)
+            threshold = int(attrs.get(QueueAttr.BACKOUT_THRESHOLD, 0))
+            boq = str(attrs.get(QueueAttr.BACKOUT_REQ_Q_NAME, "")).strip()
+        except MQError as exc:
+            log.warning("cannot inquire BOTHRESH/BOQNAME of %s (%s): using defaults", name, exc)
+        if threshold <= 0:
+            threshold = self.config.default_backout_threshold
+        return _InputQueue(name, isn, handle, threshold, boq)
+
+    # ---------------------------------------------------------------- serving -------
+
+    async def _serve(self, conn: Connection, q: _InputQueue) -> None:
+        delay = self.config.retry_delay
+        dlq = await self._dead_letter_queue(q)
+        try:
+            while not self._stop.is_set():
+                try:
+                    done = await self.process_batch(conn, q, dlq)
+                    delay = self.config.retry_delay
+                    if not done:
+                        continue
+                except MQError as exc:
+                    if exc.reason in _CONNECTION_REASONS:
+                        log.error("connection for %s lost (%s): reconnecting", q.name, exc)
+                        conn, q = await self._reconnect(conn, q)
+                    await self._pause(delay)
+                    delay = min(10.0, max(delay * 2, 0.05))
+                except Exception:
+                    log.exception("batch on %s backed out", q.name)
+                    await self._pause(delay)
+                    delay = min(10.0, max(delay * 2, 0.05))
+        finally:
+            with contextlib.suppress(MQError):
+                await conn.backout()
+            with contextlib.suppress(MQError):
+                await q.handle.close()
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+
+    async def _reconnect(self, conn: Connection, q: _InputQueue) -> tuple[Connection, _InputQueue]:
+        with contextlib.suppress(MQError):
+            await conn.disconnect()
+        while not self._stop.is_set():
+            try:
+                new = await self.qm.connect()
+                return new, await self._open_input(new, q.name, q.implicit_stream_naming)
+            except MQError as exc:
+                log.error("reconnect for %s failed: %s", q.name, exc)
+                await self._pause(2.0)
+        return conn, q
+
+    async def _dead_letter_queue(self, q: _InputQueue) -> str:
+        try:
+            attrs = await q.handle.inquire(QueueAttr.DEAD_LETTER_Q_NAME)
+            name = str(attrs.get(QueueAttr.DEAD_LETTER_Q_NAME, "")).strip()
+            if name:
+                return name
+        except MQError:
+            pass
+        return self.config.dead_letter_queue
+
+    async def process_batch(self, conn: Connection, q: _InputQueue, dlq: str) -> int:
+        """Get, handle, put and commit one batch; returns the number of messages got."""
+        try:
+            first = await q.handle.get(GetOptions(wait_ms=self.config.wait_ms, syncpoint=True))
+        except MQError as exc:
+            if exc.reason == Reason.NO_MSG_AVAILABLE:
+                return 0
+            raise
+        async with self._lock:
+            try:
+                count = await self._process(conn, q, dlq, first)
+            except BaseException:
+                self.engine.rollback()
+                self.counters.backouts += 1
+                with contextlib.suppress(MQError):
+                    await conn.backout()
+                raise
+        self.counters.batches += 1
+        self.counters.messages += count
+        return count
+
+    async def _process(self, conn: Connection, q: _InputQueue, dlq: str, first: Message) -> int:
+        """Handle ``first`` and more messages (gotten as the batch grows), put, commit.
+
+        The batch ends at ``batch_size`` messages or once ``max_puts_per_unit`` puts are
+        due, so a unit of work stays below the queue manager's MaxUncommittedMsgs.
+        """
+        puts: list[_Put] = []
+        to_sinks: dict[str, list[Delivery]] = {}
+        engine = self.engine
+        q_mgr = conn.q_mgr_name
+        count = 0
+        m: Message | None = first
+        while m is not None:
+            count += 1
+            self._handle_one(q, dlq, q_mgr, m, puts, to_sinks)
+            m = None
+            if count < self.config.batch_size and len(puts) < self.config.max_puts_per_unit:
+                try:
+                    m = await q.handle.get(GetOptions(wait_ms=0, syncpoint=True))
+                except MQError as exc:
+                    if exc.reason != Reason.NO_MSG_AVAILABLE:
+                        raise
+        for name, deliveries in to_sinks.items():
+            sink = self.sinks.get(name)
+            if sink is None:
+                # No such sink in this process (plugin not loaded): keep the data on the DLQ.
+                for d in deliveries:
+                    dl_md, dl_body = wrap_for_dlq(
+                        d.md,
+                        d.body,
+                        Reason.UNKNOWN_OBJECT_NAME,
+                        f"sink:{name}"[:48],
+                        "",
+                        q_mgr[:28],
+                    )
+                    puts.append(_Put("", dlq, dl_md, dl_body, False))
+                    self.counters.dead_lettered += 1
+        await self._put_all(conn, puts, dlq)
+        for name, deliveries in to_sinks.items():
+            sink = self.sinks.get(name)
+            if sink is not None:
+                await sink.send(deliveries)
+                self.counters.sink_deliveries += len(deliveries)
+        engine.commit()
+        await conn.commit()
+        return count
+
+    def _handle_one(
+        self,
+        q: _InputQueue,
+        dlq: str,
+        q_mgr: str,
+        m: Message,
+        puts: list[_Put],
+        to_sinks: dict[str, list[Delivery]],
+    ) -> None:
+        engine = self.engine
+        if m.md.backout_count >= q.backout_threshold:
+            # Poison message: move it aside untouched, never process it again.
+            self.counters.moved_to_backout_queue += 1
+            if q.backout_queue:
+                puts.append(_Put("", q.backout_queue, m.md, m.body, True))
+            else:
+                dl_md, dl_body = wrap_for_dlq(
+                    m.md, m.body, Reason.BACKED_OUT, q.name, q_mgr, q_mgr[:28]
+                )
+                puts.append(_Put("", dlq, dl_md, dl_body, False))
+            log.warning(
+                "message on %s backed out %d times: moved to %s",
+                q.name,
+                m.md.backout_count,
+                q.backout_queue or dlq,
+            )
+            return
+        outcome = engine.handle(InboundMessage(q.name, m.md, m.body, q.implicit_stream_naming))
+        for d in outcome.deliveries:
+            if d.destination.is_sink:
+                to_sinks.setdefault(d.destination.sink, []).append(d)
+            else:
+                puts.append(_Put(d.destination.q_mgr, d.destination.queue, d.md, d.body))
+        if outcome.response is not None:
+            r = outcome.response
+            puts.append(_Put(r.q_mgr, r.queue, r.md, r.body))
+        if outcome.dead_letter is not None:
+            self.counters.dead_lettered += 1
+            dl_md, dl_body = wrap_for_dlq(
+                m.md, m.body, outcome.dead_letter.reason, q.name, q_mgr, q_mgr[:28]
+            )
+            puts.append(_Put("", dlq, dl_md, dl_body, False))
+
+    async def _put_all(self, conn: Connection, puts: list[_Put], dlq: str) -> None:
+        handles: dict[tuple[str, str], QueueHandle] = {}
+        opts = PutOptions(syncpoint=True, set_all_context=True)
+        q_mgr = conn.q_mgr_name
+        try:
+            for p in puts:
+                try:
+                    key = (p.q_mgr, p.queue)
+                    handle = handles.get(key)
+                    if handle is None:
+                        handle = await conn.open(
+                            p.queue,
+                            OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT,
+                            "" if p.q_mgr == q_mgr else p.q_mgr,
+                        )
+                        handles[key] = handle
+                    await handle.put(p.md, p.body, opts)
+                except MQError as exc:
+                    if exc.reason in _CONNECTION_REASONS or not p.dead_letter_on_failure:
+                        raise
+                    # Undeliverable to this destination: the DLQ keeps it on its behalf.
+                    dl_md, dl_body = wrap_for_dlq(
+                        p.md, p.body, exc.reason, p.queue, p.q_mgr or q_mgr, q_mgr[:28]
+                    )
+                    await conn.put1(dlq, dl_md, dl_body, opts)
+                    self.counters.dead_lettered += 1
+                    log.warning("put to %s@%s failed (%s): dead-lettered", p.queue, p.q_mgr, exc)
+        finally:
+            for handle in handles.values():
+                with contextlib.suppress(MQError):
+                    await handle.close()
+
+
+# -------------------------------------------------------------------- CLI ------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``mqgw broker``: run the publish/subscribe broker on an embedded queue manager."""
+    p = subparsers.add_parser(
+        "broker",
+        help="run the MQ publish/subscribe broker (embedded queue manager)",
+        description="Service SYSTEM.BROKER.CONTROL.QUEUE, SYSTEM.BROKER.DEFAULT.STREAM and "
+        "the given stream queues of an embedded queue manager.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=run_command)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--qmgr", required=True, help="queue manager name")
+    p.add_argument("--qmgr-path", required=True, type=Path, help="embedded queue manager data")
+    p.add_argument("--store", required=True, type=Path, help="subscription store (SQLite file)")
+    p.add_argument(
+        "--stream",
+        action="append",
+        default=[],
+        metavar="QUEUE[:noimplicit]",
+        help="serviced stream queue; ':noimplicit' turns Implicit Stream Naming off",
+    )
+    p.add_argument("--batch-size", type=int, default=32)
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    streams = []
+    for spec in args.stream:
+        name, _, flag = str(spec).partition(":")
+        streams.append(StreamQueueConfig(name=name, implicit_stream_naming=flag != "noimplicit"))
+    return BrokerConfig(streams=streams, batch_size=args.batch_size)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+    from gateway.pubsub.sqlite_store import SqliteStore
+
+    config = config_from_args(args)
+
+    async def main() -> None:
+        qm = EmbeddedQueueManager(args.qmgr, args.qmgr_path)
+        store = SqliteStore(args.store)
+        service = BrokerService(qm, PubSubEngine(qm.name, store), config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, service._stop.set)
+        try:
+            await service.run()
+        finally:
+            await qm.close()
+            store.close()
+
+    try:
+        asyncio.run(main())
+    except BrokerError as exc:
+        log.error("%s", exc)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m gateway.runtime.broker``: the same as ``mqgw broker``."""
+    parser = argparse.ArgumentParser(prog="python -m gateway.runtime.broker")
+    add_arguments(parser)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""MQ reason codes (MQRC_* from cmqc.h, MQRCCF_* from cmqcfc.h) as one IntEnum.
+
+Why one table: the gateway reports faults the way a queue manager would (in MQDLH.Reason,
+in pub/sub responses, in exception reports), so every layer needs the same numbers. Values
+were checked against IBM's constant tables as published in pymqi ``CMQC.py``/``CMQCFC.py``
+(commit 16184a6) and the gateway's protocol reference §5.10. Names are IBM's without the
+``MQRC_``/``MQRCCF_`` prefix.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Reason(enum.IntEnum):
+    """MQRC_*/MQRCCF_* reason codes. Member names drop the IBM prefix.
+
+    Two MQRCCF names collide with MQRC names and carry a ``CF_`` prefix instead:
+    ``CF_Q_MGR_NAME_ERROR`` (3074) and ``CF_NOT_AUTHORIZED`` (3081).
+    """
+
+    NONE = 0
+    ALIAS_BASE_Q_TYPE_ERROR = 2001
+    BACKED_OUT = 2003
+    BUFFER_ERROR = 2004
+    BUFFER_LENGTH_ERROR = 2005
+    CONNECTION_BROKEN = 2009
+    DATA_LENGTH_ERROR = 2010
+    ENVIRONMENT_ERROR = 2012
+    EXPIRY_ERROR = 2013
+    FEEDBACK_ERROR = 2014
+    GET_INHIBITED = 2016
+    HANDLE_NOT_AVAILABLE = 2017
+    HCONN_ERROR = 2018
+    HOBJ_ERROR = 2019
+    SYNCPOINT_LIMIT_REACHED = 2024
+    MAX_CONNS_LIMIT_REACHED = 2025
+    MD_ERROR = 2026
+    MISSING_REPLY_TO_Q = 2027
+    MSG_TYPE_ERROR = 2029
+    MSG_TOO_BIG_FOR_Q = 2030
+    MSG_TOO_BIG_FOR_Q_MGR = 2031
+    NO_MSG_AVAILABLE = 2033
+    NO_MSG_UNDER_CURSOR = 2034
+    NOT_AUTHORIZED = 2035
+    NOT_OPEN_FOR_BROWSE = 2036
+    NOT_OPEN_FOR_INPUT = 2037
+    NOT_OPEN_FOR_INQUIRE = 2038
+    NOT_OPEN_FOR_OUTPUT = 2039
+    NOT_OPEN_FOR_SET = 2040
+    OBJECT_CHANGED = 2041
+    OBJECT_IN_USE = 2042
+    OBJECT_TYPE_ERROR = 2043
+    OD_ERROR = 2044
+    OPTION_NOT_VALID_FOR_TYPE = 2045
+    OPTIONS_ERROR = 2046
+    PERSISTENCE_ERROR = 2047
+    PERSISTENT_NOT_ALLOWED = 2048
+    PRIORITY_ERROR = 2050
+    PUT_INHIBITED = 2051
+    Q_DELETED = 2052
+    Q_FULL = 2053
+    Q_NOT_EMPTY = 2055
+    Q_SPACE_NOT_AVAILABLE = 2056
+    Q_TYPE_ERROR = 2057
+    Q_MGR_NAME_ERROR = 2058
+    Q_MGR_NOT_AVAILABLE = 2059
+    REPORT_OPTIONS_ERROR = 2061
+    SECOND_MARK_NOT_ALLOWED = 2062
+    SECURITY_ERROR = 2063
+    SELECTOR_ERROR = 2067
+    SELECTOR_NOT_FOR_TYPE = 2068
+    STORAGE_NOT_AVAILABLE = 2071
+    TRUNCATED_MSG_ACCEPTED = 2079
+    TRUNCATED_MSG_FAILED = 2080
+    UNKNOWN_ALIAS_BASE_Q = 2082
+    UNKNOWN_OBJECT_NAME = 2085
+    UNKNOWN_OBJECT_Q_MGR = 2086
+    UNKNOWN_REMOTE_Q_MGR = 2087
+    XMIT_Q_TYPE_ERROR = 2091
+    XMIT_Q_USAGE_ERROR = 2092
+    OBJECT_ALREADY_EXISTS = 2100
+    OBJECT_DAMAGED = 2101
+    RESOURCE_PROBLEM = 2102
+    FORMAT_ERROR = 2110
+    SOURCE_CCSID_ERROR = 2111
+    SOURCE_INTEGER_ENC_ERROR = 2112
+    SOURCE_DECIMAL_ENC_ERROR = 2113
+    SOURCE_FLOAT_ENC_ERROR = 2114
+    TARGET_CCSID_ERROR = 2115
+    TARGET_INTEGER_ENC_ERROR = 2116
+    NOT_CONVERTED = 2119
+    CONVERTED_MSG_TOO_BIG = 2120
+    DH_ERROR = 2135
+    MULTIPLE_REASONS = 2136
+    DLH_ERROR = 2141
+    HEADER_ERROR = 2142
+    SOURCE_LENGTH_ERROR = 2143
+    PCF_ERROR = 2149
+    DBCS_ERROR = 2150
+    OBJECT_NAME_ERROR = 2152
+    OBJECT_Q_MGR_NAME_ERROR = 2153
+    Q_MGR_QUIESCING = 2161
+    Q_MGR_STOPPING = 2162
+    PMO_ERROR = 2173
+    REMOTE_Q_NAME_ERROR = 2184
+    GMO_ERROR = 2186
+    NAME_NOT_VALID_FOR_TYPE = 2194
+    CLUSTER_RESOLUTION_ERROR = 2189
+    UNEXPECTED_ERROR = 2195
+    UNKNOWN_XMIT_Q = 2196
+    CONNECTION_QUIESCING = 2202
+    CONNECTION_STOPPING = 2203
+    RMH_ERROR = 2220
+    RFH_HEADER_FIELD_ERROR = 2228
+    MDE_ERROR = 2248
+    MSG_FLAGS_ERROR = 2249
+    MSG_SEQ_NUMBER_ERROR = 2250
+    OFFSET_ERROR = 2251
+    ORIGINAL_LENGTH_ERROR = 2252
+    SEGMENT_LENGTH_ZERO = 2253
+    XQH_ERROR = 2260
+    FORMAT_NOT_SUPPORTED = 2317
+    RFH_ERROR = 2334
+    RFH_STRING_ERROR = 2335
+    RFH_COMMAND_ERROR = 2336
+    RFH_PARM_ERROR = 2337
+    RFH_DUPLICATE_PARM = 2338
+    RFH_PARM_MISSING = 2339
+    SSL_INITIALIZATION_ERROR = 2393
+    RFH_FORMAT_ERROR = 2421
+    PROPERTY_NAME_ERROR = 2442
+    RFH_RESTRICTED_FORMAT_ERR = 2527
+    CHANNEL_NOT_AVAILABLE = 2537
+    HOST_NOT_AVAILABLE = 2538
+    UNKNOWN_CHANNEL_NAME = 2540
+    STANDBY_Q_MGR = 2543
+    SELECTION_NOT_AVAILABLE = 2551
+    CONTENT_ERROR = 2554
+    COMMAND_FAILED = 3008
+    MSG_LENGTH_ERROR = 3016
+    BROKER_DELETED = 3070
+    STREAM_ERROR = 3071
+    TOPIC_ERROR = 3072
+    NOT_REGISTERED = 3073
+    CF_Q_MGR_NAME_ERROR = 3074
+    INCORRECT_STREAM = 3075
+    Q_NAME_ERROR = 3076
+    NO_RETAINED_MSG = 3077
+    DUPLICATE_IDENTITY = 3078
+    INCORRECT_Q = 3079
+    CORREL_ID_ERROR = 3080
+    CF_NOT_AUTHORIZED = 3081
+    UNKNOWN_STREAM = 3082
+    REG_OPTIONS_ERROR = 3083
+    PUB_OPTIONS_ERROR = 3084
+    UNKNOWN_BROKER = 3085
+    Q_MGR_CCSID_ERROR = 3086
+    DEL_OPTIONS_ERROR = 3087
+    FILTER_ERROR = 3150
+    WRONG_USER = 3151
+    DUPLICATE_SUBSCRIPTION = 3152
+    SUB_NAME_ERROR = 3153
+    SUB_IDENTITY_ERROR = 3154
+    SUBSCRIPTION_IN_USE = 3155
+    SUBSCRIPTION_LOCKED = 3156
+    ALREADY_JOINED = 3157
+
+    @property
+    def ibm_name(self) -> str:
+        """The full IBM constant name, e.g. ``MQRC_Q_FULL`` or ``MQRCCF_TOPIC_ERROR``."""
+        prefix = "MQRCCF_" if self.value >= 3000 else "MQRC_"
+        name = self.name[3:] if self.name.startswith("CF_") else self.name
+        return prefix + name
+
+    @classmethod
+    def from_ibm_name(cls, name: str) -> Reason:
+        """Look a reason up by its IBM name, with or without prefix (``MQRC_Q_FULL``)."""
+        for member in cls:
+            if name in (member.ibm_name, member.name):
+                return member
+        raise KeyError(name)
+
+
+def reason_text(code: int) -> str:
+    """IBM name for ``code`` (``MQRC_UNKNOWN_OBJECT_NAME``), or ``MQRC_<n>`` when unknown.
+
+    Used for MQPSReasonText in RFH v1 responses and for log lines.
+    """
+    try:
+        return Reason(code).ibm_name
+    except ValueError:
+        return f"MQRC_{code}"

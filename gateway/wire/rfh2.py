@@ -1,0 +1,239 @@
+"""MQRFH2: rules and formatting header 2, with folders (``psc``, ``pscr``, ``mcd``, ``usr``).
+
+Why: queued publish/subscribe in WebSphere MQ V7+/Message Broker, JMS and message
+properties travel in this header; the gateway reads commands from ``psc``, answers in
+``pscr`` and maps ``usr`` properties to Kafka/MQTT headers.
+Reference: IBM MQ "MQRFH2 - Rules and formatting header 2" (q099240, q099245),
+NameValueCCSID (q099310), NameValueLength (q099330), NameValueData (q099320);
+protocol reference §4.
+
+Framing is by lengths first (StrucLength, then each NameValueLength) so a malformed
+folder never confuses the framing; each folder is then parsed by :mod:`gateway.wire.folder`.
+NameValueData is in ``name_value_ccsid`` (UTF-16 in this header's integer byte order);
+every other field follows the preceding structure's Encoding/CCSID.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gateway.wire.ccsid import (
+    NAME_VALUE_CCSIDS,
+    UTF16_CCSIDS,
+    decode_text,
+    encode_text,
+    structure_ccsid,
+)
+from gateway.wire.constants import CCSI_INHERIT, ENC_NATIVE
+from gateway.wire.encoding import BIG, byte_order
+from gateway.wire.errors import WireError
+from gateway.wire.folder import Element, parse_folder, serialize_folder
+from gateway.wire.formats import FMT_NONE
+from gateway.wire.reasons import Reason
+from gateway.wire.rfh import MQRFH_STRUC_ID, decode_rfh_fixed, encode_rfh_fixed
+
+MQRFH_VERSION_2 = 2
+MQRFH_STRUC_LENGTH_FIXED_2 = 36
+MQRFH_NONE = 0
+#: Flags bits reserved for MQ itself (0x80000000 marks an MQ-internal RFH2).
+MQRFH_FLAGS_RESTRICTED_MASK = 0xFFFF0000
+
+#: Folder is an alias of Element: a folder is simply the root element of one NameValueData.
+Folder = Element
+
+_INT = {o: struct.Struct(o + "i") for o in "<>"}
+
+
+@dataclass(slots=True)
+class MQRFH2:
+    """MQRFH2 header; ``encoding``/``coded_char_set_id``/``format`` describe the data after it."""
+
+    folders: list[Element] = field(default_factory=list)
+    encoding: int = ENC_NATIVE
+    coded_char_set_id: int = CCSI_INHERIT
+    format: str = FMT_NONE
+    flags: int = MQRFH_NONE
+    name_value_ccsid: int = 1208
+    struc_id: str = MQRFH_STRUC_ID
+    version: int = MQRFH_VERSION_2
+    #: As decoded; recomputed by :func:`encode_rfh2`.
+    struc_length: int = field(default=0, compare=False)
+
+    @property
+    def ccsid(self) -> int:
+        """Alias of ``coded_char_set_id``."""
+        return self.coded_char_set_id
+
+    @ccsid.setter
+    def ccsid(self, value: int) -> None:
+        self.coded_char_set_id = value
+
+    def folder(self, name: str) -> Element | None:
+        """The first folder called ``name`` (``rfh2.folder('psc')``), or None."""
+        return next((f for f in self.folders if f.name == name), None)
+
+    def folders_named(self, name: str) -> list[Element]:
+        """Every folder called ``name`` (an error ``pscr`` response repeats ``psc``)."""
+        return [f for f in self.folders if f.name == name]
+
+    def get(self, folder: str, path: str, default: str | None = None) -> str | None:
+        """Text at ``path`` inside ``folder`` (``rfh2.get('usr', 'Colour')``)."""
+        f = self.folder(folder)
+        return default if f is None else f.get(path, default)
+
+    def get_all(self, folder: str, path: str) -> list[str]:
+        """Texts of every element at ``path`` in ``folder`` (e.g. repeated ``Topic``)."""
+        f = self.folder(folder)
+        return [] if f is None else f.get_all(path)
+
+    def ensure_folder(self, name: str) -> Element:
+        """The folder called ``name``, appended empty if absent."""
+        f = self.folder(name)
+        if f is None:
+            f = Element(name)
+            self.folders.append(f)
+        return f
+
+    def set(self, folder: str, path: str, value: object, *, dt: str | None = None) -> Element:
+        """Set ``path`` in ``folder`` (both created if missing); returns the element."""
+        return self.ensure_folder(folder).set(path, value, dt=dt)
+
+    def add_folder(
+        self,
+        name: str,
+        pairs: Mapping[str, object] | Iterable[tuple[str, object]] = (),
+        **attributes: str,
+    ) -> Element:
+        """Append a folder built with :meth:`Element.from_pairs`."""
+        f = Element.from_pairs(name, pairs, attributes=attributes)
+        self.folders.append(f)
+        return f
+
+
+def _decode_name_value(
+    data: bytes, ccsid: int, big_endian: bool, offset: int, index: int
+) -> Element:
+    if ccsid in UTF16_CCSIDS and len(data) % 2:
+        raise WireError(
+            Reason.RFH_FORMAT_ERROR,
+            f"MQRFH2 NameValueData {index} has odd length {len(data)} for UTF-16 CCSID {ccsid}",
+            offset,
+        )
+    text = decode_text(
+        data, ccsid, big_endian=big_endian, field=f"MQRFH2 NameValueData {index}", offset=offset
+    )
+    return parse_folder(text, offset=offset)
+
+
+def decode_rfh2(
+    buf: bytes | bytearray | memoryview, encoding: int = ENC_NATIVE, *, ccsid: int = 0
+) -> tuple[MQRFH2, int]:
+    """Decode an MQRFH2 at the start of ``buf``; returns it and StrucLength consumed.
+
+    ``encoding``/``ccsid`` are the preceding structure's. Any NameValueCCSID this package
+    supports is accepted on decode (MQ itself allows 1208 and the UTF-16 CCSIDs).
+    """
+    fixed = decode_rfh_fixed(buf, encoding, ccsid, what="MQRFH2")
+    if fixed.version != MQRFH_VERSION_2:
+        raise WireError(
+            Reason.RFH_ERROR,
+            f"MQRFH2 Version is {fixed.version}; version 2 expected (1 is MQRFH)",
+            4,
+        )
+    if fixed.struc_length < MQRFH_STRUC_LENGTH_FIXED_2:
+        raise WireError(
+            Reason.RFH_ERROR,
+            f"MQRFH2 StrucLength {fixed.struc_length} is shorter than the fixed part (36)",
+            8,
+        )
+    order = byte_order(encoding)
+    integer = _INT[order]
+    nv_ccsid = integer.unpack_from(buf, 32)[0]
+    big = order == BIG
+    folders: list[Element] = []
+    cursor = MQRFH_STRUC_LENGTH_FIXED_2
+    end = fixed.struc_length
+    view = memoryview(buf)
+    while cursor < end:
+        if end - cursor < 4:
+            raise WireError(
+                Reason.RFH_ERROR,
+                f"MQRFH2 has {end - cursor} stray bytes before StrucLength {end}",
+                cursor,
+            )
+        length = integer.unpack_from(view, cursor)[0]
+        if length < 0 or length > end - cursor - 4:
+            raise WireError(
+                Reason.RFH_ERROR,
+                f"MQRFH2 NameValueLength {length} overruns StrucLength {end}",
+                cursor,
+            )
+        start = cursor + 4
+        if length:
+            data = bytes(view[start : start + length])
+            folders.append(_decode_name_value(data, nv_ccsid, big, start, len(folders)))
+        cursor = start + length
+    rfh2 = MQRFH2(
+        folders=folders,
+        encoding=fixed.encoding,
+        coded_char_set_id=fixed.coded_char_set_id,
+        format=fixed.format,
+        flags=fixed.flags,
+        name_value_ccsid=nv_ccsid,
+        struc_length=end,
+    )
+    return rfh2, end
+
+
+def encode_folder(
+    folder: Element, name_value_ccsid: int = 1208, *, big_endian: bool = False
+) -> bytes:
+    """One NameValueData: the serialized folder in ``name_value_ccsid``, blank padded to 4."""
+    data = encode_text(
+        serialize_folder(folder), name_value_ccsid, big_endian=big_endian, field="MQRFH2 folder"
+    )
+    pad = -len(data) % 4
+    if pad:
+        unit = encode_text(" ", name_value_ccsid, big_endian=big_endian)
+        data += unit * (pad // len(unit))
+    return data
+
+
+def encode_rfh2(rfh2: MQRFH2, encoding: int = ENC_NATIVE, *, ccsid: int = 0) -> bytes:
+    """Encode ``rfh2``: integers in ``encoding``, fixed text in ``ccsid``.
+
+    Folders are written in NameValueCCSID (UTF-16 in ``encoding``'s byte order).
+
+    Each NameValueData is blank padded to a multiple of 4, so StrucLength is one too.
+    Only NameValueCCSIDs MQ accepts (1208, 1200, 13488, 17584) are emitted.
+    """
+    if rfh2.name_value_ccsid not in NAME_VALUE_CCSIDS:
+        raise WireError(
+            Reason.TARGET_CCSID_ERROR,
+            f"MQRFH2 NameValueCCSID {rfh2.name_value_ccsid} is not one MQ accepts "
+            f"({sorted(NAME_VALUE_CCSIDS)})",
+        )
+    order = byte_order(encoding, field="MQRFH2 target encoding", decoding=False)
+    integer = _INT[order]
+    text_ccsid = structure_ccsid(ccsid)
+    parts: list[bytes] = []
+    for folder in rfh2.folders:
+        data = encode_folder(folder, rfh2.name_value_ccsid, big_endian=order == BIG)
+        parts.append(integer.pack(len(data)))
+        parts.append(data)
+    body = b"".join(parts)
+    length = MQRFH_STRUC_LENGTH_FIXED_2 + len(body)
+    head = encode_rfh_fixed(
+        version=MQRFH_VERSION_2,
+        struc_length=length,
+        encoding=rfh2.encoding,
+        coded_char_set_id=rfh2.coded_char_set_id,
+        format=rfh2.format,
+        flags=rfh2.flags,
+        target_encoding=encoding,
+        text_ccsid=text_ccsid,
+        what="MQRFH2",
+    )
+    return head + integer.pack(rfh2.name_value_ccsid) + body
