@@ -35,4 +35,4 @@ devstack-down:
 	.venv/bin/mqgw devstack down
 
 clean:
-	rm -rf .venv .cache .devstack .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .cache .devstack .pytest_cache .mypy_cache .ruff_cache fuzz-out

@@ -169,8 +169,12 @@ def _report(job: str, queries: list[StreamingQuery], result: RunResult, out: Tex
 def run_job(spark: SparkSession, job: str, build: Callable[[SparkSession, JobOptions],
             list[QueryPlan]], options: JobOptions, *, checkpoint: str, once: bool,
             trigger: str = "10 seconds", poll_seconds: float = 1.0,
-            out: TextIO = sys.stdout) -> RunResult:
-    """Run ``job`` until its queries finish (``once``) or Ctrl-C; raise if one fails."""
+            out: TextIO | None = None) -> RunResult:
+    """Run ``job`` until its queries finish (``once``) or Ctrl-C; raise if one fails.
+
+    Progress lines go to ``out`` (``sys.stdout`` at call time by default).
+    """
+    out = sys.stdout if out is None else out
     result = RunResult()
     with StopSignals() as stop:
         queries = start_queries(build(spark, options), checkpoint, once=once, trigger=trigger)

@@ -55,6 +55,12 @@ def _key_match(left: DataFrame, right: DataFrame, keys: tuple[str, ...]) -> Colu
     return reduce(lambda a, b: a & b, conds)
 
 
+def rows_of_groups(rows: DataFrame, groups: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """``rows`` whose ``keys`` appear in ``groups`` (null-safe: a null stream matches)."""
+    wanted = groups.select(*keys).distinct()
+    return rows.join(F.broadcast(wanted), _key_match(rows, wanted, keys), "left_semi")
+
+
 @dataclass(frozen=True, slots=True)
 class ParquetTable:
     """A Parquet table at ``path``, unique on ``keys``, partitioned by ``partition_by``.

@@ -124,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
 
         options = JobOptions(source=source, out=str(work / "out"))
         t = time.monotonic()
-        result = run_job(spark, "traffic", traffic.build, options,
-                         checkpoint=str(work / "ckpt"), once=True, out=open(os.devnull, "w"))
+        with open(os.devnull, "w") as quiet:
+            result = run_job(spark, "traffic", traffic.build, options,
+                             checkpoint=str(work / "ckpt"), once=True, out=quiet)
         dt = time.monotonic() - t
         rows = result.stats["traffic"].rows
         batches = result.stats["traffic"].batches

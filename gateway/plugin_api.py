@@ -17,6 +17,28 @@ Connect's rule):
   :class:`InboundPublication`; it returns only after the MQ unit of work carrying them has
   committed. Only then may the instance acknowledge upstream (commit Kafka offsets, send
   the MQTT PUBACK).
+
+Details every plugin relies on:
+
+* ``Delivery.deleted`` is True when a DeletePublication removed the retained publication
+  on ``Delivery.topic``: ``body`` is empty, ``publication`` describes what was deleted,
+  ``retained`` is True. Mirror it (Kafka tombstone, MQTT empty retained message).
+* ``Publication.origin`` names the instance a publication came in through; the engine
+  never delivers it back to that instance (no bridging loops), retained ones included.
+* ``send`` raising an exception with ``retriable = True`` (:class:`PluginError`
+  ``retriable=True``; wrap connection errors in it) means "target down": the broker
+  keeps the MQ unit of work open and calls ``send`` again with the same deliveries
+  (jittered backoff up to ``broker.sink_retry_max_delay``), so MQ messages wait on their
+  queue. Any other exception backs the unit of work out (BackoutCount + 1; after the
+  queue's BOTHRESH the message is moved to the backout/dead-letter queue).
+* :meth:`Publisher.publish` raises :class:`PluginError` ``retriable=True`` while MQ is
+  unavailable (retry later, do not acknowledge), and
+  ``gateway.runtime.plugin_host.PublishRefusedError`` (a PluginError, ``retriable=False``,
+  ``.index`` = position in the batch) for a publication that can never be published (bad
+  stream name, property name not an XML name, wildcard delete): skip or dead-letter it.
+* The runtime implementation is ``gateway.runtime.plugin_host`` (``PluginHost``,
+  ``HostedPluginContext``, ``MQPublisher``); tests may build those directly over an
+  ``EmbeddedQueueManager`` and a ``BrokerService``.
 """
 
 from __future__ import annotations

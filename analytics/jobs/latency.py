@@ -30,7 +30,7 @@ from pyspark.sql.types import (
 from analytics.job import JobOptions, QueryPlan, show_batch
 from analytics.records import decode_records, utc_date
 from analytics.source import read_stream
-from analytics.tables import ParquetTable, delete_path, path_exists
+from analytics.tables import ParquetTable, delete_path, path_exists, rows_of_groups
 
 HISTOGRAM_SCHEMA = StructType([
     StructField("window_start", TimestampType()),
@@ -194,8 +194,7 @@ def build(spark: SparkSession, options: JobOptions) -> list[QueryPlan]:
 
     def write_histogram(batch: DataFrame, batch_id: int) -> None:
         merged = hist_table.upsert(batch)
-        windows = batch.select("stream", "window_start").distinct()
-        summary = percentiles(merged.join(windows, ["stream", "window_start"], "left_semi"))
+        summary = percentiles(rows_of_groups(merged, batch, ("stream", "window_start")))
         lat_table.upsert(summary)
         if options.console:
             show_batch(f"latency batch {batch_id}",

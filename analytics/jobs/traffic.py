@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 from analytics.job import JobOptions, QueryPlan, show_batch
 from analytics.records import decode_records, utc_date
 from analytics.source import read_stream
-from analytics.tables import ParquetTable
+from analytics.tables import ParquetTable, rows_of_groups
 
 TOPICS_SCHEMA = StructType([
     StructField("kafka_topic", StringType()),
@@ -108,8 +108,7 @@ def build(spark: SparkSession, options: JobOptions) -> list[QueryPlan]:
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         merged = topics_table.upsert(batch)
-        windows = batch.select("stream", "window_start").distinct()
-        affected = merged.join(windows, on=["stream", "window_start"], how="left_semi")
+        affected = rows_of_groups(merged, batch, ("stream", "window_start"))
         summary = summarise_streams(affected, top)
         streams_table.upsert(summary)
         if options.console:

@@ -69,7 +69,7 @@ from gateway.pubsub.topics import (
 )
 from gateway.wire.constants import CI_NONE, MsgType
 from gateway.wire.errors import WireError
-from gateway.wire.folder import Element
+from gateway.wire.folder import Element, parse_folder
 from gateway.wire.formats import FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
@@ -77,6 +77,10 @@ from gateway.wire.rfh import MQRFH
 
 log = logging.getLogger(__name__)
 
+#: MQRFH2 folder in which the gateway's plugin host marks where a publication came in
+#: (``<mqgw><Origin>instance</Origin></mqgw>``); stripped before fan-out.
+ORIGIN_FOLDER = "mqgw"
+_ORIGIN_PREFIX = "<" + ORIGIN_FOLDER
 _PUB_ON_REQ_ONLY = int(RegOpt.PUBLISH_ON_REQUEST_ONLY)
 _DUPS_OK = int(RegOpt.DUPLICATES_OK)
 
@@ -109,6 +113,10 @@ class Delivery:
     ``destination.queue`` at ``destination.q_mgr``; for a sink they are the forwarded
     MQMD and the bare payload, and ``publication``/``topic`` carry everything parsed.
     ``topic`` is as the subscriber sees it (prefixed for MQRFH2 and sinks).
+
+    ``deleted`` (sinks only): a DeletePublication removed the retained publication on
+    ``topic``; ``body`` is empty and ``publication`` describes what was deleted. Sinks
+    mirror it (Kafka tombstone, MQTT empty retained message).
     """
 
     destination: Destination
@@ -118,6 +126,7 @@ class Delivery:
     publication: Publication
     topic: str
     retained: bool
+    deleted: bool = False
 
 
 @dataclass(slots=True)
@@ -428,7 +437,7 @@ class PubSubEngine:
             elif cmd.name is CommandName.REQ_UPDATE:
                 self._req_update(msg, cmd, outcome)
             elif cmd.name is CommandName.DELETE_PUB:
-                self._delete_pub(msg, cmd, outcome)
+                self._delete_pub(msg, parsed, outcome)
             elif cmd.name is CommandName.REG_PUB:
                 self._reg_pub(msg, cmd, outcome)
             else:
@@ -580,7 +589,14 @@ class PubSubEngine:
             publisher_q_mgr=q_mgr if queue else "",
             publisher_queue=queue,
             direct_requests=bool(cmd.reg_opts & RegOpt.DIRECT_REQUESTS),
+            put_date=md.put_date,
+            put_time=md.put_time,
+            msg_id=md.msg_id,
+            correl_id=md.correl_id,
+            user_identifier=md.user_identifier,
+            header="MQRFH" if cmd.header is HeaderKind.RFH else "MQRFH2",
         )
+        pub.origin, pub.extra_folders = _split_origin(pub.extra_folders)
         self.counters.publications += 1
         if queue and not cmd.pub_opts & PubOpt.NO_REGISTRATION:
             for t in pub.topics:
@@ -628,6 +644,8 @@ class PubSubEngine:
             d = sub.destination
             if exclude is not None and not d.sink and (d.q_mgr, d.queue, sub.correl_id) == exclude:
                 continue
+            if d.sink and d.sink == pub.origin:
+                continue  # never back to the plugin instance it came from
             ident: object = key if opts & _DUPS_OK else (d, sub.correl_id)
             if ident not in chosen:
                 chosen[ident] = sub
@@ -661,6 +679,13 @@ class PubSubEngine:
             stamp=stamp,
         )
         seen_topic = topic if sub.fmt is SubFormat.RFH else prefixed_topic(pub.stream, topic)
+        if sub.fmt is SubFormat.SINK and pub.msg_id:
+            # Sinks see the publication as its publisher put it (Kafka contract: mq.msgId,
+            # mq.correlId, mq.putTime, mq.userId), not the broker's forwarding identity.
+            md.msg_id, md.correl_id = pub.msg_id, pub.correl_id
+            md.user_identifier = pub.user_identifier
+            if pub.put_date:
+                md.put_date, md.put_time = pub.put_date, pub.put_time
         return Delivery(sub.destination, sub.key, md, body, pub, seen_topic, retained)
 
     def _retained_deliveries(self, sub: Subscription, pattern: str) -> list[Delivery]:
@@ -672,6 +697,8 @@ class PubSubEngine:
         for topic in sorted(bucket):
             if match_pattern(sub.scheme, pattern, topic):
                 ret = bucket[topic]
+                if sub.destination.sink and sub.destination.sink == ret.publication.origin:
+                    continue
                 held = max(0.0, now - ret.stored_at)
                 if ret.publication.expiry > 0 and held * 10 >= ret.publication.expiry:
                     continue  # expired while held
@@ -790,12 +817,43 @@ class PubSubEngine:
             )
         outcome.deliveries.extend(deliveries)
 
-    def _delete_pub(self, msg: InboundMessage, cmd: Command, outcome: Outcome) -> None:
-        scheme, patterns = self._command_patterns(msg, cmd)
+    def _delete_pub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        scheme, patterns = self._command_patterns(msg, parsed.command)
+        origin, _ = _split_origin(parsed.extra_folders)
         for _raw, st in patterns:
             bucket = self._retained.get(st.stream, {})
             for topic in [t for t in bucket if match_pattern(scheme, st.topic, t)]:
+                deleted = bucket[topic].publication
                 self._delete_retained(st.stream, topic, outcome.mutations)
+                outcome.deliveries.extend(self._deletion_deliveries(deleted, topic, origin))
+
+    def _deletion_deliveries(self, pub: Publication, topic: str, origin: str) -> list[Delivery]:
+        """Tell sink subscribers of ``topic`` that its retained publication is gone.
+
+        MQ subscribers learn nothing of a DeletePub (reference §5.5); the gateway's sinks
+        mirror retained state elsewhere (a compacted Kafka topic, MQTT retained
+        messages), so they get a delivery flagged ``deleted``.
+        """
+        index = self._index.get(pub.stream)
+        if index is None or not len(index):
+            return []
+        gone = dataclasses.replace(pub, topics=[topic], payload=b"", origin=origin)
+        now = self.clock()
+        out: list[Delivery] = []
+        seen: set[str] = set()
+        for key in sorted(index.match(topic)):
+            sub = self._subs[key]
+            sink = sub.destination.sink
+            if not sink or sink == origin or sink in seen:
+                continue
+            if sub.expires_at and sub.expires_at <= now:
+                continue
+            seen.add(sink)
+            d = self._delivery(sub, gone, topic, True, now)
+            d.deleted = True
+            d.body = b""
+            out.append(d)
+        return out
 
     def _reg_pub(self, msg: InboundMessage, cmd: Command, outcome: Outcome) -> None:
         correl_as_id = bool(cmd.reg_opts & RegOpt.CORREL_ID_AS_IDENTITY)
@@ -837,6 +895,7 @@ class PubSubEngine:
 
     # ---------------------------------------------------------------- responses -----
 
+
     def _respond(
         self,
         msg: InboundMessage,
@@ -859,3 +918,23 @@ class PubSubEngine:
             q_mgr, queue, md, body = built
             outcome.response = OutboundMessage(q_mgr, queue, md, body)
             self.counters.responses += 1
+
+
+def _split_origin(folders: list[str]) -> tuple[str, list[str]]:
+    """(origin instance, the other folders) of a command's extra MQRFH2 folders."""
+    if not any(f.startswith(_ORIGIN_PREFIX) for f in folders):
+        return "", folders
+    origin = ""
+    rest: list[str] = []
+    for text in folders:
+        if text.startswith(_ORIGIN_PREFIX):
+            try:
+                folder = parse_folder(text)
+            except WireError:
+                rest.append(text)
+                continue
+            if folder.name == ORIGIN_FOLDER:
+                origin = folder.get("Origin") or ""
+                continue
+        rest.append(text)
+    return origin, rest

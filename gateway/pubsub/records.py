@@ -122,6 +122,19 @@ class Publication:
     publisher_q_mgr: str = ""
     publisher_queue: str = ""
     direct_requests: bool = False
+    #: The gateway plugin instance (sink name) this publication came in through, from
+    #: its ``mqgw`` folder; that sink never gets it back (no bridging loops).
+    origin: str = ""
+    #: The publishing message's MQMD PutDate (YYYYMMDD) and PutTime (HHMMSSTH, GMT):
+    #: when the publication entered MQ (end-to-end latency, Kafka/MQTT put timestamp).
+    put_date: str = ""
+    put_time: str = ""
+    #: The publishing message's MsgId, CorrelId (24 raw bytes each; empty when unknown)
+    #: and UserIdentifier, and which header it used ("MQRFH" / "MQRFH2").
+    msg_id: bytes = b""
+    correl_id: bytes = b""
+    user_identifier: str = ""
+    header: str = ""
 
 
 @dataclass(slots=True)

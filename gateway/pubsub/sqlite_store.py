@@ -85,6 +85,13 @@ def _publication_meta(p: Publication) -> str:
             "publisher_q_mgr": p.publisher_q_mgr,
             "publisher_queue": p.publisher_queue,
             "direct_requests": p.direct_requests,
+            "origin": p.origin,
+            "put_date": p.put_date,
+            "put_time": p.put_time,
+            "msg_id": p.msg_id.hex(),
+            "correl_id": p.correl_id.hex(),
+            "user_identifier": p.user_identifier,
+            "header": p.header,
         }
     )
 
@@ -92,6 +99,8 @@ def _publication_meta(p: Publication) -> str:
 def _publication_from(meta: str, payload: bytes) -> Publication:
     d: dict[str, Any] = json.loads(meta)
     d["user_pairs"] = [(str(a), str(b)) for a, b in d.get("user_pairs", [])]
+    for name in ("msg_id", "correl_id"):
+        d[name] = bytes.fromhex(d.get(name, ""))
     return Publication(payload=payload, **d)
 
 

@@ -31,13 +31,15 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import random
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.mq.port import (
     Connection,
@@ -55,6 +57,7 @@ from gateway.pubsub.options import RegOpt
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.errors import GatewayRuntimeError
 from gateway.wire.dlh import wrap_for_dlq
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
@@ -88,6 +91,8 @@ class Sink(Protocol):
 class StreamQueueConfig(BaseModel):
     """A serviced stream queue and its Implicit Stream Naming property."""
 
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(min_length=1, max_length=48)
     implicit_stream_naming: bool = True
 
@@ -111,6 +116,10 @@ class BrokerConfig(BaseModel):
     dead_letter_queue: str = DEAD_LETTER_QUEUE
     #: Pause after a backed-out batch before the next get (seconds, doubles up to 10 s).
     retry_delay: float = Field(default=0.2, ge=0.0)
+    #: Longest pause between attempts to hand a batch to a sink that is down (seconds).
+    #: While a sink is down its batch stays uncommitted and retried in place: the MQ
+    #: messages wait on their queue (back-pressure) and their BackoutCount does not grow.
+    sink_retry_max_delay: float = Field(default=5.0, gt=0.0)
 
 
 @dataclass(slots=True)
@@ -123,9 +132,10 @@ class ServiceCounters:
     moved_to_backout_queue: int = 0
     dead_lettered: int = 0
     sink_deliveries: int = 0
+    sink_retries: int = 0
 
 
-class BrokerError(Exception):
+class BrokerError(GatewayRuntimeError):
     """The broker service cannot run (a serviced queue is missing, ...)."""
 
     def __init__(self, message: str, reason: int = 0) -> None:
@@ -177,6 +187,11 @@ class BrokerService:
     def busy(self) -> bool:
         """True while a batch is being handled (health checks, tests, graceful stops)."""
         return self._lock.locked()
+
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`stop` (health checks)."""
+        return bool(self._tasks)
 
     def register_sink(self, name: str, sink: Sink) -> None:
         """Make ``sink`` receive the deliveries of subscriptions whose destination is it."""
@@ -410,11 +425,40 @@ class BrokerService:
         for name, deliveries in to_sinks.items():
             sink = self.sinks.get(name)
             if sink is not None:
-                await sink.send(deliveries)
+                await self._send_to_sink(name, sink, deliveries)
                 self.counters.sink_deliveries += len(deliveries)
         engine.commit()
         await conn.commit()
         return count
+
+    async def _send_to_sink(self, name: str, sink: Sink, deliveries: list[Delivery]) -> None:
+        """Hand ``deliveries`` to ``sink``, retrying in place while it is down.
+
+        A failure is *transient* when the exception says ``retriable = True`` (the
+        plugin API's ``PluginError(..., retriable=True)``): the unit of work stays
+        open and the send is retried with jittered backoff until it works or the service
+        stops (then the batch backs out). Anything else backs the batch out at once, so a
+        poison publication ends on the backout queue instead of blocking forever.
+        """
+        delay = max(self.config.retry_delay, 0.05)
+        failing_since = 0.0
+        while True:
+            try:
+                await sink.send(deliveries)
+            except Exception as exc:
+                if getattr(exc, "retriable", False) is not True or self._stop.is_set():
+                    raise
+                self.counters.sink_retries += 1
+                if not failing_since:
+                    failing_since = time.monotonic()
+                    log.warning("sink %s is unavailable (%s): holding its batch", name, exc)
+                await self._pause(delay * random.uniform(0.8, 1.2))
+                delay = min(self.config.sink_retry_max_delay, delay * 2)
+                continue
+            if failing_since:
+                down_for = time.monotonic() - failing_since
+                log.warning("sink %s is available again after %.1f s", name, down_for)
+            return
 
     def _handle_one(
         self,

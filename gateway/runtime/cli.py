@@ -17,6 +17,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.devstack.cli",
     "gateway.mq.embedded.cli",
     "analytics.cli",
+    "gateway.runtime.broker",
+    "gateway.runtime.run",
 )
 
 

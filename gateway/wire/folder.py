@@ -3,9 +3,10 @@
 Why hand-written: NameValueData is XML-like but not XML (MQ's own syntax, q099240 /
 js51616). A full XML library would expand entities and DTDs from untrusted input; this
 parser knows only elements, attributes, text and the five predefined entities plus
-numeric character references, refuses anything else, never recurses (explicit stack)
-and caps nesting depth. Reference: IBM MQ "NameValueData" (q099320), protocol
-reference §4.2.
+numeric character references, refuses anything else, never recurses (one tokenizing
+regular expression and an explicit element stack) and caps nesting depth; the
+serializer recurses at most MAX_DEPTH levels.
+Reference: IBM MQ "NameValueData" (q099320), protocol reference §4.2.
 """
 
 from __future__ import annotations
@@ -197,8 +198,7 @@ _TOKEN = re.compile(
     # A whole leaf element in one match (the common case), then tags and text.
     rf"(?P<leaf><(?P<lname>{_NAME})(?P<lattrs>{_ATTRS})\s*>(?P<ltext>[^<]*)</(?P=lname)\s*>)"
     rf"|(?P<end></(?P<ename>{_NAME})\s*>)"
-    rf"|(?P<start><(?P<sname>{_NAME})(?P<attrs>(?:\s+{_NAME}\s*=\s*(?:\"[^\"<]*\"|'[^'<]*'))*)"
-    rf"\s*(?P<empty>/?)>)"
+    rf"|(?P<start><(?P<sname>{_NAME})(?P<attrs>{_ATTRS})\s*(?P<empty>/?)>)"
     r"|(?P<text>[^<]+)"
 )
 _LEADING_WS = re.compile(r"[ \t\r\n]*")

@@ -3,7 +3,10 @@
 Supported (IBM MQ "MQSC commands" reference):
 ``DEFINE QLOCAL|QALIAS|QREMOTE(name) [attrs] [REPLACE|NOREPLACE]``, ``ALTER`` of the same,
 ``DELETE QLOCAL|QALIAS|QREMOTE(name) [PURGE|NOPURGE]``, ``DISPLAY Q|QUEUE|QLOCAL|QALIAS|
-QREMOTE(generic*) [ALL|attr ...]``, ``ALTER QMGR DEADQ() DEFXMITQ() DESCR()``, ``DISPLAY QMGR``.
+QREMOTE(generic*) [ALL|attr ...]``, ``ALTER QMGR DEADQ() DEFXMITQ() DESCR() REPOS()``,
+``DISPLAY QMGR``; ``CLUSTER()``/``DEFBIND()`` on queues; ``DEFINE|ALTER|DELETE|DISPLAY
+CHANNEL(name) CHLTYPE(SDR|RCVR|CLUSSDR|CLUSRCVR) CONNAME() XMITQ() CLUSTER() BATCHSZ()``;
+``DISPLAY CLUSQMGR(generic*)`` and ``DISPLAY QCLUSTER(generic*)`` (from the repository).
 Abbreviations (DEF, ALT, DEL, DIS, QL, QA, QR, Q) and runmqsc's lexical rules apply:
 keywords in any case, unquoted values folded to upper case, quoted values kept, ``''``
 inside quotes, ``*`` comment lines, ``+``/``-`` continuation.
@@ -22,6 +25,9 @@ from typing import Protocol
 from gateway.mq.embedded.objects import (
     MAX_MAXDEPTH,
     MAX_MAXMSGL,
+    ChannelDef,
+    ChannelType,
+    DefBind,
     ObjectCatalogue,
     QMgrAttrs,
     QType,
@@ -59,11 +65,12 @@ _VERBS = {"DEFINE": "DEFINE", "DEF": "DEFINE", "ALTER": "ALTER", "ALT": "ALTER",
           "DELETE": "DELETE", "DEL": "DELETE", "DISPLAY": "DISPLAY", "DIS": "DISPLAY"}
 _OBJECTS = {"QLOCAL": "QLOCAL", "QL": "QLOCAL", "QALIAS": "QALIAS", "QA": "QALIAS",
             "QREMOTE": "QREMOTE", "QR": "QREMOTE", "QUEUE": "QUEUE", "Q": "QUEUE",
-            "QMGR": "QMGR"}
+            "QMGR": "QMGR", "CHANNEL": "CHANNEL", "CHL": "CHANNEL",
+            "CLUSQMGR": "CLUSQMGR", "QCLUSTER": "QCLUSTER", "QC": "QCLUSTER"}
 _QTYPE_BY_OBJ = {"QLOCAL": QType.LOCAL, "QALIAS": QType.ALIAS, "QREMOTE": QType.REMOTE}
 
 # Attributes each queue type accepts (MQSC names) and attributes accepted but not modelled.
-_COMMON = {"DESCR", "PUT", "DEFPSIST", "DEFPRTY"}
+_COMMON = {"DESCR", "PUT", "DEFPSIST", "DEFPRTY", "CLUSTER", "DEFBIND"}
 _ALLOWED: dict[QType, set[str]] = {
     QType.LOCAL: _COMMON | {"MAXDEPTH", "MAXMSGL", "GET", "BOTHRESH", "BOQNAME", "USAGE"},
     QType.ALIAS: _COMMON | {"TARGET", "TARGQ", "GET"},
@@ -71,12 +78,23 @@ _ALLOWED: dict[QType, set[str]] = {
 }
 IGNORED_ATTRS = frozenset({
     "SHARE", "NOSHARE", "DEFSOPT", "TRIGGER", "NOTRIGGER", "TRIGTYPE", "TRIGDPTH", "TRIGMPRI",
-    "TRIGDATA", "INITQ", "PROCESS", "DEFBIND", "CLUSTER", "CLUSNL", "CLWLUSEQ", "CLWLPRTY",
+    "TRIGDATA", "INITQ", "PROCESS", "CLUSNL", "CLWLUSEQ", "CLWLPRTY",
     "CLWLRANK", "MSGDLVSQ", "HARDENBO", "NOHARDENBO", "STATQ", "MONQ", "ACCTQ", "DEFPRESP",
     "DEFREADA", "PROPCTL", "SCOPE", "TARGTYPE", "QDEPTHHI", "QDEPTHLO", "QDPHIEV", "QDPLOEV",
     "QDPMAXEV", "QSVCIEV", "QSVCINT", "RETINTVL", "NPMCLASS", "CUSTOM", "IMGRCOVQ", "DISTL",
 })
-_QMGR_ATTRS = {"DEADQ", "DEFXMITQ", "DESCR", "MAXMSGL", "CCSID"}
+_QMGR_ATTRS = {"DEADQ", "DEFXMITQ", "DESCR", "MAXMSGL", "CCSID", "REPOS"}
+_CHLTYPES = {"SDR": ChannelType.SDR, "RCVR": ChannelType.RCVR,
+             "CLUSSDR": ChannelType.CLUSSDR, "CLUSRCVR": ChannelType.CLUSRCVR}
+#: Channel attributes accepted but not modelled (the embedded channels have no TLS,
+#: heartbeats or exits).
+IGNORED_CHANNEL_ATTRS = frozenset({
+    "TRPTYPE", "HBINT", "DISCINT", "SHORTRTY", "SHORTTMR", "LONGRTY", "LONGTMR", "MAXMSGL",
+    "NPMSPEED", "SSLCIPH", "SSLPEER", "SSLCAUTH", "MCAUSER", "CONVERT", "SEQWRAP",
+    "KAINT", "COMPHDR", "COMPMSG", "MONCHL", "STATCHL", "NETPRTY", "CLWLPRTY", "CLWLRANK",
+    "CLWLWGHT", "MRDATA", "MREXIT", "MRRTY", "MRTMR", "PUTAUT", "BATCHHB", "BATCHINT",
+    "BATCHLIM", "CLUSNL", "PROPCTL", "RESETSEQ", "DEFRECON", "MODENAME", "TPNAME",
+})
 
 
 def split_commands(text: str) -> Iterator[tuple[int, str]]:
@@ -174,7 +192,11 @@ def parse_command(text: str, line: int) -> MQSCCommand:
     obj = _OBJECTS.get(obj_kw)
     if obj is None:
         raise MQSCError(line, f"unsupported object type {obj_kw!r} for {verb}")
-    if obj == "QMGR":
+    if obj in ("CLUSQMGR", "QCLUSTER"):
+        if verb != "DISPLAY":
+            raise MQSCError(line, f"{verb} {obj} is not supported (the repository owns it)")
+        name = name or "*"
+    elif obj == "QMGR":
         if name is not None:
             raise MQSCError(line, "QMGR takes no name")
         if verb not in ("ALTER", "DISPLAY"):
@@ -183,6 +205,10 @@ def parse_command(text: str, line: int) -> MQSCCommand:
     else:
         if name is None or (not name and verb != "DISPLAY"):
             raise MQSCError(line, f"{obj_kw} needs a name in parentheses")
+        if obj == "CHANNEL" and verb != "DISPLAY":
+            problem = None if len(name) <= 20 else f"channel name {name!r} is longer than 20"
+            if problem:
+                raise MQSCError(line, problem)
         if obj == "QUEUE" and verb != "DISPLAY":
             raise MQSCError(line, f"{verb} needs a queue type (QLOCAL, QALIAS or QREMOTE)")
         if verb != "DISPLAY":
@@ -304,6 +330,13 @@ def _queue_changes(cmd: MQSCCommand, qtype: QType) -> dict[str, object]:
             changes["remote_q_mgr_name"] = _name_attr(cmd, kw)
         elif kw == "XMITQ":
             changes["xmit_q_name"] = _name_attr(cmd, kw)
+        elif kw == "CLUSTER":
+            changes["cluster"] = _name_attr(cmd, kw)
+        elif kw == "DEFBIND":
+            raw = value.upper()
+            if raw not in ("OPEN", "NOTFIXED", "GROUP"):
+                raise MQSCError(cmd.line, f"DEFBIND({raw}) must be OPEN or NOTFIXED")
+            changes["default_bind"] = DefBind.NOTFIXED if raw == "NOTFIXED" else DefBind.OPEN
     return changes
 
 
@@ -311,6 +344,10 @@ def run_command(target: MQSCTarget, cmd: MQSCCommand) -> list[str]:
     """Execute one command; returns runmqsc's message lines or raises MQSCError."""
     if cmd.obj == "QMGR":
         return _run_qmgr(target, cmd)
+    if cmd.obj == "CHANNEL":
+        return _run_channel(target, cmd)
+    if cmd.obj in ("CLUSQMGR", "QCLUSTER"):
+        return _display_cluster(target, cmd)
     if cmd.verb == "DISPLAY":
         return _display_queues(target, cmd)
     qtype = _QTYPE_BY_OBJ[cmd.obj]
@@ -359,6 +396,8 @@ def run_command(target: MQSCTarget, cmd: MQSCCommand) -> list[str]:
 def _check_queue(cmd: MQSCCommand, d: QueueDef, target: MQSCTarget) -> None:
     if d.qtype is QType.ALIAS and not d.target:
         raise MQSCError(cmd.line, f"alias queue {d.name} needs TARGET(base queue)")
+    if d.cluster and d.is_xmitq:
+        raise MQSCError(cmd.line, f"transmission queue {d.name} cannot be a cluster queue")
     # MAXDEPTH below the current depth is allowed, as on MQ: puts then fail with 2053.
 
 
@@ -369,6 +408,7 @@ def _run_qmgr(target: MQSCTarget, cmd: MQSCCommand) -> list[str]:
             f"QMNAME({attrs.name})", f"CCSID({attrs.coded_char_set_id})",
             f"DEADQ({attrs.dead_letter_q_name})", f"DEFXMITQ({attrs.default_xmit_q_name})",
             f"DESCR({attrs.description})", f"MAXMSGL({attrs.max_msg_length})",
+            f"REPOS({attrs.repository})",
         ])]
     changes: dict[str, object] = {}
     for kw, value in cmd.attrs.items():
@@ -388,6 +428,8 @@ def _run_qmgr(target: MQSCTarget, cmd: MQSCCommand) -> list[str]:
             changes["max_msg_length"] = _int_attr(cmd, kw, 32768, MAX_MAXMSGL)
         elif kw == "CCSID":
             changes["coded_char_set_id"] = _int_attr(cmd, kw, 1, 65535)
+        elif kw == "REPOS":
+            changes["repository"] = _name_attr(cmd, kw)
     from dataclasses import replace
 
     target.save_qmgr(replace(attrs, **changes))  # type: ignore[arg-type]
@@ -396,10 +438,123 @@ def _run_qmgr(target: MQSCTarget, cmd: MQSCCommand) -> list[str]:
 
 _DISPLAY_ORDER: dict[QType, tuple[str, ...]] = {
     QType.LOCAL: ("DESCR", "PUT", "GET", "DEFPSIST", "DEFPRTY", "MAXDEPTH", "MAXMSGL",
-                  "BOTHRESH", "BOQNAME", "USAGE", "CURDEPTH", "IPPROCS", "OPPROCS"),
-    QType.ALIAS: ("DESCR", "PUT", "GET", "DEFPSIST", "DEFPRTY", "TARGET"),
-    QType.REMOTE: ("DESCR", "PUT", "DEFPSIST", "DEFPRTY", "RNAME", "RQMNAME", "XMITQ"),
+                  "BOTHRESH", "BOQNAME", "USAGE", "CLUSTER", "DEFBIND", "CURDEPTH",
+                  "IPPROCS", "OPPROCS"),
+    QType.ALIAS: ("DESCR", "PUT", "GET", "DEFPSIST", "DEFPRTY", "TARGET", "CLUSTER",
+                  "DEFBIND"),
+    QType.REMOTE: ("DESCR", "PUT", "DEFPSIST", "DEFPRTY", "RNAME", "RQMNAME", "XMITQ",
+                   "CLUSTER", "DEFBIND"),
 }
+
+
+def _channel_changes(cmd: MQSCCommand) -> dict[str, object]:
+    changes: dict[str, object] = {}
+    for kw, value in cmd.attrs.items():
+        if kw in ("REPLACE", "NOREPLACE") and value is None:
+            continue
+        if kw in IGNORED_CHANNEL_ATTRS:
+            continue
+        if value is None:
+            raise MQSCError(cmd.line, f"keyword {kw} needs a value in parentheses")
+        if kw == "CHLTYPE":
+            if value not in _CHLTYPES:
+                raise MQSCError(
+                    cmd.line, f"CHLTYPE({value}) must be one of {', '.join(_CHLTYPES)}"
+                )
+            changes["chltype"] = _CHLTYPES[value]
+        elif kw == "CONNAME":
+            changes["conname"] = value.strip()
+        elif kw == "XMITQ":
+            changes["xmit_q_name"] = _name_attr(cmd, kw)
+        elif kw == "CLUSTER":
+            changes["cluster"] = _name_attr(cmd, kw)
+        elif kw == "DESCR":
+            changes["description"] = value[:64]
+        elif kw == "BATCHSZ":
+            changes["batch_size"] = _int_attr(cmd, kw, 1, 9999)
+        else:
+            raise MQSCError(cmd.line, f"keyword {kw} is not valid for CHANNEL")
+    return changes
+
+
+def _check_channel(cmd: MQSCCommand, d: ChannelDef) -> None:
+    t = d.chltype
+    if t in (ChannelType.SDR, ChannelType.CLUSSDR, ChannelType.CLUSRCVR) and not d.conname:
+        raise MQSCError(cmd.line, f"channel {d.name} of type {t.name} needs CONNAME")
+    if t is ChannelType.SDR and not d.xmit_q_name:
+        raise MQSCError(cmd.line, f"sender channel {d.name} needs XMITQ")
+    if t in (ChannelType.CLUSSDR, ChannelType.CLUSRCVR) and not d.cluster:
+        raise MQSCError(cmd.line, f"cluster channel {d.name} needs CLUSTER")
+    if t not in (ChannelType.CLUSSDR, ChannelType.CLUSRCVR) and d.cluster:
+        raise MQSCError(cmd.line, "CLUSTER is only valid for CLUSSDR and CLUSRCVR channels")
+    if t is not ChannelType.SDR and d.xmit_q_name:
+        raise MQSCError(cmd.line, "XMITQ is only valid for SDR channels")
+
+
+def _run_channel(target: MQSCTarget, cmd: MQSCCommand) -> list[str]:
+    channels = target.catalogue.channels
+    if cmd.verb == "DISPLAY":
+        pattern = cmd.name or "*"
+        names = sorted(n for n in channels
+                       if (n.startswith(pattern[:-1]) if pattern.endswith("*") else n == pattern))
+        if not names:
+            raise MQSCError(cmd.line, f"IBM MQ object {pattern} not found.", "AMQ8147E")
+        out: list[str] = []
+        for n in names:
+            c = channels[n]
+            out.append("AMQ8414I: Display Channel details.")
+            out.extend(_columns([
+                f"CHANNEL({c.name})", f"CHLTYPE({c.chltype.name})", f"CONNAME({c.conname})",
+                f"XMITQ({c.xmit_q_name})", f"CLUSTER({c.cluster})", f"BATCHSZ({c.batch_size})",
+                f"DESCR({c.description})",
+            ]))
+        return out
+    save = getattr(target, "save_channel", None)
+    delete = getattr(target, "delete_channel", None)
+    if save is None or delete is None:
+        raise MQSCError(cmd.line, "this queue manager does not support channels")
+    existing = channels.get(cmd.name)
+    if cmd.verb == "DELETE":
+        if existing is None:
+            raise MQSCError(cmd.line, f"IBM MQ object {cmd.name} not found.", "AMQ8147E")
+        delete(cmd.name)
+        return ["AMQ8020I: IBM MQ channel deleted."]
+    changes = _channel_changes(cmd)
+    if cmd.verb == "DEFINE":
+        if existing is not None and "REPLACE" not in cmd.attrs:
+            raise MQSCError(cmd.line, f"IBM MQ object {cmd.name} already exists.", "AMQ8150E")
+        if "chltype" not in changes:
+            raise MQSCError(cmd.line, "DEFINE CHANNEL needs CHLTYPE")
+        chltype = changes.pop("chltype")
+        assert isinstance(chltype, ChannelType)
+        definition = ChannelDef(cmd.name, chltype).with_changes(**changes)
+        _check_channel(cmd, definition)
+        save(definition)
+        return ["AMQ8014I: IBM MQ channel created."]
+    if existing is None:
+        raise MQSCError(cmd.line, f"IBM MQ object {cmd.name} not found.", "AMQ8147E")
+    if "chltype" in changes and changes["chltype"] is not existing.chltype:
+        raise MQSCError(cmd.line, "CHLTYPE cannot be altered")
+    changes.pop("chltype", None)
+    definition = existing.with_changes(**changes)
+    _check_channel(cmd, definition)
+    save(definition)
+    return ["AMQ8016I: IBM MQ channel changed."]
+
+
+def _display_cluster(target: MQSCTarget, cmd: MQSCCommand) -> list[str]:
+    """DISPLAY CLUSQMGR / QCLUSTER: what this queue manager's repository holds."""
+    report = getattr(target, "cluster_report", None)
+    rows: list[list[str]] = report(cmd.obj, cmd.name or "*") if report is not None else []
+    if not rows:
+        raise MQSCError(cmd.line, f"IBM MQ object {cmd.name or '*'} not found.", "AMQ8147E")
+    code = ("AMQ8441I: Display Cluster Queue Manager details." if cmd.obj == "CLUSQMGR"
+            else "AMQ8409I: Display Queue details.")
+    out: list[str] = []
+    for items in rows:
+        out.append(code)
+        out.extend(_columns(items))
+    return out
 
 
 def queue_attributes(target: MQSCTarget, d: QueueDef) -> dict[str, str]:
@@ -419,6 +574,8 @@ def queue_attributes(target: MQSCTarget, d: QueueDef) -> dict[str, str]:
         "RNAME": d.remote_name,
         "RQMNAME": d.remote_q_mgr_name,
         "XMITQ": d.xmit_q_name,
+        "CLUSTER": d.cluster,
+        "DEFBIND": "NOTFIXED" if d.default_bind is DefBind.NOTFIXED else "OPEN",
     }
     if d.qtype is QType.LOCAL:
         ipprocs, opprocs = target.open_count(d.name)

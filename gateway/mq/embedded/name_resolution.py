@@ -16,6 +16,7 @@ from typing import Protocol
 
 from gateway.mq.embedded.objects import (
     CLUSTER_TRANSMIT_QUEUE,
+    DefBind,
     ObjectCatalogue,
     QType,
     QueueDef,
@@ -45,6 +46,8 @@ class ClusterQueue:
 
     q_mgr_name: str
     xmit_q_name: str = CLUSTER_TRANSMIT_QUEUE
+    #: DEFBIND(NOTFIXED) on the advertised definition (used for BIND_AS_Q_DEF).
+    bind_not_fixed: bool = False
 
 
 class RemoteDirectory(Protocol):
@@ -62,6 +65,16 @@ class RemoteDirectory(Protocol):
         ...
 
 
+def _hop_for(directory: RemoteDirectory | None, q_mgr_name: str) -> str:
+    """The cluster member a message for ``q_mgr_name`` is sent to (a cluster queue-manager
+    alias is hosted by its gateway); directories without ``hop_for_q_mgr`` route directly."""
+    hop = getattr(directory, "hop_for_q_mgr", None)
+    if hop is None:
+        return q_mgr_name
+    found = hop(q_mgr_name)
+    return str(found) if found else q_mgr_name
+
+
 @dataclass(slots=True, frozen=True)
 class Resolution:
     """Where a message put through an opened name goes.
@@ -75,6 +88,12 @@ class Resolution:
     q_mgr_name: str
     xmit_q_name: str = ""
     path: tuple[str, ...] = field(default=())
+    #: The cluster member the message travels to on SYSTEM.CLUSTER.TRANSMIT.QUEUE.
+    hop: str = ""
+    #: Chosen from a cluster repository (workload balancing applies).
+    via_cluster: bool = False
+    #: The chosen cluster definition says DEFBIND(NOTFIXED).
+    bind_not_fixed: bool = False
 
     @property
     def is_local(self) -> bool:
@@ -88,11 +107,19 @@ def resolve_queue(
     *,
     directory: RemoteDirectory | None = None,
     bind_on_open: bool = False,
+    cluster_lookup: bool = True,
 ) -> Resolution:
-    """Resolve ``q_name`` at ``q_mgr_name`` (blank = this queue manager), per §7.2."""
+    """Resolve ``q_name`` at ``q_mgr_name`` (blank = this queue manager), per §7.2.
+
+    ``cluster_lookup=False`` resolves a name addressed explicitly to this queue manager
+    from local definitions only: a receiving channel does that for a message whose
+    transmission header names this queue manager (bound on open), so a bridge does not
+    forward it into another cluster (seed, Fig. 2-48).
+    """
     local = catalogue.q_mgr_name
     if not q_mgr_name or q_mgr_name == local:
-        return _resolve_local_name(catalogue, q_name, directory, bind_on_open, (q_name,))
+        d = directory if cluster_lookup or q_mgr_name != local else None
+        return _resolve_local_name(catalogue, q_name, d, bind_on_open, (q_name,), directory)
     return _resolve_q_mgr(catalogue, q_name, q_mgr_name, directory, (f"{q_name}@{q_mgr_name}",), 0)
 
 
@@ -120,7 +147,12 @@ def _resolve_local_name(
     directory: RemoteDirectory | None,
     bind_on_open: bool,
     path: tuple[str, ...],
+    routing: RemoteDirectory | None = None,
 ) -> Resolution:
+    """``directory`` finds cluster queues; ``routing`` (default: the same) routes to
+    other queue managers named by local remote definitions."""
+    if routing is None:
+        routing = directory
     local = cat.q_mgr_name
     d = cat.get(q_name)
     if d is None:
@@ -134,7 +166,8 @@ def _resolve_local_name(
                         "which does not define it",
                     )
                 xq = _check_xmitq(cat, found.xmit_q_name, Reason.UNKNOWN_XMIT_Q)
-                return Resolution(q_name, found.q_mgr_name, xq.name, (*path, "cluster"))
+                return Resolution(q_name, found.q_mgr_name, xq.name, (*path, "cluster"),
+                                  found.q_mgr_name, True, found.bind_not_fixed)
         raise ResolutionError(
             Reason.UNKNOWN_OBJECT_NAME, f"queue {q_name} is not defined on {local}"
         )
@@ -147,7 +180,9 @@ def _resolve_local_name(
                 found = directory.cluster_queue(d.target, bind_on_open)
                 if found is not None and found.q_mgr_name != local:
                     xq = _check_xmitq(cat, found.xmit_q_name, Reason.UNKNOWN_XMIT_Q)
-                    return Resolution(d.target, found.q_mgr_name, xq.name, (*path, d.target))
+                    return Resolution(d.target, found.q_mgr_name, xq.name, (*path, d.target),
+                                      found.q_mgr_name, True,
+                                      d.default_bind is DefBind.NOTFIXED)
             raise ResolutionError(
                 Reason.UNKNOWN_ALIAS_BASE_Q,
                 f"alias {d.name} names base queue {d.target or '(blank)'}, which is not defined",
@@ -159,8 +194,8 @@ def _resolve_local_name(
             )
         if base.qtype is QType.LOCAL:
             return Resolution(base.name, local, "", (*path, base.name))
-        return _resolve_remote_def(cat, base, directory, (*path, base.name))
-    return _resolve_remote_def(cat, d, directory, path)
+        return _resolve_remote_def(cat, base, routing, (*path, base.name))
+    return _resolve_remote_def(cat, d, routing, path)
 
 
 def _resolve_remote_def(
@@ -225,7 +260,8 @@ def _resolve_q_mgr(
                 return _resolve_local_name(cat, q_name, directory, False, new_path)
             xq_name = d.xmit_q_name or found.xmit_q_name
             xq = _check_xmitq(cat, xq_name, Reason.UNKNOWN_XMIT_Q)
-            return Resolution(q_name, found.q_mgr_name, xq.name, new_path)
+            return Resolution(q_name, found.q_mgr_name, xq.name, new_path,
+                              found.q_mgr_name, True, found.bind_not_fixed)
         if target_qm == local:
             return _resolve_local_name(cat, q_name, directory, False, new_path)
         if d.xmit_q_name:
@@ -258,7 +294,8 @@ def _route_without_alias(
         xq_name = directory.xmit_q_for_q_mgr(q_mgr_name)
         if xq_name:
             xq = _check_xmitq(cat, xq_name, Reason.UNKNOWN_XMIT_Q)
-            return Resolution(q_name, q_mgr_name, xq.name, (*path, f"cluster {xq.name}"))
+            return Resolution(q_name, q_mgr_name, xq.name, (*path, f"cluster {xq.name}"),
+                              _hop_for(directory, q_mgr_name))
     if cat.qmgr.default_xmit_q_name:
         xq = _check_xmitq(cat, cat.qmgr.default_xmit_q_name, UNKNOWN_DEF_XMIT_Q)
         return Resolution(q_name, q_mgr_name, xq.name, (*path, f"defxmitq {xq.name}"))

@@ -172,6 +172,9 @@ class ChannelDef:
             out[f.name] = int(value) if isinstance(value, enum.IntEnum) else value
         return out
 
+    def with_changes(self, **changes: Any) -> ChannelDef:
+        return replace(self, **changes)
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ChannelDef:
         known = {f.name for f in fields(cls)}

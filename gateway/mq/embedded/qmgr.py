@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -37,14 +38,19 @@ from gateway.mq.embedded.name_resolution import (
     resolve_reply_to,
 )
 from gateway.mq.embedded.objects import (
+    CLUSTER_COMMAND_QUEUE,
+    CLUSTER_TRANSMIT_QUEUE,
+    ChannelDef,
+    DefBind,
     ObjectCatalogue,
     QMgrAttrs,
     QType,
     QueueDef,
+    default_queues,
     new_catalogue,
 )
 from gateway.mq.embedded.queues import LocalQueue, QueuedMessage, Waiter, clone_md
-from gateway.mq.embedded.store import MessageStore, StoredMessage, StoreError
+from gateway.mq.embedded.store import ChannelSync, MessageStore, StoredMessage, StoreError
 from gateway.mq.port import (
     WAIT_UNLIMITED,
     Browse,
@@ -73,6 +79,16 @@ _INPUT = OpenOption.INPUT_AS_Q_DEF | OpenOption.INPUT_SHARED | OpenOption.INPUT_
 _MQQA_GET_INHIBITED, _MQQA_GET_ALLOWED = 1, 0
 _MQQA_PUT_INHIBITED, _MQQA_PUT_ALLOWED = 1, 0
 _MQRO_DISCARD_MSG = 0x8000000
+#: Resolution failures a cluster repository may cure by learning the names.
+_LEARNABLE = frozenset({Reason.UNKNOWN_OBJECT_NAME, Reason.UNKNOWN_ALIAS_BASE_Q,
+                        Reason.UNKNOWN_REMOTE_Q_MGR})
+
+
+def cluster_correl_id(q_mgr_name: str, lane: str = "") -> bytes:
+    """CorrelId of a message on SYSTEM.CLUSTER.TRANSMIT.QUEUE for cluster member
+    ``q_mgr_name``: the auto-defined cluster-sender to that member gets by it (IBM MQ
+    likewise keys that queue by channel). ``lane`` separates repository traffic."""
+    return hashlib.sha256(f"{lane}>{q_mgr_name}".encode()).digest()[:24]
 
 
 class EmbeddedQueueManager:
@@ -110,11 +126,17 @@ class EmbeddedQueueManager:
                 raise QueueManagerUnavailableError(
                     name, f"{self.path} holds queue manager {cat.q_mgr_name}, not {name}"
                 )
+            else:
+                for q in default_queues():  # objects added by later versions
+                    if q.name not in cat.queues:
+                        cat.queues[q.name] = q
+                        self._store.save_queue(q)
             self._catalogue = cat
             self._queues: dict[str, LocalQueue] = {
                 n: LocalQueue(n) for n, d in cat.queues.items() if d.qtype is QType.LOCAL
             }
             self._seq = self._store.max_seq()
+            self._channel_sync = self._store.load_channel_sync()
             for row in self._store.load_messages():
                 self._restore(row)
         except BaseException:
@@ -129,8 +151,11 @@ class EmbeddedQueueManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._expired_persistent: list[int] = []
         self._write_queue: list[
-            tuple[list[StoredMessage], list[int], list[tuple[int, int]], asyncio.Future[None]]
+            tuple[list[StoredMessage], list[int], list[tuple[int, int]], list[ChannelSync],
+                  asyncio.Future[None]]
         ] = []
+        #: Called after MQSC changed a definition (the cluster manager re-advertises).
+        self.definition_listeners: list[Callable[[str, str], None]] = []
         self._writer_task: asyncio.Future[None] | None = None
         self.stats = QueueManagerStats()
         if mqsc_file is not None:
@@ -219,6 +244,19 @@ class EmbeddedQueueManager:
         target = _MQSCAdapter(self)
         return mqsc.run_script(target, script, stop_on_error=stop_on_error)
 
+    # ---------------------------------------------------------------- channels
+
+    def channel_sync(self, key: str) -> ChannelSync | None:
+        """The last committed batch of channel ``key`` on this side (None: never)."""
+        return self._channel_sync.get(key)
+
+    def _notify_definition(self, kind: str, name: str) -> None:
+        for listener in list(self.definition_listeners):
+            try:
+                listener(kind, name)
+            except Exception:  # a listener must not break MQSC
+                log.exception("definition listener failed for %s %s", kind, name)
+
     # ---------------------------------------------------------------- queries
 
     def queue_depth(self, q_name: str) -> int:
@@ -243,15 +281,42 @@ class EmbeddedQueueManager:
         await self._complete(self._flush_expired())
         return removed
 
-    def resolve(self, q_name: str, q_mgr_name: str = "", bind_on_open: bool = False) -> Resolution:
+    def resolve(
+        self, q_name: str, q_mgr_name: str = "", bind_on_open: bool = False,
+        cluster_lookup: bool = True,
+    ) -> Resolution:
         """Name resolution against the current definitions (raises MQError)."""
         try:
             return resolve_queue(
                 self._catalogue, q_name, q_mgr_name,
                 directory=self.remote_directory, bind_on_open=bind_on_open,
+                cluster_lookup=cluster_lookup,
             )
         except ResolutionError as exc:
             raise MQError(exc.reason, str(exc)) from None
+
+    async def resolve_learning(
+        self, q_name: str, q_mgr_name: str = "", bind_on_open: bool = False,
+        cluster_lookup: bool = True,
+    ) -> Resolution:
+        """:meth:`resolve`, asking the cluster repositories first when the names are not
+        known here yet (a partial repository learns objects on first use)."""
+        try:
+            return self.resolve(q_name, q_mgr_name, bind_on_open, cluster_lookup)
+        except MQError as exc:
+            learn = getattr(self.remote_directory, "learn", None)
+            if learn is None or exc.reason not in _LEARNABLE:
+                raise
+            ask_q, ask_qm = q_name, q_mgr_name
+            d = self._catalogue.get(q_name) if not q_mgr_name else None
+            if d is not None and d.qtype is QType.ALIAS and d.target:
+                ask_q = d.target  # the alias base is what is not known here
+                d = self._catalogue.get(d.target)
+            if d is not None and d.qtype is QType.REMOTE:
+                ask_q, ask_qm = d.remote_name or ask_q, d.remote_q_mgr_name
+            if not await learn(ask_q, ask_qm):
+                raise
+        return self.resolve(q_name, q_mgr_name, bind_on_open, cluster_lookup)
 
     # ---------------------------------------------------------------- internals
 
@@ -289,6 +354,7 @@ class EmbeddedQueueManager:
         inserts: list[StoredMessage] | None = None,
         deletes: list[int] | None = None,
         backouts: list[tuple[int, int]] | None = None,
+        syncs: list[ChannelSync] | None = None,
     ) -> None:
         """Make message changes durable, sharing one fsync with concurrent requests.
 
@@ -297,7 +363,7 @@ class EmbeddedQueueManager:
         one fsync instead of N. Returns once this request's changes are on disk.
         """
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._write_queue.append((inserts or [], deletes or [], backouts or [], fut))
+        self._write_queue.append((inserts or [], deletes or [], backouts or [], syncs or [], fut))
         if self._writer_task is None or self._writer_task.done():
             self._writer_task = asyncio.ensure_future(self._drain_writes())
         await fut
@@ -308,9 +374,10 @@ class EmbeddedQueueManager:
             ins = [m for b in batch for m in b[0]]
             dels = [s for b in batch for s in b[1]]
             bos = [c for b in batch for c in b[2]]
+            sys_ = [c for b in batch for c in b[3]]
             self.stats.store_transactions += 1
             try:
-                await self._write(functools.partial(self._store.apply, ins, dels, bos))
+                await self._write(functools.partial(self._store.apply, ins, dels, bos, sys_))
             except MQError as exc:
                 for *_, fut in batch:
                     if not fut.done():
@@ -386,6 +453,7 @@ class _MQSCAdapter:
         if definition.qtype is QType.LOCAL:
             q = qm._queues.setdefault(definition.name, LocalQueue(definition.name))
             q.wake()  # waiters re-check GET(DISABLED) and MAXDEPTH changes
+        qm._notify_definition("QUEUE", definition.name)
 
     def delete_queue(self, q_name: str, purge: bool) -> None:
         qm = self._qm
@@ -395,10 +463,29 @@ class _MQSCAdapter:
         if q is not None:
             q.clear()
             q.wake()
+        qm._notify_definition("QUEUE", q_name)
 
     def save_qmgr(self, attrs: QMgrAttrs) -> None:
         self._qm._store.save_qmgr(attrs)
         self._qm._catalogue.qmgr = attrs
+        self._qm._notify_definition("QMGR", attrs.name)
+
+    def save_channel(self, definition: ChannelDef) -> None:
+        self._qm._store.save_channel(definition)
+        self._qm._catalogue.channels[definition.name] = definition
+        self._qm._notify_definition("CHANNEL", definition.name)
+
+    def delete_channel(self, name: str) -> None:
+        self._qm._store.delete_channel(name)
+        self._qm._catalogue.channels.pop(name, None)
+        self._qm._notify_definition("CHANNEL", name)
+
+    def cluster_report(self, what: str, pattern: str) -> list[list[str]]:
+        report = getattr(self._qm.remote_directory, "display", None)
+        if report is None:
+            return []
+        rows: list[list[str]] = report(what, pattern)
+        return rows
 
 
 @dataclass(slots=True, frozen=True)
@@ -464,9 +551,14 @@ class EmbeddedConnection:
         await self.disconnect()
 
     async def open(
-        self, q_name: str, options: OpenOption, q_mgr_name: str = ""
+        self, q_name: str, options: OpenOption, q_mgr_name: str = "",
+        *, cluster_lookup: bool = True,
     ) -> EmbeddedQueueHandle:
-        """MQOPEN: resolve the name now (MQ binds at open) and check the options."""
+        """MQOPEN: resolve the name now (MQ binds at open) and check the options.
+
+        A cluster queue opened bind-not-fixed (MQOO_BIND_NOT_FIXED, or BIND_AS_Q_DEF with
+        DEFBIND(NOTFIXED)) chooses its instance again at every put.
+        """
         self._check()
         qm = self._qm
         options = OpenOption(options)
@@ -483,8 +575,8 @@ class EmbeddedConnection:
         resolution: Resolution | None = None
         reads = bool(inputs or options & OpenOption.BROWSE)
         if options & OpenOption.OUTPUT or reads:
-            resolution = qm.resolve(
-                q_name, q_mgr_name, bool(options & OpenOption.BIND_ON_OPEN)
+            resolution = await qm.resolve_learning(
+                q_name, q_mgr_name, bool(options & OpenOption.BIND_ON_OPEN), cluster_lookup
             )
         elif definition is None:
             raise MQError(
@@ -512,6 +604,17 @@ class EmbeddedConnection:
         if options & OpenOption.OUTPUT and target is not None:
             target.output_count += 1
         handle = EmbeddedQueueHandle(self, q_name, options, definition, resolution, target)
+        if resolution is not None and resolution.via_cluster:
+            if options & OpenOption.BIND_ON_OPEN:
+                not_fixed = False
+            elif options & OpenOption.BIND_NOT_FIXED:
+                not_fixed = True
+            elif definition is not None and definition.qtype is not QType.LOCAL:
+                not_fixed = definition.default_bind is DefBind.NOTFIXED
+            else:
+                not_fixed = resolution.bind_not_fixed
+            handle._not_fixed = not_fixed
+            handle._q_mgr_name = q_mgr_name
         self._handles.add(handle)
         return handle
 
@@ -529,27 +632,36 @@ class EmbeddedConnection:
         finally:
             await handle.close()
 
-    async def commit(self) -> None:
-        """MQCMIT. Persistent changes are on disk when this returns."""
+    async def commit(self, sync: ChannelSync | None = None) -> None:
+        """MQCMIT. Persistent changes are on disk when this returns.
+
+        ``sync`` (channels only): a channel's batch record committed in the same
+        transaction as the unit of work, which is what makes channel delivery once-only.
+        """
         self._check()
-        if not self._puts and not self._gets:
+        if not self._puts and not self._gets and sync is None:
             return
         puts, gets = self._puts, self._gets
         self._puts, self._gets = [], []
-        await self._qm._complete(self._finish_commit(puts, gets))
+        await self._qm._complete(self._finish_commit(puts, gets, sync))
 
-    async def _finish_commit(self, puts: list[_UowPut], gets: list[_UowGet]) -> None:
+    async def _finish_commit(
+        self, puts: list[_UowPut], gets: list[_UowGet], sync: ChannelSync | None = None
+    ) -> None:
         qm = self._qm
         inserts = [qm._to_row(p.queue.name, p.msg) for p in puts if p.msg.persistent]
         deletes = [g.msg.seq for g in gets if g.msg.persistent]
         deletes += qm._expired_persistent
         qm._expired_persistent = []
-        if inserts or deletes:
+        syncs = [sync] if sync is not None else []
+        if inserts or deletes or syncs:
             try:
-                await qm._apply(inserts, deletes)
+                await qm._apply(inserts, deletes, syncs=syncs)
             except MQError as exc:
                 self._undo(puts, gets)
                 raise MQError(Reason.BACKED_OUT, f"commit failed, backed out: {exc}") from exc
+        if sync is not None:
+            qm._channel_sync[sync.channel] = sync
         for g in gets:
             g.queue.locked -= 1
         for p in puts:
@@ -663,6 +775,7 @@ class EmbeddedConnection:
             handle = await self.open(
                 xmit.remote_q_name, OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT,
                 xmit.remote_q_mgr_name,
+                cluster_lookup=xmit.remote_q_mgr_name != self._qm.name,
             )
             try:
                 await handle.put(xmit.md, xmit.body, opts)
@@ -717,6 +830,8 @@ class EmbeddedQueueHandle:
         self._target = target
         self._browse_cursor: tuple[int, int] | None = None
         self._open = True
+        self._not_fixed = False
+        self._q_mgr_name = ""
 
     @property
     def name(self) -> str:
@@ -870,6 +985,13 @@ class EmbeddedQueueHandle:
         q = self._target
         if res is None or q is None or qm._queues.get(q.name) is not q:
             raise MQError(Reason.Q_DELETED, f"queue {self._name} has been deleted")
+        if self._not_fixed:
+            res = qm.resolve(self._name, self._q_mgr_name, False)
+            if res.is_local or res.xmit_q_name != q.name:
+                raise MQError(
+                    Reason.CLUSTER_RESOLUTION_ERROR,
+                    f"{self._name} no longer resolves through {q.name}; reopen it",
+                )
         defs = self._defs()
         for d in defs:
             if not d.put_enabled:
@@ -907,13 +1029,23 @@ class EmbeddedQueueHandle:
             )
         stored_md, stored_body = out, body
         if not res.is_local:
+            # bind-not-fixed: the header leaves the queue manager blank so the receiving
+            # member may choose again (a bridge forwards, Fig. 2-48)
+            header_q_mgr = "" if self._not_fixed and res.via_cluster else res.q_mgr_name
             try:
                 stored_md, stored_body = wrap_for_xmitq(
-                    out, body, res.q_name, res.q_mgr_name,
+                    out, body, res.q_name, header_q_mgr,
                     qmgr_ccsid=qm.catalogue.qmgr.coded_char_set_id, msg_id=qm._msg_ids(),
                 )
             except WireError as exc:
                 raise MQError(exc.reason, f"cannot build the transmission header: {exc}") from exc
+            if res.xmit_q_name == CLUSTER_TRANSMIT_QUEUE:
+                hop = res.hop or res.q_mgr_name
+                lane = _lane_for(res.q_name)
+                stored_md.correl_id = cluster_correl_id(hop, lane)
+                waiting = getattr(qm.remote_directory, "message_waiting", None)
+                if waiting is not None:
+                    waiting(hop, lane)
         else:
             stored_md = clone_md(out)
         qdef = qm.catalogue.get(q.name)
@@ -985,6 +1117,12 @@ class EmbeddedQueueHandle:
                     q.exclusive = False
             if self._options & OpenOption.OUTPUT:
                 q.output_count -= 1
+
+
+def _lane_for(q_name: str) -> str:
+    """Repository traffic travels on its own cluster-sender lane, so a partial repository
+    learning names while it receives a batch is never queued behind that batch."""
+    return "CMD" if q_name == CLUSTER_COMMAND_QUEUE else ""
 
 
 def _pack_for_store(md: MQMD) -> bytes:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.mq.embedded.objects import ObjectCatalogue, QMgrAttrs, QueueDef
+from gateway.mq.embedded.objects import ChannelDef, ObjectCatalogue, QMgrAttrs, QueueDef
 
 SCHEMA_VERSION = 1
 DB_FILE = "qmgr.sqlite3"
@@ -51,6 +51,12 @@ CREATE TABLE IF NOT EXISTS messages (
     body BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue, seq);
+CREATE TABLE IF NOT EXISTS channels (name TEXT PRIMARY KEY, definition TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS channel_sync (
+    channel TEXT PRIMARY KEY,
+    batch_seq INTEGER NOT NULL,
+    msg_ids BLOB NOT NULL
+);
 """
 
 
@@ -68,6 +74,16 @@ class DataDirInUseError(StoreError):
             f"queue manager data directory {path} is in use by another process ({owner}); "
             "one process owns a queue manager at a time: stop it or connect through it"
         )
+
+
+@dataclass(slots=True, frozen=True)
+class ChannelSync:
+    """A channel's synchronisation record (IBM MQ's SYSTEM.CHANNEL.SYNCQ entry): the last
+    batch committed on this side and the transmission-queue MsgIds it carried."""
+
+    channel: str
+    batch_seq: int
+    msg_ids: bytes = b""
 
 
 @dataclass(slots=True)
@@ -129,6 +145,8 @@ class MessageStore:
             cat = ObjectCatalogue(QMgrAttrs.from_json(json.loads(row[0])))
             for name, definition in self._db.execute("SELECT name, definition FROM queues"):
                 cat.queues[name] = QueueDef.from_json(json.loads(definition))
+            for name, definition in self._db.execute("SELECT name, definition FROM channels"):
+                cat.channels[name] = ChannelDef.from_json(json.loads(definition))
             return cat
 
     def save_catalogue(self, cat: ObjectCatalogue) -> None:
@@ -144,6 +162,25 @@ class MessageStore:
     def save_queue(self, definition: QueueDef) -> None:
         with self._mutex, self._transaction():
             self._put_queue(definition)
+
+    def save_channel(self, definition: ChannelDef) -> None:
+        with self._mutex, self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO channels (name, definition) VALUES (?, ?)",
+                (definition.name, json.dumps(definition.to_json())),
+            )
+
+    def delete_channel(self, name: str) -> None:
+        with self._mutex, self._transaction():
+            self._db.execute("DELETE FROM channels WHERE name=?", (name,))
+            self._db.execute("DELETE FROM channel_sync WHERE channel LIKE ?", (name + "%",))
+
+    def load_channel_sync(self) -> dict[str, ChannelSync]:
+        with self._mutex:
+            rows = self._db.execute(
+                "SELECT channel, batch_seq, msg_ids FROM channel_sync"
+            ).fetchall()
+        return {r[0]: ChannelSync(r[0], int(r[1]), bytes(r[2])) for r in rows}
 
     def delete_queue(self, name: str) -> None:
         """Delete a definition and its persistent messages in one transaction."""
@@ -184,10 +221,17 @@ class MessageStore:
         inserts: Sequence[StoredMessage] = (),
         deletes: Iterable[int] = (),
         backouts: Iterable[tuple[int, int]] = (),
+        syncs: Iterable[ChannelSync] = (),
     ) -> None:
         """One durable transaction: add ``inserts``, remove ``deletes`` (seqs), set
-        backout counts ``(seq, count)``. Returns only after the WAL is on disk."""
+        backout counts ``(seq, count)``, record channel batches ``syncs``. Returns only
+        after the WAL is on disk."""
         with self._mutex, self._transaction():
+            self._db.executemany(
+                "INSERT OR REPLACE INTO channel_sync (channel, batch_seq, msg_ids) "
+                "VALUES (?, ?, ?)",
+                [(s.channel, s.batch_seq, s.msg_ids) for s in syncs],
+            )
             if inserts:
                 self._db.executemany(
                     "INSERT INTO messages (seq, queue, priority, msg_id, correl_id, put_at, "

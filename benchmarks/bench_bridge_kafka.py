@@ -1,0 +1,185 @@
+"""MQ -> Kafka bridge throughput next to a raw aiokafka producer on the same broker.
+
+One local Kafka broker (devstack), one embedded queue manager. For each broker-service
+batch size, N persistent 1 KiB MQRFH2 publications are put on a stream queue first;
+then the gateway (broker service + plugin host + ``kafka`` plugin, idempotent producer,
+acks=all) is started and timed until every publication is acknowledged by Kafka and
+its MQ unit of work committed. The raw baseline produces N records of the same size and
+header count with an idempotent acks=all aiokafka producer, fully pipelined. The
+Kafka topic's end offset is checked against N (no loss, no duplicate). Bounded to about
+60 s. Run: .venv/bin/python benchmarks/bench_bridge_kafka.py [--messages N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from gateway.devstack import KafkaBroker
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.port import PutOptions
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.plugin_host import PluginHost
+from gateway.wire.constants import Persistence
+from gateway.wire.folder import Element
+from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
+from gateway.wire.mqmd import MQMD
+from gateway.wire.rfh2 import MQRFH2, encode_rfh2
+from plugins.kafka import KafkaPluginConfig, plugin
+
+STREAM = "BENCH.STREAM"
+PAYLOAD = b"x" * 1024
+TOPICS = 16
+TIME_LIMIT_S = 20.0
+
+
+def _publication(i: int) -> tuple[MQMD, bytes]:
+    psc = Element.from_pairs(
+        "psc", {"Command": "Publish", "Topic": f"$SYS/STREAM/{STREAM}/T{i % TOPICS}"}
+    )
+    usr = Element.from_pairs("usr", {"Seq": i})
+    rfh2 = MQRFH2(folders=[psc, usr], format=FMT_STRING, coded_char_set_id=1208)
+    md = MQMD(format=FMT_RF_HEADER_2, persistence=Persistence.PERSISTENT, coded_char_set_id=1208)
+    return md, encode_rfh2(rfh2, ccsid=1208) + PAYLOAD
+
+
+async def _end_offset(bootstrap: str, topic: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer.topics()  # refreshes the metadata
+            parts = consumer.partitions_for_topic(topic) or {0}
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+        return sum(ends.values())
+    finally:
+        await consumer.stop()
+
+
+async def bridge(
+    bootstrap: str, work: Path, n: int, batch: int, prefix: str, linger_ms: int = 5
+) -> tuple[int, float]:
+    """Returns (messages bridged, seconds) for ``n`` queued publications."""
+    qm = EmbeddedQueueManager("QMBENCH", work / f"qm-{prefix}")
+    qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
+    store = SqliteStore(work / f"pubsub-{prefix}.db", synchronous="NORMAL")
+    service = BrokerService(
+        qm,
+        PubSubEngine(qm.name, store),
+        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)], batch_size=batch, wait_ms=100),
+    )
+    host = PluginHost(qm, service, "bench")
+    config = KafkaPluginConfig.model_validate(
+        {
+            "bootstrap_servers": bootstrap,
+            "linger_ms": linger_ms,
+            "outbound": {"topic_template": prefix + ".{stream}", "routes": [{"stream": STREAM}]},
+        }
+    )
+    instance = plugin.create("kafka", config)
+    try:
+        await host.start(instance)
+        conn = await qm.connect()
+        opts = PutOptions(syncpoint=True)
+        for i in range(n):
+            md, body = _publication(i)
+            await conn.put1(STREAM, md, body, opts)
+            if i % 500 == 499:
+                await conn.commit()
+        await conn.commit()
+        await conn.disconnect()
+        counters = host.sink_counters["kafka"]
+        started = time.monotonic()
+        await service.start()
+        deadline = started + TIME_LIMIT_S
+        while counters.deliveries < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        took = time.monotonic() - started
+        done = counters.deliveries
+    finally:
+        await host.stop_all()
+        await service.stop()
+        await qm.close()
+        store.close()
+    return done, took
+
+
+async def raw(bootstrap: str, n: int, topic: str) -> float:
+    """Seconds for an idempotent acks=all producer to get ``n`` comparable records acked."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+    )
+    await producer.start()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+    headers = [(f"mq.h{i}", b"0123456789") for i in range(14)]
+    try:
+        started = time.monotonic()
+        pending = []
+        for i in range(n):
+            pending.append(
+                await producer.send(topic, PAYLOAD, key=f"T{i % TOPICS}".encode(), headers=headers)
+            )
+            if len(pending) >= 5000:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+        return time.monotonic() - started
+    finally:
+        await producer.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--batch-sizes", default="32,256")
+    parser.add_argument("--linger-ms", type=int, default=5)
+    args = parser.parse_args(argv)
+    n = args.messages
+    work = Path(tempfile.mkdtemp(prefix="mqgw-bench-kafka-"))
+    broker = KafkaBroker(work / "kafka")
+    failed = False
+    try:
+        broker.start()
+        raw_s = asyncio.run(raw(broker.bootstrap, n, "raw-warmup"))  # JVM warm-up
+        raw_s = asyncio.run(raw(broker.bootstrap, n, "raw"))
+        raw_rate = n / raw_s
+        print(f"raw aiokafka producer (idempotent, acks=all, 1 KiB): {n:,} in {raw_s:.2f} s "
+              f"= {raw_rate:,.0f} msg/s", flush=True)
+        for batch in (int(b) for b in args.batch_sizes.split(",")):
+            prefix = f"bench{batch}-{args.linger_ms}"
+            done, took = asyncio.run(
+                bridge(broker.bootstrap, work, n, batch, prefix, args.linger_ms)
+            )
+            on_kafka = asyncio.run(_end_offset(broker.bootstrap, f"{prefix}.{STREAM}"))
+            rate = done / took
+            print(f"MQ -> Kafka bridge (persistent 1 KiB, batch_size={batch}): {done:,} in "
+                  f"{took:.2f} s = {rate:,.0f} msg/s; ratio bridge/raw = {rate / raw_rate:.2f}; "
+                  f"records on Kafka: {on_kafka:,}", flush=True)
+            if done != n or on_kafka != n:
+                print(f"error: expected {n} bridged and on Kafka, got {done} / {on_kafka}"
+                      + (" (time limit)" if done < n else ""), file=sys.stderr)
+                failed = True
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

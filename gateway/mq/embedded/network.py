@@ -1,0 +1,257 @@
+"""A network of embedded queue managers: listeners, channels and repository managers.
+
+Why: one :class:`QueueManagerNode` is what an IBM MQ installation runs next to a queue
+manager (listener, channel initiator, repository manager). A :class:`Network` starts the
+nodes of a topology file in one process and one event loop (tests, the demo); every node
+can also run in its own process (``python -m gateway.mq.embedded.network TOPOLOGY --qm
+NAME``), talking to the others over 127.0.0.1 only. Channels always use the TCP protocol
+of :mod:`gateway.mq.embedded.channels`, in-process or not, so both set-ups behave the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from gateway.mq.embedded.channels import ChannelListener, ChannelSender, SenderSpec
+from gateway.mq.embedded.cluster import ClusterManager
+from gateway.mq.embedded.objects import CLUSTER_TRANSMIT_QUEUE, ChannelDef, ChannelType
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager, cluster_correl_id
+from gateway.mq.embedded.topology import Topology, TopologyError, load_topology
+
+log = logging.getLogger(__name__)
+
+
+class QueueManagerNode:
+    """One embedded queue manager with its listener, channels and repository manager."""
+
+    def __init__(
+        self,
+        name: str,
+        path: Path | str,
+        *,
+        mqsc: str = "",
+        port: int = 0,
+        address_book: dict[str, tuple[str, int]] | None = None,
+    ) -> None:
+        self.name = name
+        self.path = Path(path)
+        self.mqsc = mqsc
+        self.requested_port = port
+        self.port = 0
+        self.address_book = address_book if address_book is not None else {}
+        self.cluster = ClusterManager(name)
+        self._qm: EmbeddedQueueManager | None = None
+        self.listener: ChannelListener | None = None
+        self.senders: dict[tuple[str, ...], ChannelSender] = {}
+
+    @property
+    def qm(self) -> EmbeddedQueueManager:
+        if self._qm is None:
+            raise RuntimeError(f"queue manager node {self.name} is not started")
+        return self._qm
+
+    async def start(self) -> None:
+        qm = EmbeddedQueueManager(self.name, self.path, directory=self.cluster)
+        self._qm = qm
+        try:
+            if self.mqsc:
+                qm.run_mqsc(self.mqsc, stop_on_error=True)
+            self.listener = ChannelListener(qm)
+            self.port = await self.listener.start(port=self.requested_port)
+            self.address_book[self.name] = ("127.0.0.1", self.port)
+            qm.definition_listeners.append(lambda kind, name: self._sync_channels())
+            await self.cluster.attach(qm, self)
+            self._sync_channels()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop channels, listener and repository manager, then the queue manager."""
+        for sender in list(self.senders.values()):
+            await sender.stop()
+        self.senders.clear()
+        await self.cluster.close()
+        if self.listener is not None:
+            await self.listener.close()
+            self.listener = None
+        if self._qm is not None:
+            await self._qm.close()
+            self._qm = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ channels
+
+    def _sync_channels(self) -> None:
+        """Start SDR and manually defined CLUSSDR channels; stop deleted ones."""
+        if self._qm is None or self._qm.stopping:
+            return
+        defs = self._qm.catalogue.channels
+        for d in defs.values():
+            if d.chltype is ChannelType.SDR:
+                self._manual_sender(d, SenderSpec(
+                    d.name, d.conname, d.xmit_q_name, batch_size=d.batch_size,
+                    address_book=self.address_book))
+            elif d.chltype is ChannelType.CLUSSDR:
+                self._manual_sender(d, SenderSpec(
+                    d.name, d.conname, CLUSTER_TRANSMIT_QUEUE, batch_size=d.batch_size,
+                    correl_for=lambda p: cluster_correl_id(p, ""),
+                    on_partner=_partner_callback(self.cluster, d),
+                    address_book=self.address_book))
+        for key, sender in list(self.senders.items()):
+            if key[0] == "MANUAL" and key[1] not in defs:
+                del self.senders[key]
+                asyncio.get_running_loop().create_task(sender.stop())
+
+    def _manual_sender(self, d: ChannelDef, spec: SenderSpec) -> None:
+        key = ("MANUAL", d.name)
+        old = self.senders.get(key)
+        if old is not None and (old.spec.conname, old.spec.xmit_q_name) == (spec.conname,
+                                                                            spec.xmit_q_name):
+            old.start()
+            return
+        if old is not None:
+            asyncio.get_running_loop().create_task(old.stop())
+        sender = ChannelSender(self.qm, spec)
+        self.senders[key] = sender
+        sender.start()
+
+    def cluster_sender(self, hop: str, lane: str, channel: str, conname: str) -> ChannelSender:
+        """The cluster-sender channel to ``hop`` (auto-defined on first need)."""
+        if lane == "":
+            for key, s in self.senders.items():
+                if key[0] == "MANUAL" and s.spec.correl_for is not None and s.partner == hop:
+                    s.start()
+                    return s
+        key = ("AUTO", channel, lane, hop)
+        sender = self.senders.get(key)
+        if sender is None:
+            sender = ChannelSender(self.qm, SenderSpec(
+                channel, conname, CLUSTER_TRANSMIT_QUEUE, lane=lane, partner=hop,
+                correl_for=lambda p: cluster_correl_id(p, lane),
+                address_book=self.address_book))
+            self.senders[key] = sender
+        sender.start()
+        return sender
+
+    def channel_running(self, q_mgr: str) -> bool:
+        return any(s.partner == q_mgr and s.connected.is_set() for s in self.senders.values())
+
+    def channel_failing(self, q_mgr: str) -> bool:
+        return any(s.partner == q_mgr and s.retrying for s in self.senders.values())
+
+
+def _partner_callback(cluster: ClusterManager, d: ChannelDef):  # type: ignore[no-untyped-def]
+    def found(q_mgr: str) -> None:
+        cluster.partner_found(d.cluster, d.name, d.conname, q_mgr)
+    return found
+
+
+class Network:
+    """The queue managers of a topology, run in this process."""
+
+    def __init__(self, topology: Topology, data_dir: Path | str | None = None) -> None:
+        self.topology = topology
+        base = Path(data_dir) if data_dir is not None else (
+            topology.data_dir if topology.data_dir is None or topology.data_dir.is_absolute()
+            else topology.base_dir / topology.data_dir)
+        if base is None:
+            raise TopologyError(str(topology.base_dir), "no data_dir for the network")
+        self.data_dir = base
+        self.address_book = topology.address_book()
+        self.nodes: dict[str, QueueManagerNode] = {}
+
+    def node_for(self, name: str) -> QueueManagerNode:
+        spec = self.topology.queue_managers[name]
+        return QueueManagerNode(name, self.data_dir / name,
+                                mqsc=spec.script(self.topology.base_dir),
+                                port=spec.port, address_book=self.address_book)
+
+    async def start(self, names: list[str] | None = None) -> None:
+        for name in names or list(self.topology.queue_managers):
+            node = self.node_for(name)
+            await node.start()
+            self.nodes[name] = node
+
+    def __getitem__(self, name: str) -> QueueManagerNode:
+        return self.nodes[name]
+
+    async def stop(self) -> None:
+        for node in reversed(list(self.nodes.values())):
+            await node.stop()
+        self.nodes.clear()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+async def run_node(topology: Topology, name: str, data_dir: Path) -> None:
+    """Run one queue manager of ``topology`` until SIGTERM/SIGINT (separate-process use)."""
+    if name not in topology.queue_managers:
+        raise TopologyError(str(topology.base_dir), f"no queue manager {name} in the topology")
+    network = Network(topology, data_dir)
+    node = network.node_for(name)
+    if not topology.queue_managers[name].port:
+        raise TopologyError(str(topology.base_dir),
+                            f"{name} needs a fixed port to run in its own process")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await node.start()
+    print(f"READY {name} 127.0.0.1 {node.port}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await node.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway.mq.embedded.network",
+        description="Run one queue manager of a topology file in this process.")
+    parser.add_argument("topology", type=Path)
+    parser.add_argument("--qm", required=True, help="the queue manager to run")
+    parser.add_argument("--data-dir", type=Path, help="default: the topology's data_dir")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        topo = load_topology(args.topology)
+        data_dir = args.data_dir or (topo.data_dir if topo.data_dir is None or
+                                     topo.data_dir.is_absolute()
+                                     else topo.base_dir / topo.data_dir)
+        if data_dir is None:
+            print("error: no --data-dir and no data_dir in the topology", file=sys.stderr)
+            return 2
+        asyncio.run(run_node(topo, args.qm, data_dir))
+    except TopologyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,319 @@
+"""The running gateway: queue manager + broker service + plugin instances + metrics.
+
+``mqgw run`` builds a :class:`GatewayApp` from a validated config and runs it until
+SIGTERM/SIGINT. Tasks: one per serviced queue (the broker service's), one per plugin
+instance (start with jittered retry, then watch), the embedded queue manager's expiry
+sweep, a queue-depth sampler and the HTTP endpoint. Shutdown order is what makes a stop
+lossless: the broker finishes (or backs out) the batches in flight — every sink send is
+awaited before its MQ commit — then each plugin flushes and stops (inbound units of work
+finish), then the queue manager and the store close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from gateway.mq.port import MQError, OpenOption, QueueAttr, QueueManager
+from gateway.plugin_api import PluginError, PluginInstance
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.broker import DEAD_LETTER_QUEUE, BrokerConfig, BrokerError, BrokerService
+from gateway.runtime.config import (
+    EmbeddedQueueManagerConfig,
+    IBMMQQueueManagerConfig,
+    LoadedConfig,
+)
+from gateway.runtime.errors import GatewayRuntimeError
+from gateway.runtime.metrics import GatewayMetrics, HealthServer
+from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.registry import PluginRegistry
+
+log = logging.getLogger(__name__)
+
+
+class GatewayApp:
+    """One gateway process (see module docstring)."""
+
+    def __init__(self, loaded: LoadedConfig, registry: PluginRegistry) -> None:
+        self.loaded = loaded
+        self.config = loaded.gateway
+        self.registry = registry
+        self.qm: QueueManager | None = None
+        self.store: SqliteStore | None = None
+        self.service: BrokerService | None = None
+        self.host: PluginHost | None = None
+        self.metrics: GatewayMetrics | None = None
+        self.http: HealthServer | None = None
+        self.stop_requested = asyncio.Event()
+        #: Set when a plugin cannot work with its config: the process exits 1.
+        self.fatal: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._depths: dict[str, int] = {}
+        self._started = False
+
+    # ---------------------------------------------------------------- building -------
+
+    def _open_queue_manager(self) -> QueueManager:
+        qmc = self.config.queue_manager
+        if isinstance(qmc, EmbeddedQueueManagerConfig):
+            from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+
+            data = self.loaded.path(qmc.data_dir)
+            data.mkdir(parents=True, exist_ok=True)
+            mqsc = self.loaded.path(qmc.mqsc_file) if qmc.mqsc_file else None
+            qm = EmbeddedQueueManager(qmc.name, data, mqsc_file=mqsc, appl_name="mqgw")
+            if qmc.define_stream_queues:
+                missing = [
+                    s.name for s in self.config.broker.streams if s.name not in qm.catalogue.queues
+                ]
+                for name in missing:
+                    qm.run_mqsc(f"DEFINE QLOCAL('{name}') DEFPSIST(YES)", stop_on_error=True)
+                    log.info("defined stream queue %s", name)
+            return qm
+        assert isinstance(qmc, IBMMQQueueManagerConfig)
+        import os
+
+        from pydantic import SecretStr
+
+        from gateway.mq.ibmmq_adapter import IBMMQConfig, IBMMQQueueManager
+
+        password = os.environ.get(qmc.password_env) if qmc.password_env else None
+        if qmc.password_env and password is None:
+            raise GatewayRuntimeError(
+                f"queue_manager.password_env names {qmc.password_env}, which is not set"
+            )
+        return IBMMQQueueManager(
+            IBMMQConfig(
+                q_mgr_name=qmc.name,
+                host=qmc.host,
+                port=qmc.port,
+                channel=qmc.channel,
+                user=qmc.user,
+                password=SecretStr(password) if password is not None else None,
+                tls_cipher_spec=qmc.tls_cipher_spec,
+                key_repository=qmc.key_repository,
+            )
+        )
+
+    def _broker_config(self) -> BrokerConfig:
+        section = self.config.broker
+        return BrokerConfig.model_validate(section.model_dump(exclude={"store"}))
+
+    # ---------------------------------------------------------------- lifecycle ------
+
+    async def start(self) -> None:
+        """Open everything and start serving; raises GatewayRuntimeError on failure
+        (whatever was opened is closed again)."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.shutdown()
+            raise
+
+    async def _start(self) -> None:
+        self._started = True
+        try:
+            self.qm = qm = self._open_queue_manager()
+        except MQError as exc:
+            raise GatewayRuntimeError(f"cannot open the queue manager: {exc}") from exc
+        store_path = self.loaded.path(self.config.broker.store)
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+        self.store = SqliteStore(store_path)
+        engine = PubSubEngine(qm.name, self.store)
+        self.service = service = BrokerService(qm, engine, self._broker_config())
+        self.host = host = PluginHost(qm, service, self.config.gateway_id)
+        instances: list[PluginInstance] = []
+        for inst_cfg in self.config.plugins:
+            if not inst_cfg.enabled:
+                continue
+            plugin = self.registry.get(inst_cfg.plugin)
+            try:
+                instance = plugin.create(inst_cfg.name, self.loaded.plugin_configs[inst_cfg.name])
+            except PluginError as exc:
+                raise GatewayRuntimeError(f"plugin instance {inst_cfg.name}: {exc}") from exc
+            host.attach(instance)  # sinks exist before the first batch is served
+            instances.append(instance)
+        self.metrics = GatewayMetrics(service, host, lambda: dict(self._depths))
+        host.observer = self.metrics.observe
+        await self._sample_depths()
+        try:
+            await service.start()
+        except BrokerError as exc:
+            raise GatewayRuntimeError(str(exc)) from exc
+        mc = self.config.metrics
+        if mc.enabled:
+            self.http = HealthServer(self.metrics, self.health, mc.host, mc.port)
+            try:
+                await self.http.start()
+            except OSError as exc:
+                raise GatewayRuntimeError(
+                    f"metrics.port {mc.port} on {mc.host} cannot be used ({exc.strerror}); "
+                    "choose another metrics.port"
+                ) from exc
+            log.info("metrics on http://%s:%d/metrics", mc.host, self.http.port)
+        for instance in instances:
+            self._spawn(self._run_plugin(instance), f"plugin:{instance.name}")
+        self._spawn(self._housekeeping(), "housekeeping")
+        log.info(
+            "gateway %s started: queue manager %s, %d stream queue(s), %d plugin instance(s)",
+            self.config.gateway_id,
+            qm.name,
+            len(service.serviced_queues) - 1,
+            len(instances),
+        )
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def run(self) -> int:
+        """Start, serve until :meth:`request_stop`, shut down; the exit status."""
+        await self.start()
+        try:
+            await self.stop_requested.wait()
+        finally:
+            await self.shutdown()
+        if self.fatal:
+            log.error("stopped: %s", self.fatal)
+            return 1
+        return 0
+
+    def request_stop(self) -> None:
+        self.stop_requested.set()
+
+    async def shutdown(self) -> None:
+        """Drain, flush, commit and close (idempotent)."""
+        if not self._started:
+            return
+        self._started = False
+        timeout = self.config.shutdown_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                if self.service is not None:
+                    await self.service.stop()
+                for task in self._tasks:
+                    task.cancel()
+                for task in self._tasks:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                self._tasks.clear()
+                if self.host is not None:
+                    await self.host.stop_all()
+        except TimeoutError:
+            log.error("shutdown took longer than %.0f s: closing anyway", timeout)
+        if self.http is not None:
+            await self.http.stop()
+        if self.qm is not None:
+            close = getattr(self.qm, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+        if self.store is not None:
+            self.store.close()
+        log.info("gateway %s stopped", self.config.gateway_id)
+
+    # ---------------------------------------------------------------- tasks ----------
+
+    async def _run_plugin(self, instance: PluginInstance) -> None:
+        """Start ``instance``, retrying retriable failures with jittered backoff."""
+        host = self.host
+        assert host is not None
+        delay = 0.5
+        while not self.stop_requested.is_set():
+            try:
+                await host.start(instance)
+                log.info("plugin instance %s started", instance.name)
+                return
+            except PluginError as exc:
+                if not exc.retriable:
+                    self.fatal = f"plugin instance {instance.name} cannot start: {exc}"
+                    log.error("%s", self.fatal)
+                    self.request_stop()
+                    return
+                log.warning("plugin instance %s cannot start yet: %s", instance.name, exc)
+            except (OSError, TimeoutError) as exc:
+                log.warning("plugin instance %s cannot start yet: %r", instance.name, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.stop_requested.wait(), timeout=delay * random.uniform(0.5, 1.5)
+                )
+            delay = min(30.0, delay * 2)
+
+    async def _housekeeping(self) -> None:
+        """Expiry sweep of the embedded queue manager and queue-depth sampling."""
+        interval = self.config.expiry_sweep_interval
+        qm = self.qm
+        sweep = getattr(qm, "sweep_expired", None)
+        next_sweep = time.monotonic() + interval
+        while True:
+            await asyncio.sleep(min(interval, 5.0))
+            if sweep is not None and time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + interval
+                try:
+                    removed = await sweep()
+                    if removed:
+                        log.debug("expired %d message(s)", removed)
+                except MQError as exc:
+                    log.warning("expiry sweep failed: %s", exc)
+            await self._sample_depths()
+
+    def _watched_queues(self) -> list[str]:
+        names = [q for q, _ in self.service.serviced_queues] if self.service else []
+        return [*names, self.config.broker.dead_letter_queue or DEAD_LETTER_QUEUE]
+
+    async def _sample_depths(self) -> None:
+        qm = self.qm
+        if qm is None:
+            return
+        depth_of = getattr(qm, "queue_depth", None)
+        if depth_of is not None:  # embedded: in memory, no I/O
+            for q in self._watched_queues():
+                with contextlib.suppress(MQError):
+                    self._depths[q] = int(depth_of(q))
+            return
+        try:
+            conn = await qm.connect()
+        except MQError:
+            return
+        try:
+            for q in self._watched_queues():
+                try:
+                    h = await conn.open(q, OpenOption.INQUIRE)
+                    attrs = await h.inquire(QueueAttr.CURRENT_Q_DEPTH)
+                    self._depths[q] = int(attrs.get(QueueAttr.CURRENT_Q_DEPTH, 0))
+                    await h.close()
+                except MQError:
+                    continue
+        finally:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+
+    # ---------------------------------------------------------------- health ---------
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        """(healthy, detail) for /healthz: serving, and every plugin instance healthy."""
+        plugins = self.host.healthy() if self.host is not None else {}
+        serving = self.service is not None and self.service.running
+        ok = serving and all(plugins.values()) and not self.fatal
+        return ok, {
+            "status": "ok" if ok else "degraded",
+            "gateway": self.config.gateway_id,
+            "broker_serving": serving,
+            "plugins": plugins,
+            "queue_depths": dict(self._depths),
+        }
+
+
+def data_paths(loaded: LoadedConfig) -> list[Path]:
+    """The directories/files a config makes the gateway write (for docs and checks)."""
+    out = [loaded.path(loaded.gateway.broker.store)]
+    qmc = loaded.gateway.queue_manager
+    if isinstance(qmc, EmbeddedQueueManagerConfig):
+        out.insert(0, loaded.path(qmc.data_dir))
+    return out

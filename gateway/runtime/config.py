@@ -1,0 +1,312 @@
+"""The ``gateway.yaml`` file: pydantic models and loading with errors that name the key
+and the fix (docs/config-reference.md describes every key).
+
+Why all problems at once: an operator fixing a sidecar's config should not need one
+restart per typo, so :func:`load_config` collects every error (the gateway's own and
+each plugin instance's ``config:`` section, validated by the plugin's model) before
+raising :class:`~gateway.runtime.errors.ConfigErrors`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gateway.runtime.broker import BrokerConfig
+from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
+from gateway.runtime.registry import PluginRegistry
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_INSTANCE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]{0,47}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EmbeddedQueueManagerConfig(_Strict):
+    """The gateway's own embedded queue manager (the default)."""
+
+    type: Literal["embedded"] = "embedded"
+    name: str = Field(default="QM1", min_length=1, max_length=48)
+    #: Where its queues and messages are stored (relative to the config file).
+    data_dir: Path = Path("data/qm")
+    #: MQSC script run at every start (use REPLACE to make it idempotent).
+    mqsc_file: Path | None = None
+    #: Define missing serviced stream queues as local queues at start-up.
+    define_stream_queues: bool = True
+
+
+class IBMMQQueueManagerConfig(_Strict):
+    """A real IBM MQ queue manager reached as an MQ client (needs the ``mq`` extra)."""
+
+    type: Literal["ibmmq"]
+    name: str = Field(min_length=1, max_length=48)
+    host: str = "127.0.0.1"
+    port: int = Field(default=1414, ge=1, le=65535)
+    channel: str = Field(default="DEV.APP.SVRCONN", min_length=1, max_length=20)
+    user: str | None = None
+    #: Name of the environment variable holding the password (never the password).
+    password_env: str | None = None
+    tls_cipher_spec: str | None = None
+    key_repository: str | None = None
+
+
+QueueManagerSection = Annotated[
+    EmbeddedQueueManagerConfig | IBMMQQueueManagerConfig, Field(discriminator="type")
+]
+
+
+class BrokerSection(BrokerConfig):
+    """The publish/subscribe broker: serviced stream queues and batching."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: The subscription/retained-publication store (SQLite; relative to the config file).
+    store: Path = Path("data/pubsub.db")
+
+
+class MetricsConfig(_Strict):
+    """Prometheus ``/metrics`` and ``/healthz`` over HTTP."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=0, le=65535)
+
+
+class LoggingConfig(_Strict):
+    format: Literal["json", "text"] = "json"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class PluginInstanceConfig(_Strict):
+    """One plugin instance: ``plugin`` names the plugin, ``config`` is its own section."""
+
+    name: str = Field(pattern=_INSTANCE_NAME)
+    plugin: str = Field(min_length=1)
+    enabled: bool = True
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class GatewayConfig(_Strict):
+    """The whole ``gateway.yaml``."""
+
+    #: Stable identity of this gateway (client ids, record origins); default
+    #: ``mqgw-<queue manager name>``.
+    id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    queue_manager: QueueManagerSection = Field(default_factory=EmbeddedQueueManagerConfig)
+    broker: BrokerSection = Field(default_factory=BrokerSection)
+    plugins: list[PluginInstanceConfig] = Field(default_factory=list)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    #: Seconds between sweeps of expired messages on the embedded queue manager.
+    expiry_sweep_interval: float = Field(default=5.0, gt=0.0)
+    #: Seconds a SIGTERM waits for in-flight work before giving up.
+    shutdown_timeout: float = Field(default=30.0, gt=0.0)
+
+    @field_validator("queue_manager", mode="before")
+    @classmethod
+    def _embedded_by_default(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "type" not in value:
+            return {**value, "type": "embedded"}
+        return value
+
+    @field_validator("plugins")
+    @classmethod
+    def _unique_names(cls, value: list[PluginInstanceConfig]) -> list[PluginInstanceConfig]:
+        seen: set[str] = set()
+        for p in value:
+            if p.name in seen:
+                raise ValueError(f"two plugin instances are called {p.name!r}; rename one")
+            seen.add(p.name)
+        return value
+
+    @property
+    def gateway_id(self) -> str:
+        return self.id or f"mqgw-{self.queue_manager.name}"
+
+
+@dataclass(slots=True)
+class LoadedConfig:
+    """A validated configuration: the gateway's and each enabled instance's plugin config."""
+
+    gateway: GatewayConfig
+    plugin_configs: dict[str, BaseModel]
+    base_dir: Path
+
+    def path(self, p: Path) -> Path:
+        """``p`` resolved against the config file's directory."""
+        return p if p.is_absolute() else self.base_dir / p
+
+
+# -------------------------------------------------------------------- errors --------
+
+
+def _key(loc: Sequence[int | str], prefix: str = "") -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("embedded", "ibmmq") and out.endswith("queue_manager"):
+            continue  # the discriminated union's tag, not a key the user wrote
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _fix(err: Mapping[str, Any], model: type[BaseModel] | None) -> str:
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return "remove it or check its spelling" + _known_keys(err, model)
+    if kind == "missing":
+        return "add it"
+    if kind in ("literal_error", "enum"):
+        return f"use one of {ctx.get('expected', '')}"
+    if kind == "union_tag_invalid":
+        return f"set type to one of {ctx.get('expected_tags', '')}"
+    if kind == "union_tag_not_found":
+        return "add 'type: embedded' or 'type: ibmmq'"
+    if kind.startswith("int_") or kind.startswith("float_"):
+        return "write a number"
+    if kind.startswith("bool"):
+        return "write true or false"
+    if kind == "string_pattern_mismatch":
+        return f"it must match {ctx.get('pattern', '')}"
+    return ""
+
+
+def _known_keys(err: Mapping[str, Any], model: type[BaseModel] | None) -> str:
+    target: Any = model
+    for part in list(err.get("loc", ()))[:-1]:
+        if target is None:
+            return ""
+        if isinstance(part, int) or part in ("embedded", "ibmmq"):
+            if part == "ibmmq":
+                target = IBMMQQueueManagerConfig
+            elif part == "embedded":
+                target = EmbeddedQueueManagerConfig
+            continue
+        field = getattr(target, "model_fields", {}).get(part)
+        if field is None:
+            return ""
+        target = _model_in(field.annotation)
+    if target is None or not hasattr(target, "model_fields"):
+        return ""
+    return f" (known keys: {', '.join(target.model_fields)})"
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _errors(
+    exc: ValidationError, source: str, prefix: str = "", model: type[BaseModel] | None = None
+) -> list[ConfigError]:
+    return [
+        ConfigError(_key(e["loc"], prefix), e["msg"], _fix(e, model), source=source)
+        for e in exc.errors()
+    ]
+
+
+# -------------------------------------------------------------------- loading -------
+
+
+def expand_env(value: Any, key: str = "") -> Any:
+    """Replace ``${NAME}`` / ``${NAME:-default}`` in strings by environment variables."""
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            got = os.environ.get(name, default)
+            if got is None:
+                raise ConfigError(
+                    key or "(value)",
+                    f"environment variable {name} is not set",
+                    f"export {name}=... or write ${{{name}:-default}}",
+                )
+            return got
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def parse_config(
+    data: Any, registry: PluginRegistry, *, source: str = "", base_dir: Path | None = None
+) -> LoadedConfig:
+    """Validate already-parsed YAML data; raises ConfigErrors listing every problem."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigErrors([ConfigError("", "the file must hold a mapping of keys", source=source)])
+    try:
+        data = expand_env(data)
+    except ConfigError as exc:
+        exc.source = source
+        raise ConfigErrors([exc]) from None
+    try:
+        gateway = GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigErrors(_errors(exc, source, model=GatewayConfig)) from None
+    problems: list[ConfigError] = []
+    plugin_configs: dict[str, BaseModel] = {}
+    for i, inst in enumerate(gateway.plugins):
+        if not inst.enabled:
+            continue
+        try:
+            plugin = registry.get(inst.plugin)
+        except PluginLoadError as exc:
+            problems.append(ConfigError(f"plugins[{i}].plugin", str(exc), "", source=source))
+            continue
+        model = plugin.config_model
+        try:
+            plugin_configs[inst.name] = model.model_validate(inst.config)
+        except ValidationError as exc:
+            problems.extend(_errors(exc, source, f"plugins[{i}].config", model))
+    if problems:
+        raise ConfigErrors(problems)
+    return LoadedConfig(gateway, plugin_configs, base_dir or Path.cwd())
+
+
+def load_config(path: Path | str, registry: PluginRegistry) -> LoadedConfig:
+    """Read and validate ``path`` (YAML)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigErrors(
+            [ConfigError("", f"cannot read {p}: {exc.strerror}", "check the --config path")]
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigErrors(
+            [
+                ConfigError(
+                    "",
+                    f"{where}not valid YAML ({getattr(exc, 'problem', exc)})",
+                    "fix the YAML syntax",
+                    source=str(p),
+                )
+            ]
+        ) from None
+    return parse_config(data, registry, source=str(p), base_dir=p.resolve().parent)

@@ -1,0 +1,211 @@
+"""Prometheus metrics and ``/metrics`` + ``/healthz`` over HTTP.
+
+Why a collector rather than counters bumped per message: the broker service, the plugin
+host and the publishers already keep plain integer counters; reading them at scrape
+time costs nothing on the message path. Only the end-to-end latency histogram is
+observed per delivery (one bucket increment). The HTTP endpoint is a small asyncio
+server (no thread), bound to 127.0.0.1 by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gateway.plugin_api import Delivery
+from gateway.runtime.broker import BrokerService
+from gateway.runtime.plugin_host import PluginHost
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def put_timestamp(put_date: str, put_time: str) -> float | None:
+    """Seconds since the epoch of an MQMD PutDate (YYYYMMDD) + PutTime (HHMMSSTH, GMT)."""
+    if len(put_date) != 8 or len(put_time) < 6:
+        return None
+    try:
+        base = calendar.timegm(
+            (
+                int(put_date[0:4]),
+                int(put_date[4:6]),
+                int(put_date[6:8]),
+                int(put_time[0:2]),
+                int(put_time[2:4]),
+                int(put_time[4:6]),
+                0,
+                0,
+                0,
+            )
+        )
+        hundredths = int(put_time[6:8]) if len(put_time) >= 8 else 0
+    except ValueError:
+        return None
+    return base + hundredths / 100
+
+
+class GatewayMetrics:
+    """Metrics of one running gateway (its own registry: tests run several at once)."""
+
+    def __init__(
+        self,
+        service: BrokerService,
+        host: PluginHost,
+        queue_depths: Callable[[], dict[str, int]],
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.latency = Histogram(
+            "mqgw_end_to_end_latency_seconds",
+            "From the MQ put of a publication to its acknowledgement by a plugin's target",
+            ["plugin"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_Collector(service, host, queue_depths))
+
+    def observe(self, plugin: str, deliveries: Sequence[Delivery]) -> None:
+        """Record end-to-end latency of acknowledged deliveries (sink observer)."""
+        now = time.time()
+        child = self.latency.labels(plugin)
+        for d in deliveries:
+            pub = d.publication
+            if d.retained:
+                continue  # a retained re-send is not a new publication's latency
+            ts = put_timestamp(pub.put_date, pub.put_time)
+            if ts is not None:
+                child.observe(max(0.0, now - ts))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Collector(Collector):
+    def __init__(
+        self,
+        service: BrokerService,
+        host: PluginHost,
+        queue_depths: Callable[[], dict[str, int]],
+    ) -> None:
+        self.service = service
+        self.host = host
+        self.queue_depths = queue_depths
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        c = self.service.counters
+        out = CounterMetricFamily(
+            "mqgw_messages_out",
+            "Publications handed to a plugin and acknowledged by its target",
+            labels=["stream", "plugin"],
+        )
+        inbound = CounterMetricFamily(
+            "mqgw_messages_in",
+            "Publications a plugin brought into MQ (committed)",
+            labels=["stream", "plugin"],
+        )
+        errors = CounterMetricFamily(
+            "mqgw_errors", "Failures by component and kind", labels=["component", "kind"]
+        )
+        errors.add_metric(["broker", "batch_backout"], c.backouts)
+        errors.add_metric(["broker", "sink_retry"], c.sink_retries)
+        up = GaugeMetricFamily(
+            "mqgw_plugin_up", "1 while a plugin instance is healthy", labels=["plugin"]
+        )
+        for name, healthy in self.host.healthy().items():
+            up.add_metric([name], 1.0 if healthy else 0.0)
+        for name, sc in self.host.sink_counters.items():
+            for stream, n in sc.per_stream.items():
+                out.add_metric([stream, name], n)
+            errors.add_metric([name, "send_failure"], sc.failures)
+        for name, ctx in self.host.contexts.items():
+            pc = ctx.publisher.counters
+            for stream, n in pc.per_stream.items():
+                inbound.add_metric([stream, name], n)
+            errors.add_metric([name, "publish_failure"], pc.failures)
+        handled = CounterMetricFamily(
+            "mqgw_broker_messages", "Messages got from serviced queues and committed"
+        )
+        handled.add_metric([], c.messages)
+        dead = CounterMetricFamily(
+            "mqgw_dead_lettered",
+            "Messages put to the dead-letter or a backout queue",
+            labels=["why"],
+        )
+        dead.add_metric(["undeliverable"], c.dead_lettered)
+        dead.add_metric(["backout_threshold"], c.moved_to_backout_queue)
+        depth = GaugeMetricFamily("mqgw_queue_depth", "Current depth of a queue", labels=["queue"])
+        try:
+            for q, n in self.queue_depths().items():
+                depth.add_metric([q], n)
+        except Exception:  # a scrape must not fail because one queue cannot be asked
+            log.debug("queue depth unavailable", exc_info=True)
+        yield from (out, inbound, handled, errors, dead, depth, up)
+
+
+class HealthServer:
+    """``GET /metrics`` (Prometheus text) and ``GET /healthz`` (JSON; 503 when unhealthy)."""
+
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        health: Callable[[], tuple[bool, dict[str, object]]],
+        host: str = "127.0.0.1",
+        port: int = 9464,
+    ) -> None:
+        self.metrics = metrics
+        self.health = health
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        sock = self._server.sockets[0]
+        self.port = int(sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), 5.0)
+            while (await asyncio.wait_for(reader.readline(), 5.0)) not in (b"\r\n", b"\n", b""):
+                pass
+            parts = request.decode("latin-1").split()
+            path = parts[1].split("?")[0] if len(parts) >= 2 else ""
+            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
+            elif path == "/metrics":
+                status, ctype = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
+                body = self.metrics.exposition()
+            elif path == "/healthz":
+                ok, detail = self.health()
+                status = "200 OK" if ok else "503 Service Unavailable"
+                ctype, body = "application/json", json.dumps(detail).encode() + b"\n"
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode()
+            writer.write(head + (body if parts[:1] != ["HEAD"] else b""))
+            await writer.drain()
+        except (TimeoutError, ConnectionError, IndexError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

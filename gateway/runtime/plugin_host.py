@@ -1,0 +1,400 @@
+"""Hosting plugin instances: the :class:`~gateway.plugin_api.PluginContext` and
+:class:`~gateway.plugin_api.Publisher` the runtime hands to each instance.
+
+Why publication goes through MQ and not straight into the engine: an inbound
+publication must survive a crash the moment :meth:`MQPublisher.publish` returns (the
+plugin then acknowledges upstream). Putting it as an MQRFH2 ``Publish`` command under
+syncpoint on a stream queue and committing gives exactly that, and the broker service
+then fans it out like any legacy publisher's (reference §5.5 "Publish", MQRFH2 ``psc``
+folder). The instance's name travels in an ``mqgw`` folder (``<mqgw><Origin>``), which
+the engine strips and uses to keep the publication away from that instance's own
+sink subscriptions (no bridging loops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import re
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+
+from gateway.mq.port import Connection, MQError, PutOptions, QueueManager
+from gateway.plugin_api import Delivery, InboundPublication, PluginError, PluginInstance
+from gateway.pubsub.engine import ORIGIN_FOLDER
+from gateway.pubsub.options import RegOpt
+from gateway.pubsub.streams import DEFAULT_STREAM, MAX_STREAM_NAME, prefixed_topic
+from gateway.pubsub.topics import Scheme
+from gateway.runtime.broker import BrokerService
+from gateway.wire.constants import ENC_NATIVE, MsgType, Persistence
+from gateway.wire.folder import Element
+from gateway.wire.formats import FMT_RF_HEADER_2
+from gateway.wire.mqmd import MQMD
+from gateway.wire.rfh2 import MQRFH2, encode_rfh2
+
+__all__ = [
+    "ORIGIN_FOLDER",
+    "HostedPluginContext",
+    "MQPublisher",
+    "PluginHost",
+    "PublishRefusedError",
+    "build_publish_command",
+]
+
+log = logging.getLogger(__name__)
+
+_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_STREAM_CHARS = re.compile(r"[A-Za-z0-9._%]+")
+
+
+class PublishRefusedError(PluginError):
+    """An inbound publication can never be published (bad stream, topic or property
+    name). Not retriable: the plugin must dead-letter or skip it, not retry it."""
+
+    def __init__(self, message: str, *, index: int = -1) -> None:
+        super().__init__(message, retriable=False)
+        #: Position of the offending publication in the batch given to publish().
+        self.index = index
+
+
+def _check(pub: InboundPublication, index: int) -> None:
+    if len(pub.stream) > MAX_STREAM_NAME or not _STREAM_CHARS.fullmatch(pub.stream):
+        raise PublishRefusedError(
+            f"stream name {pub.stream!r} is not a valid MQ queue name "
+            "(1-48 characters of A-Z a-z 0-9 . _ %)",
+            index=index,
+        )
+    if not pub.topic or "\x00" in pub.topic:
+        raise PublishRefusedError(f"topic {pub.topic!r} is empty or contains NUL", index=index)
+    if pub.delete and any(level in ("#", "+") for level in pub.topic.split("/")):
+        raise PublishRefusedError(
+            f"delete of {pub.topic!r}: a wildcard level would delete many topics", index=index
+        )
+    for name in pub.properties:
+        if not _PROPERTY_NAME.fullmatch(name):
+            raise PublishRefusedError(
+                f"property name {name!r} cannot be an MQRFH2 usr element "
+                "(letters, digits, _ . - ; not starting with a digit)",
+                index=index,
+            )
+
+
+def build_publish_command(
+    pub: InboundPublication, *, q_mgr: str = "", gateway_id: str = ""
+) -> tuple[MQMD, bytes]:
+    """The MQMD and body of the MQRFH2 Publish (or DeletePub) command for ``pub``.
+
+    Raises :class:`PublishRefusedError` when ``pub`` cannot be expressed.
+    """
+    _check(pub, -1)
+    psc = Element("psc")
+    full_topic = prefixed_topic(pub.stream, pub.topic)
+    if pub.delete:
+        psc.add("Command", "DeletePub")
+        psc.add("Topic", full_topic)
+    else:
+        psc.add("Command", "Publish")
+        psc.add("Topic", full_topic)
+        if pub.retain:
+            psc.add("PubOpt", "RetainPub")
+    folders = [psc]
+    if pub.properties and not pub.delete:
+        folders.append(Element.from_pairs("usr", dict(pub.properties)))
+    if pub.origin or gateway_id:
+        marker = Element(ORIGIN_FOLDER)
+        if pub.origin:
+            marker.add("Origin", pub.origin)
+        if gateway_id:
+            marker.add("Gateway", gateway_id)
+        folders.append(marker)
+    rfh2 = MQRFH2(
+        folders=folders,
+        encoding=pub.encoding,
+        coded_char_set_id=pub.ccsid,
+        format=pub.payload_format,
+    )
+    body = encode_rfh2(rfh2, ENC_NATIVE, ccsid=1208) + (b"" if pub.delete else pub.payload)
+    md = MQMD(
+        msg_type=MsgType.DATAGRAM,
+        format=FMT_RF_HEADER_2,
+        encoding=ENC_NATIVE,
+        coded_char_set_id=1208,
+        persistence=Persistence.PERSISTENT if pub.persistent else Persistence.NOT_PERSISTENT,
+        expiry=pub.expiry,
+        correl_id=pub.correl_id.ljust(24, b"\x00")[:24] if pub.correl_id else bytes(24),
+        reply_to_q_mgr=q_mgr,
+    )
+    return md, body
+
+
+@dataclass(slots=True)
+class PublisherCounters:
+    """Exported as metrics."""
+
+    publications: int = 0
+    units_of_work: int = 0
+    failures: int = 0
+    #: publications per stream
+    per_stream: dict[str, int] = field(default_factory=dict)
+
+
+class MQPublisher:
+    """:class:`~gateway.plugin_api.Publisher` over a queue manager.
+
+    One connection, one unit of work at a time (a lock): ``publish`` puts the batch's
+    commands under syncpoint and commits. The command goes to the stream's own queue
+    when that queue is serviced (so it is ordered with the stream's other publishers),
+    else to ``SYSTEM.BROKER.DEFAULT.STREAM`` (the ``$SYS/STREAM/`` prefix names the
+    stream either way).
+    """
+
+    def __init__(
+        self,
+        qm: QueueManager,
+        *,
+        origin: str = "",
+        gateway_id: str = "",
+        serviced_queues: Collection[str] | Callable[[], Collection[str]] = (),
+    ) -> None:
+        self.qm = qm
+        self.origin = origin
+        self.gateway_id = gateway_id
+        self._serviced = serviced_queues
+        self._conn: Connection | None = None
+        self._lock = asyncio.Lock()
+        self.counters = PublisherCounters()
+
+    def queue_for(self, stream: str) -> str:
+        """The queue a publication on ``stream`` is put to."""
+        serviced = self._serviced() if callable(self._serviced) else self._serviced
+        return stream if stream in serviced else DEFAULT_STREAM
+
+    async def publish(self, publications: Sequence[InboundPublication]) -> None:
+        """Put all of ``publications`` in one unit of work and commit (see Publisher)."""
+        if not publications:
+            return
+        commands: list[tuple[str, MQMD, bytes]] = []
+        for i, pub in enumerate(publications):
+            if not pub.origin and self.origin:
+                pub = dataclasses.replace(pub, origin=self.origin)
+            try:
+                _check(pub, i)
+            except PublishRefusedError as exc:
+                exc.index = i
+                raise
+            md, body = build_publish_command(pub, gateway_id=self.gateway_id)
+            commands.append((self.queue_for(pub.stream), md, body))
+        async with self._lock:
+            conn = self._conn
+            try:
+                if conn is None:
+                    conn = self._conn = await self.qm.connect()
+                opts = PutOptions(syncpoint=True)
+                for queue, md, body in commands:
+                    await conn.put1(queue, md, body, opts)
+                await conn.commit()
+            except MQError as exc:
+                self.counters.failures += 1
+                await self._drop(conn)
+                raise PluginError(f"cannot publish into MQ: {exc}", retriable=True) from exc
+            except BaseException:
+                self.counters.failures += 1
+                await self._drop(conn)
+                raise
+        self.counters.units_of_work += 1
+        self.counters.publications += len(publications)
+        per = self.counters.per_stream
+        for pub in publications:
+            per[pub.stream] = per.get(pub.stream, 0) + 1
+
+    async def _drop(self, conn: Connection | None) -> None:
+        """Back out and forget the connection (a fresh one is made on next publish)."""
+        self._conn = None
+        if conn is None:
+            return
+        with contextlib.suppress(MQError):
+            await conn.backout()
+        with contextlib.suppress(MQError):
+            await conn.disconnect()
+
+    async def close(self) -> None:
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                with contextlib.suppress(MQError):
+                    await conn.disconnect()
+
+
+class HostedPluginContext:
+    """The :class:`~gateway.plugin_api.PluginContext` of one instance in a
+    :class:`BrokerService` process: its sink subscriptions are the instance's name."""
+
+    def __init__(
+        self, service: BrokerService, instance_name: str, gateway_id: str, publisher: MQPublisher
+    ) -> None:
+        self._service = service
+        self._name = instance_name
+        self._gateway_id = gateway_id
+        self._publisher = publisher
+
+    @property
+    def gateway_id(self) -> str:
+        return self._gateway_id
+
+    @property
+    def instance_name(self) -> str:
+        return self._name
+
+    @property
+    def publisher(self) -> MQPublisher:
+        return self._publisher
+
+    async def subscribe(self, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> None:
+        await self._service.subscribe_sink(self._name, topic, scheme=scheme, reg_opts=RegOpt.NONE)
+
+    async def unsubscribe(self, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> bool:
+        return await self._service.unsubscribe_sink(self._name, topic, scheme=scheme)
+
+
+@dataclass(slots=True)
+class SinkCounters:
+    """Per-instance outbound figures (exported as metrics)."""
+
+    deliveries: int = 0
+    deletions: int = 0
+    units_of_work: int = 0
+    failures: int = 0
+    per_stream: dict[str, int] = field(default_factory=dict)
+
+
+class _CountingSink:
+    """Wraps an instance's ``send`` for metrics; the broker service awaits it.
+
+    Until the instance has started (its target may be down at boot), a send fails
+    *retriably*, so the broker holds the batch on MQ instead of backing it out."""
+
+    def __init__(self, instance: PluginInstance, counters: SinkCounters, started: set[str]) -> None:
+        self.instance = instance
+        self.counters = counters
+        self._started = started
+        #: called with (instance name, deliveries) once acknowledged (metrics)
+        self.observer: Callable[[str, Sequence[Delivery]], None] | None = None
+
+    async def send(self, deliveries: Sequence[Delivery]) -> None:
+        items = deliveries
+        if self.instance.name not in self._started:
+            raise PluginError(
+                f"plugin instance {self.instance.name} has not started", retriable=True
+            )
+        try:
+            await self.instance.send(items)
+        except BaseException:
+            self.counters.failures += 1
+            raise
+        c = self.counters
+        c.units_of_work += 1
+        c.deliveries += len(items)
+        for d in items:
+            stream = d.publication.stream
+            c.per_stream[stream] = c.per_stream.get(stream, 0) + 1
+            if getattr(d, "deleted", False):
+                c.deletions += 1
+        if self.observer is not None:
+            self.observer(self.instance.name, items)
+
+
+class PluginHost:
+    """Runs plugin instances against one :class:`BrokerService`.
+
+    :meth:`attach` registers an instance's sink *before* the broker service starts
+    serving (else its deliveries would be dead-lettered as "no such sink");
+    :meth:`start` then starts it with its context. ``gateway_id`` is stable across
+    restarts (client ids, origins).
+    """
+
+    def __init__(self, qm: QueueManager, service: BrokerService, gateway_id: str) -> None:
+        self.qm = qm
+        self.service = service
+        self.gateway_id = gateway_id
+        self.instances: dict[str, PluginInstance] = {}
+        self.contexts: dict[str, HostedPluginContext] = {}
+        self.sink_counters: dict[str, SinkCounters] = {}
+        self.started: set[str] = set()
+        self.started_at = time.time()
+        #: Called with (instance name, deliveries) after each acknowledged send (metrics).
+        self.observer: Callable[[str, Sequence[Delivery]], None] | None = None
+
+    def publisher_for(self, instance_name: str) -> MQPublisher:
+        return MQPublisher(
+            self.qm,
+            origin=instance_name,
+            gateway_id=self.gateway_id,
+            serviced_queues=lambda: {q for q, _ in self.service.serviced_queues},
+        )
+
+    def attach(self, instance: PluginInstance) -> HostedPluginContext:
+        """Register ``instance`` as a sink and build its context (no I/O)."""
+        name = instance.name
+        if name in self.instances:
+            raise PluginError(f"two plugin instances are called {name!r}; names must be unique")
+        counters = SinkCounters()
+        sink = _CountingSink(instance, counters, self.started)
+        sink.observer = self._observe
+        self.service.register_sink(name, sink)
+        ctx = HostedPluginContext(self.service, name, self.gateway_id, self.publisher_for(name))
+        self.instances[name] = instance
+        self.contexts[name] = ctx
+        self.sink_counters[name] = counters
+        return ctx
+
+    async def start(self, instance: PluginInstance) -> HostedPluginContext:
+        """Attach (if needed) and start ``instance``."""
+        ctx = self.contexts.get(instance.name) or self.attach(instance)
+        # Marked first: start() subscribes, and subscribing sends retained deliveries.
+        self.started.add(instance.name)
+        try:
+            await instance.start(ctx)
+        except BaseException:
+            self.started.discard(instance.name)
+            raise
+        return ctx
+
+    async def stop(self, name: str) -> None:
+        """Stop one instance (flush first) and close its publisher connection."""
+        instance = self.instances.get(name)
+        if instance is None:
+            return
+        try:
+            if name in self.started:
+                try:
+                    await instance.flush()
+                finally:
+                    await instance.stop()
+        finally:
+            self.started.discard(name)
+            await self.contexts[name].publisher.close()
+
+    async def stop_all(self) -> None:
+        """Stop every instance, in reverse order of attachment; errors are logged."""
+        for name in reversed(list(self.instances)):
+            try:
+                await self.stop(name)
+            except Exception:
+                log.exception("plugin instance %s did not stop cleanly", name)
+
+    def _observe(self, name: str, deliveries: Sequence[Delivery]) -> None:
+        if self.observer is not None:
+            self.observer(name, deliveries)
+
+    def healthy(self) -> dict[str, bool]:
+        """Health of each attached instance (False when not started)."""
+        out: dict[str, bool] = {}
+        for name, inst in self.instances.items():
+            try:
+                out[name] = name in self.started and bool(inst.healthy())
+            except Exception:
+                out[name] = False
+        return out

@@ -1,0 +1,117 @@
+"""The ``kafka`` plugin: bridges MQ publish/subscribe streams to Kafka and back.
+
+Records follow docs/kafka-contract.md (version 1); configuration, mapping and delivery
+guarantees are in docs/kafka-plugin.md. ``plugin`` is the object the ``mqgw.plugins``
+entry point ``kafka`` names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from gateway.plugin_api import Delivery, PluginContext, PluginError
+from plugins.kafka.config import KafkaPluginConfig
+from plugins.kafka.errors import KafkaPluginError, TopicCollisionError
+from plugins.kafka.mapping import TopicRouter
+from plugins.kafka.sink import KafkaSink
+from plugins.kafka.source import KafkaSource
+
+__all__ = [
+    "KafkaInstance",
+    "KafkaPlugin",
+    "KafkaPluginConfig",
+    "KafkaPluginError",
+    "TopicCollisionError",
+    "plugin",
+]
+
+
+class KafkaInstance:
+    """One configured ``kafka`` instance: an engine sink (outbound) and/or a consumer
+    publishing into the engine (inbound)."""
+
+    def __init__(self, name: str, config: KafkaPluginConfig) -> None:
+        self._name = name
+        self.config = config
+        # Built here (no I/O) so a colliding mapping fails before anything connects.
+        self.router: TopicRouter | None = (
+            config.outbound.router() if config.outbound.enabled else None
+        )
+        self.sink: KafkaSink | None = None
+        self.source: KafkaSource | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def start(self, context: PluginContext) -> None:
+        gateway_id = context.gateway_id
+        try:
+            if self.router is not None:
+                self.sink = KafkaSink(
+                    self.config, self.router, instance=self._name, gateway_id=gateway_id
+                )
+                await self.sink.start()
+                for route in self.config.outbound.routes:
+                    await context.subscribe(route.unified_topic)
+            if self.config.inbound.topics:
+                self.source = KafkaSource(
+                    self.config, context.publisher, instance=self._name, gateway_id=gateway_id
+                )
+                await self.source.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def send(self, deliveries: Sequence[Delivery]) -> None:
+        if self.sink is None:
+            raise KafkaPluginError(
+                f"kafka instance {self._name!r} received deliveries but outbound is disabled "
+                "or not started",
+                retriable=True,
+            )
+        await self.sink.send(deliveries)
+
+    async def flush(self) -> None:
+        if self.sink is not None:
+            await self.sink.flush()
+
+    async def stop(self) -> None:
+        source, self.source = self.source, None
+        if source is not None:
+            await source.stop()
+        sink, self.sink = self.sink, None
+        if sink is not None:
+            await sink.stop()
+
+    def healthy(self) -> bool:
+        outbound_ok = self.router is None or (self.sink is not None and self.sink.healthy)
+        inbound_ok = not self.config.inbound.topics or (
+            self.source is not None and self.source.healthy
+        )
+        return outbound_ok and inbound_ok
+
+
+class KafkaPlugin:
+    """The ``kafka`` entry in the ``mqgw.plugins`` group."""
+
+    @property
+    def name(self) -> str:
+        return "kafka"
+
+    @property
+    def config_model(self) -> type[BaseModel]:
+        return KafkaPluginConfig
+
+    def create(self, instance_name: str, config: BaseModel) -> KafkaInstance:
+        if not isinstance(config, KafkaPluginConfig):
+            raise PluginError(
+                f"kafka instance {instance_name!r}: config is a {type(config).__name__}, "
+                "expected KafkaPluginConfig"
+            )
+        return KafkaInstance(instance_name, config)
+
+
+plugin = KafkaPlugin()

@@ -1,0 +1,171 @@
+"""The ``config:`` section of one ``kafka`` plugin instance (validated with pydantic).
+
+Defaults follow docs/kafka-contract.md: one topic per stream (``mqgw.{stream}``), a
+compacted ``mqgw-retained.{stream}`` topic for retained publications, the whole default
+stream bridged out, nothing consumed in until ``inbound.topics`` names Kafka topics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.plugin_api import DEFAULT_STREAM
+from plugins.kafka.errors import KafkaPluginError, TopicNameError
+from plugins.kafka.mapping import InboundRoute, Route, TopicRouter, TopicTemplate
+
+DEFAULT_TOPIC_TEMPLATE = "mqgw.{stream}"
+DEFAULT_RETAINED_TEMPLATE = "mqgw-retained.{stream}"
+
+
+def _check_template(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            TopicTemplate.parse(value)
+        except TopicNameError as exc:
+            raise ValueError(str(exc)) from exc
+    return value
+
+
+class OutboundRoute(BaseModel):
+    """One MQ subscription of the plugin and where its publications go in Kafka."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stream: str = Field(default=DEFAULT_STREAM, min_length=1, max_length=48)
+    #: MQ topic-scheme filter within the stream (``#`` all, ``+`` one level).
+    topic: str = Field(default="#", min_length=1)
+    #: Template of the Kafka topic ({stream}, {topic}); default: outbound.topic_template.
+    kafka_topic: str | None = None
+    #: Template of the compacted retained topic; default: outbound.retained_topic_template.
+    retained_topic: str | None = None
+
+    _templates = field_validator("kafka_topic", "retained_topic")(_check_template)
+
+    @property
+    def unified_topic(self) -> str:
+        """The engine subscription topic (``$SYS/STREAM/<s>/...`` for named streams)."""
+        if self.stream == DEFAULT_STREAM:
+            return self.topic
+        return f"$SYS/STREAM/{self.stream}/{self.topic}"
+
+
+class OutboundConfig(BaseModel):
+    """MQ -> Kafka."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    topic_template: str = DEFAULT_TOPIC_TEMPLATE
+    retained_topic_template: str = DEFAULT_RETAINED_TEMPLATE
+    routes: list[OutboundRoute] = Field(default_factory=lambda: [OutboundRoute()])
+
+    _templates = field_validator("topic_template", "retained_topic_template")(_check_template)
+
+    @model_validator(mode="after")
+    def _unique_routes(self) -> OutboundConfig:
+        seen: set[tuple[str, str]] = set()
+        for r in self.routes:
+            if (r.stream, r.topic) in seen:
+                raise ValueError(
+                    f"outbound.routes lists stream {r.stream!r} topic {r.topic!r} twice; "
+                    "keep one entry per (stream, topic)"
+                )
+            seen.add((r.stream, r.topic))
+        return self
+
+    def router(self) -> TopicRouter:
+        """The topic router; raises TopicCollisionError/TopicNameError on a bad mapping."""
+        main = TopicTemplate.parse(self.topic_template)
+        retained = TopicTemplate.parse(self.retained_topic_template)
+        routes = [
+            Route(
+                r.stream,
+                r.topic,
+                TopicTemplate.parse(r.kafka_topic) if r.kafka_topic else main,
+                TopicTemplate.parse(r.retained_topic) if r.retained_topic else retained,
+            )
+            for r in self.routes
+        ]
+        return TopicRouter(routes, Route("", "", main, retained))
+
+
+class InboundTopic(BaseModel):
+    """One consumed Kafka topic and the MQ stream/topic its records are published on
+    when the record itself does not say (headers ``mq.stream``/``mq.topic``, key)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kafka_topic: str = Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$")
+    stream: str = Field(default=DEFAULT_STREAM, min_length=1, max_length=48)
+    #: MQ topic for records with neither an ``mq.topic`` header nor a key.
+    topic: str = ""
+    #: Publish as retained publications; a tombstone then deletes the retained one.
+    retain: bool = False
+    persistent: bool = True
+
+    def route(self) -> InboundRoute:
+        return InboundRoute(self.kafka_topic, self.stream, self.topic, self.retain, self.persistent)
+
+
+class InboundConfig(BaseModel):
+    """Kafka -> MQ."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    topics: list[InboundTopic] = Field(default_factory=list)
+    #: Consumer group; default ``mqgw.<gateway id>.<instance>``.
+    group_id: str | None = None
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    #: Records per MQ unit of work.
+    max_batch: int = Field(default=200, ge=1, le=10_000)
+    poll_timeout_ms: int = Field(default=200, ge=1, le=60_000)
+    #: Back-off after a failed publish (doubles, with jitter, up to retry_max_s).
+    retry_initial_s: float = Field(default=0.2, gt=0)
+    retry_max_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _unique_topics(self) -> InboundConfig:
+        names = [t.kafka_topic for t in self.topics]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"inbound.topics lists {sorted(dup)} more than once")
+        return self
+
+
+class KafkaPluginConfig(BaseModel):
+    """One ``kafka`` plugin instance (see docs/kafka-plugin.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bootstrap_servers: str | list[str] = "127.0.0.1:9092"
+    client_id: str | None = None
+    #: Create absent topics at start-up/first use (retained ones with cleanup.policy=compact).
+    create_topics: bool = True
+    partitions: int = Field(default=1, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    #: Extra topic configs for topics the plugin creates (e.g. retention.ms).
+    topic_configs: dict[str, str] = Field(default_factory=dict)
+    linger_ms: int = Field(default=5, ge=0)
+    compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = None
+    #: Largest produce request (bytes); a bigger MQ publication is refused by Kafka
+    #: (raise it together with the broker's message.max.bytes).
+    max_request_size: int = Field(default=1_048_576, ge=1024)
+    request_timeout_ms: int = Field(default=30_000, ge=1000)
+    #: Longest a batch may wait for acks before the MQ unit of work backs out.
+    send_timeout_s: float = Field(default=60.0, gt=0)
+    #: Passed to aiokafka as is (security_protocol, sasl_*, ssl_context is not YAML-able).
+    client_options: dict[str, Any] = Field(default_factory=dict)
+    outbound: OutboundConfig = Field(default_factory=OutboundConfig)
+    inbound: InboundConfig = Field(default_factory=InboundConfig)
+
+    @model_validator(mode="after")
+    def _mapping_is_sound(self) -> KafkaPluginConfig:
+        # Collisions are a config error: report them at validation time, naming both.
+        if self.outbound.enabled:
+            try:
+                self.outbound.router()
+            except KafkaPluginError as exc:
+                raise ValueError(str(exc)) from exc
+        return self

@@ -1,0 +1,217 @@
+"""Inbound: consumed Kafka records to publications in the MQ publish/subscribe network.
+
+Offsets are committed only after ``Publisher.publish`` returned, i.e. after the MQ unit
+of work carrying the batch committed. A failed publish commits nothing and rewinds the
+consumer to the batch's first records, so they are delivered again (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+
+from gateway.plugin_api import InboundPublication, PluginError, Publisher
+from plugins.kafka.config import KafkaPluginConfig
+from plugins.kafka.errors import KafkaPluginError
+from plugins.kafka.mapping import InboundRoute, SkippedRecord, inbound_publication
+from plugins.kafka.sink import client_args
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SourceCounters:
+    """Exported as metrics; no per-record logging."""
+
+    consumed: int = 0
+    published: int = 0
+    skipped_own: int = 0
+    skipped_invalid: int = 0
+    publish_failures: int = 0
+    commits: int = 0
+
+
+class KafkaSource:
+    """Consumes the configured topics and publishes each batch in one MQ unit of work."""
+
+    def __init__(
+        self,
+        config: KafkaPluginConfig,
+        publisher: Publisher,
+        *,
+        instance: str,
+        gateway_id: str,
+    ) -> None:
+        self.config = config
+        self.publisher = publisher
+        self.instance = instance
+        self.gateway_id = gateway_id
+        self.routes = {t.kafka_topic: t.route() for t in config.inbound.topics}
+        self.group_id = config.inbound.group_id or f"mqgw.{gateway_id}.{instance}"
+        self.counters = SourceCounters()
+        self.consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._failing = False
+
+    @property
+    def healthy(self) -> bool:
+        return self._task is not None and not self._task.done() and not self._failing
+
+    async def start(self) -> None:
+        if not self.routes:
+            return
+        inbound = self.config.inbound
+        consumer = AIOKafkaConsumer(
+            *self.routes,
+            **client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}"),
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset=inbound.auto_offset_reset,
+            isolation_level="read_committed",
+        )
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            await consumer.stop()
+            raise KafkaPluginError(
+                f"kafka instance {self.instance!r}: cannot consume {sorted(self.routes)} from "
+                f"{self.config.bootstrap_servers}: {exc}",
+                retriable=True,
+            ) from exc
+        self.consumer = consumer
+        self._stop.clear()
+        self._task = asyncio.create_task(self._run(consumer), name=f"kafka-source:{self.instance}")
+
+    async def stop(self) -> None:
+        """Finish the batch in progress (publish + commit), then leave the group."""
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None:
+            # A publish stuck on an unreachable queue manager is abandoned (its
+            # offsets are not committed, so nothing is lost).
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, timeout=self.config.send_timeout_s)
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            await consumer.stop()
+
+    async def _run(self, consumer: AIOKafkaConsumer) -> None:
+        inbound = self.config.inbound
+        delay = inbound.retry_initial_s
+        while not self._stop.is_set():
+            try:
+                batches = await consumer.getmany(
+                    timeout_ms=inbound.poll_timeout_ms, max_records=inbound.max_batch
+                )
+            except KafkaError as exc:
+                log.error("kafka instance %r: poll failed: %s", self.instance, exc)
+                await self._pause(delay)
+                delay = min(inbound.retry_max_s, delay * 2)
+                continue
+            if not batches:
+                continue
+            try:
+                await self._deliver(consumer, batches)
+            except Exception as exc:  # publish or commit failed: rewind, retry later
+                self.counters.publish_failures += 1
+                if not self._failing:
+                    log.error(
+                        "kafka instance %r: publishing into MQ failed (%s); records will be "
+                        "delivered again",
+                        self.instance,
+                        exc,
+                    )
+                self._failing = True
+                for tp, records in batches.items():
+                    with contextlib.suppress(Exception):
+                        consumer.seek(tp, records[0].offset)
+                await self._pause(delay * (0.5 + random.random()))
+                delay = min(inbound.retry_max_s, delay * 2)
+                continue
+            if self._failing:
+                log.warning("kafka instance %r: publishing into MQ again", self.instance)
+            self._failing = False
+            delay = inbound.retry_initial_s
+
+    async def _deliver(
+        self,
+        consumer: AIOKafkaConsumer,
+        batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
+    ) -> None:
+        pubs: list[InboundPublication] = []
+        offsets: dict[TopicPartition, int] = {}
+        for tp, records in batches.items():
+            route = self.routes.get(tp.topic) or InboundRoute(tp.topic)
+            pubs.extend(self._map(route, records))
+            offsets[tp] = records[-1].offset + 1
+        while pubs:
+            try:
+                await self.publisher.publish(pubs)
+            except PluginError as exc:
+                index = getattr(exc, "index", -1)
+                if exc.retriable or not 0 <= index < len(pubs):
+                    raise
+                # This one publication can never be published: skip it, keep the rest.
+                bad = pubs.pop(index)
+                self.counters.skipped_invalid += 1
+                log.warning(
+                    "kafka instance %r: publication on %r/%r refused by MQ, skipped: %s",
+                    self.instance,
+                    bad.stream,
+                    bad.topic,
+                    exc,
+                )
+                continue
+            self.counters.published += len(pubs)
+            break
+        try:
+            await consumer.commit(offsets)
+            self.counters.commits += 1
+        except CommitFailedError as exc:
+            # A rebalance moved the partitions away after MQ committed: the new owner
+            # re-delivers them (at-least-once; readers de-duplicate on mq.msgId).
+            log.warning("kafka instance %r: offset commit failed: %s", self.instance, exc)
+
+    def _map(
+        self, route: InboundRoute, records: Sequence[ConsumerRecord[bytes, bytes]]
+    ) -> list[InboundPublication]:
+        out: list[InboundPublication] = []
+        for rec in records:
+            self.counters.consumed += 1
+            try:
+                pub = inbound_publication(
+                    route,
+                    rec.key,
+                    rec.value,
+                    rec.headers,
+                    gateway_id=self.gateway_id,
+                    instance=self.instance,
+                )
+            except SkippedRecord as exc:
+                self.counters.skipped_invalid += 1
+                log.warning(
+                    "kafka instance %r: record %s[%d]@%d not published: %s",
+                    self.instance,
+                    rec.topic,
+                    rec.partition,
+                    rec.offset,
+                    exc.why,
+                )
+                continue
+            if pub is None:
+                self.counters.skipped_own += 1
+                continue
+            out.append(pub)
+        return out
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)

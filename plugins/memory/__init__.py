@@ -1,0 +1,78 @@
+"""The ``memory`` plugin: an in-process bus standing in for a remote broker.
+
+A real plugin with both directions (outbound records, inbound injection, outage
+simulation) used as the fake in tests, by the plugin contract suite and for trying a
+configuration without Kafka or MQTT. Its bus is reached with
+:func:`plugins.memory.bus.get_bus`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from gateway.plugin_api import Delivery, PluginContext, PluginError
+from plugins.memory.bus import MemoryBus, get_bus, reset_buses
+from plugins.memory.config import MemoryConfig
+from plugins.memory.mapping import Record
+from plugins.memory.sink import MemorySink
+from plugins.memory.source import MemorySource
+
+__all__ = [
+    "MemoryBus",
+    "MemoryConfig",
+    "MemoryInstance",
+    "Record",
+    "get_bus",
+    "plugin",
+    "reset_buses",
+]
+
+
+class MemoryInstance:
+    """One configured ``memory`` instance."""
+
+    def __init__(self, name: str, config: MemoryConfig) -> None:
+        self._name = name
+        self.config = config
+        self.bus = get_bus(config.bus)
+        self._sink = MemorySink(self.bus, config.record_file)
+        self._source: MemorySource | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def start(self, context: PluginContext) -> None:
+        for topic in self.config.subscribe:
+            await context.subscribe(topic)
+        self._source = MemorySource(self.bus, context.publisher, self.config.batch_size)
+        self._source.start()
+
+    async def send(self, deliveries: Sequence[Delivery]) -> None:
+        await self._sink.send(deliveries)
+
+    async def flush(self) -> None:
+        return None  # send() returns only once recorded: nothing is in flight
+
+    async def stop(self) -> None:
+        if self._source is not None:
+            await self._source.stop()
+            self._source = None
+
+    def healthy(self) -> bool:
+        return self._source is not None and not self.bus.down
+
+
+class MemoryPlugin:
+    name = "memory"
+    config_model: type[BaseModel] = MemoryConfig
+
+    def create(self, instance_name: str, config: BaseModel) -> MemoryInstance:
+        if not isinstance(config, MemoryConfig):
+            raise PluginError(f"memory plugin got a {type(config).__name__}, not MemoryConfig")
+        return MemoryInstance(instance_name, config)
+
+
+plugin = MemoryPlugin()

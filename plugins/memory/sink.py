@@ -1,0 +1,36 @@
+"""Outbound side of the memory plugin: deliveries become :class:`Record` on the bus."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway.plugin_api import Delivery, PluginError
+from plugins.memory.bus import MemoryBus
+from plugins.memory.mapping import record_json, record_of
+
+
+class MemorySink:
+    def __init__(self, bus: MemoryBus, record_file: Path | None = None) -> None:
+        self.bus = bus
+        self.record_file = record_file
+
+    async def send(self, deliveries: Sequence[Delivery]) -> None:
+        if self.bus.down:
+            self.bus.refused_sends += 1
+            raise PluginError(f"memory bus {self.bus.name!r} is down", retriable=True)
+        records = [record_of(d) for d in deliveries]
+        if self.record_file is not None:
+            lines = "".join(json.dumps(record_json(r)) + "\n" for r in records)
+            try:
+                with self.record_file.open("a", encoding="utf-8") as f:
+                    f.write(lines)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise PluginError(
+                    f"cannot write {self.record_file}: {exc}", retriable=True
+                ) from exc
+        self.bus.record(records)

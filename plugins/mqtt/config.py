@@ -1,0 +1,193 @@
+"""The ``config:`` section of one ``mqtt`` plugin instance (validated at the YAML boundary).
+
+Defaults aim at a sidecar next to a local Mosquitto: MQTT 5, a persistent session under a
+stable client id, persistent MQ messages at QoS 1, inbound filters at QoS 1 (the only
+level at which MQTT lets a receiver defer its acknowledgement past a crash; see
+docs/mqtt-plugin.md, "Guarantees").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.plugin_api import DEFAULT_STREAM
+
+Qos = Literal[0, 1, 2]
+_STREAM_NAME = re.compile(r"[A-Za-z0-9._%]{1,48}")
+
+
+def _check_topic_name(value: str, what: str) -> str:
+    """A literal MQTT topic part (no wildcards, no NUL, not a ``$`` topic)."""
+    if any(ch in value for ch in "+#\0"):
+        raise ValueError(f"{what} {value!r} may not contain '+', '#' or NUL")
+    if value.startswith("$"):
+        raise ValueError(f"{what} {value!r} may not start with '$' (reserved for the broker)")
+    return value
+
+
+class OutboundConfig(BaseModel):
+    """MQ → MQTT: which MQ topics are forwarded and how they are named on MQTT."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: MQ topics the instance subscribes to, in unified form (``$SYS/STREAM/<s>/...``
+    #: for a named stream). ``#`` is every topic of the default stream.
+    topics: list[str] = Field(default_factory=lambda: ["#"])
+    #: Leading MQTT topic levels of every forwarded publication (may be empty).
+    prefix: str = "mq"
+    #: Stream name → MQTT level used instead of the stream name (``""``: no level).
+    stream_levels: dict[str, str] = Field(default_factory=dict)
+    #: MQTT level for the default stream (empty: ``<prefix>/a/b``).
+    default_stream_level: str = ""
+    qos_persistent: Qos = 1
+    qos_non_persistent: Qos = 0
+    #: MQTT 5 only: forward MQRFH2 ``usr`` properties and MQRFH user name/value pairs as
+    #: user properties, and MQMD Expiry as the message expiry interval.
+    user_properties: bool = True
+    message_expiry: bool = True
+    #: Convert MQSTR payloads from their CCSID (EBCDIC, Latin-1, ...) to UTF-8, since
+    #: MQTT consumers have no CCSID to go by; payloads already in UTF-8 pass unchanged.
+    convert_text: bool = True
+    #: How long ``send`` waits for PUBACK/PUBCOMP of one unit of work before failing it
+    #: (the MQ unit of work is then backed out and offered again).
+    ack_timeout: float = Field(default=30.0, gt=0)
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        value = value.rstrip("/")
+        return _check_topic_name(value, "outbound.prefix")
+
+    @field_validator("default_stream_level")
+    @classmethod
+    def _default_level(cls, value: str) -> str:
+        if "/" in value:
+            raise ValueError("outbound.default_stream_level is one topic level: no '/'")
+        return _check_topic_name(value, "outbound.default_stream_level")
+
+    @field_validator("stream_levels")
+    @classmethod
+    def _levels(cls, value: dict[str, str]) -> dict[str, str]:
+        for stream, level in value.items():
+            if "/" in level:
+                raise ValueError(f"outbound.stream_levels[{stream!r}] is one topic level: no '/'")
+            _check_topic_name(level, f"outbound.stream_levels[{stream!r}]")
+        return value
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, value: list[str]) -> list[str]:
+        for topic in value:
+            if not topic:
+                raise ValueError("outbound.topics: an empty topic subscribes to nothing")
+        return value
+
+
+class InboundFilter(BaseModel):
+    """MQTT → MQ: one MQTT subscription and where its messages are published in MQ."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    filter: str = Field(min_length=1)
+    #: QoS of the MQTT subscription. At 1 (default) an unacknowledged message is
+    #: redelivered after a gateway crash; at 2 MQTT hands ownership over at PUBREC.
+    qos: Qos = 1
+    #: MQ stream the messages are published on.
+    stream: str = DEFAULT_STREAM
+    #: Leading MQTT levels removed before the topic enters MQ (e.g. ``"sensors/"``).
+    strip_prefix: str = ""
+    #: Prepended to the (stripped) topic in MQ (e.g. ``"from-mqtt/"``).
+    topic_prefix: str = ""
+    #: Undo the outbound escaping (``%2B`` → ``+`` ...), so a round trip is lossless.
+    unescape: bool = True
+    #: MQ format of payloads not flagged UTF-8 by MQTT 5's payload format indicator.
+    payload_format: str = Field(default="MQSTR", max_length=8)
+    ccsid: int = 1208
+
+    @field_validator("stream")
+    @classmethod
+    def _stream(cls, value: str) -> str:
+        if not _STREAM_NAME.fullmatch(value):
+            raise ValueError(
+                f"stream {value!r} is not an MQ queue name (1-48 of A-Z a-z 0-9 . _ %)"
+            )
+        return value
+
+    @field_validator("filter")
+    @classmethod
+    def _filter(cls, value: str) -> str:
+        levels = value.split("/")
+        for i, level in enumerate(levels):
+            if "#" in level and (level != "#" or i != len(levels) - 1):
+                raise ValueError(f"inbound filter {value!r}: '#' must be a whole, last level")
+            if "+" in level and level != "+":
+                raise ValueError(f"inbound filter {value!r}: '+' must be a whole level")
+        if "\0" in value:
+            raise ValueError(f"inbound filter {value!r} contains NUL")
+        return value
+
+
+class InboundConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    filters: list[InboundFilter] = Field(default_factory=list)
+    #: Most MQTT messages published into MQ under one unit of work.
+    batch_size: int = Field(default=64, ge=1, le=5000)
+    #: MQTT 5 Receive Maximum: unacknowledged QoS 1/2 messages the broker may send us.
+    receive_maximum: int = Field(default=256, ge=1, le=65535)
+    #: Where a message MQ can never accept (e.g. an invalid stream) is republished (QoS
+    #: 1, the reason in user property ``mqgw-error``) before it is acknowledged; empty:
+    #: it is logged and dropped.
+    dead_letter_topic: str = "mqgw/dead-letter"
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _dlt(cls, value: str) -> str:
+        return _check_topic_name(value, "inbound.dead_letter_topic") if value else value
+
+
+class MqttConfig(BaseModel):
+    """One MQTT plugin instance: a broker connection, outbound and inbound mappings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=1883, ge=1, le=65535)
+    protocol: Literal["5", "3.1.1"] = "5"
+    #: Stable across restarts so the broker keeps our session; default
+    #: ``mqgw-<gateway id>-<instance name>``.
+    client_id: str = ""
+    username: str | None = None
+    password: str | None = None
+    tls: bool = False
+    ca_file: str | None = None
+    keepalive: int = Field(default=30, ge=5, le=65535)
+    #: MQTT 5 Session Expiry Interval (seconds) of our persistent session.
+    session_expiry: int = Field(default=86_400, ge=0)
+    #: Unacknowledged outgoing QoS 1/2 publishes in flight (MQTT 5: capped by the
+    #: broker's Receive Maximum).
+    max_inflight: int = Field(default=1000, ge=1, le=65535)
+    connect_timeout: float = Field(default=10.0, gt=0)
+    reconnect_min_delay: float = Field(default=0.5, gt=0)
+    reconnect_max_delay: float = Field(default=30.0, gt=0)
+    outbound: OutboundConfig = Field(default_factory=OutboundConfig)
+    inbound: InboundConfig = Field(default_factory=InboundConfig)
+    #: Accept inbound filters that match our own outbound topics under MQTT 3.1.1 (which
+    #: has no No Local option, so each forwarded publication would come back once).
+    allow_echo: bool = False
+
+    @field_validator("client_id")
+    @classmethod
+    def _client_id(cls, value: str) -> str:
+        if len(value.encode()) > 65535:
+            raise ValueError("client_id is longer than MQTT allows (65535 bytes)")
+        return value
+
+    @model_validator(mode="after")
+    def _delays(self) -> MqttConfig:
+        if self.reconnect_max_delay < self.reconnect_min_delay:
+            raise ValueError("reconnect_max_delay must be >= reconnect_min_delay")
+        return self

@@ -1,0 +1,485 @@
+"""One paho-mqtt client driven from the asyncio event loop, with manual acknowledgement.
+
+Why not aiomqtt: aiomqtt 2.x acknowledges every received QoS 1/2 message as soon as it
+arrives, before the gateway has committed it to MQ. paho-mqtt 2.x can defer the
+acknowledgement (``manual_ack=True`` + ``Client.ack(mid, qos)``).
+
+Why socket callbacks rather than paho's threaded loop: with ``on_socket_open`` /
+``on_socket_register_write`` the client's socket is watched by the event loop
+(``add_reader``/``add_writer``) and ``loop_read``/``loop_write``/``loop_misc`` run on the
+loop thread. Every paho callback (CONNACK, PUBACK, PUBLISH) then runs on the loop
+thread, so futures are resolved without locks or thread hops, and an acknowledgement
+is written exactly when the coroutine that committed the message calls :meth:`ack` —
+no window where a network thread acts on a message the loop has not seen. Only the
+blocking TCP/TLS connect runs in an executor; the socket callbacks it triggers hop to
+the loop with ``call_soon_threadsafe``.
+
+One paho client lives for the whole process and is reconnected, so its MQTT session
+state (packet ids, QoS 2 handshakes in flight) stays in step with the broker's
+persistent session (clean start off; MQTT 5 session expiry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from plugins.mqtt.config import MqttConfig
+
+log = logging.getLogger(__name__)
+
+#: paho's Message Expiry Interval etc. live in Properties objects per packet type.
+MISC_INTERVAL = 1.0
+
+
+class MqttConnectionError(ConnectionError):
+    """The broker connection is down or refused a request (``reason``: MQTT reason)."""
+
+    def __init__(self, message: str, reason: int = 0) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PublicationRefusedError(ValueError):
+    """The broker refused a publication for a reason retrying cannot fix (invalid topic
+    name, payload format); not retriable: the MQ unit of work backs out and the broker
+    service's backout threshold parks the publication on the backout queue."""
+
+    retriable = False
+
+    def __init__(self, message: str, reason: int) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+#: MQTT 5 PUBACK/PUBREC reasons that no retry can fix (MQTT 5.0 §3.4.2.1).
+PERMANENT_REFUSALS = frozenset({0x90, 0x99})
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One message to publish."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    user_properties: Sequence[tuple[str, str]] = ()
+    expiry_interval: int | None = None
+    utf8: bool = False
+
+
+@dataclass(slots=True)
+class Received:
+    """A received message; ``generation`` names the connection it arrived on (an ack
+    is only meaningful on that connection)."""
+
+    message: paho.MQTTMessage
+    generation: int
+
+
+def _properties(packet_type: int) -> Properties:
+    return Properties(packet_type)  # type: ignore[no-untyped-call]  # paho is untyped here
+
+
+def jittered_delay(attempt: int, low: float, high: float) -> float:
+    """Full-jitter exponential backoff: uniform in [low, min(high, low * 2**attempt)]."""
+    cap = min(high, low * (2 ** min(attempt, 30)))
+    return random.uniform(low, max(low, cap))
+
+
+class MqttConnection:
+    """A reconnecting MQTT client on the running event loop (see module docstring)."""
+
+    def __init__(
+        self,
+        config: MqttConfig,
+        client_id: str,
+        *,
+        on_message: Callable[[Received], None],
+        subscriptions: Callable[[], Sequence[tuple[str, int]]],
+    ) -> None:
+        self.config = config
+        self.client_id = client_id
+        self._on_message = on_message
+        self._subscriptions = subscriptions
+        self.v5 = config.protocol == "5"
+        self._loop = asyncio.get_running_loop()
+        self._client = self._make_client()
+        self._connected = asyncio.Event()
+        self._connack: asyncio.Future[tuple[bool, int]] | None = None
+        self._pending: dict[int, asyncio.Future[None]] = {}
+        self._sub_pending: dict[int, asyncio.Future[list[int]]] = {}
+        self._generation = 0
+        #: CONNACK received and socket not lost (``connected`` also needs SUBACK)
+        self._link_up = False
+        self._subscribed_once = False
+        self._closing = False
+        self._misc_task: asyncio.Task[None] | None = None
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._sock: Any = None
+        self.last_error = ""
+
+    # ------------------------------------------------------------------ set-up -----
+
+    def _make_client(self) -> paho.Client:
+        cfg = self.config
+        client = paho.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=MQTTProtocolVersion.MQTTv5 if self.v5 else MQTTProtocolVersion.MQTTv311,
+            clean_session=None if self.v5 else False,
+            manual_ack=False,
+            reconnect_on_failure=False,
+        )
+        client.enable_logger(logging.getLogger(f"{__name__}.paho"))
+        client.max_inflight_messages_set(cfg.max_inflight)
+        client.max_queued_messages_set(0)
+        if cfg.username is not None:
+            client.username_pw_set(cfg.username, cfg.password)
+        if cfg.tls:
+            context = ssl.create_default_context(cafile=cfg.ca_file)
+            client.tls_set_context(context)
+        client.on_connect = self._handle_connect
+        client.on_disconnect = self._handle_disconnect
+        client.on_publish = self._handle_publish
+        client.on_subscribe = self._handle_subscribe
+        client.on_message = self._handle_message
+        client.on_socket_open = self._socket_open
+        client.on_socket_close = self._socket_close
+        client.on_socket_register_write = self._register_write
+        client.on_socket_unregister_write = self._unregister_write
+        return client
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    async def start(self) -> None:
+        """Connect once (raising :class:`MqttConnectionError` when that fails), then keep
+        the connection up in the background."""
+        self._misc_task = asyncio.create_task(self._misc_loop(), name=f"mqtt-misc-{self.client_id}")
+        await self._connect_once()
+
+    async def close(self) -> None:
+        """Disconnect cleanly (the broker keeps the session: it is not a clean start)."""
+        self._closing = True
+        for task in (self._reconnect_task, self._misc_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.connected:
+            self._client.disconnect()
+            with contextlib.suppress(Exception):
+                self._client.loop_write()
+        self._drop_socket()
+        self._connected.clear()
+        self._fail_pending(MqttConnectionError("the connection was closed"))
+
+    # --------------------------------------------------------------- connecting -----
+
+    async def _connect_once(self) -> None:
+        cfg = self.config
+        props: Properties | None = None
+        if self.v5:
+            props = _properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = cfg.session_expiry
+            props.ReceiveMaximum = cfg.inbound.receive_maximum
+        self._connack = self._loop.create_future()
+        try:
+            await asyncio.wait_for(
+                self._loop.run_in_executor(None, self._blocking_connect, props),
+                cfg.connect_timeout,
+            )
+            session_present, rc = await asyncio.wait_for(self._connack, cfg.connect_timeout)
+        except (OSError, TimeoutError, ValueError) as exc:
+            self._drop_socket()
+            self.last_error = (
+                f"cannot connect to {cfg.host}:{cfg.port}: {exc or type(exc).__name__}"
+            )
+            raise MqttConnectionError(self.last_error) from exc
+        finally:
+            self._connack = None
+        if rc != 0:
+            self._drop_socket()
+            self.last_error = f"{cfg.host}:{cfg.port} refused the connection (reason {rc})"
+            raise MqttConnectionError(self.last_error, rc)
+        await self._subscribe_all(session_present)
+        self._connected.set()
+        self.last_error = ""
+
+    def _blocking_connect(self, props: Properties | None) -> None:
+        cfg = self.config
+        if self.v5:
+            self._client.connect(
+                cfg.host, cfg.port, cfg.keepalive, clean_start=False, properties=props
+            )
+        else:
+            self._client.connect(cfg.host, cfg.port, cfg.keepalive)
+
+    async def _subscribe_all(self, session_present: bool) -> None:
+        """Subscribe on the first connection of this process (the config may have
+        changed) and whenever the broker lost our session; otherwise the session has
+        the subscriptions and the unacknowledged messages already."""
+        subs = list(self._subscriptions())
+        if not subs or (session_present and self._subscribed_once):
+            return
+        if self.v5:
+            topics: list[tuple[str, SubscribeOptions]] = [
+                (
+                    topic,
+                    SubscribeOptions(
+                        qos=qos,
+                        noLocal=True,
+                        retainAsPublished=True,
+                        retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB,
+                    ),
+                )
+                for topic, qos in subs
+            ]
+            rc, mid = self._client.subscribe(topics)
+        else:
+            rc, mid = self._client.subscribe(list(subs))
+        if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or mid is None:
+            raise MqttConnectionError(f"SUBSCRIBE could not be sent ({paho.error_string(rc)})")
+        fut: asyncio.Future[list[int]] = self._loop.create_future()
+        self._sub_pending[mid] = fut
+        try:
+            granted = await asyncio.wait_for(fut, self.config.connect_timeout)
+        finally:
+            self._sub_pending.pop(mid, None)
+        refused = [topic for (topic, _), code in zip(subs, granted, strict=False) if code >= 0x80]
+        if refused:
+            raise MqttConnectionError(f"the broker refused the subscriptions {refused}")
+        self._subscribed_once = True
+
+    def _schedule_reconnect(self) -> None:
+        if self._closing or (self._reconnect_task and not self._reconnect_task.done()):
+            return
+        self._reconnect_task = asyncio.create_task(
+            self._reconnect_loop(), name=f"mqtt-reconnect-{self.client_id}"
+        )
+
+    async def _reconnect_loop(self) -> None:
+        attempt = 0
+        while not self._closing and not self.connected:
+            delay = jittered_delay(
+                attempt, self.config.reconnect_min_delay, self.config.reconnect_max_delay
+            )
+            await asyncio.sleep(delay)
+            attempt += 1
+            try:
+                await self._connect_once()
+            except MqttConnectionError as exc:
+                log.warning("MQTT reconnect attempt %d failed: %s", attempt, exc)
+            else:
+                log.info(
+                    "MQTT connection to %s:%d re-established", self.config.host, self.config.port
+                )
+
+    # ------------------------------------------------------------------ traffic -----
+
+    async def publish_all(self, messages: Sequence[Outgoing], timeout: float) -> None:
+        """Publish ``messages`` in order (pipelined) and return once every one is
+        acknowledged (PUBACK/PUBCOMP; QoS 0: written to the socket)."""
+        if not self.connected:
+            raise MqttConnectionError(self.last_error or "not connected to the MQTT broker")
+        futures: list[asyncio.Future[None]] = []
+        for msg in messages:
+            props: Properties | None = None
+            if self.v5 and (msg.user_properties or msg.expiry_interval is not None or msg.utf8):
+                props = _properties(PacketTypes.PUBLISH)
+                if msg.user_properties:
+                    props.UserProperty = list(msg.user_properties)
+                if msg.expiry_interval is not None:
+                    props.MessageExpiryInterval = msg.expiry_interval
+                if msg.utf8:
+                    props.PayloadFormatIndicator = 1
+            info = self._client.publish(
+                msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props
+            )
+            if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                raise MqttConnectionError(f"publish failed: {paho.error_string(info.rc)}")
+            fut: asyncio.Future[None] = self._loop.create_future()
+            self._pending[info.mid] = fut
+            futures.append(fut)
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*futures)
+        except TimeoutError as exc:
+            raise MqttConnectionError(
+                f"{sum(not f.done() for f in futures)} of {len(futures)} messages not "
+                f"acknowledged within {timeout} s"
+            ) from exc
+
+    def ack(self, received: Received) -> bool:
+        """Acknowledge a QoS 1/2 message (PUBACK/PUBCOMP) if it arrived on the current
+        connection; otherwise the broker redelivers it and False is returned."""
+        msg = received.message
+        if msg.qos == 0:
+            return True
+        if received.generation != self._generation or not self._link_up:
+            return False
+        rc = self._client.ack(msg.mid, msg.qos)
+        return rc == MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    # ---------------------------------------------------------- paho callbacks -----
+
+    def _handle_connect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.ConnectFlags,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        if not reason.is_failure:
+            # A new connection: messages from here on are acknowledged on it (the broker
+            # may resend unacknowledged ones right behind the CONNACK).
+            self._generation += 1
+            self._link_up = True
+        if self._connack is not None and not self._connack.done():
+            self._connack.set_result((bool(flags.session_present), int(reason.value)))
+
+    def _handle_disconnect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.DisconnectFlags,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        was_connected = self.connected
+        self._connected.clear()
+        self._link_up = False
+        self._drop_socket()
+        self.last_error = f"disconnected from the MQTT broker ({reason})"
+        self._fail_pending(MqttConnectionError(self.last_error, int(reason.value)))
+        if was_connected and not self._closing:
+            log.warning("%s; reconnecting", self.last_error)
+            self._schedule_reconnect()
+
+    def _handle_publish(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        mid: int,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        fut = self._pending.pop(mid, None)
+        if fut is None or fut.done():
+            return
+        if reason.is_failure:
+            text = f"the broker refused a publication: {reason} (0x{reason.value:02X})"
+            exc: Exception = (
+                PublicationRefusedError(text, reason.value)
+                if reason.value in PERMANENT_REFUSALS
+                else MqttConnectionError(text, reason.value)
+            )
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
+
+    def _handle_subscribe(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        mid: int,
+        reason_codes: list[ReasonCode],
+        properties: Properties | None,
+    ) -> None:
+        fut = self._sub_pending.get(mid)
+        if fut is not None and not fut.done():
+            fut.set_result([int(rc.value) for rc in reason_codes])
+
+    def _handle_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        self._on_message(Received(msg, self._generation))
+
+    def _fail_pending(self, exc: Exception) -> None:
+        futures: list[asyncio.Future[Any]] = [*self._pending.values(), *self._sub_pending.values()]
+        self._pending.clear()
+        self._sub_pending.clear()
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: no "never retrieved" warning if unawaited
+        if self._connack is not None and not self._connack.done():
+            self._connack.set_exception(exc)
+
+    # ------------------------------------------------------ socket integration -----
+
+    def _socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        self._loop.call_soon_threadsafe(self._watch_read, sock)
+
+    def _socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        self._loop.call_soon_threadsafe(self._unwatch, sock)
+
+    def _register_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        self._loop.call_soon_threadsafe(self._watch_write, sock)
+
+    def _unregister_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        self._loop.call_soon_threadsafe(self._unwatch_write, sock)
+
+    def _watch_read(self, sock: Any) -> None:
+        if sock.fileno() < 0:
+            return
+        self._sock = sock
+        self._loop.add_reader(sock, self._do_read)
+
+    def _watch_write(self, sock: Any) -> None:
+        if sock.fileno() < 0 or id(sock) != id(self._client.socket()):
+            return
+        self._loop.add_writer(sock, self._do_write)
+
+    def _unwatch_write(self, sock: Any) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            if sock.fileno() >= 0:
+                self._loop.remove_writer(sock)
+
+    def _unwatch(self, sock: Any) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            if sock.fileno() >= 0:
+                self._loop.remove_reader(sock)
+                self._loop.remove_writer(sock)
+        if self._sock is sock:
+            self._sock = None
+
+    def _drop_socket(self) -> None:
+        sock = self._sock
+        if sock is not None:
+            self._unwatch(sock)
+
+    def _do_read(self) -> None:
+        self._client.loop_read()
+
+    def _do_write(self) -> None:
+        self._client.loop_write()
+        sock = self._client.socket()
+        if sock is not None and not self._client.want_write():
+            self._unwatch_write(sock)  # paho also says so via on_socket_unregister_write
+
+    async def _misc_loop(self) -> None:
+        """Keep-alive pings and timeout detection (paho's ``loop_misc``)."""
+        while True:
+            await asyncio.sleep(MISC_INTERVAL)
+            if self._client.socket() is not None:
+                self._client.loop_misc()

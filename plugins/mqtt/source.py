@@ -1,0 +1,244 @@
+"""Inbound: MQTT messages → MQ publications (the instance's source half).
+
+Received messages are batched (up to ``inbound.batch_size``, never waiting to fill a
+batch), published into MQ with one :meth:`Publisher.publish` — which returns once the MQ
+unit of work has committed — and only then acknowledged to the MQTT broker (PUBACK /
+PUBCOMP through paho's manual acknowledgement). A crash before the acknowledgement makes
+the broker redeliver the message into our persistent session: at-least-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import paho.mqtt.client as paho
+
+from gateway.plugin_api import InboundPublication, PluginError, Publisher
+from plugins.mqtt.config import InboundConfig, InboundFilter
+from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Outgoing, Received
+from plugins.mqtt.mapping import MappingError, mq_expiry, mq_topic
+
+log = logging.getLogger(__name__)
+
+#: An MQRFH2 ``usr`` element name (what the runtime accepts as a property name).
+_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+RETRY_MIN_DELAY = 0.2
+RETRY_MAX_DELAY = 10.0
+
+
+@dataclass(slots=True)
+class SourceCounters:
+    received: int = 0
+    published: int = 0
+    units_of_work: int = 0
+    publish_failures: int = 0
+    dead_lettered: int = 0
+    dropped_properties: int = 0
+    #: received on a connection that went down before the commit (the broker redelivers)
+    abandoned: int = 0
+
+
+def find_filter(topic: str, filters: Sequence[InboundFilter]) -> InboundFilter | None:
+    """The first configured filter matching ``topic`` (config order)."""
+    for f in filters:
+        if paho.topic_matches_sub(f.filter, topic):
+            return f
+    return None
+
+
+def to_inbound(
+    message: paho.MQTTMessage, inbound: InboundFilter, origin: str, counters: SourceCounters
+) -> InboundPublication:
+    """The MQ publication of one MQTT message (raises MappingError)."""
+    topic = mq_topic(message.topic, inbound)
+    props = message.properties
+    properties: dict[str, str] = {}
+    expiry: int | None = None
+    utf8 = False
+    correl = b""
+    if props is not None:
+        for name, value in getattr(props, "UserProperty", None) or []:
+            if _PROPERTY_NAME.fullmatch(name):
+                properties[name] = value
+            else:
+                counters.dropped_properties += 1
+        expiry = getattr(props, "MessageExpiryInterval", None)
+        utf8 = getattr(props, "PayloadFormatIndicator", 0) == 1
+        data = getattr(props, "CorrelationData", None)
+        if isinstance(data, bytes) and len(data) <= 24:
+            correl = data
+    payload = bytes(message.payload)
+    return InboundPublication(
+        stream=inbound.stream,
+        topic=topic,
+        payload=payload,
+        payload_format="MQSTR" if utf8 else inbound.payload_format,
+        ccsid=1208 if utf8 else inbound.ccsid,
+        properties=properties,
+        persistent=message.qos > 0,
+        retain=bool(message.retain),
+        delete=bool(message.retain) and not payload,
+        expiry=mq_expiry(expiry),
+        correl_id=correl,
+        origin=origin,
+    )
+
+
+@dataclass(slots=True)
+class _Item:
+    received: Received
+    publication: InboundPublication | None
+    error: str = ""
+
+
+class MqttSource:
+    """Feeds received MQTT messages into MQ, acknowledging after the commit."""
+
+    def __init__(
+        self,
+        config: InboundConfig,
+        connection: MqttConnection,
+        publisher: Publisher,
+        origin: str,
+    ) -> None:
+        self.config = config
+        self.connection = connection
+        self.publisher = publisher
+        self.origin = origin
+        self.counters = SourceCounters()
+        self._queue: asyncio.Queue[Received] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._busy = False
+        self._stopping = False
+        self.stalled = False
+
+    def subscriptions(self) -> list[tuple[str, int]]:
+        return [(f.filter, f.qos) for f in self.config.filters]
+
+    def on_message(self, received: Received) -> None:
+        """Called by the connection on the event loop thread for each PUBLISH."""
+        self.counters.received += 1
+        self._queue.put_nowait(received)
+
+    def start(self) -> None:
+        if self.config.filters and self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"mqtt-source-{self.origin}")
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Finish the unit of work in progress (so its messages are acknowledged), then
+        stop; messages not yet published stay unacknowledged and are redelivered."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if not self._busy:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, timeout)
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            first = await self._queue.get()
+            batch = [first]
+            while len(batch) < self.config.batch_size and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            self._busy = True
+            try:
+                await self._handle(batch)
+            finally:
+                self._busy = False
+
+    def _map(self, batch: list[Received]) -> list[_Item]:
+        items: list[_Item] = []
+        for rec in batch:
+            msg = rec.message
+            inbound = find_filter(msg.topic, self.config.filters)
+            if inbound is None:  # a subscription left in the session from an older config
+                items.append(_Item(rec, None, f"no inbound filter matches {msg.topic!r}"))
+                continue
+            try:
+                items.append(_Item(rec, to_inbound(msg, inbound, self.origin, self.counters)))
+            except MappingError as exc:
+                items.append(_Item(rec, None, str(exc)))
+        return items
+
+    async def _handle(self, batch: list[Received]) -> None:
+        items = self._map(batch)
+        attempt = 0
+        while True:
+            # Messages of a lost connection will be redelivered: do not publish them now.
+            live = [
+                it
+                for it in items
+                if it.received.message.qos == 0
+                or it.received.generation == self.connection.generation
+            ]
+            self.counters.abandoned += len(items) - len(live)
+            items = live
+            to_publish = [it for it in items if it.publication is not None]
+            if not to_publish:
+                break
+            try:
+                await self.publisher.publish(
+                    [it.publication for it in to_publish if it.publication]
+                )
+            except PluginError as exc:
+                index = getattr(exc, "index", -1)
+                if not exc.retriable and 0 <= index < len(to_publish):
+                    to_publish[index].publication = None
+                    to_publish[index].error = str(exc)
+                    continue
+                await self._pause(attempt, exc)
+            except Exception as exc:  # any failure: retry, never ack
+                await self._pause(attempt, exc)
+            else:
+                self.counters.units_of_work += 1
+                self.counters.published += len(to_publish)
+                break
+            attempt += 1
+            if self._stopping:
+                return  # unacknowledged: the broker redelivers after a restart
+        self.stalled = False
+        for it in items:
+            if it.publication is None:
+                await self._dead_letter(it)
+        for it in items:
+            if it.publication is not None or it.error:
+                self.connection.ack(it.received)
+
+    async def _pause(self, attempt: int, exc: BaseException) -> None:
+        self.counters.publish_failures += 1
+        self.stalled = True
+        delay = min(RETRY_MAX_DELAY, RETRY_MIN_DELAY * 2**attempt)
+        log.warning("publishing MQTT messages into MQ failed (%s); retrying in %.1f s", exc, delay)
+        await asyncio.sleep(delay)
+
+    async def _dead_letter(self, item: _Item) -> None:
+        """Park a message MQ can never take on the dead-letter topic, then ack it."""
+        msg = item.received.message
+        self.counters.dead_lettered += 1
+        topic = self.config.dead_letter_topic
+        if not topic:
+            log.error("dropping MQTT message on %r: %s", msg.topic, item.error)
+            return
+        log.error("MQTT message on %r goes to %r: %s", msg.topic, topic, item.error)
+        out = Outgoing(
+            f"{topic}/{msg.topic}",
+            bytes(msg.payload),
+            1,
+            False,
+            [("mqgw-error", item.error), ("mqgw-topic", msg.topic)],
+        )
+        attempt = 0
+        while not self._stopping:
+            with contextlib.suppress(MqttConnectionError):
+                await self.connection.publish_all([out], 30.0)
+                return
+            attempt += 1
+            await asyncio.sleep(min(RETRY_MAX_DELAY, RETRY_MIN_DELAY * 2**attempt))
+        item.error = ""  # not parked: leave it unacknowledged for redelivery

@@ -1,0 +1,32 @@
+"""Helpers of the network tests: start a topology of embedded queue managers in-process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from network_helpers import NetworkFactory
+
+from gateway.mq.embedded.network import Network
+from gateway.mq.embedded.topology import topology_from_dict
+
+
+@pytest.fixture
+def make_network(tmp_path: Path) -> NetworkFactory:
+    """``async with make_network({"QM1": mqsc, ...}) as net``: CONNAME('QMn') names a QM."""
+
+    @asynccontextmanager
+    async def factory(mqsc: dict[str, str]) -> AsyncIterator[Network]:
+        topo = topology_from_dict(
+            {"queue_managers": {name: {"mqsc": text} for name, text in mqsc.items()}},
+            tmp_path)
+        net = Network(topo, tmp_path / "data")
+        try:
+            await net.start()
+            yield net
+        finally:
+            await net.stop()
+
+    return factory

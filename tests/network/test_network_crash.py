@@ -1,0 +1,177 @@
+"""Crash test: a channel's sender or receiver process is SIGKILLed mid-transfer.
+
+Two queue managers run in separate processes (``python -m gateway.mq.embedded.network``)
+joined by an SDR/RCVR channel over 127.0.0.1. Every trial the test puts a fresh set of
+persistent messages on the sender's transmission queue, starts both processes, kills one
+of them with SIGKILL at a random moment while batches are moving, restarts it, and stops
+both. At the end every message must be on the receiver's queue exactly once, nothing on
+the transmission queue or the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
+from gateway.wire.constants import Persistence
+from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
+
+TRIALS = 24
+PER_TRIAL = 300
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_topology(path: Path) -> None:
+    topo = {
+        "data_dir": "data",
+        "queue_managers": {
+            "SENDQM": {"port": free_port(), "mqsc": (
+                "DEFINE QLOCAL(RECVQM) USAGE(XMITQ) MAXDEPTH(100000) REPLACE\n"
+                "DEFINE QREMOTE(TARGET) RNAME(IN) RQMNAME(RECVQM) XMITQ(RECVQM) REPLACE\n"
+                "DEFINE CHANNEL(S.TO.R) CHLTYPE(SDR) CONNAME('RECVQM') XMITQ(RECVQM) "
+                "BATCHSZ(20) REPLACE\n")},
+            "RECVQM": {"port": free_port(), "mqsc": (
+                "DEFINE QLOCAL(IN) MAXDEPTH(100000) REPLACE\n"
+                "DEFINE CHANNEL(S.TO.R) CHLTYPE(RCVR) REPLACE\n")},
+        },
+    }
+    path.write_text(yaml.safe_dump(topo))
+
+
+def start(topology: Path, qm: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.mq.embedded.network", str(topology), "--qm", qm],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    assert line.startswith(f"READY {qm}"), f"{qm} did not start: {line!r}"
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("a queue manager process did not stop on SIGTERM") from None
+
+
+async def put_batch(data: Path, trial: int) -> None:
+    qm = EmbeddedQueueManager("SENDQM", data / "SENDQM")
+    try:
+        qm.run_mqsc(
+            "DEFINE QLOCAL(RECVQM) USAGE(XMITQ) MAXDEPTH(100000) REPLACE\n"
+            "DEFINE QREMOTE(TARGET) RNAME(IN) RQMNAME(RECVQM) XMITQ(RECVQM) REPLACE\n")
+        async with await qm.connect() as conn:
+            q = await conn.open("TARGET", OpenOption.OUTPUT)
+            for i in range(PER_TRIAL):
+                await q.put(MQMD(format="MQSTR", persistence=Persistence.PERSISTENT),
+                            f"t{trial}-{i}".encode(), PutOptions(syncpoint=True))
+            await conn.commit()
+    finally:
+        await qm.close()
+
+
+async def take_all(data: Path, name: str, q_name: str) -> list[bytes]:
+    qm = EmbeddedQueueManager(name, data / name)
+    out: list[bytes] = []
+    try:
+        async with await qm.connect() as conn:
+            q = await conn.open(q_name, OpenOption.INPUT_SHARED)
+            while True:
+                try:
+                    out.append((await q.get(GetOptions())).body)
+                except MQError as exc:
+                    assert exc.reason == Reason.NO_MSG_AVAILABLE
+                    return out
+    finally:
+        await qm.close()
+
+
+async def depth(data: Path, name: str, q_name: str) -> int:
+    qm = EmbeddedQueueManager(name, data / name)
+    try:
+        return qm.queue_depth(q_name)
+    finally:
+        await qm.close()
+
+
+@pytest.mark.slow
+async def test_sigkill_sender_or_receiver_delivers_exactly_once(tmp_path: Path) -> None:
+    topology = tmp_path / "topology.yaml"
+    write_topology(topology)
+    data = tmp_path / "data"
+    rnd = random.Random(int(os.environ.get("CRASH_SEED", "8080")))
+    started = time.monotonic()
+    kills = Counter[str]()
+    interrupted = 0
+    # create both queue managers (definitions) once
+    for qm in ("RECVQM", "SENDQM"):
+        stop(start(topology, qm))
+    for trial in range(TRIALS):
+        await put_batch(data, trial)
+        receiver = start(topology, "RECVQM")
+        sender = start(topology, "SENDQM")
+        victim_name = "SENDQM" if trial % 2 == 0 else "RECVQM"
+        time.sleep(rnd.uniform(0.02, 0.35))
+        victim = sender if victim_name == "SENDQM" else receiver
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        kills[victim_name] += 1
+        # the victim's data directory is free now: was the transfer still in flight?
+        if victim_name == "SENDQM":
+            in_flight = await depth(data, "SENDQM", "RECVQM") > 0
+        else:
+            in_flight = await depth(data, "RECVQM", "IN") < (trial + 1) * PER_TRIAL
+        interrupted += in_flight
+        if victim_name == "SENDQM":
+            sender = start(topology, "SENDQM")
+        else:
+            receiver = start(topology, "RECVQM")
+        time.sleep(rnd.uniform(0.0, 0.3))
+        stop(sender)
+        stop(receiver)
+    # let the channel finish what is left
+    for _ in range(20):
+        if await depth(data, "SENDQM", "RECVQM") == 0:
+            break
+        receiver = start(topology, "RECVQM")
+        sender = start(topology, "SENDQM")
+        time.sleep(1.0)
+        stop(sender)
+        stop(receiver)
+    assert await depth(data, "SENDQM", "RECVQM") == 0, "messages left on the transmission queue"
+    got = Counter(await take_all(data, "RECVQM", "IN"))
+    expected = {f"t{t}-{i}".encode() for t in range(TRIALS) for i in range(PER_TRIAL)}
+    duplicates = {m: n for m, n in got.items() if n > 1}
+    missing = expected - set(got)
+    assert not duplicates, f"{len(duplicates)} messages delivered twice"
+    assert not missing, f"{len(missing)} messages lost"
+    assert set(got) == expected
+    assert await take_all(data, "RECVQM", "SYSTEM.DEAD.LETTER.QUEUE") == []
+    assert kills["SENDQM"] >= 10 and kills["RECVQM"] >= 10
+    assert interrupted >= TRIALS // 2, f"only {interrupted} kills hit a transfer in flight"
+    assert time.monotonic() - started < 120

@@ -1,0 +1,117 @@
+"""Child process of the kill test: a gateway (embedded QM, broker service, plugin host,
+one mqtt instance with an inbound filter) that reports on stdout.
+
+Usage: gateway_child.py WORK_DIR HOST PORT CLIENT_ID PROTOCOL BASE MODE
+
+MODE ``hang``: registers an MQRFH2 subscriber on SUB.RFH2 for ``from-mqtt/#``, prints
+``ready``; the plugin's MQ unit of work puts the publication and then, at commit, prints
+``in-commit`` and hangs there (the parent SIGKILLs it). MODE ``run``: prints ``ready``,
+then ``mqtt-received <topic> dup=<0|1>`` for each MQTT message and ``got <payload>`` for
+each message reaching SUB.RFH2; on SIGTERM stops the gateway and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from mqtt_harness import drain_now, register_mq_subscribers, start_gateway  # noqa: E402
+
+from gateway.mq.port import QueueManager  # noqa: E402
+from gateway.runtime.plugin_host import MQPublisher  # noqa: E402
+from plugins.mqtt import MqttConfig  # noqa: E402
+from plugins.mqtt.connection import Received  # noqa: E402
+from plugins.mqtt.source import MqttSource  # noqa: E402
+
+
+class _HangingConnection:
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def commit(self) -> None:
+        print("in-commit", flush=True)
+        await asyncio.Event().wait()
+
+
+class _HangingQM:
+    """A queue manager whose units of work never commit (the crash window)."""
+
+    def __init__(self, qm: QueueManager) -> None:
+        self._qm = qm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._qm, name)
+
+    async def connect(self) -> Any:
+        return _HangingConnection(await self._qm.connect())
+
+
+async def main(argv: list[str]) -> int:
+    work, host, port, client_id, protocol, base, mode = argv
+    logging.basicConfig(level=logging.DEBUG if "MQGW_CHILD_DEBUG" in os.environ else logging.WARNING)
+    config = MqttConfig.model_validate(
+        {
+            "host": host,
+            "port": int(port),
+            "protocol": protocol,
+            "client_id": client_id,
+            "session_expiry": 300,
+            "outbound": {"topics": []},
+            "inbound": {
+                "filters": [
+                    {"filter": f"{base}/#", "strip_prefix": f"{base}/", "topic_prefix": "from-mqtt/"}
+                ]
+            },
+        }
+    )
+    if mode == "hang":
+        import gateway.runtime.plugin_host as plugin_host
+
+        original = plugin_host.PluginHost.publisher_for
+
+        def hanging_publisher(self: plugin_host.PluginHost, name: str) -> MQPublisher:
+            real = original(self, name)
+            real.qm = _HangingQM(real.qm)  # type: ignore[assignment]
+            return real
+
+        plugin_host.PluginHost.publisher_for = hanging_publisher  # type: ignore[method-assign]
+    deliver = MqttSource.on_message
+
+    def report(self: MqttSource, received: Received) -> None:
+        msg = received.message
+        print(f"mqtt-received {msg.topic} dup={int(msg.dup)}", flush=True)
+        deliver(self, received)
+
+    MqttSource.on_message = report  # type: ignore[method-assign]
+    gw = await start_gateway(Path(work), config)
+    if mode == "hang":
+        await register_mq_subscribers(gw.qm, "from-mqtt/#")
+    print("ready", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        while not stop.is_set():
+            for r in await drain_now(gw.qm, "SUB.RFH2"):
+                print(f"got {r.payload.decode()}", flush=True)
+            try:
+                await asyncio.wait_for(stop.wait(), 0.05)
+            except TimeoutError:
+                pass
+    finally:
+        await gw.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))

@@ -1,0 +1,282 @@
+"""A whole gateway in the test process — embedded queue manager, broker service, the
+runtime's plugin host and one ``mqtt`` instance — plus legacy MQ applications (real
+MQRFH/MQRFH2 commands), a plain aiomqtt client, and a restartable Mosquitto on a fixed
+port with persistence (for back-pressure tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_TESTS = Path(__file__).resolve().parents[2]
+for _sub in ("pubsub", "pubsub_service"):
+    if str(_TESTS / _sub) not in sys.path:
+        sys.path.insert(0, str(_TESTS / _sub))
+
+import aiomqtt  # noqa: E402
+from paho.mqtt.properties import Properties  # noqa: E402
+from pubsub_messages import Received, decode, rfh2_message, rfh_message  # noqa: E402
+from service_client import drain_raw, put  # noqa: E402
+
+from gateway.devstack.mosquitto import find_mosquitto, mqtt_handshake  # noqa: E402
+from gateway.devstack.ports import free_port  # noqa: E402
+from gateway.devstack.process import ServiceProcess, spawn  # noqa: E402
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager  # noqa: E402
+from gateway.pubsub.engine import PubSubEngine  # noqa: E402
+from gateway.pubsub.sqlite_store import SqliteStore  # noqa: E402
+from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig  # noqa: E402
+from gateway.runtime.plugin_host import PluginHost  # noqa: E402
+from plugins.mqtt import MqttConfig, MqttInstance, plugin  # noqa: E402
+
+STOCK = "STOCK.STREAM"
+BULLETIN = "BULLETIN.STREAM"
+DEFAULT = "SYSTEM.BROKER.DEFAULT.STREAM"
+CONTROL = "SYSTEM.BROKER.CONTROL.QUEUE"
+QUEUES = f"""
+DEFINE QLOCAL('{STOCK}') DEFPSIST(YES) REPLACE
+DEFINE QLOCAL('{BULLETIN}') DEFPSIST(YES) REPLACE
+DEFINE QLOCAL(SUB.RFH) REPLACE
+DEFINE QLOCAL(SUB.RFH2) REPLACE
+DEFINE QLOCAL(REPLY.Q) REPLACE
+"""
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+@dataclass
+class Gateway:
+    qm: EmbeddedQueueManager
+    store: SqliteStore
+    service: BrokerService
+    host: PluginHost
+    instance: MqttInstance
+
+    async def close(self) -> None:
+        try:
+            await self.host.stop_all()
+            await self.service.stop()
+        finally:
+            await self.qm.close()
+            self.store.close()
+
+
+async def start_gateway(
+    path: Path, config: MqttConfig, *, name: str = "mqtt", gateway_id: str = "gw-test"
+) -> Gateway:
+    """Start (or restart on ``path``) a gateway with one mqtt instance."""
+    qmgr = EmbeddedQueueManager("QM1", path / "qm")
+    qmgr.run_mqsc(QUEUES, stop_on_error=True)
+    store = SqliteStore(path / "pubsub.db", synchronous="NORMAL")
+    service = BrokerService(
+        qmgr,
+        PubSubEngine(qmgr.name, store),
+        BrokerConfig(
+            streams=[StreamQueueConfig(name=STOCK), StreamQueueConfig(name=BULLETIN)],
+            wait_ms=50,
+            retry_delay=0.05,
+            sink_retry_max_delay=0.5,
+        ),
+    )
+    host = PluginHost(qmgr, service, gateway_id)
+    instance = plugin.create(name, config)
+    try:
+        await host.start(instance)
+        await service.start()
+    except BaseException:
+        await host.stop_all()
+        await qmgr.close()
+        store.close()
+        raise
+    return Gateway(qmgr, store, service, host, instance)
+
+
+# ------------------------------------------------------------ legacy MQ applications -----
+
+
+async def publish_rfh(
+    qm: EmbeddedQueueManager,
+    stream: str,
+    topic: str,
+    payload: bytes,
+    *,
+    retain: bool = False,
+    persistence: int = 1,
+    pairs: list[tuple[str, str]] | None = None,
+    expiry: int = -1,
+) -> None:
+    """An MQ Publish/Subscribe V6 (MQRFH) publisher naming its stream explicitly."""
+    nv = [("MQPSCommand", "Publish"), ("MQPSStreamName", stream), ("MQPSTopic", topic)]
+    if retain:
+        nv.append(("MQPSPubOpts", "RetainPub"))
+    nv.extend(pairs or [])
+    await put(qm, rfh_message(stream, nv, payload, persistence=persistence, expiry=expiry))
+
+
+async def publish_rfh2(
+    qm: EmbeddedQueueManager,
+    full_topic: str,
+    payload: bytes,
+    *,
+    usr: dict[str, str] | None = None,
+    retain: bool = False,
+    persistence: int = 1,
+    expiry: int = -1,
+) -> None:
+    """An MQRFH2 publisher; a named stream is written as ``$SYS/STREAM/<s>/`` prefix."""
+    from gateway.wire.folder import Element
+
+    psc = [("Command", "Publish"), ("Topic", full_topic)]
+    if retain:
+        psc.append(("PubOpt", "RetainPub"))
+    folders = [Element.from_pairs("usr", usr)] if usr else []
+    await put(
+        qm,
+        rfh2_message(
+            DEFAULT, psc, payload, folders=folders, persistence=persistence, expiry=expiry
+        ),
+    )
+
+
+async def delete_rfh(qm: EmbeddedQueueManager, stream: str, topic: str) -> None:
+    nv = [("MQPSCommand", "DeletePub"), ("MQPSStreamName", stream), ("MQPSTopic", topic)]
+    await put(qm, rfh_message(stream, nv))
+
+
+async def register_mq_subscribers(qm: EmbeddedQueueManager, topic: str) -> None:
+    """An MQRFH subscriber on SUB.RFH and an MQRFH2 subscriber on SUB.RFH2 (default
+    stream), both confirmed by their replies. ``topic`` is ``<literal>/#``: MQRFH uses
+    character wildcards, so its subscriber registers ``<literal>/*``."""
+    rfh_topic = topic[:-1] + "*" if topic.endswith("#") else topic
+    await put(
+        qm,
+        rfh_message(
+            CONTROL,
+            [("MQPSCommand", "RegSub"), ("MQPSTopic", rfh_topic), ("MQPSQName", "SUB.RFH")],
+            reply_to_q="REPLY.Q",
+            msg_type=1,
+        ),
+    )
+    await put(
+        qm,
+        rfh2_message(
+            CONTROL,
+            [("Command", "RegSub"), ("Topic", topic), ("QName", "SUB.RFH2")],
+            reply_to_q="REPLY.Q",
+            msg_type=1,
+        ),
+    )
+    replies = await wait_for_queue(qm, "REPLY.Q", 2)
+    outcomes = [(r.get("MQPSReason"), r.get("pscr/Completion"), r.get("pscr/Reason")) for r in replies]
+    assert outcomes == [("0", None, None), (None, "ok", None)], outcomes
+
+
+async def wait_for_queue(
+    qm: EmbeddedQueueManager, queue: str, count: int, timeout: float = 20
+) -> list[Received]:
+    """Get ``count`` messages from ``queue`` (destructively), waiting up to ``timeout``."""
+    got: list[Received] = []
+    async with asyncio.timeout(timeout):
+        while len(got) < count:
+            got.extend(decode(m.md, m.body) for m in await drain_raw(qm, queue))
+            if len(got) < count:
+                await asyncio.sleep(0.05)
+    return got
+
+
+async def drain_now(qm: EmbeddedQueueManager, queue: str) -> list[Received]:
+    """Whatever is on ``queue`` right now (destructively; may be nothing)."""
+    return [decode(m.md, m.body) for m in await drain_raw(qm, queue)]
+
+
+# ------------------------------------------------------------------- MQTT clients -----
+
+
+def client(host: str, port: int, *, v5: bool = True, **kwargs: Any) -> aiomqtt.Client:
+    return aiomqtt.Client(
+        host,
+        port=port,
+        identifier=kwargs.pop("identifier", unique("test-")),
+        protocol=aiomqtt.ProtocolVersion.V5 if v5 else aiomqtt.ProtocolVersion.V311,
+        **kwargs,
+    )
+
+
+async def collect(
+    sub: aiomqtt.Client, count: int, timeout: float = 20, *, quiet: float = 0.3
+) -> list[aiomqtt.Message]:
+    """``count`` messages, then anything more arriving within ``quiet`` seconds."""
+    got: list[aiomqtt.Message] = []
+
+    async def take(n: int) -> None:
+        async for message in sub.messages:
+            got.append(message)
+            if len(got) >= n:
+                return
+
+    async with asyncio.timeout(timeout):
+        await take(count)
+    try:
+        async with asyncio.timeout(quiet):
+            await take(count + 1_000_000)
+    except TimeoutError:
+        pass
+    return got
+
+
+def user_props(message: aiomqtt.Message) -> list[tuple[str, str]]:
+    props: Properties | None = message.properties
+    return list(getattr(props, "UserProperty", None) or [])
+
+
+# ----------------------------------------------------- a restartable Mosquitto -----
+
+
+class FixedPortMosquitto:
+    """Mosquitto on one port across restarts, with persistence, so MQTT sessions and
+    queued messages survive a restart (the session fixture's broker keeps none)."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.work_dir = work_dir
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.process: ServiceProcess | None = None
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.conf = work_dir / "mosquitto.conf"
+        self.conf.write_text(
+            f"listener {self.port} 127.0.0.1\n"
+            "allow_anonymous true\n"
+            "persistence true\n"
+            "user root\n"
+            f"persistence_location {work_dir}/\n"
+            "autosave_interval 0\n"
+            "log_dest stderr\n"
+            "max_inflight_messages 1000\n"
+            "max_queued_messages 100000\n",
+            encoding="utf-8",
+        )
+
+    def start(self) -> None:
+        self.process = spawn(
+            "mosquitto",
+            [find_mosquitto(), "-c", str(self.conf)],
+            log_path=self.work_dir / "mosquitto.log",
+            cwd=self.work_dir,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if mqtt_handshake(self.host, self.port):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"mosquitto did not start:\n{self.process.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(10)
+            self.process = None

@@ -1,0 +1,298 @@
+"""The plugin host end to end on an embedded queue manager: legacy MQRFH/MQRFH2
+publishers reach a plugin sink, plugin publications reach MQRFH/MQRFH2 subscribers, the
+origin rule, retained deletions, back-pressure and refusal of unpublishable data."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pubsub_messages import CONTROL, rfh2_message, rfh_message
+from service_client import drain, put, settle
+
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.plugin_api import InboundPublication, PluginError
+from gateway.runtime.broker import BrokerService
+from gateway.runtime.plugin_host import MQPublisher, PluginHost, PublishRefusedError
+from gateway.wire.constants import MsgType
+from gateway.wire.folder import Element
+from plugins.memory import MemoryConfig, MemoryInstance, get_bus
+
+STOCK_ALL = "$SYS/STREAM/STOCK.STREAM/#"
+
+
+async def _subscribe_legacy(qm: EmbeddedQueueManager, service: BrokerService) -> None:
+    """An MQRFH subscriber (RFH.SUB) and an MQRFH2 subscriber (RFH2.SUB) of STOCK.STREAM."""
+    await put(
+        qm,
+        rfh_message(
+            CONTROL,
+            [
+                ("MQPSCommand", "RegSub"),
+                ("MQPSStreamName", "STOCK.STREAM"),
+                ("MQPSTopic", "*"),
+                ("MQPSQName", "RFH.SUB"),
+            ],
+            reply_to_q="REPLY.Q",
+            msg_type=MsgType.REQUEST,
+        ),
+    )
+    await put(
+        qm,
+        rfh2_message(
+            CONTROL,
+            [("Command", "RegSub"), ("Topic", STOCK_ALL), ("QName", "RFH2.SUB")],
+            reply_to_q="REPLY.Q",
+            msg_type=MsgType.REQUEST,
+        ),
+    )
+    await settle(qm, service)
+    replies = await drain(qm, "REPLY.Q")
+    assert len(replies) == 2
+    codes = sorted(str(r.get("MQPSCompCode") or r.get("pscr/Completion")) for r in replies)
+    assert codes == ["0", "ok"]
+
+
+async def _start(
+    host: PluginHost, service: BrokerService, name: str, **cfg: object
+) -> MemoryInstance:
+    inst = MemoryInstance(name, MemoryConfig.model_validate(cfg))
+    host.attach(inst)
+    if not service._tasks:
+        await service.start()
+    await host.start(inst)
+    return inst
+
+
+async def test_mqrfh_and_mqrfh2_publishers_reach_a_sink(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    await _start(host, service, "out", subscribe=[STOCK_ALL, "$SYS/STREAM/BULLETIN.STREAM/#"])
+    await put(
+        qm,
+        rfh_message(
+            "STOCK.STREAM",
+            [
+                ("MQPSCommand", "Publish"),
+                ("MQPSStreamName", "STOCK.STREAM"),
+                ("MQPSTopic", "IBM/Latest"),
+                ("Trader", "Ann"),
+            ],
+            b"141.25",
+        ),
+    )
+    await put(
+        qm,
+        rfh2_message(
+            "SYSTEM.BROKER.DEFAULT.STREAM",
+            [("Command", "Publish"), ("Topic", "$SYS/STREAM/BULLETIN.STREAM/News/Today")],
+            b"markets open",
+            folders=[Element.from_pairs("usr", {"Colour": "Blue"})],
+        ),
+    )
+    records = await get_bus().wait_for(2)
+    by_stream = {r.stream: r for r in records}
+    stock = by_stream["STOCK.STREAM"]
+    assert (stock.topic, stock.payload, stock.properties) == (
+        "IBM/Latest",
+        b"141.25",
+        {"Trader": "Ann"},
+    )
+    bulletin = by_stream["BULLETIN.STREAM"]
+    assert (bulletin.topic, bulletin.payload) == ("News/Today", b"markets open")
+    assert bulletin.properties == {"Colour": "Blue"}
+    assert bulletin.put_time and bulletin.msg_id != bytes(24)
+
+
+async def test_plugin_publication_reaches_mqrfh_and_mqrfh2_subscribers(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    await service.start()
+    await _subscribe_legacy(qm, service)
+    await _start(host, service, "in", bus="in-bus")
+    await get_bus("in-bus").inject(
+        InboundPublication(
+            stream="STOCK.STREAM",
+            topic="IBM",
+            payload=b"142.00",
+            properties={"Source": "kafka"},
+        )
+    )
+    await settle(qm, service)
+    rfh = await drain(qm, "RFH.SUB")
+    rfh2 = await drain(qm, "RFH2.SUB")
+    assert len(rfh) == 1 and len(rfh2) == 1
+    assert rfh[0].get("MQPSTopic") == "IBM"
+    assert rfh[0].get("MQPSStreamName") == "STOCK.STREAM"
+    assert rfh[0].get("Source") == "kafka"
+    assert rfh[0].payload == b"142.00"
+    assert rfh2[0].topic == "$SYS/STREAM/STOCK.STREAM/IBM"
+    assert rfh2[0].get("usr/Source") == "kafka"
+    assert [f.name for f in rfh2[0].folders] == ["psc", "usr"]  # no gateway folder leaks
+    assert rfh2[0].payload == b"142.00"
+
+
+async def test_instance_never_gets_its_own_publication_back(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    await _start(host, service, "a", subscribe=[STOCK_ALL], bus="bus-a")
+    await _start(host, service, "b", subscribe=[STOCK_ALL], bus="bus-b")
+    await get_bus("bus-a").inject(InboundPublication("STOCK.STREAM", "IBM", b"from a"))
+    await get_bus("bus-b").inject(InboundPublication("STOCK.STREAM", "IBM", b"from b"))
+    await settle(qm, service)
+    assert [r.payload for r in get_bus("bus-a").records] == [b"from b"]
+    assert [r.payload for r in get_bus("bus-b").records] == [b"from a"]
+
+
+async def test_retained_publication_and_its_deletion_reach_sinks(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    await _start(host, service, "src", bus="src")
+    await _start(host, service, "mirror", subscribe=[STOCK_ALL], bus="mirror")
+    src = get_bus("src")
+    await src.inject(InboundPublication("STOCK.STREAM", "IBM", b"1", retain=True))
+    mirror = get_bus("mirror")
+    await mirror.wait_for(1)
+    await src.inject(InboundPublication("STOCK.STREAM", "IBM", b"", delete=True))
+    records = await mirror.wait_for(2)
+    assert [(r.topic, r.payload, r.deleted) for r in records] == [
+        ("IBM", b"1", False),
+        ("IBM", b"", True),
+    ]
+    assert records[1].retained
+    assert service.engine.retained("STOCK.STREAM") == []
+    # A later subscriber gets nothing retained: the deletion was real.
+    await _start(host, service, "late", subscribe=[STOCK_ALL], bus="late")
+    await settle(qm, service)
+    assert get_bus("late").records == []
+
+
+async def test_legacy_delete_publication_becomes_a_sink_deletion(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    await _start(host, service, "mirror", subscribe=[STOCK_ALL], bus="mirror")
+    publish = [
+        ("MQPSCommand", "Publish"),
+        ("MQPSStreamName", "STOCK.STREAM"),
+        ("MQPSTopic", "IBM/Latest"),
+        ("MQPSPubOpts", "RetainPub"),
+    ]
+    await put(qm, rfh_message("STOCK.STREAM", publish, b"9"))
+    await get_bus("mirror").wait_for(1)
+    delete = [
+        ("MQPSCommand", "DeletePub"),
+        ("MQPSStreamName", "STOCK.STREAM"),
+        ("MQPSTopic", "IBM/*"),
+    ]
+    await put(qm, rfh_message("STOCK.STREAM", delete))
+    records = await get_bus("mirror").wait_for(2)
+    assert (records[1].topic, records[1].deleted, records[1].payload) == ("IBM/Latest", True, b"")
+    # A DeletePub of nothing retained tells the sinks nothing.
+    await put(qm, rfh_message("STOCK.STREAM", delete))
+    await settle(qm, service)
+    assert len(get_bus("mirror").records) == 2
+
+
+async def test_sink_down_holds_the_batch_on_mq_without_loss_or_backout(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    await _start(host, service, "out", subscribe=[STOCK_ALL])
+    bus = get_bus()
+    bus.down = True
+    for i in range(5):
+        await put(
+            qm,
+            rfh_message(
+                "STOCK.STREAM",
+                [("MQPSCommand", "Publish"), ("MQPSTopic", f"T{i}")],
+                str(i).encode(),
+            ),
+        )
+    async with asyncio.timeout(10):
+        while bus.refused_sends < 3:
+            await asyncio.sleep(0.02)
+    assert bus.records == []
+    assert service.counters.backouts == 0
+    bus.down = False
+    records = await bus.wait_for(5)
+    await settle(qm, service)
+    assert sorted(r.payload for r in bus.records) == [b"0", b"1", b"2", b"3", b"4"]
+    assert [r.payload for r in records if r.topic == "T0"] == [b"0"]
+    assert service.counters.backouts == 0
+    assert service.counters.sink_retries >= 3
+
+
+async def test_sink_bug_backs_out_and_ends_on_the_dead_letter_queue(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    inst = await _start(host, service, "buggy", subscribe=[STOCK_ALL])
+
+    async def broken(deliveries: object) -> None:
+        raise ValueError("plugin bug")
+
+    inst.send = broken  # type: ignore[method-assign,assignment]
+    await put(
+        qm,
+        rfh_message("STOCK.STREAM", [("MQPSCommand", "Publish"), ("MQPSTopic", "X")], b"x"),
+    )
+    async with asyncio.timeout(15):
+        while service.counters.moved_to_backout_queue < 1:
+            await asyncio.sleep(0.05)
+    assert service.counters.backouts >= service.config.default_backout_threshold
+    dead = await drain(qm, "SYSTEM.DEAD.LETTER.QUEUE")
+    assert len(dead) == 1
+
+
+async def test_publish_commits_before_returning(
+    qm: EmbeddedQueueManager, service: BrokerService
+) -> None:
+    publisher = MQPublisher(qm, origin="x", serviced_queues={"STOCK.STREAM"})
+    try:
+        await publisher.publish(
+            [
+                InboundPublication("STOCK.STREAM", "A", b"1"),
+                InboundPublication("OTHER.STREAM", "B", b"2"),
+            ]
+        )
+    finally:
+        await publisher.close()
+    # Committed (visible to another connection) on the stream's queue or the default one.
+    assert qm.queue_depth("STOCK.STREAM") == 1
+    assert qm.queue_depth("SYSTEM.BROKER.DEFAULT.STREAM") == 1
+    assert publisher.counters.per_stream == {"STOCK.STREAM": 1, "OTHER.STREAM": 1}
+
+
+@pytest.mark.parametrize(
+    ("pub", "fragment"),
+    [
+        (InboundPublication("BAD STREAM", "a", b""), "stream name"),
+        (InboundPublication("S", "", b""), "empty"),
+        (InboundPublication("S", "a/#", b"", delete=True), "wildcard"),
+        (InboundPublication("S", "a", b"", properties={"1bad": "v"}), "property name"),
+    ],
+)
+async def test_unpublishable_data_is_refused_not_retried(
+    qm: EmbeddedQueueManager, pub: InboundPublication, fragment: str
+) -> None:
+    publisher = MQPublisher(qm)
+    ok = InboundPublication("S", "fine", b"")
+    with pytest.raises(PublishRefusedError, match=fragment) as info:
+        await publisher.publish([ok, pub])
+    assert info.value.index == 1
+    assert not info.value.retriable
+    assert qm.queue_depth("SYSTEM.BROKER.DEFAULT.STREAM") == 0  # nothing half-published
+    await publisher.close()
+
+
+async def test_publish_while_queue_manager_is_gone_is_retriable(qm: EmbeddedQueueManager) -> None:
+    publisher = MQPublisher(qm)
+    await qm.close()
+    with pytest.raises(PluginError) as info:
+        await publisher.publish([InboundPublication("S", "a", b"")])
+    assert info.value.retriable
+
+
+async def test_duplicate_instance_names_are_refused(host: PluginHost) -> None:
+    host.attach(MemoryInstance("same", MemoryConfig()))
+    with pytest.raises(PluginError, match="unique"):
+        host.attach(MemoryInstance("same", MemoryConfig()))
