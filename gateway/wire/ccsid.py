@@ -73,6 +73,31 @@ def is_ebcdic(ccsid: int) -> bool:
     return ccsid in EBCDIC_CCSIDS
 
 
+def struc_id_ccsid(
+    sid: bytes,
+    ascii_id: bytes,
+    ebcdic_id: bytes,
+    ccsid: int,
+    *,
+    reason: int,
+    what: str,
+    offset: int = 0,
+) -> int:
+    """CCSID of a structure's character fields, told by how its StrucId is spelled.
+
+    The governing CCSID (``structure_ccsid``) is used unless the StrucId bytes show the
+    other family: an EBCDIC StrucId under an ASCII CCSID means CCSID 500, an ASCII one
+    under an EBCDIC CCSID means 819. Any other StrucId is ``reason`` at ``offset``.
+    """
+    text_ccsid = structure_ccsid(ccsid)
+    if sid == ebcdic_id:
+        return text_ccsid if is_ebcdic(text_ccsid) else 500
+    if sid == ascii_id:
+        return DEFAULT_STRUCTURE_CCSID if is_ebcdic(text_ccsid) else text_ccsid
+    expected = ascii_id.decode("ascii")
+    raise WireError(reason, f"{what} StrucId is {sid!r}, expected {expected!r}", offset)
+
+
 def blank(ccsid: int) -> bytes:
     """The blank (space) byte of a single-byte/UTF-8 ``ccsid``."""
     return b"\x40" if ccsid in EBCDIC_CCSIDS else b"\x20"

@@ -18,6 +18,7 @@ from gateway.wire.ccsid import (
     decode_char_field,
     encode_char_field,
     is_ebcdic,
+    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import CCSI_UNDEFINED, ENC_NATIVE, PutApplType
@@ -74,13 +75,9 @@ def decode_dlh(
     sid, version, reason, dq, dqm, enc, cc, fmt, pat, pan, pdate, ptime = _LAYOUT[
         order
     ].unpack_from(buf, 0)
-    text_ccsid = structure_ccsid(ccsid)
-    if sid == _EBCDIC_ID and not is_ebcdic(text_ccsid):
-        text_ccsid = 500
-    elif sid == _ASCII_ID and is_ebcdic(text_ccsid):
-        text_ccsid = DEFAULT_STRUCTURE_CCSID
-    elif sid not in (_ASCII_ID, _EBCDIC_ID):
-        raise WireError(Reason.DLH_ERROR, f"MQDLH StrucId is {sid!r}, expected 'DLH '", 0)
+    text_ccsid = struc_id_ccsid(
+        sid, _ASCII_ID, _EBCDIC_ID, ccsid, reason=Reason.DLH_ERROR, what="MQDLH"
+    )
     if version != MQDLH_VERSION_1:
         raise WireError(Reason.DLH_ERROR, f"MQDLH Version {version} is not 1", 4)
 

@@ -22,7 +22,7 @@ from gateway.wire.ccsid import (
     DEFAULT_STRUCTURE_CCSID,
     decode_char_field,
     encode_char_field,
-    is_ebcdic,
+    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import (
@@ -224,15 +224,15 @@ class MQMD:
                 offset,
             )
         sid = bytes(view[offset : offset + 4])
-        text_ccsid = structure_ccsid(ccsid)
-        if sid == _STRUC_ID_EBCDIC:
-            if not is_ebcdic(text_ccsid):
-                text_ccsid = 500
-        elif sid == _STRUC_ID_ASCII:
-            if is_ebcdic(text_ccsid):
-                text_ccsid = DEFAULT_STRUCTURE_CCSID
-        else:
-            raise WireError(Reason.MD_ERROR, f"MQMD StrucId is {sid!r}, expected 'MD  '", offset)
+        text_ccsid = struc_id_ccsid(
+            sid,
+            _STRUC_ID_ASCII,
+            _STRUC_ID_EBCDIC,
+            ccsid,
+            reason=Reason.MD_ERROR,
+            what="MQMD",
+            offset=offset,
+        )
         version = struct.unpack_from(order + "i", view, offset + 4)[0]
         if version < MQMD_VERSION_1:
             raise WireError(Reason.MD_ERROR, f"MQMD Version {version} is not 1 or 2", offset + 4)

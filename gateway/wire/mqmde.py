@@ -15,6 +15,7 @@ from gateway.wire.ccsid import (
     decode_char_field,
     encode_char_field,
     is_ebcdic,
+    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import CCSI_UNDEFINED, ENC_NATIVE, GI_NONE
@@ -71,13 +72,9 @@ def decode_mqmde(
     sid, version, length, enc, cc, fmt, flags, gid, seq, off, mflags, olen = _LAYOUT[
         order
     ].unpack_from(buf, 0)
-    text_ccsid = structure_ccsid(ccsid)
-    if sid == _EBCDIC_ID and not is_ebcdic(text_ccsid):
-        text_ccsid = 500
-    elif sid == _ASCII_ID and is_ebcdic(text_ccsid):
-        text_ccsid = 819
-    elif sid not in (_ASCII_ID, _EBCDIC_ID):
-        raise WireError(Reason.MDE_ERROR, f"MQMDE StrucId is {sid!r}, expected 'MDE '", 0)
+    text_ccsid = struc_id_ccsid(
+        sid, _ASCII_ID, _EBCDIC_ID, ccsid, reason=Reason.MDE_ERROR, what="MQMDE"
+    )
     if version != MQMDE_VERSION_2:
         raise WireError(Reason.MDE_ERROR, f"MQMDE Version {version} is not 2", 4)
     if length < MQMDE_LENGTH_2 or length > len(buf):

@@ -22,6 +22,7 @@ from gateway.wire.ccsid import (
     encode_char_field,
     encode_text,
     is_ebcdic,
+    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import CCSI_UNDEFINED, ENC_NATIVE
@@ -68,15 +69,9 @@ def decode_rfh_fixed(
             0,
         )
     sid, version, struc_length, enc, cc, fmt, flags = _FIXED[order].unpack_from(buf, 0)
-    text_ccsid = structure_ccsid(ccsid)
-    if sid == RFH_STRUC_ID_EBCDIC:
-        if not is_ebcdic(text_ccsid):
-            text_ccsid = 500
-    elif sid == RFH_STRUC_ID_ASCII:
-        if is_ebcdic(text_ccsid):
-            text_ccsid = 819
-    else:
-        raise WireError(Reason.RFH_ERROR, f"{what} StrucId is {sid!r}, expected 'RFH '", 0)
+    text_ccsid = struc_id_ccsid(
+        sid, RFH_STRUC_ID_ASCII, RFH_STRUC_ID_EBCDIC, ccsid, reason=Reason.RFH_ERROR, what=what
+    )
     if struc_length < MQRFH_STRUC_LENGTH_FIXED or struc_length > len(buf):
         raise WireError(
             Reason.RFH_ERROR,

@@ -18,6 +18,7 @@ from gateway.wire.ccsid import (
     decode_char_field,
     encode_char_field,
     is_ebcdic,
+    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import (
@@ -64,13 +65,9 @@ def decode_xqh(
             Reason.XQH_ERROR, f"MQXQH needs {MQXQH_LENGTH_1} bytes, {len(buf)} available", 0
         )
     sid, version, rq, rqm = _HEAD[order].unpack_from(buf, 0)
-    text_ccsid = structure_ccsid(ccsid)
-    if sid == _EBCDIC_ID and not is_ebcdic(text_ccsid):
-        text_ccsid = 500
-    elif sid == _ASCII_ID and is_ebcdic(text_ccsid):
-        text_ccsid = DEFAULT_STRUCTURE_CCSID
-    elif sid not in (_ASCII_ID, _EBCDIC_ID):
-        raise WireError(Reason.XQH_ERROR, f"MQXQH StrucId is {sid!r}, expected 'XQH '", 0)
+    text_ccsid = struc_id_ccsid(
+        sid, _ASCII_ID, _EBCDIC_ID, ccsid, reason=Reason.XQH_ERROR, what="MQXQH"
+    )
     if version != MQXQH_VERSION_1:
         raise WireError(Reason.XQH_ERROR, f"MQXQH Version {version} is not 1", 4)
     embedded_version = struct.unpack_from(order + "i", buf, _PREFIX + 4)[0]
