@@ -182,6 +182,7 @@ def _submitted_session(args: argparse.Namespace) -> Any:
 
     spark = SparkSession.builder.appName(f"mqgw-analytics-{args.job}").getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.sparkContext.setLogLevel(os.environ.get("MQGW_SPARK_LOG_LEVEL", "WARN"))
     quiet_spark_warnings(spark)
     return spark
 
@@ -230,7 +231,7 @@ def run_local(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point under spark-submit / ``python -m analytics``."""
-    parser = argparse.ArgumentParser(prog="analytics", description="mq-stream-gateway "
+    parser = argparse.ArgumentParser(prog="python -m", description="mq-stream-gateway "
                                      "analytics jobs (docs/analytics.md)")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)

@@ -159,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         raw_s = asyncio.run(raw(broker.bootstrap, n, "raw-warmup"))  # JVM warm-up
         raw_s = asyncio.run(raw(broker.bootstrap, n, "raw"))
         raw_rate = n / raw_s
-        print(f"raw aiokafka producer (idempotent, acks=all, 1 KiB): {n:,} in {raw_s:.2f} s "
-              f"= {raw_rate:,.0f} msg/s", flush=True)
+        print(
+            f"raw aiokafka producer (idempotent, acks=all, 1 KiB): {n:,} in {raw_s:.2f} s "
+            f"= {raw_rate:,.0f} msg/s",
+            flush=True,
+        )
         for batch in (int(b) for b in args.batch_sizes.split(",")):
             prefix = f"bench{batch}-{args.linger_ms}"
             done, took = asyncio.run(
@@ -168,12 +171,18 @@ def main(argv: list[str] | None = None) -> int:
             )
             on_kafka = asyncio.run(_end_offset(broker.bootstrap, f"{prefix}.{STREAM}"))
             rate = done / took
-            print(f"MQ -> Kafka bridge (persistent 1 KiB, batch_size={batch}): {done:,} in "
-                  f"{took:.2f} s = {rate:,.0f} msg/s; ratio bridge/raw = {rate / raw_rate:.2f}; "
-                  f"records on Kafka: {on_kafka:,}", flush=True)
+            print(
+                f"MQ -> Kafka bridge (persistent 1 KiB, batch_size={batch}): {done:,} in "
+                f"{took:.2f} s = {rate:,.0f} msg/s; ratio bridge/raw = {rate / raw_rate:.2f}; "
+                f"records on Kafka: {on_kafka:,}",
+                flush=True,
+            )
             if done != n or on_kafka != n:
-                print(f"error: expected {n} bridged and on Kafka, got {done} / {on_kafka}"
-                      + (" (time limit)" if done < n else ""), file=sys.stderr)
+                print(
+                    f"error: expected {n} bridged and on Kafka, got {done} / {on_kafka}"
+                    + (" (time limit)" if done < n else ""),
+                    file=sys.stderr,
+                )
                 failed = True
     finally:
         broker.stop()

@@ -23,6 +23,10 @@ Details every plugin relies on:
 * ``Delivery.deleted`` is True when a DeletePublication removed the retained publication
   on ``Delivery.topic``: ``body`` is empty, ``publication`` describes what was deleted,
   ``retained`` is True. Mirror it (Kafka tombstone, MQTT empty retained message).
+* ``Publication`` carries the publishing message's identity for sinks: ``msg_id``,
+  ``correl_id`` (24 raw bytes), ``user_identifier``, ``put_date``/``put_time`` (MQMD
+  PutDate/PutTime) and ``header`` (``"MQRFH"``/``"MQRFH2"``); a sink delivery's ``md``
+  carries the same MsgId/CorrelId/UserIdentifier/PutDate/PutTime.
 * ``Publication.origin`` names the instance a publication came in through; the engine
   never delivers it back to that instance (no bridging loops), retained ones included.
 * ``send`` raising an exception with ``retriable = True`` (:class:`PluginError`

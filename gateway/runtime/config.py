@@ -261,26 +261,32 @@ def parse_config(
     except ConfigError as exc:
         exc.source = source
         raise ConfigErrors([exc]) from None
+    problems: list[ConfigError] = []
+    gateway: GatewayConfig | None = None
     try:
         gateway = GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigErrors(_errors(exc, source, model=GatewayConfig)) from None
-    problems: list[ConfigError] = []
+        problems.extend(_errors(exc, source, model=GatewayConfig))
     plugin_configs: dict[str, BaseModel] = {}
-    for i, inst in enumerate(gateway.plugins):
-        if not inst.enabled:
+    raw_plugins = data.get("plugins")
+    for i, inst in enumerate(raw_plugins if isinstance(raw_plugins, list) else []):
+        # From the raw data, so plugin sections are checked even when other keys are wrong.
+        if not isinstance(inst, dict) or inst.get("enabled", True) is False:
             continue
+        name, kind = inst.get("name"), inst.get("plugin")
+        if not isinstance(kind, str) or not isinstance(name, str):
+            continue  # reported by the gateway model
         try:
-            plugin = registry.get(inst.plugin)
+            plugin = registry.get(kind)
         except PluginLoadError as exc:
             problems.append(ConfigError(f"plugins[{i}].plugin", str(exc), "", source=source))
             continue
         model = plugin.config_model
         try:
-            plugin_configs[inst.name] = model.model_validate(inst.config)
+            plugin_configs[name] = model.model_validate(inst.get("config") or {})
         except ValidationError as exc:
             problems.extend(_errors(exc, source, f"plugins[{i}].config", model))
-    if problems:
+    if problems or gateway is None:
         raise ConfigErrors(problems)
     return LoadedConfig(gateway, plugin_configs, base_dir or Path.cwd())
 

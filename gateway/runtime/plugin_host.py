@@ -22,7 +22,14 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from gateway.mq.port import Connection, MQError, PutOptions, QueueManager
+from gateway.mq.port import (
+    Connection,
+    MQError,
+    OpenOption,
+    PutOptions,
+    QueueHandle,
+    QueueManager,
+)
 from gateway.plugin_api import Delivery, InboundPublication, PluginError, PluginInstance
 from gateway.pubsub.engine import ORIGIN_FOLDER
 from gateway.pubsub.options import RegOpt
@@ -164,6 +171,8 @@ class MQPublisher:
         self.gateway_id = gateway_id
         self._serviced = serviced_queues
         self._conn: Connection | None = None
+        #: output handles opened on ``_conn``, by queue (reused: an open per put is slow)
+        self._handles: dict[str, QueueHandle] = {}
         self._lock = asyncio.Lock()
         self.counters = PublisherCounters()
 
@@ -194,7 +203,11 @@ class MQPublisher:
                     conn = self._conn = await self.qm.connect()
                 opts = PutOptions(syncpoint=True)
                 for queue, md, body in commands:
-                    await conn.put1(queue, md, body, opts)
+                    handle = self._handles.get(queue)
+                    if handle is None:
+                        handle = await conn.open(queue, OpenOption.OUTPUT)
+                        self._handles[queue] = handle
+                    await handle.put(md, body, opts)
                 await conn.commit()
             except MQError as exc:
                 self.counters.failures += 1
@@ -213,6 +226,7 @@ class MQPublisher:
     async def _drop(self, conn: Connection | None) -> None:
         """Back out and forget the connection (a fresh one is made on next publish)."""
         self._conn = None
+        self._handles.clear()
         if conn is None:
             return
         with contextlib.suppress(MQError):
@@ -223,6 +237,10 @@ class MQPublisher:
     async def close(self) -> None:
         async with self._lock:
             conn, self._conn = self._conn, None
+            handles, self._handles = list(self._handles.values()), {}
+            for handle in handles:
+                with contextlib.suppress(MQError):
+                    await handle.close()
             if conn is not None:
                 with contextlib.suppress(MQError):
                     await conn.disconnect()

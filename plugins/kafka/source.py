@@ -21,7 +21,7 @@ from gateway.plugin_api import InboundPublication, PluginError, Publisher
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.mapping import InboundRoute, SkippedRecord, inbound_publication
-from plugins.kafka.sink import client_args
+from plugins.kafka.sink import TopicCreator, client_args
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,9 @@ class KafkaSource:
             isolation_level="read_committed",
         )
         try:
+            # A topic created after the consumer started would only be seen at the next
+            # metadata refresh (minutes): create absent ones first.
+            await TopicCreator(self.config, self.group_id).ensure(dict.fromkeys(self.routes, False))
             await consumer.start()
         except KafkaError as exc:
             await consumer.stop()

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import random
 import ssl
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,7 +131,8 @@ class MqttConnection:
         self._closing = False
         self._misc_task: asyncio.Task[None] | None = None
         self._reconnect_task: asyncio.Task[None] | None = None
-        self._sock: Any = None
+        self._fd = -1
+        self._loop_thread = threading.get_ident()
         self.last_error = ""
 
     # ------------------------------------------------------------------ set-up -----
@@ -142,7 +144,7 @@ class MqttConnection:
             client_id=self.client_id,
             protocol=MQTTProtocolVersion.MQTTv5 if self.v5 else MQTTProtocolVersion.MQTTv311,
             clean_session=None if self.v5 else False,
-            manual_ack=False,
+            manual_ack=True,
             reconnect_on_failure=False,
         )
         client.enable_logger(logging.getLogger(f"{__name__}.paho"))
@@ -372,6 +374,7 @@ class MqttConnection:
         self._link_up = False
         self._drop_socket()
         self.last_error = f"disconnected from the MQTT broker ({reason})"
+        self._forget_unacknowledged(set(self._pending))
         self._fail_pending(MqttConnectionError(self.last_error, int(reason.value)))
         if was_connected and not self._closing:
             log.warning("%s; reconnecting", self.last_error)
@@ -414,6 +417,17 @@ class MqttConnection:
     def _handle_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         self._on_message(Received(msg, self._generation))
 
+    def _forget_unacknowledged(self, mids: set[int]) -> None:
+        """Drop QoS 0/1 publications whose ``send`` is about to fail from paho's resend
+        queue: the MQ unit of work backs out and offers them again, so a resend by paho
+        after reconnecting would be one more copy. QoS 2 ones stay: their handshake
+        state is shared with the broker's session and must complete."""
+        out: Any = getattr(self._client, "_out_messages", None)
+        if out is None or not mids:
+            return
+        for mid in [m for m, msg in list(out.items()) if m in mids and msg.qos < 2]:
+            out.pop(mid, None)
+
     def _fail_pending(self, exc: Exception) -> None:
         futures: list[asyncio.Future[Any]] = [*self._pending.values(), *self._sub_pending.values()]
         self._pending.clear()
@@ -427,46 +441,64 @@ class MqttConnection:
 
     # ------------------------------------------------------ socket integration -----
 
+    # Watches are keyed by file descriptor number, captured while the socket is open:
+    # a closed socket's number is soon reused (by this or another client's socket), so
+    # a stale reader/writer left in the selector would fire on the wrong socket.
+
+    def _on_loop_thread(self) -> bool:
+        return threading.get_ident() == self._loop_thread
+
     def _socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         self._loop.call_soon_threadsafe(self._watch_read, sock)
 
     def _socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        self._loop.call_soon_threadsafe(self._unwatch, sock)
+        fd = sock.fileno()  # paho calls this before closing the socket
+        if self._on_loop_thread():
+            self._unwatch(fd)
+        else:
+            self._loop.call_soon_threadsafe(self._unwatch, fd)
 
     def _register_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        self._loop.call_soon_threadsafe(self._watch_write, sock)
+        if self._on_loop_thread():
+            self._watch_write(sock)
+        else:
+            self._loop.call_soon_threadsafe(self._watch_write, sock)
 
     def _unregister_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        self._loop.call_soon_threadsafe(self._unwatch_write, sock)
+        fd = sock.fileno()
+        if self._on_loop_thread():
+            self._unwatch_write(fd)
+        else:
+            self._loop.call_soon_threadsafe(self._unwatch_write, fd)
+
+    def _is_current(self, sock: Any) -> bool:
+        return sock.fileno() >= 0 and id(sock) == id(self._client.socket())
 
     def _watch_read(self, sock: Any) -> None:
-        if sock.fileno() < 0:
+        if not self._is_current(sock):
             return
-        self._sock = sock
-        self._loop.add_reader(sock, self._do_read)
+        self._fd = sock.fileno()
+        self._loop.add_reader(self._fd, self._do_read)
 
     def _watch_write(self, sock: Any) -> None:
-        if sock.fileno() < 0 or id(sock) != id(self._client.socket()):
+        if not self._is_current(sock):
             return
-        self._loop.add_writer(sock, self._do_write)
+        self._loop.add_writer(sock.fileno(), self._do_write)
 
-    def _unwatch_write(self, sock: Any) -> None:
-        with contextlib.suppress(ValueError, OSError):
-            if sock.fileno() >= 0:
-                self._loop.remove_writer(sock)
+    def _unwatch_write(self, fd: int) -> None:
+        if fd >= 0:
+            self._loop.remove_writer(fd)
 
-    def _unwatch(self, sock: Any) -> None:
-        with contextlib.suppress(ValueError, OSError):
-            if sock.fileno() >= 0:
-                self._loop.remove_reader(sock)
-                self._loop.remove_writer(sock)
-        if self._sock is sock:
-            self._sock = None
+    def _unwatch(self, fd: int) -> None:
+        if fd < 0:
+            return
+        self._loop.remove_reader(fd)
+        self._loop.remove_writer(fd)
+        if self._fd == fd:
+            self._fd = -1
 
     def _drop_socket(self) -> None:
-        sock = self._sock
-        if sock is not None:
-            self._unwatch(sock)
+        self._unwatch(self._fd)
 
     def _do_read(self) -> None:
         self._client.loop_read()
@@ -475,7 +507,7 @@ class MqttConnection:
         self._client.loop_write()
         sock = self._client.socket()
         if sock is not None and not self._client.want_write():
-            self._unwatch_write(sock)  # paho also says so via on_socket_unregister_write
+            self._unwatch_write(sock.fileno())
 
     async def _misc_loop(self) -> None:
         """Keep-alive pings and timeout detection (paho's ``loop_misc``)."""

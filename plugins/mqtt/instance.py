@@ -82,7 +82,11 @@ class MqttInstance:
     async def send(self, deliveries: Sequence[Delivery]) -> None:
         if self.sink is None:
             raise PluginError(f"mqtt instance {self._name!r} is not started", retriable=True)
-        await self.sink.send(deliveries)
+        try:
+            await self.sink.send(deliveries)
+        except MqttConnectionError as exc:
+            # Transient: the broker service holds the MQ unit of work and retries.
+            raise PluginError(f"mqtt instance {self._name!r}: {exc}", retriable=True) from exc
 
     async def flush(self) -> None:
         """Nothing to do: ``send`` returns only once the broker acknowledged."""

@@ -47,6 +47,8 @@ def test_quality_finds_duplicates_deadletters_and_violations(
                     extra=[("mq.stream", stream.encode())]),
         Publication(stream, "bad/pubheader", b"b", t0 + 3_000,
                     override={"mq.pubHeader": b"MQMD"}),
+        # no stream header: counted under a null stream (the default partition)
+        Publication(stream, "bad/nostream", b"b", t0 + 3_000, drop=("mq.stream",)),
         # a tombstone has no msgId/putTime and that is fine
         Publication(stream, "ok/0", None, t0 + 4_000),
     ]
@@ -96,7 +98,10 @@ def test_quality_finds_duplicates_deadletters_and_violations(
     viol = spark_session.read.schema(quality.VIOLATIONS_SCHEMA).parquet(
         str(out / "quality_violations")).collect()
     by_rule = {r.rule: r.records for r in viol}
+    assert {r.stream for r in viol if r.rule == "stream_missing"} == {None}
+    assert {r.stream for r in viol if r.rule != "stream_missing"} == {stream}
     assert by_rule == {
+        "stream_missing": 1,
         "contract_version": 1,
         "msg_id_invalid": 1,
         "put_time_invalid": 1,

@@ -30,7 +30,7 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
 TRIALS = 24
-PER_TRIAL = 300
+PER_TRIAL = 500
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -59,12 +59,17 @@ def write_topology(path: Path) -> None:
 
 def start(topology: Path, qm: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    log = topology.with_name(f"{qm}.log").open("ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway.mq.embedded.network", str(topology), "--qm", qm],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+        stdout=subprocess.PIPE, stderr=log, env=env, cwd=REPO)
+    log.close()
     assert proc.stdout is not None
     line = proc.stdout.readline().decode()
-    assert line.startswith(f"READY {qm}"), f"{qm} did not start: {line!r}"
+    if not line.startswith(f"READY {qm}"):
+        proc.wait()
+        tail = topology.with_name(f"{qm}.log").read_text()[-2000:]
+        raise AssertionError(f"{qm} did not start: {line!r}\n{tail}")
     return proc
 
 
@@ -136,7 +141,7 @@ async def test_sigkill_sender_or_receiver_delivers_exactly_once(tmp_path: Path) 
         receiver = start(topology, "RECVQM")
         sender = start(topology, "SENDQM")
         victim_name = "SENDQM" if trial % 2 == 0 else "RECVQM"
-        time.sleep(rnd.uniform(0.02, 0.35))
+        time.sleep(rnd.uniform(0.02, 0.2))
         victim = sender if victim_name == "SENDQM" else receiver
         victim.send_signal(signal.SIGKILL)
         victim.wait()

@@ -10,6 +10,15 @@ from pathlib import Path
 import pytest
 
 _TESTS = Path(__file__).resolve().parent.parent
+# tests/plugins/ (no __init__.py) would otherwise shadow the real plugins/ package as a
+# namespace package for 'plugins.kafka'/'plugins.mqtt' (pytest puts tests/ on sys.path);
+# the repository root first makes the regular package win. See the report: pyproject's
+# pytest 'pythonpath = ["."]' would fix this for every test directory.
+if str(_TESTS.parent) not in sys.path:
+    sys.path.insert(0, str(_TESTS.parent))
+if getattr(sys.modules.get("plugins"), "__file__", "") is None:
+    for _name in [m for m in sys.modules if m == "plugins" or m.startswith("plugins.")]:
+        del sys.modules[_name]
 for sub in ("pubsub", "pubsub_service"):
     if str(_TESTS / sub) not in sys.path:
         sys.path.insert(0, str(_TESTS / sub))

@@ -42,6 +42,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.set_defaults(func=run)
 
+    net = subparsers.add_parser(
+        "network",
+        help="run a network of embedded queue managers from a topology file",
+        description="Run the queue managers of a topology file (docs/networks.md) with "
+        "their listeners, channels and repository managers until interrupted. With --qm, "
+        "only those queue managers run here (the others in other processes; fixed ports).",
+    )
+    net.add_argument("topology", type=Path, help="topology YAML file")
+    net.add_argument("--qm", action="append", default=[], help="run only this queue manager")
+    net.add_argument("--data-dir", type=Path, default=None,
+                     help="default: the topology's data_dir")
+    net.set_defaults(func=run_network)
+
 
 def run(args: argparse.Namespace) -> int:
     from gateway.mq.embedded.mqsc import format_results
@@ -70,3 +83,16 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(qm.close())
     sys.stdout.write(format_results(args.qmgr, results))
     return 0 if all(r.ok for r in results) else 10
+
+
+def run_network(args: argparse.Namespace) -> int:
+    from gateway.mq.embedded.network import serve
+    from gateway.mq.embedded.topology import TopologyError, load_topology
+
+    try:
+        topo = load_topology(args.topology)
+        asyncio.run(serve(topo, args.qm or None, args.data_dir))
+    except TopologyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -168,12 +168,7 @@ class Network:
 
     def __init__(self, topology: Topology, data_dir: Path | str | None = None) -> None:
         self.topology = topology
-        base = Path(data_dir) if data_dir is not None else (
-            topology.data_dir if topology.data_dir is None or topology.data_dir.is_absolute()
-            else topology.base_dir / topology.data_dir)
-        if base is None:
-            raise TopologyError(str(topology.base_dir), "no data_dir for the network")
-        self.data_dir = base
+        self.data_dir = data_dir_of(topology, Path(data_dir) if data_dir is not None else None)
         self.address_book = topology.address_book()
         self.nodes: dict[str, QueueManagerNode] = {}
 
@@ -207,45 +202,51 @@ class Network:
         await self.stop()
 
 
-async def run_node(topology: Topology, name: str, data_dir: Path) -> None:
-    """Run one queue manager of ``topology`` until SIGTERM/SIGINT (separate-process use)."""
-    if name not in topology.queue_managers:
-        raise TopologyError(str(topology.base_dir), f"no queue manager {name} in the topology")
-    network = Network(topology, data_dir)
-    node = network.node_for(name)
-    if not topology.queue_managers[name].port:
-        raise TopologyError(str(topology.base_dir),
-                            f"{name} needs a fixed port to run in its own process")
+def data_dir_of(topology: Topology, override: Path | None = None) -> Path:
+    if override is not None:
+        return override
+    if topology.data_dir is None:
+        raise TopologyError(str(topology.base_dir), "no data_dir in the topology")
+    d = topology.data_dir
+    return d if d.is_absolute() else topology.base_dir / d
+
+
+async def serve(topology: Topology, names: list[str] | None, data_dir: Path | None) -> None:
+    """Run queue managers of ``topology`` (all, or ``names``) until SIGTERM/SIGINT.
+
+    Prints ``READY <QM> 127.0.0.1 <port>`` per queue manager once it listens."""
+    wanted = names or list(topology.queue_managers)
+    for name in wanted:
+        if name not in topology.queue_managers:
+            raise TopologyError(str(topology.base_dir), f"no queue manager {name} in the topology")
+        if len(wanted) < len(topology.queue_managers) and not topology.queue_managers[name].port:
+            raise TopologyError(str(topology.base_dir),
+                                f"{name} needs a fixed port to run apart from the others")
+    network = Network(topology, data_dir_of(topology, data_dir))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await node.start()
-    print(f"READY {name} 127.0.0.1 {node.port}", flush=True)
     try:
+        await network.start(wanted)
+        for name in wanted:
+            print(f"READY {name} 127.0.0.1 {network[name].port}", flush=True)
         await stop.wait()
     finally:
-        await node.stop()
+        await network.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gateway.mq.embedded.network",
-        description="Run one queue manager of a topology file in this process.")
+        description="Run queue managers of a topology file in this process.")
     parser.add_argument("topology", type=Path)
-    parser.add_argument("--qm", required=True, help="the queue manager to run")
+    parser.add_argument("--qm", action="append", default=[], help="run only this QM")
     parser.add_argument("--data-dir", type=Path, help="default: the topology's data_dir")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        topo = load_topology(args.topology)
-        data_dir = args.data_dir or (topo.data_dir if topo.data_dir is None or
-                                     topo.data_dir.is_absolute()
-                                     else topo.base_dir / topo.data_dir)
-        if data_dir is None:
-            print("error: no --data-dir and no data_dir in the topology", file=sys.stderr)
-            return 2
-        asyncio.run(run_node(topo, args.qm, data_dir))
+        asyncio.run(serve(load_topology(args.topology), args.qm or None, args.data_dir))
     except TopologyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -64,7 +64,8 @@ async def test_kafka_records_reach_mqrfh_and_mqrfh2_subscribers(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     source_topic, group = unique("in"), unique("g")
-    await _create_topic(kafka_broker.bootstrap, source_topic)
+    # The topic does not exist yet: the plugin creates it before consuming, so records
+    # produced after start-up are seen at once (not at the next metadata refresh).
     cfg = KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": kafka_broker.bootstrap,

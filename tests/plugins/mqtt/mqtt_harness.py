@@ -6,9 +6,11 @@ port with persistence (for back-pressure tests)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,9 +61,11 @@ class Gateway:
     instance: MqttInstance
 
     async def close(self) -> None:
+        """The SIGTERM order: the broker service finishes and commits its batches while
+        the plugins can still acknowledge them, then the plugins stop."""
         try:
-            await self.host.stop_all()
             await self.service.stop()
+            await self.host.stop_all()
         finally:
             await self.qm.close()
             self.store.close()
@@ -208,25 +212,47 @@ def client(host: str, port: int, *, v5: bool = True, **kwargs: Any) -> aiomqtt.C
     )
 
 
+class _Inbox:
+    """Reads a client's messages in the background, so waiting with a timeout never
+    cancels a read that already took a message off aiomqtt's queue."""
+
+    def __init__(self, sub: aiomqtt.Client) -> None:
+        self.messages: list[aiomqtt.Message] = []
+        self.taken = 0
+        self.changed = asyncio.Event()
+        self.task = asyncio.create_task(self._read(sub))
+
+    async def _read(self, sub: aiomqtt.Client) -> None:
+        with contextlib.suppress(aiomqtt.MqttError):
+            async for message in sub.messages:
+                self.messages.append(message)
+                self.changed.set()
+
+    async def wait_for(self, total: int) -> None:
+        while len(self.messages) < total:
+            self.changed.clear()
+            await self.changed.wait()
+
+
+_INBOXES: weakref.WeakKeyDictionary[aiomqtt.Client, _Inbox] = weakref.WeakKeyDictionary()
+
+
 async def collect(
     sub: aiomqtt.Client, count: int, timeout: float = 20, *, quiet: float = 0.3
 ) -> list[aiomqtt.Message]:
-    """``count`` messages, then anything more arriving within ``quiet`` seconds."""
-    got: list[aiomqtt.Message] = []
-
-    async def take(n: int) -> None:
-        async for message in sub.messages:
-            got.append(message)
-            if len(got) >= n:
-                return
-
+    """The next ``count`` messages, plus anything more arriving within ``quiet`` s."""
+    inbox = _INBOXES.get(sub)
+    if inbox is None:
+        inbox = _INBOXES[sub] = _Inbox(sub)
     async with asyncio.timeout(timeout):
-        await take(count)
-    try:
-        async with asyncio.timeout(quiet):
-            await take(count + 1_000_000)
-    except TimeoutError:
-        pass
+        await inbox.wait_for(inbox.taken + count)
+    if quiet > 0:
+        seen = -1
+        while seen != len(inbox.messages):
+            seen = len(inbox.messages)
+            await asyncio.sleep(quiet)
+    got = inbox.messages[inbox.taken :]
+    inbox.taken = len(inbox.messages)
     return got
 
 

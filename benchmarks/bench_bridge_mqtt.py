@@ -1,0 +1,191 @@
+"""MQ -> MQTT bridge throughput next to a raw aiomqtt publisher on the same Mosquitto.
+
+One local Mosquitto (devstack), one embedded queue manager. For each broker-service
+batch size, N persistent 1 KiB MQRFH2 publications (with one ``usr`` property) are put
+on a stream queue first; then the gateway (broker service + plugin host + ``mqtt``
+plugin, MQTT 5, QoS 1) is started and timed until an MQTT subscriber has received
+every publication (each MQ unit of work commits only after its PUBACKs). The raw
+baseline publishes N messages of the same size and user-property count with aiomqtt at
+QoS 1, fully pipelined, timed to the same subscriber's last receipt. The subscriber's
+count is checked against N (no loss, no duplicate). Bounded to about 60 s.
+Run: .venv/bin/python benchmarks/bench_bridge_mqtt.py [--messages N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from gateway.devstack import MosquittoBroker
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.port import PutOptions
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.plugin_host import PluginHost
+from gateway.wire.constants import Persistence
+from gateway.wire.folder import Element
+from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
+from gateway.wire.mqmd import MQMD
+from gateway.wire.rfh2 import MQRFH2, encode_rfh2
+from plugins.mqtt import MqttConfig, plugin
+
+STREAM = "BENCH.STREAM"
+PAYLOAD = b"x" * 1024
+TOPICS = 16
+TIME_LIMIT_S = 20.0
+
+
+def _publication(i: int) -> tuple[MQMD, bytes]:
+    psc = Element.from_pairs(
+        "psc", {"Command": "Publish", "Topic": f"$SYS/STREAM/{STREAM}/T{i % TOPICS}"}
+    )
+    usr = Element.from_pairs("usr", {"Seq": i})
+    rfh2 = MQRFH2(folders=[psc, usr], format=FMT_STRING, coded_char_set_id=1208)
+    md = MQMD(format=FMT_RF_HEADER_2, persistence=Persistence.PERSISTENT, coded_char_set_id=1208)
+    return md, encode_rfh2(rfh2, ccsid=1208) + PAYLOAD
+
+
+class Counter:
+    """An MQTT subscriber that counts what arrives under one topic prefix."""
+
+    def __init__(self, broker: MosquittoBroker, prefix: str) -> None:
+        self.client = aiomqtt.Client(broker.host, port=broker.port, identifier=f"count-{prefix}")
+        self.prefix = prefix
+        self.count = 0
+        self.last = 0.0
+        self.done = asyncio.Event()
+        self.expected = 0
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Counter:
+        await self.client.__aenter__()
+        await self.client.subscribe(f"{self.prefix}/#", qos=1)
+        self.task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        async for _ in self.client.messages:
+            self.count += 1
+            self.last = time.perf_counter()
+            if self.count >= self.expected:
+                self.done.set()
+
+    async def wait(self, expected: int, limit: float) -> None:
+        self.expected = expected
+        if self.count >= expected:
+            return
+        await asyncio.wait_for(self.done.wait(), limit)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.sleep(0.3)  # a duplicate would arrive here
+        if self.task is not None:
+            self.task.cancel()
+        await self.client.__aexit__(None, None, None)
+
+
+async def bench_gateway(broker: MosquittoBroker, n: int, batch: int, work: Path) -> float:
+    prefix = f"gw{batch}"
+    qm = EmbeddedQueueManager("QMB", work / f"qm{batch}")
+    qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) REPLACE", stop_on_error=True)
+    conn = await qm.connect()
+    opts = PutOptions(syncpoint=True)
+    for i in range(n):
+        md, body = _publication(i)
+        await conn.put1(STREAM, md, body, opts)
+        if i % 500 == 499:
+            await conn.commit()
+    await conn.commit()
+    await conn.disconnect()
+    store = SqliteStore(work / f"pubsub{batch}.db", synchronous="NORMAL")
+    service = BrokerService(
+        qm,
+        PubSubEngine(qm.name, store),
+        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)], batch_size=batch, wait_ms=50),
+    )
+    host = PluginHost(qm, service, "bench")
+    config = MqttConfig.model_validate(
+        {
+            "host": broker.host,
+            "port": broker.port,
+            "client_id": f"bench-gw-{batch}",
+            "outbound": {"prefix": prefix, "topics": [f"$SYS/STREAM/{STREAM}/#"]},
+        }
+    )
+    instance = plugin.create("mqtt", config)
+    try:
+        async with Counter(broker, prefix) as counter:
+            await host.start(instance)
+            started = time.perf_counter()
+            await service.start()
+            await counter.wait(n, TIME_LIMIT_S)
+            elapsed = counter.last - started
+        if counter.count != n:
+            raise SystemExit(f"gateway batch {batch}: received {counter.count}, expected {n}")
+    finally:
+        await service.stop()
+        await host.stop_all()
+        await qm.close()
+        store.close()
+    return n / elapsed
+
+
+async def bench_raw(broker: MosquittoBroker, n: int) -> float:
+    prefix = "raw"
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    props.UserProperty = [("Seq", "0")]
+    async with (
+        Counter(broker, prefix) as counter,
+        aiomqtt.Client(broker.host, port=broker.port, identifier="bench-raw") as pub,
+    ):
+        started = time.perf_counter()
+        await asyncio.gather(
+            *(
+                pub.publish(f"{prefix}/T{i % TOPICS}", PAYLOAD, qos=1, properties=props)
+                for i in range(n)
+            )
+        )
+        await counter.wait(n, TIME_LIMIT_S)
+        elapsed = counter.last - started
+    if counter.count != n:
+        raise SystemExit(f"raw: received {counter.count}, expected {n}")
+    return n / elapsed
+
+
+async def run(n: int) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-mqtt-"))
+    broker = MosquittoBroker(work / "mosquitto")
+    broker.start()
+    try:
+        raw = await bench_raw(broker, n)
+        print(f"raw aiomqtt publisher, QoS 1, pipelined : {raw:10,.0f} msg/s  ({n} x 1 KiB)")
+        for batch in (32, 256):
+            rate = await bench_gateway(broker, n, batch, work)
+            print(
+                f"MQ -> MQTT gateway, persistent, batch {batch:>3}: {rate:10,.0f} msg/s"
+                f"  ratio to raw {rate / raw:5.2f}"
+            )
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=5000)
+    args = parser.parse_args(argv)
+    asyncio.run(run(args.messages))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

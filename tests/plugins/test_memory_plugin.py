@@ -1,0 +1,114 @@
+"""The memory plugin: protocol conformance, and both directions through a whole
+in-process gateway (GatewayApp) — the same path a Kafka or MQTT instance takes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from gateway.plugin_api import InboundPublication, Plugin, PluginError, PluginInstance
+from gateway.runtime.app import GatewayApp
+from gateway.runtime.config import parse_config
+from gateway.runtime.registry import PluginRegistry
+from plugins.memory import MemoryConfig, get_bus, plugin, reset_buses
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[GatewayApp]:
+    reset_buses()
+    registry = PluginRegistry.from_entry_points()
+    data = {
+        "broker": {"streams": [{"name": "STOCK.STREAM"}], "wait_ms": 50},
+        "metrics": {"enabled": False},
+        "plugins": [
+            {
+                "name": "left",
+                "plugin": "memory",
+                "config": {
+                    "bus": "left",
+                    "subscribe": ["$SYS/STREAM/STOCK.STREAM/#"],
+                    "record_file": str(tmp_path / "left.jsonl"),
+                },
+            },
+            {
+                "name": "right",
+                "plugin": "memory",
+                "config": {"bus": "right", "subscribe": ["$SYS/STREAM/STOCK.STREAM/#"]},
+            },
+        ],
+    }
+    gw = GatewayApp(parse_config(data, registry, base_dir=tmp_path), registry)
+    await gw.start()
+    async with asyncio.timeout(10):
+        while not gw.health()[0]:
+            await asyncio.sleep(0.02)
+    try:
+        yield gw
+    finally:
+        await gw.shutdown()
+        reset_buses()
+
+
+def test_plugin_object_satisfies_the_protocol() -> None:
+    assert isinstance(plugin, Plugin)
+    assert plugin.config_model is MemoryConfig
+    inst = plugin.create("m", MemoryConfig())
+    assert isinstance(inst, PluginInstance)
+    assert inst.name == "m" and not inst.healthy()  # not started yet
+
+
+def test_wrong_config_type_is_a_plugin_error() -> None:
+    class Other(BaseModel):
+        pass
+
+    with pytest.raises(PluginError, match="MemoryConfig"):
+        plugin.create("m", Other())
+
+
+async def test_inbound_reaches_the_other_instance_in_order(app: GatewayApp, tmp_path: Path) -> None:
+    left, right = get_bus("left"), get_bus("right")
+    done = [
+        right.inject(
+            InboundPublication(
+                "STOCK.STREAM", "IBM/Latest", f"{i}".encode(), properties={"Seq": str(i)}
+            )
+        )
+        for i in range(50)
+    ]
+    await asyncio.gather(*done)  # each resolves after its MQ commit
+    records = await left.wait_for(50)
+    assert [r.payload for r in records] == [f"{i}".encode() for i in range(50)]
+    assert [r.properties["Seq"] for r in records] == [str(i) for i in range(50)]
+    assert all(r.topic == "IBM/Latest" and r.stream == "STOCK.STREAM" for r in records)
+    assert right.records == []  # never back to its origin
+    lines = (tmp_path / "left.jsonl").read_text().splitlines()
+    assert [json.loads(x)["payload"] for x in lines] == [f"{i}" for i in range(50)]
+    assert app.host is not None
+    pc = app.host.contexts["right"].publisher.counters
+    assert pc.per_stream == {"STOCK.STREAM": 50}
+
+
+async def test_metrics_count_both_directions(app: GatewayApp) -> None:
+    await asyncio.gather(
+        *(get_bus("right").inject(InboundPublication("STOCK.STREAM", "T", b"x")) for _ in range(3))
+    )
+    await get_bus("left").wait_for(3)
+    assert app.metrics is not None
+    text = app.metrics.exposition().decode()
+    assert 'mqgw_messages_in_total{plugin="right",stream="STOCK.STREAM"} 3.0' in text
+    assert 'mqgw_messages_out_total{plugin="left",stream="STOCK.STREAM"} 3.0' in text
+    assert 'mqgw_plugin_up{plugin="left"} 1.0' in text
+    assert 'mqgw_end_to_end_latency_seconds_count{plugin="left"} 3.0' in text
+
+
+async def test_bus_down_makes_the_instance_unhealthy(app: GatewayApp) -> None:
+    get_bus("left").down = True
+    ok, detail = app.health()
+    assert not ok and detail["plugins"] == {"left": False, "right": True}
+    get_bus("left").down = False
+    assert app.health()[0]
