@@ -34,7 +34,10 @@ Details every plugin relies on:
   keeps the MQ unit of work open and calls ``send`` again with the same deliveries
   (jittered backoff up to ``broker.sink_retry_max_delay``), so MQ messages wait on their
   queue. Any other exception backs the unit of work out (BackoutCount + 1; after the
-  queue's BOTHRESH the message is moved to the backout/dead-letter queue).
+  queue's BOTHRESH the message is moved to the backout/dead-letter queue). Until
+  ``start`` is called, sends to an instance fail retriably the same way; a ``subscribe``
+  made while a batch for the same instance is held makes that batch back out (not counted
+  against BOTHRESH) so ``start`` never deadlocks.
 * :meth:`Publisher.publish` raises :class:`PluginError` ``retriable=True`` while MQ is
   unavailable (retry later, do not acknowledge), and
   ``gateway.runtime.plugin_host.PublishRefusedError`` (a PluginError, ``retriable=False``,

@@ -140,7 +140,7 @@ class GatewayApp:
                 raise GatewayRuntimeError(f"plugin instance {inst_cfg.name}: {exc}") from exc
             host.attach(instance)  # sinks exist before the first batch is served
             instances.append(instance)
-        self.metrics = GatewayMetrics(service, host, lambda: dict(self._depths))
+        self.metrics = GatewayMetrics(service, host, self._current_depths)
         host.observer = self.metrics.observe
         await self._sample_depths()
         try:
@@ -216,7 +216,8 @@ class GatewayApp:
                     await close()
         if self.store is not None:
             self.store.close()
-        log.info("gateway %s stopped", self.config.gateway_id)
+        if self.service is not None:
+            log.info("gateway %s stopped", self.config.gateway_id)
 
     # ---------------------------------------------------------------- tasks ----------
 
@@ -267,6 +268,17 @@ class GatewayApp:
         names = [q for q, _ in self.service.serviced_queues] if self.service else []
         return [*names, self.config.broker.dead_letter_queue or DEAD_LETTER_QUEUE]
 
+    def _current_depths(self) -> dict[str, int]:
+        """Live depths for the embedded queue manager (no I/O); the last sample else."""
+        depth_of = getattr(self.qm, "queue_depth", None)
+        if depth_of is None or getattr(self.qm, "closed", False):
+            return dict(self._depths)
+        out: dict[str, int] = {}
+        for q in self._watched_queues():
+            with contextlib.suppress(MQError):
+                out[q] = int(depth_of(q))
+        return out
+
     async def _sample_depths(self) -> None:
         qm = self.qm
         if qm is None:
@@ -306,7 +318,7 @@ class GatewayApp:
             "gateway": self.config.gateway_id,
             "broker_serving": serving,
             "plugins": plugins,
-            "queue_depths": dict(self._depths),
+            "queue_depths": self._current_depths(),
         }
 
 

@@ -143,6 +143,10 @@ class BrokerError(GatewayRuntimeError):
         self.reason = reason
 
 
+class _SinkYieldError(BrokerError):
+    """A batch held for a sink gives way to that sink's (un)subscription."""
+
+
 @dataclass(slots=True)
 class _Put:
     q_mgr: str
@@ -178,6 +182,14 @@ class BrokerService:
         self.sinks: dict[str, Sink] = dict(sinks or {})
         self.counters = ServiceCounters()
         self._lock = asyncio.Lock()
+        #: Sinks whose (un)subscription is waiting for the lock: a batch held for one of
+        #: them backs out instead of waiting (else a plugin starting up would deadlock
+        #: against a batch waiting for that same plugin).
+        self._yield_for: set[str] = set()
+        #: Backouts caused by such yields, per MsgId: not held against the message when
+        #: checking its BackoutCount against the backout threshold.
+        self._forgiven: dict[bytes, int] = {}
+        self._batch_ids: list[bytes] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -211,7 +223,12 @@ class BrokerService:
         target = self.sinks.get(sink)
         if target is None:
             raise BrokerError(f"no sink called {sink!r} is registered")
-        async with self._lock:
+        self._yield_for.add(sink)
+        try:
+            await self._lock.acquire()
+        finally:
+            self._yield_for.discard(sink)
+        try:
             try:
                 sub, retained = self.engine.subscribe_sink(
                     sink, topic, scheme=scheme, reg_opts=reg_opts
@@ -222,19 +239,27 @@ class BrokerService:
             except BaseException:
                 self.engine.rollback()
                 raise
+        finally:
+            self._lock.release()
         return sub
 
     async def unsubscribe_sink(
         self, sink: str, topic: str, *, scheme: Scheme = Scheme.TOPIC
     ) -> bool:
         """Remove a sink subscription durably; False when there was none."""
-        async with self._lock:
-            try:
-                existed = self.engine.unsubscribe_sink(sink, topic, scheme=scheme)
-                self.engine.commit()
-            except BaseException:
-                self.engine.rollback()
-                raise
+        self._yield_for.add(sink)
+        try:
+            await self._lock.acquire()
+        finally:
+            self._yield_for.discard(sink)
+        try:
+            existed = self.engine.unsubscribe_sink(sink, topic, scheme=scheme)
+            self.engine.commit()
+        except BaseException:
+            self.engine.rollback()
+            raise
+        finally:
+            self._lock.release()
         return existed
 
     @property
@@ -325,6 +350,8 @@ class BrokerService:
                         conn, q = await self._reconnect(conn, q)
                     await self._pause(delay)
                     delay = min(10.0, max(delay * 2, 0.05))
+                except _SinkYieldError as exc:
+                    log.debug("%s", exc)
                 except Exception:
                     log.exception("batch on %s backed out", q.name)
                     await self._pause(delay)
@@ -374,12 +401,19 @@ class BrokerService:
         async with self._lock:
             try:
                 count = await self._process(conn, q, dlq, first)
-            except BaseException:
+            except BaseException as exc:
                 self.engine.rollback()
                 self.counters.backouts += 1
+                if isinstance(exc, _SinkYieldError):
+                    for msg_id in self._batch_ids:
+                        self._forgiven[msg_id] = self._forgiven.get(msg_id, 0) + 1
                 with contextlib.suppress(MQError):
                     await conn.backout()
                 raise
+            finally:
+                ids, self._batch_ids = self._batch_ids, []
+        for msg_id in ids:
+            self._forgiven.pop(msg_id, None)
         self.counters.batches += 1
         self.counters.messages += count
         return count
@@ -398,6 +432,8 @@ class BrokerService:
         m: Message | None = first
         while m is not None:
             count += 1
+            if m.md.msg_id != bytes(24):
+                self._batch_ids.append(m.md.msg_id)
             self._handle_one(q, dlq, q_mgr, m, puts, to_sinks)
             m = None
             if count < self.config.batch_size and len(puts) < self.config.max_puts_per_unit:
@@ -448,6 +484,10 @@ class BrokerService:
             except Exception as exc:
                 if getattr(exc, "retriable", False) is not True or self._stop.is_set():
                     raise
+                if name in self._yield_for:
+                    raise _SinkYieldError(
+                        f"sink {name} is (un)subscribing: batch backed out"
+                    ) from exc
                 self.counters.sink_retries += 1
                 if not failing_since:
                     failing_since = time.monotonic()
@@ -470,7 +510,8 @@ class BrokerService:
         to_sinks: dict[str, list[Delivery]],
     ) -> None:
         engine = self.engine
-        if m.md.backout_count >= q.backout_threshold:
+        backouts = m.md.backout_count - self._forgiven.get(m.md.msg_id, 0)
+        if backouts >= q.backout_threshold:
             # Poison message: move it aside untouched, never process it again.
             self.counters.moved_to_backout_queue += 1
             if q.backout_queue:

@@ -17,6 +17,23 @@ from plugins.kafka.mapping import InboundRoute, Route, TopicRouter, TopicTemplat
 
 DEFAULT_TOPIC_TEMPLATE = "mqgw.{stream}"
 DEFAULT_RETAINED_TEMPLATE = "mqgw-retained.{stream}"
+#: aiokafka arguments the delivery guarantees or other config keys own.
+_FIXED_CLIENT_OPTIONS = frozenset(
+    {
+        "acks",
+        "enable_idempotence",
+        "enable_auto_commit",
+        "isolation_level",
+        "group_id",
+        "bootstrap_servers",
+        "client_id",
+        "linger_ms",
+        "max_request_size",
+        "request_timeout_ms",
+        "compression_type",
+        "auto_offset_reset",
+    }
+)
 
 
 def _check_template(value: str | None) -> str | None:
@@ -147,7 +164,9 @@ class KafkaPluginConfig(BaseModel):
     replication_factor: int = Field(default=1, ge=1)
     #: Extra topic configs for topics the plugin creates (e.g. retention.ms).
     topic_configs: dict[str, str] = Field(default_factory=dict)
-    linger_ms: int = Field(default=5, ge=0)
+    #: 0: the sink hands Kafka a whole MQ unit of work at once and waits for its acks,
+    #: so lingering would only add latency to every unit of work.
+    linger_ms: int = Field(default=0, ge=0)
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = None
     #: Largest produce request (bytes); a bigger MQ publication is refused by Kafka
     #: (raise it together with the broker's message.max.bytes).
@@ -159,6 +178,18 @@ class KafkaPluginConfig(BaseModel):
     client_options: dict[str, Any] = Field(default_factory=dict)
     outbound: OutboundConfig = Field(default_factory=OutboundConfig)
     inbound: InboundConfig = Field(default_factory=InboundConfig)
+
+    @field_validator("client_options")
+    @classmethod
+    def _no_guarantee_overrides(cls, value: dict[str, Any]) -> dict[str, Any]:
+        fixed = sorted(set(value) & _FIXED_CLIENT_OPTIONS)
+        if fixed:
+            raise ValueError(
+                f"client_options may not set {fixed}: the plugin fixes them (idempotent "
+                "producer with acks=all, offsets committed after MQ) or they have their own "
+                "key (bootstrap_servers, client_id, inbound.group_id, ...)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _mapping_is_sound(self) -> KafkaPluginConfig:

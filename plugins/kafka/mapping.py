@@ -294,38 +294,29 @@ def usr_properties(folders: Iterable[str]) -> list[UsrProperty]:
     return props
 
 
-def _publisher_field(pub: Publication, name: str, fallback: object) -> object:
-    """A publisher MQMD field carried on the publication, when the engine provides it.
-
-    The engine's sink MQMD is the broker's forwarding MQMD; the contract asks for the
-    publisher's MsgId/CorrelId/PutDate/PutTime/UserIdentifier, which the publication
-    carries once the engine records them (``publisher_<field>``).
-    """
-    value = getattr(pub, f"publisher_{name}", None)
-    return fallback if value in (None, "", b"") else value
-
-
 def publisher_header_kind(pub: Publication) -> str:
-    """``MQRFH`` or ``MQRFH2``: the header the publisher used ("" when unknown)."""
-    kind = getattr(pub, "publisher_header", None)
-    if isinstance(kind, str) and kind:
-        return kind
-    if pub.user_pairs:
-        return "MQRFH"
-    if pub.extra_folders:
-        return "MQRFH2"
-    return ""
+    """``MQRFH`` or ``MQRFH2``: the header the publisher used.
+
+    The engine records it on every publication it parsed; for one built elsewhere the
+    header is told by what it carries (MQRFH user name/value pairs or not).
+    """
+    if pub.header:
+        return pub.header
+    return "MQRFH" if pub.user_pairs else "MQRFH2"
 
 
 def record_headers(delivery: Delivery, origin: str) -> list[tuple[str, bytes]]:
     """The contract headers of a publication record (contract "Headers")."""
     pub, md = delivery.publication, delivery.md
     key = topic_within_stream(delivery)
-    msg_id = bytes(_publisher_field(pub, "msg_id", md.msg_id))  # type: ignore[call-overload]
-    correl_id = bytes(_publisher_field(pub, "correl_id", md.correl_id))  # type: ignore[call-overload]
-    put_date = str(_publisher_field(pub, "put_date", md.put_date))
-    put_time = str(_publisher_field(pub, "put_time", md.put_time))
-    user = str(_publisher_field(pub, "user_identifier", "")).strip()
+    # The contract carries the *publisher's* MQMD identity, which the engine records
+    # on the publication; the delivery's own MQMD is the broker's forwarding one.
+    msg_id = pub.msg_id or md.msg_id
+    correl_id = pub.correl_id or md.correl_id
+    put_date, put_time = (
+        (pub.put_date, pub.put_time) if pub.put_date else (md.put_date, md.put_time)
+    )
+    user = (pub.user_identifier or md.user_identifier).strip()
     headers: list[tuple[str, bytes]] = [
         ("mq.contract", CONTRACT_VERSION),
         ("mq.stream", pub.stream.encode()),
@@ -344,9 +335,7 @@ def record_headers(delivery: Delivery, origin: str) -> list[tuple[str, bytes]]:
         ("mq.ccsid", str(pub.payload_ccsid).encode()),
         ("mq.persistence", b"1" if md.persistence == _PERSISTENT else b"0"),
     ]
-    kind = publisher_header_kind(pub)
-    if kind:
-        headers.append(("mq.pubHeader", kind.encode()))
+    headers.append(("mq.pubHeader", publisher_header_kind(pub).encode()))
     if pub.pub_opts & _RETAIN_PUBLICATION or delivery.retained:
         headers.append(("mq.retain", b"1"))
     if pub.seq_num:

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
     InvalidTopicError,
     KafkaError,
@@ -86,9 +87,36 @@ class TopicCreator:
                 ]
                 if new:
                     await self._create(admin, new)
+                await self._check_compacted(
+                    admin, [t for t, c in missing.items() if c and t in existing]
+                )
             finally:
                 await admin.close()
             self._known.update(missing)
+
+    async def _check_compacted(self, admin: AIOKafkaAdminClient, topics: list[str]) -> None:
+        """Warn when an existing retained topic is not compacted (it would grow without
+        bound and readers would see every old retained publication)."""
+        if not topics:
+            return
+        resources = [
+            ConfigResource(ConfigResourceType.TOPIC, t, configs={"cleanup.policy": None})
+            for t in topics
+        ]
+        try:
+            responses = await admin.describe_configs(resources)
+            for response in responses:
+                for _code, _msg, _type, name, entries in response.resources:
+                    for entry in entries:
+                        if entry[0] == "cleanup.policy" and "compact" not in str(entry[1]):
+                            log.warning(
+                                "Kafka topic %s holds retained publications but its "
+                                "cleanup.policy is %s, not compact",
+                                name,
+                                entry[1],
+                            )
+        except (KafkaError, ValueError, TypeError, AttributeError) as exc:
+            log.debug("cannot check cleanup.policy of %s: %s", topics, exc)
 
     async def _create(self, admin: AIOKafkaAdminClient, new: list[NewTopic]) -> None:
         try:

@@ -132,6 +132,7 @@ class MqttConnection:
         self._misc_task: asyncio.Task[None] | None = None
         self._reconnect_task: asyncio.Task[None] | None = None
         self._fd = -1
+        self._connecting = False
         self._loop_thread = threading.get_ident()
         self.last_error = ""
 
@@ -207,10 +208,14 @@ class MqttConnection:
             props.ReceiveMaximum = cfg.inbound.receive_maximum
         self._connack = self._loop.create_future()
         try:
-            await asyncio.wait_for(
-                self._loop.run_in_executor(None, self._blocking_connect, props),
-                cfg.connect_timeout,
-            )
+            self._connecting = True  # paho is in the executor: the loop leaves it alone
+            try:
+                await asyncio.wait_for(
+                    self._loop.run_in_executor(None, self._blocking_connect, props),
+                    cfg.connect_timeout,
+                )
+            finally:
+                self._connecting = False
             session_present, rc = await asyncio.wait_for(self._connack, cfg.connect_timeout)
         except (OSError, TimeoutError, ValueError) as exc:
             self._drop_socket()
@@ -513,5 +518,5 @@ class MqttConnection:
         """Keep-alive pings and timeout detection (paho's ``loop_misc``)."""
         while True:
             await asyncio.sleep(MISC_INTERVAL)
-            if self._client.socket() is not None:
+            if not self._connecting and self._client.socket() is not None:
                 self._client.loop_misc()

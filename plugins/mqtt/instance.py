@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from gateway.plugin_api import Delivery, PluginContext, PluginError
 from plugins.mqtt.config import MqttConfig
@@ -97,6 +98,19 @@ class MqttInstance:
         if self.connection is not None:
             await self.connection.close()
         self.sink = None
+
+    def stats(self) -> dict[str, int]:
+        """Counters for metrics (``outbound_*`` from the sink, ``inbound_*`` from the
+        source); no per-message logging happens anywhere."""
+        out: dict[str, int] = {}
+        if self.sink is not None:
+            for key, value in asdict(self.sink.counters).items():
+                out[f"outbound_{key}"] = value
+        if self.source is not None:
+            for key, value in asdict(self.source.counters).items():
+                out[f"inbound_{key}"] = value
+        out["connected"] = int(self.connection is not None and self.connection.connected)
+        return out
 
     def healthy(self) -> bool:
         conn = self.connection

@@ -162,8 +162,9 @@ async def test_scenario4_any_cluster_balances(make_network: NetworkFactory) -> N
         assert await drain(net["QM4"].qm, "Q2", 50) == []
         bodies = sorted(m.body for m in at2 + at4)
         assert bodies == sorted(f"m{i}".encode() for i in range(10))
-        assert all(m.md.reply_to_q_mgr == "" or m.md.reply_to_q_mgr == "QM3"
-                   for m in at2 + at4)
+        # the application's context travelled with every message
+        assert {m.md.put_appl_name for m in at2 + at4} == {at2[0].md.put_appl_name}
+        assert all(m.md.persistence == Persistence.PERSISTENT for m in at2 + at4)
 
 
 async def test_scenario5_cluster_out_to_outside_qm(make_network: NetworkFactory) -> None:

@@ -99,10 +99,15 @@ async def test_metrics_count_both_directions(app: GatewayApp) -> None:
     )
     await get_bus("left").wait_for(3)
     assert app.metrics is not None
+    async with asyncio.timeout(10):  # the MQ commit follows the sink's acknowledgement
+        while app.health()[1]["queue_depths"]["STOCK.STREAM"]:  # type: ignore[index]
+            await asyncio.sleep(0.02)
     text = app.metrics.exposition().decode()
     assert 'mqgw_messages_in_total{plugin="right",stream="STOCK.STREAM"} 3.0' in text
     assert 'mqgw_messages_out_total{plugin="left",stream="STOCK.STREAM"} 3.0' in text
     assert 'mqgw_plugin_up{plugin="left"} 1.0' in text
+    assert 'mqgw_queue_depth{queue="STOCK.STREAM"} 0.0' in text
+    assert 'mqgw_queue_depth{queue="SYSTEM.DEAD.LETTER.QUEUE"} 0.0' in text
     assert 'mqgw_end_to_end_latency_seconds_count{plugin="left"} 3.0' in text
 
 

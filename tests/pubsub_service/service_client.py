@@ -14,10 +14,13 @@ from gateway.runtime.broker import BrokerService
 from gateway.wire.reasons import Reason
 
 
-async def put(qm: QueueManager, msg: InboundMessage) -> bytes:
+async def put(qm: QueueManager, msg: InboundMessage, *, set_identity: bool = False) -> bytes:
+    """Put ``msg`` as a legacy application would; ``set_identity`` keeps its
+    UserIdentifier (MQPMO_SET_IDENTITY_CONTEXT) instead of the queue manager's."""
     conn = await qm.connect()
     try:
-        md = await conn.put1(msg.queue, msg.md, msg.body, PutOptions(new_msg_id=False))
+        options = PutOptions(new_msg_id=False, set_identity_context=set_identity)
+        md = await conn.put1(msg.queue, msg.md, msg.body, options)
         return md.msg_id
     finally:
         await conn.disconnect()

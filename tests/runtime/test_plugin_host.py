@@ -296,3 +296,32 @@ async def test_duplicate_instance_names_are_refused(host: PluginHost) -> None:
     host.attach(MemoryInstance("same", MemoryConfig()))
     with pytest.raises(PluginError, match="unique"):
         host.attach(MemoryInstance("same", MemoryConfig()))
+
+
+async def test_instance_starting_while_its_batch_is_held_does_not_deadlock(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    # A durable subscription of "late" from an earlier run.
+    await _start(host, service, "late", subscribe=[STOCK_ALL], bus="late")
+    await host.stop("late")
+    # Now "late" is attached but not started: its deliveries are held on MQ.
+    await put(
+        qm,
+        rfh_message("STOCK.STREAM", [("MQPSCommand", "Publish"), ("MQPSTopic", "X")], b"held"),
+    )
+    async with asyncio.timeout(10):
+        while service.counters.sink_retries < 2:
+            await asyncio.sleep(0.02)
+    # Starting it subscribes again (needs the engine) while its target is still down:
+    # the held batch gives way instead of deadlocking.
+    inst = host.instances["late"]
+    get_bus("late").down = True
+    async with asyncio.timeout(10):
+        await host.start(inst)
+    assert service.counters.backouts >= 1
+    get_bus("late").down = False
+    records = await get_bus("late").wait_for(1)
+    await settle(qm, service)
+    assert [r.payload for r in records] == [b"held"]
+    assert service.counters.moved_to_backout_queue == 0
+    assert await drain(qm, "SYSTEM.DEAD.LETTER.QUEUE") == []

@@ -265,3 +265,19 @@ def test_check_prints_a_summary(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "gateway gw-test" in run.stdout and "plugin instance mem: memory" in run.stdout
     assert not (tmp_path / "qm").exists()  # --check writes nothing
+
+
+def test_unreachable_ibmmq_queue_manager_exits_1_with_the_reason(tmp_path: Path) -> None:
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(
+        "queue_manager: {type: ibmmq, name: QMX, host: 127.0.0.1, port: 1}\n"
+        "metrics: {enabled: false}\nlogging: {format: text}\n"
+    )
+    run = subprocess.run(
+        [PYTHON, "-m", "gateway.runtime.cli", "run", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1, run.stderr
+    assert "cannot start" in run.stderr and "MQRC" in run.stderr

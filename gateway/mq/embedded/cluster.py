@@ -27,7 +27,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -323,24 +323,9 @@ class ClusterManager:
     # ------------------------------------------------------------------ DISPLAY
 
     def display(self, what: str, pattern: str) -> list[list[str]]:
-        def match(name: str) -> bool:
-            return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
-
-        rows: list[list[str]] = []
-        for r in sorted(self.repository.live(), key=lambda r: (r.name, r.cluster, r.q_mgr)):
-            if what == "CLUSQMGR" and r.kind == QMGR and match(r.name):
-                status = "RUNNING" if self.node is not None and \
-                    self.node.channel_running(r.name) else "INACTIVE"
-                rows.append([f"CLUSQMGR({r.name})", f"CHANNEL({r.channel})",
-                             f"CLUSTER({r.cluster})", f"CONNAME({r.conname})",
-                             f"QMTYPE({'REPOS' if r.full else 'NORMAL'})",
-                             f"STATUS({status if r.name != self.q_mgr_name else 'RUNNING'})"])
-            elif what == "QCLUSTER" and r.kind == QUEUE and match(r.name):
-                rows.append([f"QUEUE({r.name})", "TYPE(QCLUSTER)", f"CLUSQMGR({r.q_mgr})",
-                             f"CLUSTER({r.cluster})",
-                             f"CLUSQT({'QMGR' if r.q_mgr_alias else r.qtype})",
-                             f"DEFBIND({'NOTFIXED' if r.bind_not_fixed else 'OPEN'})"])
-        return rows
+        node = self.node
+        return display_rows(self.repository, what, pattern, self.q_mgr_name,
+                            None if node is None else node.channel_running)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -667,6 +652,32 @@ class ClusterManager:
             await conn.disconnect()
         for hop, lane in sorted(seen):
             self.message_waiting(hop, lane)
+
+
+def display_rows(
+    repository: Repository, what: str, pattern: str, local: str,
+    running: Callable[[str], bool] | None = None,
+) -> list[list[str]]:
+    """DISPLAY CLUSQMGR / QCLUSTER rows (attribute items) for records matching
+    ``pattern``. Without ``running`` (queue manager not in a network) STATUS is INACTIVE."""
+
+    def match(name: str) -> bool:
+        return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
+
+    rows: list[list[str]] = []
+    for r in sorted(repository.live(), key=lambda r: (r.name, r.cluster, r.q_mgr)):
+        if what == "CLUSQMGR" and r.kind == QMGR and match(r.name):
+            up = r.name == local or (running is not None and running(r.name))
+            rows.append([f"CLUSQMGR({r.name})", f"CHANNEL({r.channel})",
+                         f"CLUSTER({r.cluster})", f"CONNAME({r.conname})",
+                         f"QMTYPE({'REPOS' if r.full else 'NORMAL'})",
+                         f"STATUS({'RUNNING' if up else 'INACTIVE'})"])
+        elif what == "QCLUSTER" and r.kind == QUEUE and match(r.name):
+            rows.append([f"QUEUE({r.name})", "TYPE(QCLUSTER)", f"CLUSQMGR({r.q_mgr})",
+                         f"CLUSTER({r.cluster})",
+                         f"CLUSQT({'QMGR' if r.q_mgr_alias else r.qtype})",
+                         f"DEFBIND({'NOTFIXED' if r.bind_not_fixed else 'OPEN'})"])
+    return rows
 
 
 def _with_seq(rec: RepositoryRecord, seq: int) -> RepositoryRecord:

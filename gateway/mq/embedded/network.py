@@ -59,6 +59,11 @@ class QueueManagerNode:
         return self._qm
 
     async def start(self) -> None:
+        await self.open()
+        await self.run()
+
+    async def open(self) -> None:
+        """Start the queue manager (MQSC applied) and its listener."""
         qm = EmbeddedQueueManager(self.name, self.path, directory=self.cluster)
         self._qm = qm
         try:
@@ -67,6 +72,14 @@ class QueueManagerNode:
             self.listener = ChannelListener(qm)
             self.port = await self.listener.start(port=self.requested_port)
             self.address_book[self.name] = ("127.0.0.1", self.port)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def run(self) -> None:
+        """Start the repository manager and the channels (after :meth:`open`)."""
+        qm = self.qm
+        try:
             qm.definition_listeners.append(lambda kind, name: self._sync_channels())
             await self.cluster.attach(qm, self)
             self._sync_channels()
@@ -179,10 +192,20 @@ class Network:
                                 port=spec.port, address_book=self.address_book)
 
     async def start(self, names: list[str] | None = None) -> None:
-        for name in names or list(self.topology.queue_managers):
-            node = self.node_for(name)
-            await node.start()
-            self.nodes[name] = node
+        """Open every queue manager and listener first, then start channels, so the
+        first channel starts find their partners listening."""
+        started: list[QueueManagerNode] = []
+        try:
+            for name in names or list(self.topology.queue_managers):
+                node = self.node_for(name)
+                await node.open()
+                self.nodes[name] = node
+                started.append(node)
+            for node in started:
+                await node.run()
+        except BaseException:
+            await self.stop()
+            raise
 
     def __getitem__(self, name: str) -> QueueManagerNode:
         return self.nodes[name]

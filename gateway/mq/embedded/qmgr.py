@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -39,6 +40,7 @@ from gateway.mq.embedded.name_resolution import (
 )
 from gateway.mq.embedded.objects import (
     CLUSTER_COMMAND_QUEUE,
+    CLUSTER_REPOSITORY_QUEUE,
     CLUSTER_TRANSMIT_QUEUE,
     ChannelDef,
     DefBind,
@@ -482,10 +484,22 @@ class _MQSCAdapter:
 
     def cluster_report(self, what: str, pattern: str) -> list[list[str]]:
         report = getattr(self._qm.remote_directory, "display", None)
-        if report is None:
+        if report is not None:
+            rows: list[list[str]] = report(what, pattern)
+            return rows
+        # not running in a network (e.g. `mqgw mqsc`): show the stored repository
+        from gateway.mq.embedded.cluster import Repository, display_rows
+
+        q = self._qm._queues.get(CLUSTER_REPOSITORY_QUEUE)
+        stored = max(q.available.values(), key=lambda m: m.seq, default=None) if q else None
+        if stored is None:
             return []
-        rows: list[list[str]] = report(what, pattern)
-        return rows
+        try:
+            repository = Repository.from_json(json.loads(stored.body))
+        except (ValueError, TypeError, KeyError):
+            log.warning("%s: the stored cluster repository cannot be read", self._qm.name)
+            return []
+        return display_rows(repository, what, pattern, self._qm.name)
 
 
 @dataclass(slots=True, frozen=True)

@@ -96,9 +96,11 @@ async def start_gateway(
     return Gateway(qmgr, store, service, host, instance)
 
 
-async def send_command(qm: EmbeddedQueueManager, msg: InboundMessage) -> bytes:
+async def send_command(
+    qm: EmbeddedQueueManager, msg: InboundMessage, *, set_identity: bool = False
+) -> bytes:
     """Put a legacy application's command; returns the MsgId it was put with."""
-    return await put(qm, msg)
+    return await put(qm, msg, set_identity=set_identity)
 
 
 async def wait_for_queue(
@@ -115,7 +117,7 @@ async def wait_for_queue(
 
 
 async def consume(
-    bootstrap: str, topic: str, count: int, timeout: float = 30, *, extra_wait_ms: int = 500
+    bootstrap: str, topic: str, count: int, timeout: float = 60, *, extra_wait_ms: int = 500
 ) -> list[Any]:
     """Read ``topic`` from the beginning until ``count`` records (and nothing more
     arrives within ``extra_wait_ms``)."""

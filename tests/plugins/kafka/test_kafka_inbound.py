@@ -240,3 +240,72 @@ async def test_outbound_and_inbound_together_do_not_loop(
     finally:
         await gw.close()
     assert [r.value for r in records] == [b"once"]
+
+
+async def test_a_record_mq_refuses_for_good_is_skipped_not_retried_for_ever(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    topic, group = unique("refused"), unique("g")
+    await _create_topic(kafka_broker.bootstrap, topic)
+    await produce(
+        kafka_broker.bootstrap,
+        topic,
+        [
+            (b"T/1", b"one", []),
+            (b"T/2", b"bad", [("mq.stream", b"NOT A STREAM!")]),
+            (b"T/3", b"three", []),
+        ],
+    )
+    qm = EmbeddedQueueManager("QM1", tmp_path / "qm")
+    qm.run_mqsc(f"DEFINE QLOCAL('{STOCK}') REPLACE", stop_on_error=True)
+    publisher = MQPublisher(qm, origin="kafka", serviced_queues={STOCK})
+    source = KafkaSource(
+        _source_config(kafka_broker.bootstrap, topic, group),
+        publisher,
+        instance="kafka",
+        gateway_id="gw-test",
+    )
+    try:
+        await source.start()
+        await _wait_committed(kafka_broker.bootstrap, group, topic, 3)
+        await source.stop()
+        assert source.counters.skipped_invalid == 1
+        assert source.counters.published == 2
+        assert qm.queue_depth(STOCK) == 2
+    finally:
+        await source.stop()
+        await publisher.close()
+        await qm.close()
+
+
+async def test_compacted_topic_records_become_retained_and_tombstones_delete_them(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    topic, group = unique("retin"), unique("g")
+    cfg = KafkaPluginConfig.model_validate(
+        {
+            "bootstrap_servers": kafka_broker.bootstrap,
+            "outbound": {"enabled": False},
+            "inbound": {
+                "group_id": group,
+                "topics": [{"kafka_topic": topic, "stream": STOCK, "retain": True}],
+            },
+        }
+    )
+    gw = await start_gateway(tmp_path, cfg)
+
+    def retained() -> dict[str, bytes]:
+        return {r.topic: r.publication.payload for r in gw.service.engine.retained(STOCK)}
+
+    try:
+        await produce(kafka_broker.bootstrap, topic, [(b"IBM/Latest", b"118.50", [])])
+        async with asyncio.timeout(20):
+            while retained() != {"IBM/Latest": b"118.50"}:
+                await asyncio.sleep(0.05)
+        await produce(kafka_broker.bootstrap, topic, [(b"IBM/Latest", None, [])])
+        async with asyncio.timeout(20):
+            while retained():
+                await asyncio.sleep(0.05)
+        await _wait_committed(kafka_broker.bootstrap, group, topic, 2)
+    finally:
+        await gw.close()

@@ -345,6 +345,7 @@ def test_defaults_bridge_the_default_stream() -> None:
         ({"inbound": {"topics": [{"kafka_topic": "bad/name"}]}}, "kafka_topic"),
         ({"bootstrap": "x"}, "bootstrap"),
         ({"outbound": {"routes": [{"stream": "S"}, {"stream": "S"}]}}, "twice"),
+        ({"client_options": {"acks": 1}}, "acks"),
     ],
 )
 def test_config_errors_name_the_key(config: dict[str, object], fragment: str) -> None:

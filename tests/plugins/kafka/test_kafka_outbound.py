@@ -4,12 +4,13 @@ topic, retained publications and DeletePublication tombstones."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from kafka_harness import (
     BULLETIN,
@@ -130,11 +131,6 @@ async def test_mqrfh_and_mqrfh2_publications_land_per_contract(
     assert headers_of(default[0])["mq.stream"] == DEFAULT.encode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine's sink Delivery carries the broker's forwarding MQMD, not the "
-    "publisher's MsgId/CorrelId/UserIdentifier (requested: publisher_* fields on Publication)",
-)
 async def test_publisher_mqmd_identity_reaches_kafka(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
@@ -149,7 +145,7 @@ async def test_publisher_mqmd_identity_reaches_kafka(
             correl_id=correl,
             user_identifier="stockapp",
         )
-        msg_id = await send_command(gw.qm, msg)
+        msg_id = await send_command(gw.qm, msg, set_identity=True)
         records = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", 1)
     finally:
         await gw.close()
@@ -267,3 +263,63 @@ async def test_unreachable_kafka_fails_start_clearly(tmp_path: Path) -> None:
     with pytest.raises(KafkaPluginError, match=r"127\.0\.0\.1:1") as info:
         await start_gateway(tmp_path, cfg)
     assert info.value.retriable
+
+
+async def test_routes_pick_the_template_of_the_matching_subscription(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    p = unique("route")
+    cfg = KafkaPluginConfig.model_validate(
+        {
+            "bootstrap_servers": kafka_broker.bootstrap,
+            "outbound": {
+                "topic_template": p + ".{stream}",
+                "routes": [
+                    {"stream": STOCK, "topic": "IBM/#", "kafka_topic": p + ".ibm.{topic}"},
+                    {"stream": STOCK, "topic": "MSFT/#"},
+                ],
+            },
+        }
+    )
+    gw = await start_gateway(tmp_path, cfg)
+    try:
+        for topic in ("IBM/Latest", "MSFT/Latest", "ACME/Latest"):
+            await send_command(
+                gw.qm,
+                rfh2_message(
+                    STOCK,
+                    [("Command", "Publish"), ("Topic", f"$SYS/STREAM/{STOCK}/{topic}")],
+                    topic.encode(),
+                ),
+            )
+        ibm = await consume(kafka_broker.bootstrap, f"{p}.ibm.IBM_2FLatest", 1)
+        msft = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", 1)
+    finally:
+        await gw.close()
+    assert [(r.key, r.value) for r in ibm] == [(b"IBM/Latest", b"IBM/Latest")]
+    # ACME/Latest matches no route: not subscribed, not bridged.
+    assert [(r.key, r.value) for r in msft] == [(b"MSFT/Latest", b"MSFT/Latest")]
+
+
+async def test_existing_retained_topic_that_is_not_compacted_is_reported(
+    kafka_broker: KafkaBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = unique("nc")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [
+                NewTopic(
+                    f"{p}-retained.STOCK.STREAM", 1, 1, topic_configs={"cleanup.policy": "delete"}
+                )
+            ]
+        )
+    finally:
+        await admin.close()
+    with caplog.at_level(logging.WARNING, logger="plugins.kafka.sink"):
+        gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p))
+        await gw.close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "plugins.kafka.sink"]
+    assert any(f"{p}-retained.STOCK.STREAM" in w and "not compact" in w for w in warnings)
+    assert not any(f"{p}-retained.BULLETIN.STREAM" in w for w in warnings)

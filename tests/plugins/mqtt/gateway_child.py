@@ -3,6 +3,8 @@ one mqtt instance with an inbound filter) that reports on stdout.
 
 Usage: gateway_child.py WORK_DIR HOST PORT CLIENT_ID PROTOCOL BASE MODE
 
+MODE ``feedN``: puts N MQRFH publications (payloads 0..N-1) on STOCK.STREAM in one unit
+of work and prints ``fed``; the instance forwards them to ``<BASE>-out/STOCK.STREAM/seq``.
 MODE ``hang``: registers an MQRFH2 subscriber on SUB.RFH2 for ``from-mqtt/#``, prints
 ``ready``; the plugin's MQ unit of work puts the publication and then, at commit, prints
 ``in-commit`` and hangs there (the parent SIGKILLs it). MODE ``run``: prints ``ready``,
@@ -13,6 +15,7 @@ each message reaching SUB.RFH2; on SIGTERM stops the gateway and exits 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -23,13 +26,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from mqtt_harness import drain_now, register_mq_subscribers, start_gateway  # noqa: E402
+from mqtt_harness import STOCK, drain_now, register_mq_subscribers, start_gateway
+from pubsub_messages import rfh_message
 
-from gateway.mq.port import QueueManager  # noqa: E402
-from gateway.runtime.plugin_host import MQPublisher  # noqa: E402
-from plugins.mqtt import MqttConfig  # noqa: E402
-from plugins.mqtt.connection import Received  # noqa: E402
-from plugins.mqtt.source import MqttSource  # noqa: E402
+from gateway.mq.port import PutOptions, QueueManager
+from gateway.runtime.plugin_host import MQPublisher
+from plugins.mqtt import MqttConfig
+from plugins.mqtt.connection import Received
+from plugins.mqtt.source import MqttSource
 
 
 class _HangingConnection:
@@ -59,7 +63,9 @@ class _HangingQM:
 
 async def main(argv: list[str]) -> int:
     work, host, port, client_id, protocol, base, mode = argv
-    logging.basicConfig(level=logging.DEBUG if "MQGW_CHILD_DEBUG" in os.environ else logging.WARNING)
+    logging.basicConfig(
+        level=logging.DEBUG if "MQGW_CHILD_DEBUG" in os.environ else logging.WARNING
+    )
     config = MqttConfig.model_validate(
         {
             "host": host,
@@ -67,10 +73,14 @@ async def main(argv: list[str]) -> int:
             "protocol": protocol,
             "client_id": client_id,
             "session_expiry": 300,
-            "outbound": {"topics": []},
+            "outbound": {"topics": [f"$SYS/STREAM/{STOCK}/#"], "prefix": f"{base}-out"},
             "inbound": {
                 "filters": [
-                    {"filter": f"{base}/#", "strip_prefix": f"{base}/", "topic_prefix": "from-mqtt/"}
+                    {
+                        "filter": f"{base}/#",
+                        "strip_prefix": f"{base}/",
+                        "topic_prefix": "from-mqtt/",
+                    }
                 ]
             },
         }
@@ -80,9 +90,9 @@ async def main(argv: list[str]) -> int:
 
         original = plugin_host.PluginHost.publisher_for
 
-        def hanging_publisher(self: plugin_host.PluginHost, name: str) -> MQPublisher:
-            real = original(self, name)
-            real.qm = _HangingQM(real.qm)  # type: ignore[assignment]
+        def hanging_publisher(self: plugin_host.PluginHost, instance_name: str) -> MQPublisher:
+            real = original(self, instance_name)
+            real.qm = _HangingQM(real.qm)
             return real
 
         plugin_host.PluginHost.publisher_for = hanging_publisher  # type: ignore[method-assign]
@@ -98,16 +108,28 @@ async def main(argv: list[str]) -> int:
     if mode == "hang":
         await register_mq_subscribers(gw.qm, "from-mqtt/#")
     print("ready", flush=True)
+    if mode.startswith("feed"):
+        count = int(mode.removeprefix("feed"))
+        conn = await gw.qm.connect()
+        for i in range(count):
+            msg = rfh_message(
+                STOCK,
+                [("MQPSCommand", "Publish"), ("MQPSStreamName", STOCK), ("MQPSTopic", "seq")],
+                str(i).encode(),
+                persistence=1,
+            )
+            await conn.put1(STOCK, msg.md, msg.body, PutOptions(syncpoint=True))
+        await conn.commit()
+        await conn.disconnect()
+        print("fed", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
         while not stop.is_set():
             for r in await drain_now(gw.qm, "SUB.RFH2"):
                 print(f"got {r.payload.decode()}", flush=True)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.05)
-            except TimeoutError:
-                pass
     finally:
         await gw.close()
     return 0

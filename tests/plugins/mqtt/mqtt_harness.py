@@ -33,6 +33,7 @@ from gateway.pubsub.engine import PubSubEngine  # noqa: E402
 from gateway.pubsub.sqlite_store import SqliteStore  # noqa: E402
 from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig  # noqa: E402
 from gateway.runtime.plugin_host import PluginHost  # noqa: E402
+from gateway.wire.mqmd import MQMD  # noqa: E402
 from plugins.mqtt import MqttConfig, MqttInstance, plugin  # noqa: E402
 
 STOCK = "STOCK.STREAM"
@@ -148,6 +149,14 @@ async def publish_rfh2(
     )
 
 
+async def put_raw(qm: EmbeddedQueueManager, queue: str, md: MQMD, body: bytes) -> None:
+    conn = await qm.connect()
+    try:
+        await conn.put1(queue, md, body)
+    finally:
+        await conn.disconnect()
+
+
 async def delete_rfh(qm: EmbeddedQueueManager, stream: str, topic: str) -> None:
     nv = [("MQPSCommand", "DeletePub"), ("MQPSStreamName", stream), ("MQPSTopic", topic)]
     await put(qm, rfh_message(stream, nv))
@@ -177,7 +186,9 @@ async def register_mq_subscribers(qm: EmbeddedQueueManager, topic: str) -> None:
         ),
     )
     replies = await wait_for_queue(qm, "REPLY.Q", 2)
-    outcomes = [(r.get("MQPSReason"), r.get("pscr/Completion"), r.get("pscr/Reason")) for r in replies]
+    outcomes = [
+        (r.get("MQPSReason"), r.get("pscr/Completion"), r.get("pscr/Reason")) for r in replies
+    ]
     assert outcomes == [("0", None, None), (None, "ok", None)], outcomes
 
 

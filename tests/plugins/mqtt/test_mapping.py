@@ -151,7 +151,7 @@ def test_echo_detection() -> None:
 
 
 def test_config_validation_names_the_key() -> None:
-    with pytest.raises(pydantic.ValidationError, match="outbound.prefix"):
+    with pytest.raises(pydantic.ValidationError, match=r"outbound\.prefix"):
         MqttConfig.model_validate({"outbound": {"prefix": "$SYS/x"}})
     with pytest.raises(pydantic.ValidationError, match="'#' must be a whole, last level"):
         MqttConfig.model_validate({"inbound": {"filters": [{"filter": "a/#/b"}]}})

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mqtt_harness import client, unique
+from mqtt_harness import client, collect, unique
 
 from gateway.devstack import MosquittoBroker
 
@@ -98,3 +98,38 @@ async def test_killed_between_receipt_and_commit_message_is_redelivered_once(
     assert got == ["got m1"], second_log
     # the copy came back from the broker's session, flagged as a redelivery
     assert any(line.startswith(f"mqtt-received {base}/k1 dup=1") for line in second_log), second_log
+
+
+async def test_sigterm_mid_stream_then_restart_loses_and_duplicates_nothing(
+    mqtt_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    """The gateway process gets SIGTERM while forwarding MQ → MQTT: it drains, commits
+    and exits 0; restarted, it forwards the rest. Every publication arrives once, in
+    order."""
+    n = 3000
+    base = unique("term")
+    args = [str(tmp_path), mqtt_broker.host, str(mqtt_broker.port), unique("gw-"), "5", base]
+    async with client(mqtt_broker.host, mqtt_broker.port) as sub:
+        await sub.subscribe(f"{base}-out/#", qos=1)
+        log: list[str] = []
+        first = await spawn_child(*args, f"feed{n}")
+        try:
+            await read_until(first, "ready", log)
+            await read_until(first, "fed", log)
+            received = await collect(sub, 200, timeout=30, quiet=0.0)
+            first.terminate()
+            assert await asyncio.wait_for(first.wait(), 30) == 0, log
+        finally:
+            await kill(first)
+        received += await collect(sub, 0, quiet=0.5)  # what the drain still sent
+        assert len(received) < n, "SIGTERM came after the stream had ended"
+        second = await spawn_child(*args, "run")
+        try:
+            await read_until(second, "ready", log)
+            received += await collect(sub, n - len(received), timeout=60, quiet=1.0)
+            second.terminate()
+            assert await asyncio.wait_for(second.wait(), 30) == 0, log
+        finally:
+            await kill(second)
+    payloads = [int(m.payload) for m in received]  # type: ignore[arg-type]
+    assert payloads == list(range(n))

@@ -63,7 +63,9 @@ async def test_rfh_and_rfh2_publishers_reach_mqtt(
                 usr={"Colour": "red"},
                 expiry=600,
             )
-            await publish_rfh(gw.qm, "SYSTEM.BROKER.DEFAULT.STREAM", "plain/t", b"np", persistence=0)
+            await publish_rfh(
+                gw.qm, "SYSTEM.BROKER.DEFAULT.STREAM", "plain/t", b"np", persistence=0
+            )
             got = await collect(sub, 3)
     finally:
         await gw.close()
@@ -133,7 +135,7 @@ async def test_order_per_topic_is_kept(mqtt_broker: MosquittoBroker, tmp_path: P
         await gw.close()
     assert len(got) == n
     for t in range(3):
-        seen = [int(m.payload) for m in got if m.topic.value.endswith(f"/t{t}")]  # type: ignore[arg-type]
+        seen = [int(m.payload) for m in got if m.topic.value.endswith(f"/t{t}")]
         assert seen == [i for i in range(n) if i % 3 == t]
 
 
@@ -150,3 +152,35 @@ async def test_forbidden_characters_are_escaped_not_lost(
     finally:
         await gw.close()
     assert [m.topic.value for m in got] == [f"{prefix}/odd/a%2Bb/c%23d/50%25"]
+
+
+async def test_ebcdic_text_is_converted_to_utf8(
+    mqtt_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    """An MQSTR payload in CCSID 500 (EBCDIC) arrives as UTF-8, flagged as such."""
+    from mqtt_harness import put_raw
+
+    from gateway.wire.folder import Element
+    from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
+    from gateway.wire.mqmd import MQMD
+    from gateway.wire.rfh2 import MQRFH2, encode_rfh2
+
+    prefix = unique("ccsid")
+    text = "Grüße, ¥ & €-less"
+    rfh2 = MQRFH2(
+        folders=[Element.from_pairs("psc", {"Command": "Publish", "Topic": "txt"})],
+        format=FMT_STRING,
+        coded_char_set_id=500,
+    )
+    body = encode_rfh2(rfh2, ccsid=1208) + text.replace("€", "").encode("cp500")
+    md = MQMD(format=FMT_RF_HEADER_2, coded_char_set_id=1208, persistence=1)
+    gw = await start_gateway(tmp_path, config(mqtt_broker, prefix))
+    try:
+        async with client(mqtt_broker.host, mqtt_broker.port) as sub:
+            await sub.subscribe(f"{prefix}/#", qos=1)
+            await put_raw(gw.qm, "SYSTEM.BROKER.DEFAULT.STREAM", md, body)
+            got = await collect(sub, 1)
+    finally:
+        await gw.close()
+    assert [m.payload for m in got] == [text.replace("€", "").encode("utf-8")]
+    assert getattr(got[0].properties, "PayloadFormatIndicator", None) == 1

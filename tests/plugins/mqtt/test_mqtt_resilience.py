@@ -60,7 +60,7 @@ async def test_restart_mid_stream_loses_and_duplicates_nothing(
         finally:
             if gw is not None:
                 await gw.close()
-    payloads = [int(m.payload) for m in first + rest]  # type: ignore[arg-type]
+    payloads = [int(m.payload) for m in first + rest]
     assert payloads == list(range(n))
 
 
@@ -112,5 +112,5 @@ async def test_backpressure_while_mosquitto_is_down(
         assert gw.instance.healthy()
     finally:
         await gw.close()
-    payloads = [int(m.payload) for m in received]  # type: ignore[arg-type]
+    payloads = [int(m.payload) for m in received]
     assert payloads == list(range(n))
