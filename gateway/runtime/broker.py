@@ -164,6 +164,10 @@ class _InputQueue:
     handle: QueueHandle
     backout_threshold: int
     backout_queue: str
+    #: Units of work still to run one message each after a batch failed, so the
+    #: message that failed it is found alone and its innocent neighbours do not
+    #: collect backouts with it (they would reach BOTHRESH and be moved aside).
+    isolate: int = 0
 
 
 class BrokerService:
@@ -190,6 +194,8 @@ class BrokerService:
         #: checking its BackoutCount against the backout threshold.
         self._forgiven: dict[bytes, int] = {}
         self._batch_ids: list[bytes] = []
+        #: Messages got in the batch being processed (the batch's size if it fails).
+        self._batch_got = 0
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -407,6 +413,8 @@ class BrokerService:
                 if isinstance(exc, _SinkYieldError):
                     for msg_id in self._batch_ids:
                         self._forgiven[msg_id] = self._forgiven.get(msg_id, 0) + 1
+                else:
+                    q.isolate = max(q.isolate - 1, self._batch_got)
                 with contextlib.suppress(MQError):
                     await conn.backout()
                 raise
@@ -414,6 +422,7 @@ class BrokerService:
                 ids, self._batch_ids = self._batch_ids, []
         for msg_id in ids:
             self._forgiven.pop(msg_id, None)
+        q.isolate = max(q.isolate - 1, 0)
         self.counters.batches += 1
         self.counters.messages += count
         return count
@@ -429,14 +438,16 @@ class BrokerService:
         engine = self.engine
         q_mgr = conn.q_mgr_name
         count = 0
+        limit = 1 if q.isolate else self.config.batch_size
         m: Message | None = first
         while m is not None:
             count += 1
+            self._batch_got = count
             if m.md.msg_id != bytes(24):
                 self._batch_ids.append(m.md.msg_id)
             self._handle_one(q, dlq, q_mgr, m, puts, to_sinks)
             m = None
-            if count < self.config.batch_size and len(puts) < self.config.max_puts_per_unit:
+            if count < limit and len(puts) < self.config.max_puts_per_unit:
                 try:
                     m = await q.handle.get(GetOptions(wait_ms=0, syncpoint=True))
                 except MQError as exc:

@@ -11,7 +11,8 @@ from pubsub_messages import CONTROL, rfh2_message, rfh_message
 from service_client import drain, put, settle
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.plugin_api import InboundPublication, PluginError
+from gateway.mq.port import OpenOption, PutOptions
+from gateway.plugin_api import Delivery, InboundPublication, PluginError
 from gateway.runtime.broker import BrokerService
 from gateway.runtime.plugin_host import MQPublisher, PluginHost, PublishRefusedError
 from gateway.wire.constants import MsgType
@@ -325,3 +326,44 @@ async def test_instance_starting_while_its_batch_is_held_does_not_deadlock(
     assert [r.payload for r in records] == [b"held"]
     assert service.counters.moved_to_backout_queue == 0
     assert await drain(qm, "SYSTEM.DEAD.LETTER.QUEUE") == []
+
+
+async def test_a_poison_publication_does_not_drag_its_batch_to_the_backout_queue(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    """One publication a sink can never take fails its whole batch; the batch's other
+    messages are then retried one per unit of work, so only the poison one collects
+    backouts and is moved aside — the innocent ones are delivered, once each."""
+    inst = await _start(host, service, "picky", subscribe=[STOCK_ALL])
+    original = inst.send
+
+    async def picky(deliveries: list[Delivery]) -> None:
+        if any(d.publication.payload == b"poison" for d in deliveries):
+            raise ValueError("cannot take this one")
+        await original(deliveries)
+
+    inst.send = picky  # type: ignore[method-assign,assignment]
+    payloads = [b"poison", b"g1", b"g2", b"g3", b"g4", b"g5"]
+    # Committed in one unit of work, so the service's first batch holds all six.
+    conn = await qm.connect()
+    try:
+        stream = await conn.open("STOCK.STREAM", OpenOption.OUTPUT)
+        for i, payload in enumerate(payloads):
+            msg = rfh_message(
+                "STOCK.STREAM", [("MQPSCommand", "Publish"), ("MQPSTopic", f"T{i}")], payload
+            )
+            await stream.put(msg.md, msg.body, PutOptions(syncpoint=True))
+        await conn.commit()
+    finally:
+        await conn.disconnect()
+    bus = get_bus()
+    delivered = await bus.wait_for(5)
+    async with asyncio.timeout(15):
+        while service.counters.moved_to_backout_queue < 1:
+            await asyncio.sleep(0.05)
+    await settle(qm, service)
+    assert sorted(r.payload for r in delivered) == [b"g1", b"g2", b"g3", b"g4", b"g5"]
+    assert sorted(r.payload for r in bus.records) == [b"g1", b"g2", b"g3", b"g4", b"g5"]
+    assert service.counters.moved_to_backout_queue == 1
+    dead = await drain(qm, "SYSTEM.DEAD.LETTER.QUEUE")
+    assert len(dead) == 1
