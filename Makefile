@@ -8,8 +8,9 @@ PYTEST_ARGS ?=
 setup:
 	@bash tools/setup.sh
 
-# The whole suite against the real services (Kafka, Mosquitto, Spark start on demand).
-test: setup
+# Lint and strict typing first (fast), then the whole suite against the real services
+# (Kafka, Mosquitto, Spark start on demand).
+test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup

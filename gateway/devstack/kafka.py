@@ -215,6 +215,9 @@ class KafkaBroker:
         )
         (self.work_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES, encoding="utf-8")
         self._format_storage(java, classpath, config)
+        self._spawn_broker(java, classpath, config)
+
+    def _spawn_broker(self, java: str, classpath: str, config: Path) -> None:
         argv = [
             java,
             *self._jvm_options((self.options.heap_min, self.options.heap_max)),
@@ -227,6 +230,20 @@ class KafkaBroker:
             "kafka", argv, log_path=self.log_path, cwd=self.work_dir, detach=self.detach
         )
         self._wait_ready()
+
+    def restart(self) -> KafkaBroker:
+        """Stop the JVM and start it again on the same ports with the same data.
+
+        Clients see an outage they recover from (same address, same topics and
+        offsets), which is what back-pressure tests need; ``start()`` would make a new,
+        empty cluster on new ports.
+        """
+        config = self.work_dir / "server.properties"
+        if not self.port or not config.exists():
+            raise RuntimeError("restart() needs a broker that was started")
+        self.stop()
+        self._spawn_broker(find_java(), str(kafka_broker_jars()[0].parent / "*"), config)
+        return self
 
     def _format_storage(self, java: str, classpath: str, config: Path) -> None:
         argv = [

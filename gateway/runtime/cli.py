@@ -37,9 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a sub-command whose module is not built yet
-            if exc.name != name:
-                raise
+        except ImportError as exc:
+            # One broken sub-command (a missing optional dependency, a stale install)
+            # must not take the others down: say so and go on.
+            print(
+                f"mqgw: the commands of {name} are unavailable: {exc} "
+                "(a missing extra? `make setup` reinstalls the project)",
+                file=sys.stderr,
+            )
             continue
         module.register(sub)
     return parser

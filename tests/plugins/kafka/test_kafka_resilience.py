@@ -112,6 +112,46 @@ async def test_mq_messages_wait_while_kafka_is_unresponsive(
         assert firsts == list(range(k, n, 3))
 
 
+async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(tmp_path: Path) -> None:
+    """A real outage: the broker's JVM is stopped, publications wait on their MQ queue
+    (no backouts counted, nothing dead-lettered), and all of them arrive in order per
+    topic once the broker is back on the same address."""
+    broker = KafkaBroker(tmp_path / "kafka").start()
+    try:
+        p = unique("outage")
+        n = 30
+        gw = await start_gateway(tmp_path / "gw", _config(broker.bootstrap, p))
+        try:
+            await send_command(gw.qm, _publication(0))
+            await consume(broker.bootstrap, f"{p}.STOCK.STREAM", 1)
+            await asyncio.to_thread(broker.stop)
+            for i in range(1, n):
+                await send_command(gw.qm, _publication(i))
+            async with asyncio.timeout(30):
+                while gw.service.counters.sink_retries < 2:
+                    await asyncio.sleep(0.1)
+            assert not gw.instance.healthy()
+            assert gw.qm.queue_depth(STOCK) > 0, "publications must wait on their queue"
+            await asyncio.to_thread(broker.restart)
+            records = await consume(broker.bootstrap, f"{p}.STOCK.STREAM", n, timeout=90)
+            counters = gw.service.counters
+            assert counters.dead_lettered == 0 and counters.moved_to_backout_queue == 0
+            assert gw.qm.queue_depth("SYSTEM.DEAD.LETTER.QUEUE") == 0
+        finally:
+            await gw.close()
+    finally:
+        broker.stop()
+    values = [int(r.value) for r in records]
+    assert set(values) == set(range(n))
+    for k in range(3):
+        firsts: list[int] = []
+        for r in records:
+            v = int(r.value)
+            if r.key == f"T{k}".encode() and v not in firsts:
+                firsts.append(v)
+        assert firsts == list(range(k, n, 3))
+
+
 async def test_a_record_kafka_refuses_does_not_block_the_stream(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
