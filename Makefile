@@ -2,6 +2,7 @@
 # (tools/setup.sh: idempotent, well under 2 s when nothing is missing).
 PY := .venv/bin/python
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
 .PHONY: setup test demo bench fuzz lint devstack-up devstack-status devstack-down clean
 
@@ -18,7 +19,7 @@ lint: setup
 	.venv/bin/mypy
 
 demo: setup
-	$(PY) -m gateway.demo
+	$(PY) -m gateway.demo $(DEMO_ARGS)
 
 bench: setup
 	$(PY) benchmarks/run.py

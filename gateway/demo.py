@@ -439,7 +439,8 @@ async def read_subscribers(
                     log.warning("%s: not a bar on topic %r: %r", queue, topic, data_bytes[:80])
                     continue
                 book.receive(queue, *bar)
-                stats[bar_rows[queue]].received = book.matched(queue)
+                if bar_rows[queue] in stats:
+                    stats[bar_rows[queue]].received = book.matched(queue)
                 kind = "MQRFH" if queue == OHLC_RFH_Q else "MQRFH2"
                 SAMPLES.setdefault(f"bar {kind}", f"{queue} got topic={topic} "
                                    f"data={data_bytes.decode(errors='replace')}")
@@ -591,13 +592,17 @@ def mqgw_command() -> list[str]:
 
 
 def _kill_group(pgid: int) -> None:
-    """SIGTERM then SIGKILL the job's process group (Spark's JVM is in it)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """Stop the job: SIGTERM to ``mqgw`` (it stops its queries and cleans up), then
+    SIGTERM and SIGKILL to its whole process group (Spark's JVM is in it)."""
+    steps = ((os.kill, signal.SIGTERM, 15.0), (os.killpg, signal.SIGTERM, 5.0),
+             (os.killpg, signal.SIGKILL, 5.0))
+    for send, sig, wait_s in steps:
         try:
-            os.killpg(pgid, sig)
+            send(pgid, sig)
         except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 10
+            if not _group_alive(pgid):
+                return
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if not _group_alive(pgid):
                 return
@@ -616,8 +621,17 @@ def _group_alive(pgid: int) -> bool:
 
 async def run_ohlc_job(bootstrap: str, work: Path, timeout: float, job: JobRun) -> JobRun:
     """Run the ohlc job once as a process (gateway/ never imports analytics), echoing its
-    progress lines; Spark's own log goes to ``job.log_path``. Killed on timeout/cancel."""
+    progress lines; Spark's own log goes to ``job.log_path``. Killed on timeout/cancel.
+
+    Its JVM's temporary files go under ``work`` (``java.io.tmpdir``), not /tmp.
+    """
     started = time.monotonic()
+    tmp = work / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ)
+    env["JAVA_TOOL_OPTIONS"] = (env.get("JAVA_TOOL_OPTIONS", "")
+                                + f" -Djava.io.tmpdir={tmp}").strip()
+    env["TMPDIR"] = str(tmp)
     with job.log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
             *job.argv,
@@ -625,6 +639,7 @@ async def run_ohlc_job(bootstrap: str, work: Path, timeout: float, job: JobRun) 
             stderr=log_file,
             stdin=asyncio.subprocess.DEVNULL,
             cwd=work,
+            env=env,
             start_new_session=True,
         )
         job.pgid = proc.pid
@@ -776,14 +791,22 @@ async def exercise(
     count: int,
     timeout: float,
     work: Path,
-    run: DemoRun,
-    analytics: bool,
-) -> None:
-    """Run the gateway against running brokers and drive every path into ``run``."""
+    run: DemoRun | None = None,
+    analytics: bool = False,
+) -> dict[str, PathStats]:
+    """Run the gateway against running brokers and drive every path; the statistics.
+
+    Without ``run`` (tests/runtime/test_gateway_e2e.py) only the eight bridge paths are
+    counted; ``analytics`` adds the ohlc loop (a Spark process) to ``run``'s rows.
+    """
+    if run is None:
+        run = DemoRun(stats={name: PathStats() for name in PATHS}, book=BarBook())
     stats = run.stats
     ticks = tick_schedule(count, time.time())
     run.book.expected = expected_bars(ticks)
     for name in OHLC_PATHS:
+        if name not in stats:
+            continue
         if analytics:
             stats[name].sent = len(run.book.expected)
         else:
@@ -857,6 +880,7 @@ async def exercise(
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(t, 5)
         await app.shutdown()
+    return stats
 
 
 def summary_rows(stats: dict[str, PathStats]) -> list[dict[str, Any]]:
@@ -944,6 +968,10 @@ async def run_demo(
     from gateway.devstack.kafka import KafkaBroker
     from gateway.devstack.mosquitto import MosquittoBroker
 
+    # SIGTERM stops the demo like Ctrl-C does: cancelled, it stops what it started.
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     print("[1/4] starting Mosquitto and Kafka on 127.0.0.1 (free ports) ...")
     mqtt = MosquittoBroker(work / "mosquitto")
     kafka = KafkaBroker(work / "kafka")
@@ -955,8 +983,8 @@ async def run_demo(
         if kafka.process is not None:
             run.process_groups["kafka"] = kafka.process.pid
         print(f"  Mosquitto on {mqtt.host}:{mqtt.port}, Kafka on {kafka.bootstrap}")
-        await exercise(kafka.bootstrap, mqtt.host, mqtt.port, count, timeout, work, run,
-                       analytics)
+        await exercise(kafka.bootstrap, mqtt.host, mqtt.port, count, timeout, work,
+                       run=run, analytics=analytics)
     except DemoError as exc:
         run.failure = f"{exc.step}: {exc}"
         print(f"demo: {run.failure}")
@@ -1018,7 +1046,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ok = False
     try:
         ok = asyncio.run(run_demo(args.count, args.timeout, work, not args.no_analytics, run))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         run.failure = "interrupted"
         print("\ndemo: interrupted; everything it started is stopped")
     finally:

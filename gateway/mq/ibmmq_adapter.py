@@ -179,13 +179,32 @@ def _from_field(value: Any) -> str:
     return str(value).rstrip(" ")
 
 
+#: MQCHARn lengths of the MQMD character fields (IBM MQ reference, MQMD). The MQI
+#: modules pad short values with NULs, which MQ keeps (a Format of "MQSTR\0\0\0" is not
+#: MQFMT_STRING), so every field is blank-padded to its full length here.
+MD_CHAR_LENGTHS: dict[str, int] = {
+    "Format": 8, "ReplyToQ": 48, "ReplyToQMgr": 48, "UserIdentifier": 12,
+    "ApplIdentityData": 32, "PutApplName": 28, "PutDate": 8, "PutTime": 8,
+    "ApplOriginData": 4,
+}
+
+
+def _char_field(name: str, value: str) -> bytes:
+    length = MD_CHAR_LENGTHS[name]
+    raw = _to_bytes(value)
+    if len(raw) > length or b"\0" in raw:
+        raise MQError(Reason.MD_ERROR,
+                      f"MQMD.{name} {value!r} is not valid (at most {length} bytes, no NULs)")
+    return raw.ljust(length, b" ")
+
+
 def md_to_mqi(mqi: ModuleType, md: MQMD) -> Any:
-    """Our MQMD as the MQI module's MD (version 2)."""
+    """Our MQMD as the MQI module's MD (version 2), character fields blank-padded."""
     out = mqi.MD()
     out.Version = MQMD_VERSION_2
     for ours, theirs, is_char in _MD_FIELDS:
         value = getattr(md, ours)
-        setattr(out, theirs, _to_bytes(value) if is_char else value)
+        setattr(out, theirs, _char_field(theirs, value) if is_char else value)
     return out
 
 
@@ -313,6 +332,10 @@ class IBMMQConnection:
             raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
         if self._broken:
             await self._connect()
+        if uow:
+            # before the call: once submitted it may have started a unit of work even if
+            # we never see its answer (cancelled, connection lost)
+            self._in_uow = True
         try:
             result = await self._run(fn)
         except Exception as exc:
@@ -326,8 +349,6 @@ class IBMMQConnection:
                                   err.comp_code)
                 self._in_uow = False
             raise err from exc
-        if uow:
-            self._in_uow = True
         return result
 
     async def __aenter__(self) -> Self:
@@ -394,8 +415,14 @@ class IBMMQConnection:
         hconn = self._hconn
 
         def call() -> None:
-            if self._in_uow:
+            # always MQBACK first (harmless without a unit of work): MQDISC alone would
+            # commit one on most platforms, and our _in_uow may not know of every call
+            try:
                 hconn.backout()
+            except Exception as exc:
+                if _mq_error(exc) is None:
+                    raise
+                log.debug("MQBACK before MQDISC failed: %s", exc)
             hconn.disconnect()
 
         try:

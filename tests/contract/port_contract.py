@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import pytest
@@ -36,9 +37,14 @@ class Backend(Protocol):
     async def fresh_queue(self) -> str: ...
 
 
+#: Persistence of the messages the contract puts; every test runs once each way,
+#: because persistent messages take the store's path (writes, fsync, cancellation).
+_persistence: list[Persistence] = [Persistence.NOT_PERSISTENT]
+
+
 def md(**kw: Any) -> MQMD:
     kw.setdefault("format", "MQSTR")
-    kw.setdefault("persistence", Persistence.NOT_PERSISTENT)
+    kw.setdefault("persistence", _persistence[0])
     return MQMD(**kw)
 
 
@@ -54,6 +60,35 @@ async def drain(q: Any) -> list[bytes]:
 
 class PortContract:
     """Behaviour every queue-manager implementation must show."""
+
+    @pytest.fixture(
+        autouse=True,
+        params=[Persistence.NOT_PERSISTENT, Persistence.PERSISTENT],
+        ids=["nonpersistent", "persistent"],
+    )
+    def persistence(self, request: pytest.FixtureRequest) -> Iterator[Persistence]:
+        _persistence[0] = request.param
+        try:
+            yield request.param
+        finally:
+            _persistence[0] = Persistence.NOT_PERSISTENT
+
+    async def test_persistence_is_kept(self, backend: Backend, persistence: Persistence) -> None:
+        name = await backend.fresh_queue()
+        async with await backend.qm.connect() as conn:
+            q = await conn.open(name, IO)
+            await q.put(md(), b"plain")
+            await q.put(md(), b"in-uow", PutOptions(syncpoint=True))
+            await conn.commit()
+            assert (await q.inquire(QueueAttr.CURRENT_Q_DEPTH))[QueueAttr.CURRENT_Q_DEPTH] == 2
+            first = await q.get(GetOptions(syncpoint=True))
+            assert first.body == b"plain" and first.md.persistence == persistence
+            await conn.backout()
+            got = [await q.get(GetOptions()) for _ in range(2)]
+            assert [m.body for m in got] == [b"plain", b"in-uow"]
+            assert [m.md.backout_count for m in got] == [1, 0]
+            assert all(m.md.persistence == persistence for m in got)
+            assert (await q.inquire(QueueAttr.CURRENT_Q_DEPTH))[QueueAttr.CURRENT_Q_DEPTH] == 0
 
     async def test_put_get_round_trip_fills_descriptor(self, backend: Backend) -> None:
         name = await backend.fresh_queue()

@@ -100,7 +100,25 @@ def _text(v: Any) -> str:
     return (v.decode() if isinstance(v, bytes) else str(v)).split("\0")[0].rstrip()
 
 
+#: MQMD character fields a client MQI module packs as fixed-length, NUL-padded fields
+CHAR_LENGTHS = {
+    "Format": 8, "ReplyToQ": 48, "ReplyToQMgr": 48, "UserIdentifier": 12,
+    "ApplIdentityData": 32, "PutApplName": 28, "PutDate": 8, "PutTime": 8,
+    "ApplOriginData": 4,
+}
+
+
 def md_from_block(block: Any) -> MQMD:
+    """What the queue manager receives: fields as the MQI module packs them. MQ does not
+    turn NULs into blanks, so a NUL in Format names no format MQ knows: refuse it (2110)
+    instead of letting it pass as if padding did not matter."""
+    for ibm, length in CHAR_LENGTHS.items():
+        v = getattr(block, ibm)
+        raw = v if isinstance(v, bytes) else str(v).encode()
+        if len(raw) > length:
+            raise MQMIError(2, 2026)
+        if ibm == "Format" and b"\0" in raw.ljust(length, b"\0"):
+            raise MQMIError(2, 2110)
     md = MQMD(version=2)
     for ibm, ours in MD_NAMES.items():
         v = getattr(block, ibm)

@@ -11,11 +11,13 @@ import pytest
 from mqi_standin import StandIn
 
 from gateway.mq.ibmmq_adapter import (
+    MD_CHAR_LENGTHS,
     IBMMQConfig,
     IBMMQQueueManager,
     MQIUnavailableError,
     backoff_delays,
     load_mqi_module,
+    md_to_mqi,
 )
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.mqmd import MQMD
@@ -174,3 +176,57 @@ async def test_standin_injected_in_place_of_ibmmq(
         assert q.resolved_q_name == "APP.Q" and q.resolved_q_mgr_name == "STANDIN"
         assert (await q.get(GetOptions())).body == b"via-sys-modules"
     assert qm.mqi() is standin.module
+
+
+def test_md_character_fields_are_blank_padded_to_mq_lengths(standin: StandIn) -> None:
+    md = MQMD(format="MQSTR", reply_to_q="R.Q", reply_to_q_mgr="QM", user_identifier="app",
+              appl_identity_data="id", put_appl_name="prog", put_date="20260101",
+              put_time="1200", appl_origin_data="o")
+    raw = md_to_mqi(standin.module, md)
+    for name, length in MD_CHAR_LENGTHS.items():
+        value = getattr(raw, name)
+        assert isinstance(value, bytes) and len(value) == length, name
+        assert b"\0" not in value, name
+    assert raw.Format == b"MQSTR   " and raw.ReplyToQ == b"R.Q".ljust(48)
+    assert raw.ApplOriginData == b"o   "
+    with pytest.raises(MQError) as err:
+        md_to_mqi(standin.module, MQMD(format="TOOLONGFMT"))
+    assert err.value.reason == Reason.MD_ERROR
+
+
+async def test_string_format_survives_the_mqi_padding(standin: StandIn) -> None:
+    """The stand-in packs Format as the MQI module does (NUL-padded) and refuses NULs, as
+    MQ would not recognise such a format: the adapter's blank padding must reach it."""
+    async with await IBMMQQueueManager(config(), mqi=standin.module).connect() as conn:
+        q = await conn.open("APP.Q", OpenOption.OUTPUT | OpenOption.INPUT_SHARED)
+        await q.put(MQMD(format="MQSTR"), b"text")
+        await conn.put1("APP.Q", MQMD(format="MQHRF2"), b"x")
+        assert (await q.get(GetOptions())).md.format == "MQSTR"
+        assert (await q.get(GetOptions())).md.format == "MQHRF2"
+
+
+async def test_disconnect_always_backs_out_first(standin: StandIn) -> None:
+    conn = await IBMMQQueueManager(config(), mqi=standin.module).connect()
+    q = await conn.open("APP.Q", OpenOption.OUTPUT | OpenOption.INPUT_SHARED)
+    await q.put(MQMD(), b"plain")
+    standin.calls.clear()
+    await conn.disconnect()
+    assert [c.name for c in standin.calls] == ["close", "backout", "disconnect"]
+
+
+async def test_a_failed_first_syncpoint_call_reports_the_backed_out_unit(
+    standin: StandIn,
+) -> None:
+    """The unit of work is marked before the call is submitted: a first syncpoint put
+    whose answer is lost may have started one, and the caller must be told."""
+    async def sleep(s: float) -> None:
+        return None
+
+    conn = await IBMMQQueueManager(config(), mqi=standin.module, sleep=sleep).connect()
+    q = await conn.open("APP.Q", OpenOption.OUTPUT | OpenOption.INPUT_SHARED)
+    standin.break_next_call = 2009
+    with pytest.raises(MQError) as err:
+        await q.put(MQMD(), b"first", PutOptions(syncpoint=True))
+    assert err.value.reason == Reason.CONNECTION_BROKEN
+    assert "backed out" in str(err.value)
+    await conn.disconnect()

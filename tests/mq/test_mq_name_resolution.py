@@ -143,3 +143,18 @@ def test_reply_to_alias() -> None:
     assert resolve_reply_to(c, "QUEUE", "QMX") == ("QUEUE", "QMX")
     assert resolve_reply_to(c, "MINE", "") == ("MINE", "QM1")
     assert resolve_reply_to(c, "", "") == ("", "")
+
+
+def test_remote_definition_with_blank_xmitq_ignores_qmgr_aliases() -> None:
+    """§7.1 role 1: XMITQ, else a local queue named RQMNAME, else DEFXMITQ, else 2087;
+    "when a remote definition exists no alias definitions are consulted". A queue-manager
+    alias named like RQMNAME must not re-route the definition's target (here to QM3)."""
+    qm_alias = remote("QM2", "", "QM3", "XQ3")
+    target = remote("R", "X", "QM2")
+    c = cat(local("XQ3", xmit=True), qm_alias, target)
+    assert reason_of(c, "R") == Reason.UNKNOWN_REMOTE_Q_MGR
+    c2 = cat(local("XQ3", xmit=True), local("DEF.X", xmit=True), qm_alias, target,
+             defxmitq="DEF.X")
+    assert t3(resolve_queue(c2, "R")) == ("X", "QM2", "DEF.X")
+    # the alias still applies to an opener naming QM2 itself (role 2)
+    assert t3(resolve_queue(c2, "Q", "QM2")) == ("Q", "QM3", "XQ3")

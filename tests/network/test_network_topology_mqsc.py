@@ -152,3 +152,31 @@ async def test_in_process_and_topology_network_delivers(make_network: NetworkFac
 def test_topology_from_dict_requires_mapping(tmp_path: Path) -> None:
     with pytest.raises(TopologyError):
         topology_from_dict([], tmp_path)
+
+
+async def test_stop_waits_for_channels_stopped_by_mqsc(
+    make_network: NetworkFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A channel replaced (ALTER CONNAME) or deleted by MQSC is stopped in the background;
+    stopping the node must wait for those stops, not leave them running."""
+    from gateway.mq.embedded.channels import ChannelSender
+
+    finished: list[str] = []
+    real_stop = ChannelSender.stop
+
+    async def slow_stop(self: ChannelSender) -> None:
+        await asyncio.sleep(0.3)
+        await real_stop(self)
+        finished.append(self.spec.name)
+
+    monkeypatch.setattr(ChannelSender, "stop", slow_stop)
+    mqsc = ("DEFINE QLOCAL(QM2) USAGE(XMITQ)\n"
+            "DEFINE CHANNEL(A.TO.QM2) CHLTYPE(SDR) CONNAME('QM2') XMITQ(QM2)\n"
+            "DEFINE CHANNEL(B.TO.QM2) CHLTYPE(SDR) CONNAME('QM2') XMITQ(QM2)\n")
+    async with make_network({"QM1": mqsc}) as net:
+        qm = net["QM1"].qm
+        assert qm.run_mqsc("ALTER CHANNEL(A.TO.QM2) CONNAME('127.0.0.1(1)')")[0].ok
+        assert qm.run_mqsc("DELETE CHANNEL(B.TO.QM2)")[0].ok
+        finished.clear()
+    # the replaced A, the deleted B, and the new A stopped with the node
+    assert sorted(finished) == ["A.TO.QM2", "A.TO.QM2", "B.TO.QM2"]

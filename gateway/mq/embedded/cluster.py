@@ -39,8 +39,8 @@ from gateway.mq.embedded.objects import (
     ChannelType,
     DefBind,
 )
-from gateway.mq.port import Browse, GetOptions, MQError, OpenOption, PutOptions
-from gateway.wire.constants import Persistence
+from gateway.mq.port import Browse, GetOptions, Message, MQError, OpenOption, PutOptions
+from gateway.wire.constants import Feedback, Persistence
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
@@ -54,6 +54,16 @@ QMGR, QUEUE = "QMGR", "QUEUE"
 QUERY_TIMEOUT_S = 5.0
 #: A name a full repository did not know is not asked about again for this long.
 NEGATIVE_CACHE_S = 1.0
+#: A readable repository command backed out this often goes to the dead-letter queue,
+#: so one command that keeps failing never blocks SYSTEM.CLUSTER.COMMAND.QUEUE.
+COMMAND_BACKOUT_THRESHOLD = 3
+
+_RECORD_FIELDS: dict[str, type] = {
+    "kind": str, "cluster": str, "name": str, "q_mgr": str, "seq": int, "deleted": bool,
+    "conname": str, "channel": str, "full": bool, "qtype": str, "q_mgr_alias": bool,
+    "bind_not_fixed": bool,
+}
+_RECORD_REQUIRED = ("kind", "cluster", "name", "q_mgr", "seq")
 
 RecordKey = tuple[str, str, str, str]
 
@@ -95,6 +105,52 @@ class RepositoryRecord:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+class RepositoryCommandError(MQError):
+    """A message on SYSTEM.CLUSTER.COMMAND.QUEUE that is not a repository command; it is
+    dead-lettered with ``feedback`` MQFB_NOT_A_REPOSITORY_MSG (280)."""
+
+    def __init__(self, message: str) -> None:
+        self.feedback = int(Feedback.NOT_A_REPOSITORY_MSG)
+        super().__init__(Reason.FORMAT_ERROR, message)
+
+
+def parse_command(body: bytes) -> dict[str, Any]:
+    """Decode and check one repository command, so nothing later fails on its shape."""
+    try:
+        cmd = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RepositoryCommandError(f"not JSON: {exc}") from exc
+    if not isinstance(cmd, dict):
+        raise RepositoryCommandError(f"a JSON {type(cmd).__name__}, not an object")
+    op = cmd.get("op")
+    if op not in ("query", "update"):
+        raise RepositoryCommandError(f"unknown op {op!r}")
+    if not isinstance(cmd.get("from", ""), str):
+        raise RepositoryCommandError("'from' is not a string")
+    if op == "query":
+        names = cmd.get("names")
+        if not isinstance(cmd.get("cluster"), str) or not isinstance(names, list) \
+                or not all(isinstance(n, str) for n in names):
+            raise RepositoryCommandError("a query needs 'cluster' and a list of 'names'")
+        return cmd
+    records = cmd.get("records")
+    if not isinstance(records, list):
+        raise RepositoryCommandError("an update needs a list of 'records'")
+    for i, raw in enumerate(records):
+        if not isinstance(raw, dict):
+            raise RepositoryCommandError(f"record {i} is not an object")
+        missing = [k for k in _RECORD_REQUIRED if k not in raw]
+        if missing:
+            raise RepositoryCommandError(f"record {i} lacks {', '.join(missing)}")
+        for k, typ in _RECORD_FIELDS.items():
+            v = raw.get(k)
+            if k in raw and (not isinstance(v, typ) or (typ is int and isinstance(v, bool))):
+                raise RepositoryCommandError(f"record {i}: {k} is not a {typ.__name__}")
+    if cmd.get("answer") is not None and not isinstance(cmd["answer"], str):
+        raise RepositoryCommandError("'answer' is not a string")
+    return cmd
+
+
 @dataclass(slots=True)
 class RepositoryStats:
     applied: int = 0
@@ -114,6 +170,11 @@ class Repository:
     subscribers: dict[str, set[str]] = field(default_factory=dict)
     last_seq: int = 0
     stats: RepositoryStats = field(default_factory=RepositoryStats)
+
+    def copy(self) -> Repository:
+        """A snapshot to return to when a unit of work that changed this one backs out."""
+        return Repository(dict(self.records), {k: set(v) for k, v in self.subscribers.items()},
+                          self.last_seq, self.stats)
 
     def next_seq(self) -> int:
         self.last_seq += 1
@@ -220,6 +281,9 @@ class ClusterManager:
         self._query_ids = itertools.count(1)
         self._force_publish = False
         self._publish_again = False
+        #: one unit of work at a time changes the repository, so a backed-out one can
+        #: return it to its snapshot without undoing another's changes
+        self._repo_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ membership
 
@@ -371,6 +435,9 @@ class ClusterManager:
             self._publish_again = True
             return
         self._publish_again = False
+        #: one unit of work at a time changes the repository, so a backed-out one can
+        #: return it to its snapshot without undoing another's changes
+        self._repo_lock = asyncio.Lock()
         self._publish_task = asyncio.get_running_loop().create_task(self._publish())
 
     # ------------------------------------------------------------------ internals
@@ -428,6 +495,15 @@ class ClusterManager:
             log.exception("%s: advertising cluster objects failed", self.q_mgr_name)
 
     async def _publish_once(self, force: bool) -> None:
+        async with self._repo_lock:
+            saved = self.repository.copy()
+            try:
+                await self._publish_changes(force)
+            except BaseException:
+                self.repository = saved  # nothing was sent: advertise again next time
+                raise
+
+    async def _publish_changes(self, force: bool) -> None:
         assert self.qm is not None
         repo = self.repository
         desired = self._own_records()
@@ -470,13 +546,7 @@ class ClusterManager:
                 q = await conn.open(CLUSTER_COMMAND_QUEUE, OpenOption.INPUT_SHARED)
                 while True:
                     msg = await q.get(GetOptions(wait_ms=60_000, syncpoint=True))
-                    answered = await self._process(conn, msg.body)
-                    await self._save(conn)
-                    await conn.commit()
-                    for qid, learned in answered:
-                        fut = self._pending.get(qid)
-                        if fut is not None and not fut.done():
-                            fut.set_result(learned)
+                    await self._handle_command(conn, msg)
             except asyncio.CancelledError:
                 raise
             except MQError as exc:
@@ -493,13 +563,48 @@ class ClusterManager:
                     with contextlib.suppress(Exception):
                         await conn.disconnect()
 
-    async def _process(self, conn: EmbeddedConnection, body: bytes) -> list[tuple[str, bool]]:
-        """Handle one repository command; returns answered query ids."""
+    async def _handle_command(self, conn: EmbeddedConnection, msg: Message) -> None:
+        """One command, one unit of work: the repository changes only if it commits."""
         try:
-            cmd = json.loads(body)
-        except ValueError:
-            log.warning("%s: discarding an unreadable repository command", self.q_mgr_name)
-            return []
+            cmd = parse_command(msg.body)
+        except RepositoryCommandError as exc:
+            await self._reject(conn, msg, exc.feedback, str(exc))
+            return
+        if msg.md.backout_count >= COMMAND_BACKOUT_THRESHOLD:
+            await self._reject(conn, msg, int(Feedback.NOT_A_REPOSITORY_MSG),
+                               f"backed out {msg.md.backout_count} times")
+            return
+        async with self._repo_lock:
+            saved = self.repository.copy()
+            try:
+                answered = await self._process(conn, cmd)
+                await self._save(conn)
+                await conn.commit()
+            except BaseException:
+                self.repository = saved  # the command comes again (or is dead-lettered)
+                raise
+        for qid, learned in answered:
+            fut = self._pending.get(qid)
+            if fut is not None and not fut.done():
+                fut.set_result(learned)
+
+    async def _reject(self, conn: EmbeddedConnection, msg: Message, feedback: int,
+                      why: str) -> None:
+        """Move a command off the queue (to the dead-letter queue if there is one)."""
+        log.error("%s: repository command %s dead-lettered: %s", self.q_mgr_name,
+                  msg.md.msg_id.hex(), why)
+        try:
+            await conn.put_dead_letter(msg.md, msg.body, feedback, CLUSTER_COMMAND_QUEUE,
+                                       syncpoint=True)
+        except MQError as exc:
+            log.error("%s: no dead-letter queue (%s): repository command %s discarded",
+                      self.q_mgr_name, exc, msg.md.msg_id.hex())
+        await conn.commit()
+
+    async def _process(
+        self, conn: EmbeddedConnection, cmd: dict[str, Any]
+    ) -> list[tuple[str, bool]]:
+        """Handle one checked repository command; returns answered query ids."""
         op = cmd.get("op")
         sender = str(cmd.get("from", ""))
         if op == "query":

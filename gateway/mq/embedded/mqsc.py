@@ -243,6 +243,10 @@ class MQSCTarget(Protocol):
         """(IPPROCS, OPPROCS) of a local queue."""
         ...
 
+    def uncommitted(self, q_name: str) -> int:
+        """Messages of a local queue in open units of work (puts and gets)."""
+        ...
+
     def save_queue(self, definition: QueueDef) -> None: ...
 
     def delete_queue(self, q_name: str, purge: bool) -> None: ...
@@ -389,6 +393,15 @@ def run_command(target: MQSCTarget, cmd: MQSCCommand) -> list[str]:
             raise MQSCError(cmd.line, f"IBM MQ queue {cmd.name} in use.", "AMQ8148E")
         if target.current_depth(cmd.name) and "PURGE" not in cmd.attrs:
             raise MQSCError(cmd.line, f"IBM MQ queue {cmd.name} not empty.", "AMQ8143E")
+        pending = target.uncommitted(cmd.name)
+        if pending:
+            # PURGE removes committed messages only; MQ refuses while units of work
+            # hold messages of the queue (their commit would have nowhere to go)
+            raise MQSCError(
+                cmd.line,
+                f"IBM MQ queue {cmd.name} not empty: {pending} uncommitted message(s).",
+                "AMQ8143E",
+            )
     target.delete_queue(cmd.name, purge="PURGE" in cmd.attrs)
     return ["AMQ8007I: IBM MQ queue deleted."]
 

@@ -220,7 +220,10 @@ def _resolve_remote_def(
     if d.xmit_q_name:
         xq = _check_xmitq(cat, d.xmit_q_name, Reason.UNKNOWN_XMIT_Q)
         return Resolution(d.remote_name, d.remote_q_mgr_name, xq.name, path)
-    return _resolve_q_mgr(cat, d.remote_name, d.remote_q_mgr_name, directory, path, 0)
+    # §7.1 role 1: "when a remote definition exists no alias definitions are consulted":
+    # a transmission queue named RQMNAME, a cluster route, DEFXMITQ, else 2087 (never a
+    # queue-manager alias named RQMNAME, which would re-route the definition's target)
+    return _route_without_alias(cat, d.remote_name, d.remote_q_mgr_name, directory, path)
 
 
 def _resolve_q_mgr(

@@ -51,6 +51,8 @@ class QueueManagerNode:
         self._qm: EmbeddedQueueManager | None = None
         self.listener: ChannelListener | None = None
         self.senders: dict[tuple[str, ...], ChannelSender] = {}
+        #: stops of replaced or deleted channels still running (awaited by stop())
+        self._stopping: set[asyncio.Task[None]] = set()
 
     @property
     def qm(self) -> EmbeddedQueueManager:
@@ -92,6 +94,8 @@ class QueueManagerNode:
         for sender in list(self.senders.values()):
             await sender.stop()
         self.senders.clear()
+        while self._stopping:
+            await asyncio.wait(list(self._stopping))
         await self.cluster.close()
         if self.listener is not None:
             await self.listener.close()
@@ -130,7 +134,13 @@ class QueueManagerNode:
         for key, sender in list(self.senders.items()):
             if key[0] == "MANUAL" and key[1] not in defs:
                 del self.senders[key]
-                asyncio.get_running_loop().create_task(sender.stop())
+                self._stop_later(sender)
+
+    def _stop_later(self, sender: ChannelSender) -> None:
+        """Stop a replaced or deleted channel without blocking MQSC; stop() awaits it."""
+        task = asyncio.get_running_loop().create_task(sender.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     def _manual_sender(self, d: ChannelDef, spec: SenderSpec) -> None:
         key = ("MANUAL", d.name)
@@ -140,7 +150,7 @@ class QueueManagerNode:
             old.start()
             return
         if old is not None:
-            asyncio.get_running_loop().create_task(old.stop())
+            self._stop_later(old)
         sender = ChannelSender(self.qm, spec)
         self.senders[key] = sender
         sender.start()

@@ -22,12 +22,12 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from gateway.mq.embedded import mqsc
 from gateway.mq.embedded.context import MsgIdGenerator, PutContext
@@ -159,6 +159,7 @@ class EmbeddedQueueManager:
         #: Called after MQSC changed a definition (the cluster manager re-advertises).
         self.definition_listeners: list[Callable[[str, str], None]] = []
         self._writer_task: asyncio.Future[None] | None = None
+        self._housekeeping: set[asyncio.Future[None]] = set()
         self.stats = QueueManagerStats()
         if mqsc_file is not None:
             try:
@@ -208,6 +209,8 @@ class EmbeddedQueueManager:
         await asyncio.sleep(0)  # let woken getters see the stop
         for conn in list(self._connections):
             await conn.disconnect()
+        while self._housekeeping:
+            await asyncio.wait(list(self._housekeeping))
         await self._flush_expired()
         while self._writer_task is not None and not self._writer_task.done():
             await asyncio.wait([self._writer_task])
@@ -403,6 +406,44 @@ class EmbeddedQueueManager:
             m.md.backout_count, m.packed_md or _pack_for_store(m.md), m.body,
         )
 
+    async def _store_put(self, q: LocalQueue, msg: QueuedMessage) -> None:
+        """Harden a non-syncpoint persistent put, then make it visible (caller counted it
+        in ``pending_puts``)."""
+        try:
+            await self._apply([self._to_row(q.name, msg)])
+        finally:
+            q.pending_puts -= 1
+        if q is self._queues.get(q.name):
+            q.add(msg)
+            q.notify(msg)
+
+    async def _give_back(
+        self, q: LocalQueue, msg: QueuedMessage, delete: asyncio.Future[None]
+    ) -> None:
+        """Return a message whose non-syncpoint get was cancelled before the caller got it:
+        wait for its delete, store it again under the same sequence, then unlock it."""
+        try:
+            await delete
+        except MQError:
+            pass  # never deleted: the stored row is still there
+        else:
+            try:
+                await self._apply([self._to_row(q.name, msg)])
+            except MQError:
+                log.error("%s: message %d of %s returned after a cancelled get could not be "
+                          "stored again; it is kept in memory only", self._name, msg.seq, q.name)
+        q.locked -= 1
+        if q is self._queues.get(q.name):
+            q.add(msg)
+            q.notify(msg)
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run housekeeping that must finish even though its caller has gone; close()
+        waits for it."""
+        task = asyncio.ensure_future(coro)
+        self._housekeeping.add(task)
+        task.add_done_callback(self._housekeeping.discard)
+
     async def _complete(self, task: Awaitable[T]) -> T:
         """Run a state change to its end even if the caller is cancelled meanwhile."""
         fut = asyncio.ensure_future(task)
@@ -447,6 +488,10 @@ class _MQSCAdapter:
     def open_count(self, q_name: str) -> tuple[int, int]:
         q = self._qm._queues.get(q_name)
         return (q.input_count, q.output_count) if q is not None else (0, 0)
+
+    def uncommitted(self, q_name: str) -> int:
+        q = self._qm._queues.get(q_name)
+        return q.locked + q.pending_puts if q is not None else 0
 
     def save_queue(self, definition: QueueDef) -> None:
         qm = self._qm
@@ -663,7 +708,10 @@ class EmbeddedConnection:
         self, puts: list[_UowPut], gets: list[_UowGet], sync: ChannelSync | None = None
     ) -> None:
         qm = self._qm
-        inserts = [qm._to_row(p.queue.name, p.msg) for p in puts if p.msg.persistent]
+        # a queue deleted meanwhile takes nothing: its row would outlive the queue and
+        # surface in a later queue of the same name after a restart
+        inserts = [qm._to_row(p.queue.name, p.msg) for p in puts
+                   if p.msg.persistent and p.queue is qm._queues.get(p.queue.name)]
         deletes = [g.msg.seq for g in gets if g.msg.persistent]
         deletes += qm._expired_persistent
         qm._expired_persistent = []
@@ -975,13 +1023,20 @@ class EmbeddedQueueHandle:
             self._conn._track_get(q, msg)
             return Message(md, body)
         if msg.persistent:
+            # an internal unit of work: the message stays locked until its delete is on
+            # disk; a caller cancelled meanwhile never receives it, so it is put back
             q.locked += 1
-            seq = msg.seq
+            delete = asyncio.ensure_future(qm._apply(deletes=[msg.seq]))
             try:
-                await qm._complete(qm._apply(deletes=[seq]))
+                await asyncio.shield(delete)
+            except asyncio.CancelledError:
+                qm._background(qm._give_back(q, msg, delete))
+                raise
             except MQError:
                 q.locked -= 1
-                q.add(msg)
+                if q is qm._queues.get(q.name):
+                    q.add(msg)
+                    q.notify(msg)
                 raise
             q.locked -= 1
         return Message(md, body)
@@ -1087,14 +1142,13 @@ class EmbeddedQueueHandle:
             q.pending_puts += 1
             return out
         if persistent:
+            # shielded as one step: once the row is on disk the message is also in
+            # memory, even if the caller is cancelled meanwhile
             q.pending_puts += 1
-            row = qm._to_row(q.name, msg)
-            try:
-                await qm._complete(qm._apply([row]))
-            finally:
-                q.pending_puts -= 1
-        q.add(msg)
-        q.notify(msg)
+            await qm._complete(qm._store_put(q, msg))
+        else:
+            q.add(msg)
+            q.notify(msg)
         return out
 
     # ------------------------------------------------------------------ inquire
