@@ -40,9 +40,10 @@ Details every plugin relies on:
   against BOTHRESH) so ``start`` never deadlocks.
 * :meth:`Publisher.publish` raises :class:`PluginError` ``retriable=True`` while MQ is
   unavailable (retry later, do not acknowledge), and
-  ``gateway.runtime.plugin_host.PublishRefusedError`` (a PluginError, ``retriable=False``,
-  ``.index`` = position in the batch) for a publication that can never be published (bad
-  stream name, property name not an XML name, wildcard delete): skip or dead-letter it.
+  :class:`PublishRefusedError` (a PluginError, ``retriable=False``, ``.index`` = position
+  in the batch) for a publication that can never be published (bad stream name, property
+  name not an XML name, wildcard delete, payload format/encoding/CCSID MQ cannot carry):
+  skip or dead-letter it, never retry it.
 * The runtime implementation is ``gateway.runtime.plugin_host`` (``PluginHost``,
   ``HostedPluginContext``, ``MQPublisher``); tests may build those directly over an
   ``EmbeddedQueueManager`` and a ``BrokerService``.
@@ -50,6 +51,7 @@ Details every plugin relies on:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -63,6 +65,7 @@ from gateway.pubsub.topics import Scheme
 
 __all__ = [
     "DEFAULT_STREAM",
+    "PROPERTY_NAME",
     "Delivery",
     "InboundPublication",
     "Plugin",
@@ -70,6 +73,7 @@ __all__ = [
     "PluginError",
     "PluginInstance",
     "Publication",
+    "PublishRefusedError",
     "Publisher",
     "Scheme",
 ]
@@ -81,6 +85,22 @@ class PluginError(Exception):
     def __init__(self, message: str, *, retriable: bool = False) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class PublishRefusedError(PluginError):
+    """An inbound publication can never be published (bad stream, topic, property name,
+    payload format, encoding or CCSID). Not retriable: the plugin must dead-letter or
+    skip it, not retry it."""
+
+    def __init__(self, message: str, *, index: int = -1) -> None:
+        super().__init__(message, retriable=False)
+        #: Position of the offending publication in the batch given to publish().
+        self.index = index
+
+
+#: What the runtime accepts as an :attr:`InboundPublication.properties` name: an MQRFH2
+#: ``usr`` element name (reference §4.3 MQRFH2 folders).
+PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 @dataclass(slots=True)

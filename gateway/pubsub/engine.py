@@ -423,6 +423,13 @@ class PubSubEngine:
             raise CommandError(
                 Reason.INCORRECT_Q, f"{cmd.name} belongs on {CONTROL_QUEUE}, not {msg.queue}"
             )
+        if on_control and cmd.name in STREAM_COMMANDS and cmd.header is HeaderKind.RFH:
+            # MQ 8: only MQRFH2 applications may publish through the control queue; an
+            # MQRFH (v1) Publish/DeletePub belongs on its stream queue.
+            raise CommandError(
+                Reason.INCORRECT_Q,
+                f"MQRFH {cmd.name} belongs on a stream queue, not {CONTROL_QUEUE}",
+            )
         recorded = None
         if cmd.name is not CommandName.PUBLISH and msg.md.msg_id != bytes(24):
             recorded = self.store.recorded_result(msg.queue, msg.md.msg_id)

@@ -106,5 +106,7 @@ def resolve_stream(
     if command_stream is not None:
         return validate_stream_name(command_stream)
     if is_stream_command and implicit_stream_naming and arrived_on != CONTROL_QUEUE:
-        return arrived_on
+        # The queue name becomes a stream name: one with '/' would publish into another
+        # stream's topic space, so it is refused like a bad MQPSStreamName.
+        return validate_stream_name(arrived_on)
     return DEFAULT_STREAM

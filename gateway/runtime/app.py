@@ -38,6 +38,21 @@ from gateway.runtime.registry import PluginRegistry
 log = logging.getLogger(__name__)
 
 
+#: Share of ``shutdown_timeout`` the broker drain may take; the rest stops the plugins.
+DRAIN_SHARE = 0.6
+#: Least time plugins get to stop even when the drain used the whole budget.
+MIN_STOP_S = 1.0
+
+
+def _log_task_failure(task: asyncio.Task[None]) -> None:
+    """A background task must never die unnoticed."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("task %s failed", task.get_name(), exc_info=exc)
+
+
 class GatewayApp:
     """One gateway process (see module docstring)."""
 
@@ -55,6 +70,8 @@ class GatewayApp:
         #: Set when a plugin cannot work with its config: the process exits 1.
         self.fatal: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: Unexpected (non-PluginError) exceptions from plugin start, all retried.
+        self.plugin_start_errors = 0
         self._depths: dict[str, int] = {}
         self._started = False
 
@@ -170,7 +187,9 @@ class GatewayApp:
         )
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        self._tasks.append(asyncio.create_task(coro, name=name))
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(_log_task_failure)
+        self._tasks.append(task)
 
     async def run(self) -> int:
         """Start, serve until :meth:`request_stop`, shut down; the exit status."""
@@ -193,20 +212,32 @@ class GatewayApp:
             return
         self._started = False
         timeout = self.config.shutdown_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
-            async with asyncio.timeout(timeout):
-                if self.service is not None:
-                    await self.service.stop()
-                for task in self._tasks:
-                    task.cancel()
-                for task in self._tasks:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-                self._tasks.clear()
-                if self.host is not None:
-                    await self.host.stop_all()
-        except TimeoutError:
-            log.error("shutdown took longer than %.0f s: closing anyway", timeout)
+            if self.service is not None:
+                # The drain gets a share of the budget so plugins are always stopped
+                # (flushed, disconnected) in the time that remains.
+                drain = timeout * DRAIN_SHARE
+                try:
+                    async with asyncio.timeout(drain):
+                        await self.service.stop()
+                except TimeoutError:
+                    log.error("broker drain took longer than %.1f s: stopping anyway", drain)
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            remaining = max(MIN_STOP_S, deadline - loop.time())
+            try:
+                async with asyncio.timeout(remaining):
+                    for task in self._tasks:
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await task
+                    if self.host is not None:
+                        await self.host.stop_all()
+            except TimeoutError:
+                log.error("shutdown took longer than %.0f s: closing anyway", timeout)
+            self._tasks.clear()
         if self.http is not None:
             await self.http.stop()
         if self.qm is not None:
@@ -240,6 +271,14 @@ class GatewayApp:
                 log.warning("plugin instance %s cannot start yet: %s", instance.name, exc)
             except (OSError, TimeoutError) as exc:
                 log.warning("plugin instance %s cannot start yet: %r", instance.name, exc)
+            except Exception:
+                # A plugin bug: never end silently (its sink would hold every batch for
+                # ever). Log it in full and retry with backoff like a retriable error.
+                self.plugin_start_errors += 1
+                log.exception(
+                    "plugin instance %s failed to start (unexpected error); retrying",
+                    instance.name,
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self.stop_requested.wait(), timeout=delay * random.uniform(0.5, 1.5)

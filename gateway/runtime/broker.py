@@ -33,13 +33,14 @@ import contextlib
 import logging
 import random
 import signal
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.mq.port import (
     Connection,
@@ -93,7 +94,9 @@ class StreamQueueConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=48)
+    #: A queue name that is also a stream name: no '/', which would put the stream's
+    #: publications into another stream's topic space ($SYS/STREAM/<name>/...).
+    name: str = Field(min_length=1, max_length=48, pattern=r"^[A-Za-z0-9._%]{1,48}$")
     implicit_stream_naming: bool = True
 
 
@@ -108,7 +111,8 @@ class BrokerConfig(BaseModel):
     #: 10,000 by default; one publication with more matching subscribers than that
     #: cannot be delivered in one unit of work and ends on the backout queue).
     max_puts_per_unit: int = Field(default=2000, ge=1)
-    wait_ms: int = Field(default=500, ge=0, le=60_000)
+    #: Longest wait for a message per get (0 would make the service poll without rest).
+    wait_ms: int = Field(default=500, ge=1, le=60_000)
     #: Used when a queue's BOTHRESH is 0 (MQ's "no backout processing"), so a poison
     #: message can never block its queue.
     default_backout_threshold: int = Field(default=5, ge=1)
@@ -131,6 +135,8 @@ class ServiceCounters:
     backouts: int = 0
     moved_to_backout_queue: int = 0
     dead_lettered: int = 0
+    #: Batches backed out because a put to the DLQ or a backout queue failed.
+    dead_letter_failures: int = 0
     sink_deliveries: int = 0
     sink_retries: int = 0
 
@@ -155,6 +161,20 @@ class _Put:
     body: bytes
     #: what to dead-letter if this put fails (None: a failure backs the batch out)
     dead_letter_on_failure: bool = True
+    #: what this put is, counted and logged only once the unit of work is committed:
+    #: "" (a delivery/response), "dead_letter" or "backout_queue"
+    kind: str = ""
+    #: the queue the moved/dead-lettered message came from (for the log)
+    source: str = ""
+    backout_count: int = 0
+
+
+class _AsideQueueError(BrokerError):
+    """A put to the dead-letter queue or a backout queue failed: the batch backs out."""
+
+    def __init__(self, queue: str, exc: MQError) -> None:
+        super().__init__(f"put to {queue} failed: {exc}", exc.reason)
+        self.queue = queue
 
 
 @dataclass(slots=True)
@@ -342,18 +362,37 @@ class BrokerService:
 
     async def _serve(self, conn: Connection, q: _InputQueue) -> None:
         delay = self.config.retry_delay
-        dlq = await self._dead_letter_queue(q)
+        dlq, origin = await self._dead_letter_queue(q)
+        log.info("serving %s; dead-letter queue %s (%s)", q.name, dlq, origin)
         try:
             while not self._stop.is_set():
                 try:
                     done = await self.process_batch(conn, q, dlq)
                     delay = self.config.retry_delay
                     if not done:
+                        # Never rely on the port suspending on an empty get: let the
+                        # other tasks run (a port that returns at once would spin).
+                        await self._pause(0.01)
                         continue
+                except _AsideQueueError as exc:
+                    self.counters.dead_letter_failures += 1
+                    log.error(
+                        "batch on %s backed out: cannot put to dead-letter/backout queue %s "
+                        "(reason %d): the queue stays blocked until that queue is usable",
+                        q.name,
+                        exc.queue,
+                        exc.reason,
+                    )
+                    await self._pause(delay)
+                    delay = min(10.0, max(delay * 2, 0.05))
                 except MQError as exc:
                     if exc.reason in _CONNECTION_REASONS:
                         log.error("connection for %s lost (%s): reconnecting", q.name, exc)
                         conn, q = await self._reconnect(conn, q)
+                    else:
+                        log.warning(
+                            "batch on %s backed out (reason %d): %s", q.name, exc.reason, exc
+                        )
                     await self._pause(delay)
                     delay = min(10.0, max(delay * 2, 0.05))
                 except _SinkYieldError as exc:
@@ -380,21 +419,38 @@ class BrokerService:
         while not self._stop.is_set():
             try:
                 new = await self.qm.connect()
-                return new, await self._open_input(new, q.name, q.implicit_stream_naming)
             except MQError as exc:
+                log.error("reconnect for %s failed: %s", q.name, exc)
+                await self._pause(2.0)
+                continue
+            try:
+                return new, await self._open_input(new, q.name, q.implicit_stream_naming)
+            except BaseException as exc:
+                with contextlib.suppress(MQError):
+                    await new.disconnect()
+                if not isinstance(exc, MQError):
+                    raise
+                log.error("reopening %s after reconnect failed: %s", q.name, exc)
+                await self._pause(2.0)
                 log.error("reconnect for %s failed: %s", q.name, exc)
                 await self._pause(2.0)
         return conn, q
 
-    async def _dead_letter_queue(self, q: _InputQueue) -> str:
+    async def _dead_letter_queue(self, q: _InputQueue) -> tuple[str, str]:
+        """The DLQ and where its name came from (logged at start).
+
+        The embedded queue manager answers DEADQ on a queue handle; IBM MQ keeps DEADQ on
+        the queue-manager object, so there ``dead_letter_queue`` must name it
+        (docs/operations.md).
+        """
         try:
             attrs = await q.handle.inquire(QueueAttr.DEAD_LETTER_Q_NAME)
             name = str(attrs.get(QueueAttr.DEAD_LETTER_Q_NAME, "")).strip()
             if name:
-                return name
+                return name, "queue manager's DEADQ"
         except MQError:
             pass
-        return self.config.dead_letter_queue
+        return self.config.dead_letter_queue, "broker setting dead_letter_queue"
 
     async def process_batch(self, conn: Connection, q: _InputQueue, dlq: str) -> int:
         """Get, handle, put and commit one batch; returns the number of messages got."""
@@ -466,9 +522,8 @@ class BrokerService:
                         "",
                         q_mgr[:28],
                     )
-                    puts.append(_Put("", dlq, dl_md, dl_body, False))
-                    self.counters.dead_lettered += 1
-        await self._put_all(conn, puts, dlq)
+                    puts.append(_Put("", dlq, dl_md, dl_body, False, "dead_letter", f"sink:{name}"))
+        done = await self._put_all(conn, puts, dlq)
         for name, deliveries in to_sinks.items():
             sink = self.sinks.get(name)
             if sink is not None:
@@ -476,7 +531,23 @@ class BrokerService:
                 self.counters.sink_deliveries += len(deliveries)
         engine.commit()
         await conn.commit()
+        self._account(done)
         return count
+
+    def _account(self, done: list[_Put]) -> None:
+        """Count and log moves and dead-letters once they are committed (never before)."""
+        for p in done:
+            if p.kind == "backout_queue":
+                self.counters.moved_to_backout_queue += 1
+                log.warning(
+                    "message on %s backed out %d times: moved to %s",
+                    p.source,
+                    p.backout_count,
+                    p.queue,
+                )
+            elif p.kind == "dead_letter":
+                self.counters.dead_lettered += 1
+                log.warning("message from %s dead-lettered to %s", p.source, p.queue)
 
     async def _send_to_sink(self, name: str, sink: Sink, deliveries: list[Delivery]) -> None:
         """Hand ``deliveries`` to ``sink``, retrying in place while it is down.
@@ -524,20 +595,35 @@ class BrokerService:
         backouts = m.md.backout_count - self._forgiven.get(m.md.msg_id, 0)
         if backouts >= q.backout_threshold:
             # Poison message: move it aside untouched, never process it again.
-            self.counters.moved_to_backout_queue += 1
             if q.backout_queue:
-                puts.append(_Put("", q.backout_queue, m.md, m.body, True))
+                puts.append(
+                    _Put(
+                        "",
+                        q.backout_queue,
+                        m.md,
+                        m.body,
+                        True,
+                        "backout_queue",
+                        q.name,
+                        m.md.backout_count,
+                    )
+                )
             else:
                 dl_md, dl_body = wrap_for_dlq(
                     m.md, m.body, Reason.BACKED_OUT, q.name, q_mgr, q_mgr[:28]
                 )
-                puts.append(_Put("", dlq, dl_md, dl_body, False))
-            log.warning(
-                "message on %s backed out %d times: moved to %s",
-                q.name,
-                m.md.backout_count,
-                q.backout_queue or dlq,
-            )
+                puts.append(
+                    _Put(
+                        "",
+                        dlq,
+                        dl_md,
+                        dl_body,
+                        False,
+                        "backout_queue",
+                        q.name,
+                        m.md.backout_count,
+                    )
+                )
             return
         outcome = engine.handle(InboundMessage(q.name, m.md, m.body, q.implicit_stream_naming))
         for d in outcome.deliveries:
@@ -549,13 +635,15 @@ class BrokerService:
             r = outcome.response
             puts.append(_Put(r.q_mgr, r.queue, r.md, r.body))
         if outcome.dead_letter is not None:
-            self.counters.dead_lettered += 1
             dl_md, dl_body = wrap_for_dlq(
                 m.md, m.body, outcome.dead_letter.reason, q.name, q_mgr, q_mgr[:28]
             )
-            puts.append(_Put("", dlq, dl_md, dl_body, False))
+            puts.append(_Put("", dlq, dl_md, dl_body, False, "dead_letter", q.name))
 
-    async def _put_all(self, conn: Connection, puts: list[_Put], dlq: str) -> None:
+    async def _put_all(self, conn: Connection, puts: list[_Put], dlq: str) -> list[_Put]:
+        """Put everything under syncpoint; returns the moves/dead-letters made (to count
+        after the commit). A failed put to the DLQ/backout queue raises _AsideQueueError."""
+        done: list[_Put] = []
         handles: dict[tuple[str, str], QueueHandle] = {}
         opts = PutOptions(syncpoint=True, set_all_context=True)
         q_mgr = conn.q_mgr_name
@@ -572,20 +660,41 @@ class BrokerService:
                         )
                         handles[key] = handle
                     await handle.put(p.md, p.body, opts)
+                    if p.kind:
+                        done.append(p)
                 except MQError as exc:
-                    if exc.reason in _CONNECTION_REASONS or not p.dead_letter_on_failure:
+                    if exc.reason in _CONNECTION_REASONS:
+                        raise
+                    if p.kind or not p.dead_letter_on_failure:
+                        if p.kind:
+                            raise _AsideQueueError(p.queue, exc) from exc
                         raise
                     # Undeliverable to this destination: the DLQ keeps it on its behalf.
                     dl_md, dl_body = wrap_for_dlq(
                         p.md, p.body, exc.reason, p.queue, p.q_mgr or q_mgr, q_mgr[:28]
                     )
-                    await conn.put1(dlq, dl_md, dl_body, opts)
-                    self.counters.dead_lettered += 1
-                    log.warning("put to %s@%s failed (%s): dead-lettered", p.queue, p.q_mgr, exc)
+                    try:
+                        await conn.put1(dlq, dl_md, dl_body, opts)
+                    except MQError as dl_exc:
+                        if dl_exc.reason in _CONNECTION_REASONS:
+                            raise
+                        raise _AsideQueueError(dlq, dl_exc) from dl_exc
+                    done.append(
+                        _Put(
+                            "",
+                            dlq,
+                            dl_md,
+                            dl_body,
+                            False,
+                            "dead_letter",
+                            f"undeliverable {p.queue}@{p.q_mgr or q_mgr} ({exc.reason})",
+                        )
+                    )
         finally:
             for handle in handles.values():
                 with contextlib.suppress(MQError):
                     await handle.close()
+        return done
 
 
 # -------------------------------------------------------------------- CLI ------------
@@ -629,7 +738,13 @@ def run_command(args: argparse.Namespace) -> int:
     from gateway.mq.embedded.qmgr import EmbeddedQueueManager
     from gateway.pubsub.sqlite_store import SqliteStore
 
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "config"
+        print(f"mqgw broker: invalid setting {where}: {first['msg']}", file=sys.stderr)
+        return 2
 
     async def main() -> None:
         qm = EmbeddedQueueManager(args.qmgr, args.qmgr_path)

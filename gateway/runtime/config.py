@@ -9,6 +9,7 @@ raising :class:`~gateway.runtime.errors.ConfigErrors`.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.runtime.broker import BrokerConfig
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
 from gateway.runtime.registry import PluginRegistry
+
+log = logging.getLogger(__name__)
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _INSTANCE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]{0,47}$"
@@ -288,7 +291,33 @@ def parse_config(
             problems.extend(_errors(exc, source, f"plugins[{i}].config", model))
     if problems or gateway is None:
         raise ConfigErrors(problems)
+    for name, cfg in plugin_configs.items():
+        plugin_configs[name] = _fit_send_timeout(name, cfg, gateway.shutdown_timeout)
     return LoadedConfig(gateway, plugin_configs, base_dir or Path.cwd())
+
+
+#: Share of ``shutdown_timeout`` a plugin send may take: the broker drain at shutdown
+#: waits for the send in progress and must leave time to stop the plugins.
+SEND_SHARE_OF_SHUTDOWN = 0.5
+
+
+def _fit_send_timeout(name: str, cfg: BaseModel, shutdown_timeout: float) -> BaseModel:
+    """Clamp a plugin's ``send_timeout_s`` below the shutdown budget (warning when it
+    was set explicitly), so a SIGTERM during a stuck send still stops cleanly."""
+    send = getattr(cfg, "send_timeout_s", None)
+    limit = shutdown_timeout * SEND_SHARE_OF_SHUTDOWN
+    if not isinstance(send, (int, float)) or send <= limit:
+        return cfg
+    if "send_timeout_s" in cfg.model_fields_set:
+        log.warning(
+            "plugin instance %s: send_timeout_s %.1f s clamped to %.1f s (half of "
+            "shutdown_timeout %.1f s)",
+            name,
+            send,
+            limit,
+            shutdown_timeout,
+        )
+    return cfg.model_copy(update={"send_timeout_s": limit})
 
 
 def load_config(path: Path | str, registry: PluginRegistry) -> LoadedConfig:

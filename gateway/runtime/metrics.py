@@ -10,7 +10,6 @@ server (no thread), bound to 127.0.0.1 by default.
 from __future__ import annotations
 
 import asyncio
-import calendar
 import contextlib
 import json
 import logging
@@ -24,6 +23,7 @@ from prometheus_client.registry import Collector
 from gateway.plugin_api import Delivery
 from gateway.runtime.broker import BrokerService
 from gateway.runtime.plugin_host import PluginHost
+from gateway.wire.put_time import put_time_ms
 
 log = logging.getLogger(__name__)
 
@@ -31,27 +31,9 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 
 def put_timestamp(put_date: str, put_time: str) -> float | None:
-    """Seconds since the epoch of an MQMD PutDate (YYYYMMDD) + PutTime (HHMMSSTH, GMT)."""
-    if len(put_date) != 8 or len(put_time) < 6:
-        return None
-    try:
-        base = calendar.timegm(
-            (
-                int(put_date[0:4]),
-                int(put_date[4:6]),
-                int(put_date[6:8]),
-                int(put_time[0:2]),
-                int(put_time[2:4]),
-                int(put_time[4:6]),
-                0,
-                0,
-                0,
-            )
-        )
-        hundredths = int(put_time[6:8]) if len(put_time) >= 8 else 0
-    except ValueError:
-        return None
-    return base + hundredths / 100
+    """Seconds since the epoch of an MQMD PutDate + PutTime (see gateway.wire.put_time)."""
+    ms = put_time_ms(put_date, put_time)
+    return None if ms is None else ms / 1000
 
 
 class GatewayMetrics:

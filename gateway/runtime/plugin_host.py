@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import logging
 import re
+import struct
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +31,21 @@ from gateway.mq.port import (
     QueueHandle,
     QueueManager,
 )
-from gateway.plugin_api import Delivery, InboundPublication, PluginError, PluginInstance
+from gateway.plugin_api import (
+    PROPERTY_NAME,
+    Delivery,
+    InboundPublication,
+    PluginError,
+    PluginInstance,
+    PublishRefusedError,
+)
 from gateway.pubsub.engine import ORIGIN_FOLDER
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.streams import DEFAULT_STREAM, MAX_STREAM_NAME, prefixed_topic
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.broker import BrokerService
 from gateway.wire.constants import ENC_NATIVE, MsgType, Persistence
+from gateway.wire.errors import WireError
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
@@ -53,18 +62,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _STREAM_CHARS = re.compile(r"[A-Za-z0-9._%]+")
 
 
-class PublishRefusedError(PluginError):
-    """An inbound publication can never be published (bad stream, topic or property
-    name). Not retriable: the plugin must dead-letter or skip it, not retry it."""
-
-    def __init__(self, message: str, *, index: int = -1) -> None:
-        super().__init__(message, retriable=False)
-        #: Position of the offending publication in the batch given to publish().
-        self.index = index
+_INT32 = range(-(2**31), 2**31)
 
 
 def _check(pub: InboundPublication, index: int) -> None:
@@ -81,12 +82,30 @@ def _check(pub: InboundPublication, index: int) -> None:
             f"delete of {pub.topic!r}: a wildcard level would delete many topics", index=index
         )
     for name in pub.properties:
-        if not _PROPERTY_NAME.fullmatch(name):
+        if not PROPERTY_NAME.fullmatch(name):
             raise PublishRefusedError(
                 f"property name {name!r} cannot be an MQRFH2 usr element "
                 "(letters, digits, _ . - ; not starting with a digit)",
                 index=index,
             )
+    fmt = pub.payload_format
+    if len(fmt) > 8 or not fmt.isascii() or not fmt.isprintable():
+        raise PublishRefusedError(
+            f"payload format {fmt!r} is not an MQ format name (at most 8 printable ASCII "
+            "characters)",
+            index=index,
+        )
+    for label, value in (
+        ("encoding", pub.encoding),
+        ("CCSID", pub.ccsid),
+        ("expiry", pub.expiry),
+    ):
+        if value not in _INT32:
+            raise PublishRefusedError(
+                f"payload {label} {value} does not fit an MQLONG (32-bit signed)", index=index
+            )
+    if pub.ccsid < 0:
+        raise PublishRefusedError(f"payload CCSID {pub.ccsid} is negative", index=index)
 
 
 def build_publish_command(
@@ -194,7 +213,18 @@ class MQPublisher:
             except PublishRefusedError as exc:
                 exc.index = i
                 raise
-            md, body = build_publish_command(pub, gateway_id=self.gateway_id)
+            try:
+                md, body = build_publish_command(pub, gateway_id=self.gateway_id)
+            except PublishRefusedError as exc:
+                exc.index = i
+                raise
+            except (WireError, ValueError, OverflowError, struct.error) as exc:
+                # Whatever the codec cannot encode can never be published: refusing it
+                # (not retrying) keeps one bad record from blocking its source for ever.
+                raise PublishRefusedError(
+                    f"publication on {pub.stream!r}/{pub.topic!r} cannot be encoded: {exc}",
+                    index=i,
+                ) from exc
             commands.append((self.queue_for(pub.stream), md, body))
         async with self._lock:
             conn = self._conn
@@ -270,8 +300,20 @@ class HostedPluginContext:
     def publisher(self) -> MQPublisher:
         return self._publisher
 
+    #: Set by PluginHost.attach: the sink wrapper whose retained sends this context marks.
+    sink: _CountingSink | None = None
+
     async def subscribe(self, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> None:
-        await self._service.subscribe_sink(self._name, topic, scheme=scheme, reg_opts=RegOpt.NONE)
+        sink = self.sink
+        if sink is not None:
+            sink.subscribing += 1
+        try:
+            await self._service.subscribe_sink(
+                self._name, topic, scheme=scheme, reg_opts=RegOpt.NONE
+            )
+        finally:
+            if sink is not None:
+                sink.subscribing -= 1
 
     async def unsubscribe(self, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> bool:
         return await self._service.unsubscribe_sink(self._name, topic, scheme=scheme)
@@ -285,6 +327,8 @@ class SinkCounters:
     deletions: int = 0
     units_of_work: int = 0
     failures: int = 0
+    #: retained publications sent on subscribe that the instance refused for good
+    retained_skipped: int = 0
     per_stream: dict[str, int] = field(default_factory=dict)
 
 
@@ -300,6 +344,8 @@ class _CountingSink:
         self._started = started
         #: called with (instance name, deliveries) once acknowledged (metrics)
         self.observer: Callable[[str, Sequence[Delivery]], None] | None = None
+        #: >0 while the instance's context subscribes (retained deliveries are sent)
+        self.subscribing = 0
 
     async def send(self, deliveries: Sequence[Delivery]) -> None:
         items = deliveries
@@ -309,9 +355,21 @@ class _CountingSink:
             )
         try:
             await self.instance.send(items)
+        except Exception as exc:
+            self.counters.failures += 1
+            if (
+                self.subscribing
+                and not getattr(exc, "retriable", False)
+                and all(d.retained for d in items)
+            ):
+                items = await self._send_retained_one_by_one(items, exc)
+            else:
+                raise
         except BaseException:
             self.counters.failures += 1
             raise
+        if not items:
+            return
         c = self.counters
         c.units_of_work += 1
         c.deliveries += len(items)
@@ -322,6 +380,31 @@ class _CountingSink:
                 c.deletions += 1
         if self.observer is not None:
             self.observer(self.instance.name, items)
+
+    async def _send_retained_one_by_one(
+        self, deliveries: Sequence[Delivery], first: Exception
+    ) -> list[Delivery]:
+        """Retained deliveries on subscribe that the instance refuses for good must not
+        make its start fail for ever: send them one at a time and skip the refused ones
+        (logged, counted); the next publication on such a topic replaces it anyway."""
+        sent: list[Delivery] = []
+        for d in deliveries:
+            try:
+                await self.instance.send([d])
+            except Exception as exc:
+                if getattr(exc, "retriable", False):
+                    raise
+                self.counters.retained_skipped += 1
+                log.error(
+                    "plugin instance %s refused the retained publication on %r, skipped: %s",
+                    self.instance.name,
+                    d.topic,
+                    exc,
+                )
+                continue
+            sent.append(d)
+        log.debug("retained batch for %s first failed with %r", self.instance.name, first)
+        return sent
 
 
 class PluginHost:
@@ -363,6 +446,7 @@ class PluginHost:
         sink.observer = self._observe
         self.service.register_sink(name, sink)
         ctx = HostedPluginContext(self.service, name, self.gateway_id, self.publisher_for(name))
+        ctx.sink = sink
         self.instances[name] = instance
         self.contexts[name] = ctx
         self.sink_counters[name] = counters

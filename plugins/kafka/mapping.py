@@ -7,7 +7,6 @@ consumed record. The sink and the source only move what this module computes.
 
 from __future__ import annotations
 
-import calendar
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 from gateway.plugin_api import DEFAULT_STREAM, Delivery, InboundPublication, Publication
 from gateway.wire.errors import WireError
 from gateway.wire.folder import parse_folder
+from gateway.wire.put_time import put_time_ms
 from plugins.kafka.errors import TopicCollisionError, TopicNameError
 
 CONTRACT_VERSION = b"1"
@@ -248,21 +248,6 @@ def topic_within_stream(delivery: Delivery) -> str:
     if topic.startswith(prefix):
         return topic[len(prefix) :]
     return topic
-
-
-def put_time_ms(put_date: str, put_time: str) -> int | None:
-    """Milliseconds since 1970 UTC from MQMD PutDate ``YYYYMMDD`` and PutTime ``HHMMSSTH``."""
-    d, t = put_date.strip(), put_time.strip()
-    if len(d) != 8 or len(t) < 6 or not (d + t).isdigit():
-        return None
-    try:
-        seconds = calendar.timegm(
-            (int(d[:4]), int(d[4:6]), int(d[6:8]), int(t[:2]), int(t[2:4]), int(t[4:6]), 0, 0, 0)
-        )
-    except (ValueError, OverflowError):
-        return None
-    hundredths = int(t[6:8]) if len(t) >= 8 else 0
-    return seconds * 1000 + hundredths * 10
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,6 +173,11 @@ class KafkaSink:
                 f"{exc}",
                 retriable=True,
             ) from exc
+        except BaseException:
+            # E.g. topic creation refused (KafkaPluginError): never leak a started
+            # producer (its sockets and background tasks).
+            await producer.stop()
+            raise
         self.producer = producer
         self._healthy = True
 

@@ -17,13 +17,17 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from gateway.plugin_api import InboundPublication, PluginError, Publisher
+from gateway.plugin_api import InboundPublication, Publisher, PublishRefusedError
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.mapping import InboundRoute, SkippedRecord, inbound_publication
 from plugins.kafka.sink import TopicCreator, client_args
 
 log = logging.getLogger(__name__)
+
+
+#: Offset commits tried after a successful publish before moving on (never rewinding).
+COMMIT_ATTEMPTS = 5
 
 
 @dataclass(slots=True)
@@ -36,6 +40,7 @@ class SourceCounters:
     skipped_invalid: int = 0
     publish_failures: int = 0
     commits: int = 0
+    commit_failures: int = 0
 
 
 class KafkaSource:
@@ -123,7 +128,7 @@ class KafkaSource:
                 continue
             try:
                 await self._deliver(consumer, batches)
-            except Exception as exc:  # publish or commit failed: rewind, retry later
+            except Exception as exc:  # publish failed: rewind, retry later
                 self.counters.publish_failures += 1
                 if not self._failing:
                     log.error(
@@ -158,12 +163,11 @@ class KafkaSource:
         while pubs:
             try:
                 await self.publisher.publish(pubs)
-            except PluginError as exc:
-                index = getattr(exc, "index", -1)
-                if exc.retriable or not 0 <= index < len(pubs):
+            except PublishRefusedError as exc:
+                if not 0 <= exc.index < len(pubs):
                     raise
                 # This one publication can never be published: skip it, keep the rest.
-                bad = pubs.pop(index)
+                bad = pubs.pop(exc.index)
                 self.counters.skipped_invalid += 1
                 log.warning(
                     "kafka instance %r: publication on %r/%r refused by MQ, skipped: %s",
@@ -175,13 +179,38 @@ class KafkaSource:
                 continue
             self.counters.published += len(pubs)
             break
-        try:
-            await consumer.commit(offsets)
+        # The batch is in MQ now: from here on nothing may rewind the consumer, or the
+        # batch would be published again. Only the offset commit is retried.
+        await self._commit(consumer, offsets)
+
+    async def _commit(self, consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+        inbound = self.config.inbound
+        delay = inbound.retry_initial_s
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                await consumer.commit(offsets)
+            except CommitFailedError as exc:
+                # A rebalance moved the partitions away after MQ committed: the new owner
+                # re-delivers them (at-least-once; readers de-duplicate on mq.msgId).
+                log.warning("kafka instance %r: offset commit failed: %s", self.instance, exc)
+                return
+            except KafkaError as exc:
+                self.counters.commit_failures += 1
+                if attempt == COMMIT_ATTEMPTS or self._stop.is_set():
+                    # Moving on: the next successful commit covers these offsets; a
+                    # restart before it re-delivers them (at-least-once).
+                    log.warning(
+                        "kafka instance %r: offset commit failed %d times, moving on: %s",
+                        self.instance,
+                        attempt,
+                        exc,
+                    )
+                    return
+                await self._pause(delay)
+                delay = min(inbound.retry_max_s, delay * 2)
+                continue
             self.counters.commits += 1
-        except CommitFailedError as exc:
-            # A rebalance moved the partitions away after MQ committed: the new owner
-            # re-delivers them (at-least-once; readers de-duplicate on mq.msgId).
-            log.warning("kafka instance %r: offset commit failed: %s", self.instance, exc)
+            return
 
     def _map(
         self, route: InboundRoute, records: Sequence[ConsumerRecord[bytes, bytes]]

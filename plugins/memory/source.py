@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 
-from gateway.plugin_api import PluginError, Publisher
+from gateway.plugin_api import PluginError, Publisher, PublishRefusedError
 from plugins.memory.bus import MemoryBus, Pending
 
 log = logging.getLogger(__name__)
@@ -40,25 +40,41 @@ class MemorySource:
 
     async def _publish(self, batch: list[Pending]) -> None:
         delay = 0.05
-        while True:
+        while batch:
             try:
                 await self.publisher.publish([p.publication for p in batch])
+            except PublishRefusedError as exc:
+                if not 0 <= exc.index < len(batch):
+                    _fail(batch, exc)
+                    return
+                # Only this publication can never be published: refuse it, keep the rest.
+                _fail([batch.pop(exc.index)], exc)
+                continue
             except PluginError as exc:
                 if exc.retriable:
                     log.warning("memory bus %s: publish failed, retrying: %s", self.bus.name, exc)
                     await asyncio.sleep(delay)
                     delay = min(2.0, delay * 2)
                     continue
-                for p in batch:
-                    if not p.done.done():
-                        p.done.set_exception(exc)
+                _fail(batch, exc)
                 return
             except asyncio.CancelledError:
                 for p in batch:  # not committed: the injector may retry
                     if not p.done.done():
                         p.done.cancel()
                 raise
+            except Exception as exc:
+                # A bug must neither kill the source task nor leave injectors waiting.
+                log.exception("memory bus %s: publish failed", self.bus.name)
+                _fail(batch, exc)
+                return
             for p in batch:
                 if not p.done.done():
                     p.done.set_result(None)
             return
+
+
+def _fail(batch: list[Pending], exc: BaseException) -> None:
+    for p in batch:
+        if not p.done.done():
+            p.done.set_exception(exc)

@@ -177,9 +177,14 @@ class MqttConnection:
 
     async def start(self) -> None:
         """Connect once (raising :class:`MqttConnectionError` when that fails), then keep
-        the connection up in the background."""
+        the connection up in the background. A failed start leaves nothing behind (no
+        socket, no task)."""
         self._misc_task = asyncio.create_task(self._misc_loop(), name=f"mqtt-misc-{self.client_id}")
-        await self._connect_once()
+        try:
+            await self._connect_once()
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         """Disconnect cleanly (the broker keeps the session: it is not a clean start)."""
@@ -189,11 +194,11 @@ class MqttConnection:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if self.connected:
+        if self._link_up:
             self._client.disconnect()
             with contextlib.suppress(Exception):
                 self._client.loop_write()
-        self._drop_socket()
+        self._close_socket()
         self._connected.clear()
         self._fail_pending(MqttConnectionError("the connection was closed"))
 
@@ -218,7 +223,7 @@ class MqttConnection:
                 self._connecting = False
             session_present, rc = await asyncio.wait_for(self._connack, cfg.connect_timeout)
         except (OSError, TimeoutError, ValueError) as exc:
-            self._drop_socket()
+            self._close_socket()
             self.last_error = (
                 f"cannot connect to {cfg.host}:{cfg.port}: {exc or type(exc).__name__}"
             )
@@ -226,10 +231,21 @@ class MqttConnection:
         finally:
             self._connack = None
         if rc != 0:
-            self._drop_socket()
+            self._close_socket()
             self.last_error = f"{cfg.host}:{cfg.port} refused the connection (reason {rc})"
             raise MqttConnectionError(self.last_error, rc)
-        await self._subscribe_all(session_present)
+        try:
+            await self._subscribe_all(session_present)
+        except TimeoutError as exc:
+            self._link_up = False
+            self._close_socket()
+            self.last_error = f"{cfg.host}:{cfg.port} did not answer SUBSCRIBE (no SUBACK)"
+            raise MqttConnectionError(self.last_error) from exc
+        except MqttConnectionError as exc:
+            self._link_up = False
+            self._close_socket()
+            self.last_error = str(exc)
+            raise
         self._connected.set()
         self.last_error = ""
 
@@ -273,9 +289,17 @@ class MqttConnection:
             granted = await asyncio.wait_for(fut, self.config.connect_timeout)
         finally:
             self._sub_pending.pop(mid, None)
-        refused = [topic for (topic, _), code in zip(subs, granted, strict=False) if code >= 0x80]
+        refused = [
+            (topic, code) for (topic, _), code in zip(subs, granted, strict=False) if code >= 0x80
+        ]
         if refused:
-            raise MqttConnectionError(f"the broker refused the subscriptions {refused}")
+            # A SUBACK failure code (0x80 and up: not authorised, bad filter, ...) is a
+            # config or ACL problem: retrying the same SUBSCRIBE will not help.
+            raise MqttConnectionError(
+                "the broker refused the subscriptions "
+                + ", ".join(f"{topic!r} (reason 0x{code:02X})" for topic, code in refused),
+                refused[0][1],
+            )
         self._subscribed_once = True
 
     def _schedule_reconnect(self) -> None:
@@ -338,12 +362,18 @@ class MqttConnection:
             ) from exc
 
     def ack(self, received: Received) -> bool:
-        """Acknowledge a QoS 1/2 message (PUBACK/PUBCOMP) if it arrived on the current
-        connection; otherwise the broker redelivers it and False is returned."""
+        """Acknowledge a QoS 1/2 message (PUBACK/PUBCOMP); False when not sent.
+
+        QoS 1 is acknowledged only on the connection it arrived on (otherwise the broker
+        redelivers it). QoS 2 is acknowledged on the current link whatever it arrived
+        on: paho delivered it after PUBREL, so the broker will not resend the PUBLISH,
+        only PUBREL again (which paho leaves to us under manual_ack), until PUBCOMP."""
         msg = received.message
         if msg.qos == 0:
             return True
-        if received.generation != self._generation or not self._link_up:
+        if not self._link_up:
+            return False
+        if msg.qos == 1 and received.generation != self._generation:
             return False
         rc = self._client.ack(msg.mid, msg.qos)
         return rc == MQTTErrorCode.MQTT_ERR_SUCCESS
@@ -504,6 +534,19 @@ class MqttConnection:
 
     def _drop_socket(self) -> None:
         self._unwatch(self._fd)
+
+    def _close_socket(self) -> None:
+        """Unwatch and close paho's socket: paho leaves it open when a connection fails
+        before or right after CONNACK, and a failed start must not leak it."""
+        self._drop_socket()
+        sock_close = getattr(self._client, "_sock_close", None)
+        with contextlib.suppress(Exception):
+            if callable(sock_close):
+                sock_close()
+            else:
+                sock = self._client.socket()
+                if sock is not None:
+                    sock.close()
 
     def _do_read(self) -> None:
         self._client.loop_read()

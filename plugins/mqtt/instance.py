@@ -63,15 +63,25 @@ class MqttInstance:
         except MqttConnectionError as exc:
             await connection.close()
             raise PluginError(
-                f"mqtt instance {self._name!r}: {exc} (check host/port/credentials under "
-                f"plugins.{self._name}.config)",
+                f"mqtt instance {self._name!r}: {exc} (check host/port/credentials/ACLs "
+                f"under plugins.{self._name}.config)",
                 retriable=exc.reason == 0,
             ) from exc
-        self.connection = connection
-        self.sink = MqttSink(cfg.outbound, connection)
-        for topic in cfg.outbound.topics:
-            await context.subscribe(topic)
-        self.source.start()
+        except BaseException:
+            await connection.close()
+            raise
+        try:
+            self.connection = connection
+            self.sink = MqttSink(cfg.outbound, connection)
+            for topic in cfg.outbound.topics:
+                await context.subscribe(topic)
+            self.source.start()
+        except BaseException:
+            # Never leave a connected client (socket, tasks) behind a failed start.
+            self.sink = None
+            self.connection = None
+            await connection.close()
+            raise
 
     def _subscriptions(self) -> list[tuple[str, int]]:
         return self.source.subscriptions() if self.source is not None else []

@@ -12,21 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import paho.mqtt.client as paho
 
-from gateway.plugin_api import InboundPublication, PluginError, Publisher
+from gateway.plugin_api import (
+    PROPERTY_NAME,
+    InboundPublication,
+    PluginError,
+    Publisher,
+    PublishRefusedError,
+)
 from plugins.mqtt.config import InboundConfig, InboundFilter
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Outgoing, Received
 from plugins.mqtt.mapping import MappingError, mq_expiry, mq_topic
 
 log = logging.getLogger(__name__)
 
-#: An MQRFH2 ``usr`` element name (what the runtime accepts as a property name).
-_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 RETRY_MIN_DELAY = 0.2
 RETRY_MAX_DELAY = 10.0
 
@@ -63,7 +66,7 @@ def to_inbound(
     correl = b""
     if props is not None:
         for name, value in getattr(props, "UserProperty", None) or []:
-            if _PROPERTY_NAME.fullmatch(name):
+            if PROPERTY_NAME.fullmatch(name):
                 properties[name] = value
             else:
                 counters.dropped_properties += 1
@@ -171,11 +174,14 @@ class MqttSource:
         items = self._map(batch)
         attempt = 0
         while True:
-            # Messages of a lost connection will be redelivered: do not publish them now.
+            # QoS 1 messages of a lost connection will be redelivered: do not publish them
+            # now. QoS 2 ones will NOT be (paho sent PUBREC on arrival and delivered them
+            # after PUBREL; the broker now only waits for PUBCOMP): keep them, and ack()
+            # sends PUBCOMP on the current link.
             live = [
                 it
                 for it in items
-                if it.received.message.qos == 0
+                if it.received.message.qos != 1
                 or it.received.generation == self.connection.generation
             ]
             self.counters.abandoned += len(items) - len(live)
@@ -187,12 +193,17 @@ class MqttSource:
                 await self.publisher.publish(
                     [it.publication for it in to_publish if it.publication]
                 )
-            except PluginError as exc:
-                index = getattr(exc, "index", -1)
-                if not exc.retriable and 0 <= index < len(to_publish):
-                    to_publish[index].publication = None
-                    to_publish[index].error = str(exc)
+            except PublishRefusedError as exc:
+                if not 0 <= exc.index < len(to_publish):
+                    # Unattributable refusal: none of them can be published as a batch.
+                    for it in to_publish:
+                        it.publication = None
+                        it.error = str(exc)
                     continue
+                to_publish[exc.index].publication = None
+                to_publish[exc.index].error = str(exc)
+                continue
+            except PluginError as exc:
                 await self._pause(attempt, exc)
             except Exception as exc:  # any failure: retry, never ack
                 await self._pause(attempt, exc)

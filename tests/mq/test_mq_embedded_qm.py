@@ -494,8 +494,13 @@ async def test_sweep_expired_keeps_depth_honest(qm: EmbeddedQueueManager) -> Non
 
 
 async def _settled_count(qm: EmbeddedQueueManager, name: str) -> int:
-    """Messages really available on ``name``; the depth must agree (nothing left locked)."""
-    await asyncio.sleep(0.05)
+    """Messages really available on ``name``; the depth must agree (nothing left locked).
+    Store writes of a cancelled call finish in the background: wait for them (bounded)."""
+    q = qm._queues[name]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while (q.locked or q.pending_puts) and loop.time() < deadline:
+        await asyncio.sleep(0.01)
     async with await qm.connect() as conn:
         h = await conn.open(name, IO)
         depth = (await h.inquire(QueueAttr.CURRENT_Q_DEPTH))[QueueAttr.CURRENT_Q_DEPTH]

@@ -136,3 +136,22 @@ async def scenario(path: Path, ops: list[tuple[object, ...]]) -> None:
 def test_matches_reference_model(ops: list[tuple[object, ...]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(scenario(Path(tmp) / "qm", ops))
+
+
+def test_msg_ids_differ_for_names_sharing_twelve_characters() -> None:
+    """``GATEWAY.EUROPE.1`` and ``GATEWAY.EUROPE.2`` (same first 12 characters) started
+    in the same microsecond must still not produce the same MsgIds."""
+    from unittest import mock
+
+    from gateway.mq.embedded.context import MsgIdGenerator
+
+    with mock.patch("gateway.mq.embedded.context.time.time_ns", return_value=1_700_000_000_000):
+        a = MsgIdGenerator("GATEWAY.EUROPE.1")
+        b = MsgIdGenerator("GATEWAY.EUROPE.2")
+        a2 = MsgIdGenerator("GATEWAY.EUROPE.1")  # a second instance of the same name
+    ids_a = {a() for _ in range(100)}
+    ids_b = {b() for _ in range(100)}
+    ids_a2 = {a2() for _ in range(100)}
+    assert len(ids_a) == len(ids_b) == 100
+    assert not ids_a & ids_b and not ids_a & ids_a2
+    assert all(len(i) == 24 and i.startswith(b"AMQ GATE") for i in ids_a | ids_b)

@@ -153,6 +153,8 @@ def test_remote_definition_with_blank_xmitq_ignores_qmgr_aliases() -> None:
     target = remote("R", "X", "QM2")
     c = cat(local("XQ3", xmit=True), qm_alias, target)
     assert reason_of(c, "R") == Reason.UNKNOWN_REMOTE_Q_MGR
+    with pytest.raises(ResolutionError, match="for remote queue R: no transmission queue"):
+        resolve_queue(c, "R")
     c2 = cat(local("XQ3", xmit=True), local("DEF.X", xmit=True), qm_alias, target,
              defxmitq="DEF.X")
     assert t3(resolve_queue(c2, "R")) == ("X", "QM2", "DEF.X")

@@ -132,3 +132,25 @@ async def test_failed_commit_leaves_the_repository_unchanged(
         assert forwarded.count("NEWQ") == 2  # the failed attempt and the committed one
         assert any(r.name == "NEWQ" for r in manager.repository.records.values())
         assert await drain(qm, DLQ) == []
+
+
+def test_restore_undoes_only_its_own_side() -> None:
+    """The command loop (others' records) and the publisher (own records) run
+    concurrently: each undo must leave the other's changes alone."""
+    from gateway.mq.embedded.cluster import Repository, RepositoryRecord
+
+    def rec(name: str, q_mgr: str, seq: int) -> RepositoryRecord:
+        return RepositoryRecord("QUEUE", "C1", name, q_mgr, seq)
+
+    repo = Repository()
+    repo.apply(rec("OLD", "QMX", 1))
+    saved = repo.copy()
+    repo.apply(rec("FOREIGN", "QMX", 2))      # a command's change, to be undone
+    repo.apply(rec("OLD", "QMX", 5))
+    repo.subscribe(["FOREIGN"], "QMY")
+    repo.apply(rec("MINE", "QM1", repo.next_seq()))  # the publisher's, concurrent
+    repo.restore(saved, "QM1", own=False)
+    assert {(r.name, r.seq) for r in repo.records.values()} == {("OLD", 1), ("MINE", 1)}
+    assert repo.subscribers == {}
+    repo.restore(saved, "QM1", own=True)
+    assert {(r.name, r.seq) for r in repo.records.values()} == {("OLD", 1)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from network_helpers import NetworkFactory, get_one, wait_for
 
 from gateway.mq.embedded.channels import (
     ChannelError,
+    ChannelSender,
     decode_batch,
     encode_batch,
     parse_conname,
@@ -159,15 +161,14 @@ async def test_stop_waits_for_channels_stopped_by_mqsc(
 ) -> None:
     """A channel replaced (ALTER CONNAME) or deleted by MQSC is stopped in the background;
     stopping the node must wait for those stops, not leave them running."""
-    from gateway.mq.embedded.channels import ChannelSender
-
     finished: list[str] = []
     real_stop = ChannelSender.stop
 
     async def slow_stop(self: ChannelSender) -> None:
-        await asyncio.sleep(0.3)
+        if self.spec.conname == "QM2":  # the channels MQSC replaced or deleted
+            await asyncio.sleep(1.0)
         await real_stop(self)
-        finished.append(self.spec.name)
+        finished.append(self.spec.channel)
 
     monkeypatch.setattr(ChannelSender, "stop", slow_stop)
     mqsc = ("DEFINE QLOCAL(QM2) USAGE(XMITQ)\n"

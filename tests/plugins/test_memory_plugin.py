@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from gateway.plugin_api import InboundPublication, Plugin, PluginError, PluginInstance
+from gateway.plugin_api import (
+    InboundPublication,
+    Plugin,
+    PluginError,
+    PluginInstance,
+    PublishRefusedError,
+)
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
 from gateway.runtime.registry import PluginRegistry
@@ -117,3 +123,44 @@ async def test_bus_down_makes_the_instance_unhealthy(app: GatewayApp) -> None:
     assert not ok and detail["plugins"] == {"left": False, "right": True}
     get_bus("left").down = False
     assert app.health()[0]
+
+
+async def test_unencodable_publication_is_refused_alone_and_the_source_lives_on(
+    app: GatewayApp,
+) -> None:
+    right, left = get_bus("right"), get_bus("left")
+    ok1 = right.inject(InboundPublication("STOCK.STREAM", "T", b"1"))
+    bad = right.inject(InboundPublication("STOCK.STREAM", "T", b"x", payload_format="NINECHARS"))
+    ok2 = right.inject(InboundPublication("STOCK.STREAM", "T", b"2"))
+    results = await asyncio.wait_for(
+        asyncio.gather(ok1, bad, ok2, return_exceptions=True), timeout=10
+    )
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], PublishRefusedError)
+    # The source task survived: a later publication still goes through.
+    await asyncio.wait_for(right.inject(InboundPublication("STOCK.STREAM", "T", b"3")), 10)
+    records = await left.wait_for(3)
+    assert [r.payload for r in records] == [b"1", b"2", b"3"]
+
+
+async def test_unexpected_publish_error_resolves_injectors_and_keeps_the_source(
+    app: GatewayApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert app.host is not None
+    publisher = app.host.contexts["right"].publisher
+    real = publisher.publish
+    calls = 0
+
+    async def broken_once(pubs: object) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("bug")
+        await real(pubs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(publisher, "publish", broken_once)
+    right = get_bus("right")
+    with pytest.raises(RuntimeError, match="bug"):
+        await asyncio.wait_for(right.inject(InboundPublication("STOCK.STREAM", "T", b"1")), 10)
+    await asyncio.wait_for(right.inject(InboundPublication("STOCK.STREAM", "T", b"2")), 10)
+    assert [r.payload for r in await get_bus("left").wait_for(1)] == [b"2"]

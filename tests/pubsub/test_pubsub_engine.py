@@ -241,6 +241,23 @@ def test_control_commands_on_a_stream_queue_are_refused(engine: PubSubEngine) ->
     assert out.reason == Reason.INCORRECT_Q
 
 
+@pytest.mark.parametrize("command", ["Publish", "DeletePub"])
+def test_rfh_v1_stream_commands_on_the_control_queue_are_refused(
+    engine: PubSubEngine, command: str
+) -> None:
+    regsub(engine, "ctl/t")
+    pairs = [("MQPSCommand", command), ("MQPSTopic", "ctl/t")]
+    out = engine.handle(rfh_message(CONTROL, pairs, b"x", reply_to_q="R", msg_type=REQ))
+    assert out.reason == Reason.INCORRECT_Q == 3079
+    assert out.deliveries == []
+    # the same command as MQRFH2 is accepted there (MQ 8 style)
+    psc = [("Command", command), ("Topic", "ctl/t")]
+    out2 = engine.handle(rfh2_message(CONTROL, psc, b"x", reply_to_q="R", msg_type=REQ))
+    assert out2.reason == 0
+    if command == "Publish":
+        assert [d.destination.queue for d in out2.deliveries] == ["SUB.Q"]
+
+
 def test_deregistering_unknown_subscription_is_refused_not_dead_lettered(
     engine: PubSubEngine,
 ) -> None:

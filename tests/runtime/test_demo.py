@@ -62,26 +62,38 @@ def test_expected_bars_by_hand() -> None:
         Tick(5, "IBM", Decimal("102"), 4, m1 * 100),
     ]
     assert demo.expected_bars(ticks) == {
-        ("IBM", m0): (Decimal("100.50"), Decimal("101.25"), Decimal("99.75"),
-                      Decimal("99.80"), 36, 4),
-        ("HPQ", m0): (Decimal("20.10"), Decimal("20.10"), Decimal("20.10"),
-                      Decimal("20.10"), 7, 1),
+        ("IBM", m0): (
+            Decimal("100.50"),
+            Decimal("101.25"),
+            Decimal("99.75"),
+            Decimal("99.80"),
+            36,
+            4,
+        ),
+        ("HPQ", m0): (Decimal("20.10"), Decimal("20.10"), Decimal("20.10"), Decimal("20.10"), 7, 1),
         ("IBM", m1): (Decimal("102"), Decimal("102"), Decimal("102"), Decimal("102"), 4, 1),
     }
 
 
 def test_parse_bar_reads_the_jobs_json_and_rejects_other_data() -> None:
-    payload = (b'{"symbol":"HPQ","start":"2026-11-22T04:56:00Z","end":"2026-11-22T04:57:00Z",'
-               b'"open":"20.1","high":"20.19","low":"19.67","close":"19.67","volume":11600,'
-               b'"ticks":5}')
+    payload = (
+        b'{"symbol":"HPQ","start":"2026-11-22T04:56:00Z","end":"2026-11-22T04:57:00Z",'
+        b'"open":"20.1","high":"20.19","low":"19.67","close":"19.67","volume":11600,'
+        b'"ticks":5}'
+    )
     assert demo.parse_bar(payload) == (
         ("HPQ", 1_795_323_360),
         (Decimal("20.1"), Decimal("20.19"), Decimal("19.67"), Decimal("19.67"), 11600, 5),
     )
     assert demo.parse_bar(b"IBM 131.25 300") is None
     assert demo.parse_bar(b'{"path": "kafka", "seq": 1}') is None
-    assert demo.parse_bar(b'{"symbol":"X","start":"soon","open":"1","high":"1","low":"1",'
-                          b'"close":"1","volume":1,"ticks":1}') is None
+    assert (
+        demo.parse_bar(
+            b'{"symbol":"X","start":"soon","open":"1","high":"1","low":"1",'
+            b'"close":"1","volume":1,"ticks":1}'
+        )
+        is None
+    )
 
 
 def test_bar_book_counts_the_latest_version_of_each_bar() -> None:
@@ -101,9 +113,11 @@ def test_bar_book_counts_the_latest_version_of_each_bar() -> None:
 
 
 def test_summary_marks_skipped_and_short_paths() -> None:
-    stats = {"a -> b": PathStats(sent=3, received=3, latencies=[0.001, 0.002, 0.003]),
-             "c -> d": PathStats(sent=3, received=2),
-             "bars -> MQ": PathStats(skipped="skipped (--no-analytics)")}
+    stats = {
+        "a -> b": PathStats(sent=3, received=3, latencies=[0.001, 0.002, 0.003]),
+        "c -> d": PathStats(sent=3, received=2),
+        "bars -> MQ": PathStats(skipped="skipped (--no-analytics)"),
+    }
     rows = {r["path"]: r for r in demo.summary_rows(stats)}
     assert rows["a -> b"]["status"] == "ok" and rows["a -> b"]["p50_ms"] == 2.0
     assert rows["c -> d"]["status"] == "short" and rows["c -> d"]["p50_ms"] is None
@@ -120,9 +134,11 @@ def test_examples_demo_yaml_is_the_gateway_the_demo_runs(tmp_path: Path) -> None
     from gateway.mq.embedded.mqsc import parse_mqsc
 
     text = (ROOT / "examples" / "demo.yaml").read_text()
-    text = (text.replace("${MQGW_KAFKA_BOOTSTRAP:-127.0.0.1:9092}", "127.0.0.1:9")
-            .replace("${MQGW_MQTT_HOST:-127.0.0.1}", "127.0.0.1")
-            .replace("${MQGW_MQTT_PORT:-1883}", "1883"))
+    text = (
+        text.replace("${MQGW_KAFKA_BOOTSTRAP:-127.0.0.1:9092}", "127.0.0.1:9")
+        .replace("${MQGW_MQTT_HOST:-127.0.0.1}", "127.0.0.1")
+        .replace("${MQGW_MQTT_PORT:-1883}", "1883")
+    )
     assert "${" not in text
     in_file = yaml.safe_load(text)
     in_code = demo.gateway_config(tmp_path, "127.0.0.1:9", "127.0.0.1", 1883)
@@ -141,7 +157,11 @@ def _run_demo(tmp_path: Path, *args: str, timeout: float) -> tuple[dict[str, Any
     summary_path = tmp_path / "summary.json"
     proc = subprocess.run(
         [sys.executable, "-m", "gateway.demo", *args, "--json-summary", str(summary_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
@@ -158,7 +178,7 @@ def _group_members(pgid: int) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[2]) == pgid:  # field 5: pgrp
             members.append(int(entry))
     return members
@@ -178,7 +198,7 @@ def _assert_nothing_left(summary: dict[str, Any], expected: set[str]) -> None:
 def _assert_table_printed(output: str, summary: dict[str, Any]) -> None:
     for row in summary["paths"]:
         line = next(ln for ln in output.splitlines() if ln.startswith(row["path"] + " "))
-        cells = line[len(row["path"]):].split()
+        cells = line[len(row["path"]) :].split()
         if row["status"] == "skipped":
             assert cells[:2] == ["-", "-"] and row["note"] in line
         else:

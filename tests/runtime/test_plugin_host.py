@@ -5,6 +5,7 @@ origin rule, retained deletions, back-pressure and refusal of unpublishable data
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 from pubsub_messages import CONTROL, rfh2_message, rfh_message
@@ -270,6 +271,11 @@ async def test_publish_commits_before_returning(
         (InboundPublication("S", "", b""), "empty"),
         (InboundPublication("S", "a/#", b"", delete=True), "wildcard"),
         (InboundPublication("S", "a", b"", properties={"1bad": "v"}), "property name"),
+        (InboundPublication("S", "a", b"", payload_format="TOOLONGFMT"), "format"),
+        (InboundPublication("S", "a", b"", payload_format="MQ\u00e9"), "format"),
+        (InboundPublication("S", "a", b"", ccsid=2**40), "CCSID"),
+        (InboundPublication("S", "a", b"", ccsid=-5), "CCSID"),
+        (InboundPublication("S", "a", b"", encoding=2**31), "encoding"),
     ],
 )
 async def test_unpublishable_data_is_refused_not_retried(
@@ -367,3 +373,30 @@ async def test_a_poison_publication_does_not_drag_its_batch_to_the_backout_queue
     assert service.counters.moved_to_backout_queue == 1
     dead = await drain(qm, "SYSTEM.DEAD.LETTER.QUEUE")
     assert len(dead) == 1
+
+
+async def test_retained_publication_refused_on_subscribe_is_skipped_not_fatal(
+    qm: EmbeddedQueueManager, service: BrokerService, host: PluginHost
+) -> None:
+    await _start(host, service, "src", bus="src")
+    src = get_bus("src")
+    await src.inject(InboundPublication("STOCK.STREAM", "IBM", b"1", retain=True))
+    await src.inject(InboundPublication("STOCK.STREAM", "BAD", b"2", retain=True))
+    await settle(qm, service)
+
+    inst = MemoryInstance(
+        "late", MemoryConfig.model_validate({"subscribe": [STOCK_ALL], "bus": "late"})
+    )
+    real_send = inst.send
+
+    async def picky_send(deliveries: Sequence[Delivery]) -> None:
+        if any(d.topic.endswith("BAD") for d in deliveries):
+            raise PluginError("cannot map topic BAD")  # not retriable
+        await real_send(deliveries)
+
+    inst.send = picky_send  # type: ignore[method-assign]
+    host.attach(inst)
+    async with asyncio.timeout(10):
+        await host.start(inst)  # must not fail for ever on the refused retained one
+    assert [r.topic for r in get_bus("late").records] == ["IBM"]
+    assert host.sink_counters["late"].retained_skipped == 1

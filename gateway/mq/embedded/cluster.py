@@ -176,6 +176,21 @@ class Repository:
         return Repository(dict(self.records), {k: set(v) for k, v in self.subscribers.items()},
                           self.last_seq, self.stats)
 
+    def restore(self, saved: Repository, q_mgr_name: str, *, own: bool) -> None:
+        """Undo a backed-out unit of work: records of ``q_mgr_name`` (``own``) or of every
+        other queue manager (not ``own``) go back to ``saved``. The command loop changes
+        only others' records and subscribers, the publisher only its own records, so
+        each undoes its own changes without undoing the other's (last_seq only rises)."""
+        for key in set(self.records) | set(saved.records):
+            if (key[3] == q_mgr_name) != own:
+                continue
+            if key in saved.records:
+                self.records[key] = saved.records[key]
+            else:
+                del self.records[key]
+        if not own:
+            self.subscribers = {k: set(v) for k, v in saved.subscribers.items()}
+
     def next_seq(self) -> int:
         self.last_seq += 1
         return self.last_seq
@@ -281,9 +296,6 @@ class ClusterManager:
         self._query_ids = itertools.count(1)
         self._force_publish = False
         self._publish_again = False
-        #: one unit of work at a time changes the repository, so a backed-out one can
-        #: return it to its snapshot without undoing another's changes
-        self._repo_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ membership
 
@@ -435,9 +447,6 @@ class ClusterManager:
             self._publish_again = True
             return
         self._publish_again = False
-        #: one unit of work at a time changes the repository, so a backed-out one can
-        #: return it to its snapshot without undoing another's changes
-        self._repo_lock = asyncio.Lock()
         self._publish_task = asyncio.get_running_loop().create_task(self._publish())
 
     # ------------------------------------------------------------------ internals
@@ -495,13 +504,13 @@ class ClusterManager:
             log.exception("%s: advertising cluster objects failed", self.q_mgr_name)
 
     async def _publish_once(self, force: bool) -> None:
-        async with self._repo_lock:
-            saved = self.repository.copy()
-            try:
-                await self._publish_changes(force)
-            except BaseException:
-                self.repository = saved  # nothing was sent: advertise again next time
-                raise
+        saved = self.repository.copy()
+        try:
+            await self._publish_changes(force)
+        except BaseException:
+            # nothing was sent: the records must look unadvertised to the next publish
+            self.repository.restore(saved, self.q_mgr_name, own=True)
+            raise
 
     async def _publish_changes(self, force: bool) -> None:
         assert self.qm is not None
@@ -574,15 +583,15 @@ class ClusterManager:
             await self._reject(conn, msg, int(Feedback.NOT_A_REPOSITORY_MSG),
                                f"backed out {msg.md.backout_count} times")
             return
-        async with self._repo_lock:
-            saved = self.repository.copy()
-            try:
-                answered = await self._process(conn, cmd)
-                await self._save(conn)
-                await conn.commit()
-            except BaseException:
-                self.repository = saved  # the command comes again (or is dead-lettered)
-                raise
+        saved = self.repository.copy()
+        try:
+            answered = await self._process(conn, cmd)
+            await self._save(conn)
+            await conn.commit()
+        except BaseException:
+            # the command comes again (or is dead-lettered): it must apply afresh
+            self.repository.restore(saved, self.q_mgr_name, own=False)
+            raise
         for qid, learned in answered:
             fut = self._pending.get(qid)
             if fut is not None and not fut.done():

@@ -2,14 +2,17 @@
 
 IBM MQ "MQMD - Message descriptor", context fields: PutDate (YYYYMMDD) and PutTime
 (HHMMSSTH) in UTC, PutApplName (28 chars), UserIdentifier (12 chars), PutApplType
-MQAT_UNIX (6) on Linux. MsgId is 24 bytes unique within and across queue managers: like
-MQ's ``AMQ <qmgr-name-12><8-byte counter>`` form, the counter starting from the clock
-at start so it keeps rising across restarts.
+MQAT_UNIX (6) on Linux. MsgId is 24 bytes unique within and across queue managers. MQ's form is
+``AMQ <qmgr-name-12><8-byte counter>``; names sharing their first 12 characters
+(``GATEWAY.EUROPE.1``/``GATEWAY.EUROPE.2``) would then share a prefix, so ours is
+``AMQ <name-4><hash of the full name, 4><random per instance, 4><counter, 8>``, the
+counter starting from the clock so it keeps rising across restarts.
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import itertools
 import os
 import sys
@@ -41,10 +44,13 @@ def process_user() -> str:
 
 
 class MsgIdGenerator:
-    """24-byte message identifiers: b"AMQ " + QM name (12, blank padded) + counter."""
+    """24-byte message identifiers: b"AMQ " + 4 name characters (an operator's hint) +
+    4 bytes hashing the full name + 4 random bytes per instance + an 8-byte counter."""
 
     def __init__(self, q_mgr_name: str) -> None:
-        self._prefix = b"AMQ " + q_mgr_name.encode("ascii", "replace")[:12].ljust(12)
+        name = q_mgr_name.encode("utf-8")
+        self._prefix = (b"AMQ " + q_mgr_name.encode("ascii", "replace")[:4].ljust(4)
+                        + hashlib.blake2b(name, digest_size=4).digest() + os.urandom(4))
         self._counter = itertools.count(time.time_ns() // 1000)
 
     def __call__(self) -> bytes:

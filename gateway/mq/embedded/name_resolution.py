@@ -223,7 +223,8 @@ def _resolve_remote_def(
     # §7.1 role 1: "when a remote definition exists no alias definitions are consulted":
     # a transmission queue named RQMNAME, a cluster route, DEFXMITQ, else 2087 (never a
     # queue-manager alias named RQMNAME, which would re-route the definition's target)
-    return _route_without_alias(cat, d.remote_name, d.remote_q_mgr_name, directory, path)
+    return _route_without_alias(cat, d.remote_name, d.remote_q_mgr_name, directory, path,
+                                d.name)
 
 
 def _resolve_q_mgr(
@@ -282,8 +283,10 @@ def _route_without_alias(
     q_mgr_name: str,
     directory: RemoteDirectory | None,
     path: tuple[str, ...],
+    remote_def: str = "",
 ) -> Resolution:
-    """Step 2 (b)-(e): xmitq named after the QM, cluster, DEFXMITQ, else 2087."""
+    """Step 2 (b)-(e): xmitq named after the QM, cluster, DEFXMITQ, else 2087.
+    ``remote_def``: the remote queue definition being resolved (role 1), for the error."""
     d = cat.get(q_mgr_name)
     if d is not None and d.qtype is QType.LOCAL:
         xq = _check_xmitq(cat, d.name, Reason.UNKNOWN_XMIT_Q)
@@ -304,8 +307,12 @@ def _route_without_alias(
         return Resolution(q_name, q_mgr_name, xq.name, (*path, f"defxmitq {xq.name}"))
     raise ResolutionError(
         Reason.UNKNOWN_REMOTE_Q_MGR,
+        f"no route to queue manager {q_mgr_name} for remote queue {remote_def}: no "
+        f"transmission queue named {q_mgr_name}, no cluster route and no DEFXMITQ on "
+        f"{cat.q_mgr_name} (a remote definition does not use queue-manager aliases)"
+        if remote_def else
         f"no route to queue manager {q_mgr_name}: no queue-manager alias, no transmission "
-        f"queue named {q_mgr_name} and no DEFXMITQ on {cat.q_mgr_name}",
+        f"queue named {q_mgr_name}, no cluster route and no DEFXMITQ on {cat.q_mgr_name}",
     )
 
 

@@ -14,7 +14,8 @@ enforced by an ``fcntl`` lock on ``qmgr.lock`` held for the life of the store. A
 opener gets :class:`DataDirInUseError` naming the owner's pid instead of a corrupt queue.
 
 All methods are synchronous and serialised by an internal lock; the queue manager calls
-the writing ones from its own writer thread so the event loop never waits on fsync.
+the message-writing ones from its own writer thread so the event loop never waits on
+their fsync; definition changes (MQSC) are written on the caller's thread.
 """
 
 from __future__ import annotations

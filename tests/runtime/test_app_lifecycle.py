@@ -1,0 +1,121 @@
+"""GatewayApp lifecycle edge cases: a plugin whose start raises an unexpected exception
+is retried (and logged) instead of silently never starting; a shutdown whose broker drain
+hangs still stops the plugins; plugin send timeouts fit inside the shutdown budget."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.plugin_api import PluginContext
+from gateway.runtime.app import GatewayApp
+from gateway.runtime.config import parse_config
+from gateway.runtime.registry import PluginRegistry
+from plugins.memory import MemoryInstance, reset_buses
+
+
+def _data(shutdown_timeout: float = 30.0) -> dict[str, Any]:
+    return {
+        "broker": {"streams": [{"name": "STOCK.STREAM"}], "wait_ms": 50},
+        "metrics": {"enabled": False},
+        "shutdown_timeout": shutdown_timeout,
+        "plugins": [
+            {
+                "name": "mem",
+                "plugin": "memory",
+                "config": {"bus": "mem", "subscribe": ["$SYS/STREAM/STOCK.STREAM/#"]},
+            }
+        ],
+    }
+
+
+async def test_unexpected_start_exception_is_logged_and_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    reset_buses()
+    real_start = MemoryInstance.start
+    calls = 0
+
+    async def flaky_start(self: MemoryInstance, context: PluginContext) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("plugin bug on first start")
+        await real_start(self, context)
+
+    monkeypatch.setattr(MemoryInstance, "start", flaky_start)
+    registry = PluginRegistry.from_entry_points()
+    app = GatewayApp(parse_config(_data(), registry, base_dir=tmp_path), registry)
+    caplog.set_level(logging.ERROR, logger="gateway.runtime.app")
+    await app.start()
+    try:
+        async with asyncio.timeout(10):
+            while not app.health()[0]:
+                await asyncio.sleep(0.02)
+        assert calls == 2
+        assert app.plugin_start_errors == 1
+        assert app.fatal is None
+        assert any(
+            "plugin bug on first start" in r.getMessage() or r.exc_info for r in caplog.records
+        )
+    finally:
+        await app.shutdown()
+
+
+async def test_shutdown_stops_plugins_even_when_the_drain_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reset_buses()
+    registry = PluginRegistry.from_entry_points()
+    app = GatewayApp(
+        parse_config(_data(shutdown_timeout=1.0), registry, base_dir=tmp_path), registry
+    )
+    await app.start()
+    async with asyncio.timeout(10):
+        while not app.health()[0]:
+            await asyncio.sleep(0.02)
+    assert app.service is not None and app.host is not None
+    real_stop = app.service.stop
+
+    async def hanging_stop() -> None:
+        await asyncio.sleep(3600)
+
+    stopped: list[bool] = []
+    real_stop_all = app.host.stop_all
+
+    async def recording_stop_all() -> None:
+        await real_stop_all()
+        stopped.append(True)
+
+    monkeypatch.setattr(app.service, "stop", hanging_stop)
+    monkeypatch.setattr(app.host, "stop_all", recording_stop_all)
+    tasks = list(app._tasks)
+    async with asyncio.timeout(5):
+        await app.shutdown()
+    assert stopped == [True]
+    assert all(t.done() for t in tasks)
+    await real_stop()
+
+
+def test_plugin_send_timeout_is_clamped_below_the_shutdown_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = PluginRegistry.from_entry_points()
+    data: dict[str, Any] = {
+        "shutdown_timeout": 20,
+        "plugins": [
+            {"name": "k1", "plugin": "kafka", "config": {"send_timeout_s": 45}},
+            {"name": "k2", "plugin": "kafka", "config": {"send_timeout_s": 5}},
+            {"name": "k3", "plugin": "kafka", "config": {}},
+        ],
+    }
+    caplog.set_level(logging.WARNING, logger="gateway.runtime.config")
+    loaded = parse_config(data, registry)
+    sends = {n: c.send_timeout_s for n, c in loaded.plugin_configs.items()}
+    assert sends == {"k1": 10.0, "k2": 5.0, "k3": 10.0}
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "k1" in warned[0]
