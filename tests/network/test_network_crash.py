@@ -31,7 +31,7 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
 TRIALS = 24
-PER_TRIAL = 500
+PER_TRIAL = 2000  # long enough that a kill 0.02-0.2 s after start lands mid-transfer
 REPO = Path(__file__).resolve().parents[2]
 
 
