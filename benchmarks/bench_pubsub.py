@@ -24,7 +24,8 @@ from pathlib import Path
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import MQError, OpenOption, PutOptions
-from gateway.pubsub.engine import InboundMessage, PubSubEngine
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.outcome import InboundMessage
 from gateway.pubsub.store import MemoryStore
 from gateway.pubsub.topics import Scheme, TopicIndex
 from gateway.runtime.broker import BrokerConfig, BrokerService

@@ -58,7 +58,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from gateway.pubsub.engine import Delivery
+from gateway.pubsub.outcome import Delivery
 from gateway.pubsub.records import Publication
 from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme

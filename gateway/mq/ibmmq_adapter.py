@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from gateway.mq.port import (
     WAIT_UNLIMITED,
     Browse,
-    CompCode,
     GetOptions,
     Message,
     MQError,
@@ -41,6 +40,7 @@ from gateway.mq.port import (
     PutOptions,
     QueueAttr,
 )
+from gateway.wire.constants import CompCode
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 

@@ -23,18 +23,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from gateway.wire.constants import CompCode
 from gateway.wire.mqmd import MQMD
 
 #: MQWI_UNLIMITED: wait for ever.
 WAIT_UNLIMITED = -1
-
-
-class CompCode(enum.IntEnum):
-    """MQCC_* completion codes."""
-
-    OK = 0
-    WARNING = 1
-    FAILED = 2
 
 
 class OpenOption(enum.IntFlag):

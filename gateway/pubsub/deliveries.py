@@ -19,11 +19,11 @@ import re
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.records import Publication, SubFormat, SubKey, Subscription
 from gateway.pubsub.streams import DEFAULT_STREAM, prefixed_topic
-from gateway.pubsub.time_stamps import put_date_time
 from gateway.wire.constants import ENC_NATIVE, MI_NONE, MsgType, PutApplType
 from gateway.wire.folder import Element, parse_folder
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
+from gateway.wire.put_time import put_date_time
 from gateway.wire.rfh import MQRFH, encode_rfh
 from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 

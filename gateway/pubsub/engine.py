@@ -19,13 +19,15 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gateway.pubsub.commands import STREAM_COMMANDS, Command, CommandName, HeaderKind
 from gateway.pubsub.deliveries import build_delivery
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.inbound import ParsedCommand, decode_command_message
 from gateway.pubsub.options import PubOpt, RegOpt
+from gateway.pubsub.origin import split_origin
+from gateway.pubsub.outcome import DeadLetter, Delivery, InboundMessage, OutboundMessage, Outcome
 from gateway.pubsub.records import (
     Destination,
     PubKey,
@@ -36,7 +38,7 @@ from gateway.pubsub.records import (
     SubKey,
     Subscription,
 )
-from gateway.pubsub.responses import CompCode, ResponseDetail, build_response
+from gateway.pubsub.responses import ResponseDetail, build_response
 from gateway.pubsub.store import (
     DeletePublisher,
     DeleteRetained,
@@ -57,7 +59,6 @@ from gateway.pubsub.streams import (
     split_topic,
     stream_segment,
 )
-from gateway.pubsub.time_stamps import put_date_time
 from gateway.pubsub.topics import (
     Scheme,
     TopicIndex,
@@ -67,88 +68,19 @@ from gateway.pubsub.topics import (
     match_pattern,
     uses_topic_wildcards,
 )
-from gateway.wire.constants import CI_NONE, MsgType
+from gateway.wire.constants import CI_NONE, CompCode, MsgType
 from gateway.wire.errors import WireError
-from gateway.wire.folder import Element, parse_folder
+from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
+from gateway.wire.put_time import put_date_time
 from gateway.wire.reasons import Reason
 from gateway.wire.rfh import MQRFH
 
 log = logging.getLogger(__name__)
 
-#: MQRFH2 folder in which the gateway's plugin host marks where a publication came in
-#: (``<mqgw><Origin>instance</Origin></mqgw>``); stripped before fan-out.
-ORIGIN_FOLDER = "mqgw"
-_ORIGIN_PREFIX = "<" + ORIGIN_FOLDER
 _PUB_ON_REQ_ONLY = int(RegOpt.PUBLISH_ON_REQUEST_ONLY)
 _DUPS_OK = int(RegOpt.DUPLICATES_OK)
-
-
-@dataclass(slots=True)
-class InboundMessage:
-    """A message got from a serviced queue."""
-
-    queue: str
-    md: MQMD
-    body: bytes
-    implicit_stream_naming: bool = True
-
-
-@dataclass(slots=True)
-class OutboundMessage:
-    """A message to put: ``queue`` at ``q_mgr`` (blank = resolve locally)."""
-
-    q_mgr: str
-    queue: str
-    md: MQMD
-    body: bytes
-
-
-@dataclass(slots=True)
-class Delivery:
-    """One publication for one subscriber.
-
-    For an MQ subscriber ``md``/``body`` are the message to put on
-    ``destination.queue`` at ``destination.q_mgr``; for a sink they are the forwarded
-    MQMD and the bare payload, and ``publication``/``topic`` carry everything parsed.
-    ``topic`` is as the subscriber sees it (prefixed for MQRFH2 and sinks).
-
-    ``deleted`` (sinks only): a DeletePublication removed the retained publication on
-    ``topic``; ``body`` is empty and ``publication`` describes what was deleted. Sinks
-    mirror it (Kafka tombstone, MQTT empty retained message).
-    """
-
-    destination: Destination
-    subscription: SubKey
-    md: MQMD
-    body: bytes
-    publication: Publication
-    topic: str
-    retained: bool
-    deleted: bool = False
-
-
-@dataclass(slots=True)
-class DeadLetter:
-    """Send the inbound message to the dead-letter queue with this MQDLH reason."""
-
-    reason: int
-    detail: str
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What handling one inbound message produced."""
-
-    command: Command | None = None
-    comp_code: int = CompCode.OK
-    reason: int = Reason.NONE
-    detail: ResponseDetail = field(default_factory=ResponseDetail)
-    deliveries: list[Delivery] = field(default_factory=list)
-    response: OutboundMessage | None = None
-    dead_letter: DeadLetter | None = None
-    mutations: list[Mutation] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -603,7 +535,7 @@ class PubSubEngine:
             user_identifier=md.user_identifier,
             header="MQRFH" if cmd.header is HeaderKind.RFH else "MQRFH2",
         )
-        pub.origin, pub.extra_folders = _split_origin(pub.extra_folders)
+        pub.origin, pub.extra_folders = split_origin(pub.extra_folders)
         self.counters.publications += 1
         if queue and not cmd.pub_opts & PubOpt.NO_REGISTRATION:
             for t in pub.topics:
@@ -826,7 +758,7 @@ class PubSubEngine:
 
     def _delete_pub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
         scheme, patterns = self._command_patterns(msg, parsed.command)
-        origin, _ = _split_origin(parsed.extra_folders)
+        origin, _ = split_origin(parsed.extra_folders)
         for _raw, st in patterns:
             bucket = self._retained.get(st.stream, {})
             for topic in [t for t in bucket if match_pattern(scheme, st.topic, t)]:
@@ -925,23 +857,3 @@ class PubSubEngine:
             q_mgr, queue, md, body = built
             outcome.response = OutboundMessage(q_mgr, queue, md, body)
             self.counters.responses += 1
-
-
-def _split_origin(folders: list[str]) -> tuple[str, list[str]]:
-    """(origin instance, the other folders) of a command's extra MQRFH2 folders."""
-    if not any(f.startswith(_ORIGIN_PREFIX) for f in folders):
-        return "", folders
-    origin = ""
-    rest: list[str] = []
-    for text in folders:
-        if text.startswith(_ORIGIN_PREFIX):
-            try:
-                folder = parse_folder(text)
-            except WireError:
-                rest.append(text)
-                continue
-            if folder.name == ORIGIN_FOLDER:
-                origin = folder.get("Origin") or ""
-                continue
-        rest.append(text)
-    return origin, rest

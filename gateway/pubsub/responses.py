@@ -10,29 +10,20 @@ Priority/Persistence/Expiry copied from the command.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from gateway.pubsub.commands import HeaderKind
-from gateway.pubsub.time_stamps import put_date_time
-from gateway.wire.constants import ENC_NATIVE, MI_NONE, MsgType, PutApplType, Report
+from gateway.wire.constants import ENC_NATIVE, MI_NONE, CompCode, MsgType, PutApplType, Report
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_NONE, FMT_RF_HEADER, FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
+from gateway.wire.put_time import put_date_time
 from gateway.wire.reasons import Reason, reason_text
 from gateway.wire.rfh import MQRFH, encode_rfh
 from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 
 #: CCSID of the response headers' own text.
 RESPONSE_CCSID = 1208
-
-
-class CompCode(enum.IntEnum):
-    """MQCC_* as carried in MQPSCompCode / pscr Completion."""
-
-    OK = 0
-    WARNING = 1
-    FAILED = 2
 
 
 @dataclass(frozen=True, slots=True)

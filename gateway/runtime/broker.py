@@ -53,8 +53,9 @@ from gateway.mq.port import (
     QueueHandle,
     QueueManager,
 )
-from gateway.pubsub.engine import Delivery, InboundMessage, PubSubEngine
+from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.options import RegOpt
+from gateway.pubsub.outcome import Delivery, InboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme

@@ -39,8 +39,8 @@ from gateway.plugin_api import (
     PluginInstance,
     PublishRefusedError,
 )
-from gateway.pubsub.engine import ORIGIN_FOLDER
 from gateway.pubsub.options import RegOpt
+from gateway.pubsub.origin import origin_folder
 from gateway.pubsub.streams import DEFAULT_STREAM, MAX_STREAM_NAME, prefixed_topic
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.broker import BrokerService
@@ -52,7 +52,6 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 
 __all__ = [
-    "ORIGIN_FOLDER",
     "HostedPluginContext",
     "MQPublisher",
     "PluginHost",
@@ -129,12 +128,8 @@ def build_publish_command(
     folders = [psc]
     if pub.properties and not pub.delete:
         folders.append(Element.from_pairs("usr", dict(pub.properties)))
-    if pub.origin or gateway_id:
-        marker = Element(ORIGIN_FOLDER)
-        if pub.origin:
-            marker.add("Origin", pub.origin)
-        if gateway_id:
-            marker.add("Gateway", gateway_id)
+    marker = origin_folder(pub.origin, gateway_id)
+    if marker is not None:
         folders.append(marker)
     rfh2 = MQRFH2(
         folders=folders,

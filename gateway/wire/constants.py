@@ -194,3 +194,12 @@ PUT_DATE_LENGTH = 8
 PUT_TIME_LENGTH = 8
 APPL_ORIGIN_DATA_LENGTH = 4
 FORMAT_LENGTH = 8
+
+
+class CompCode(enum.IntEnum):
+    """MQCC_* completion codes: of an MQI call, and as carried in MQPSCompCode / pscr
+    Completion of a publish/subscribe response."""
+
+    OK = 0
+    WARNING = 1
+    FAILED = 2

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 from gateway.wire.ccsid import (
     DEFAULT_STRUCTURE_CCSID,
@@ -26,6 +26,7 @@ from gateway.wire.encoding import byte_order
 from gateway.wire.errors import WireError
 from gateway.wire.formats import FMT_DEAD_LETTER_HEADER, FMT_NONE
 from gateway.wire.mqmd import MQMD
+from gateway.wire.put_time import put_date_time
 from gateway.wire.reasons import Reason
 
 MQDLH_STRUC_ID = "DLH "
@@ -126,12 +127,6 @@ def encode_dlh(dlh: MQDLH, encoding: int = ENC_NATIVE, *, ccsid: int = 0) -> byt
         )
     except struct.error as exc:
         raise WireError(Reason.DLH_ERROR, f"MQDLH integer field out of range: {exc}") from None
-
-
-def put_date_time(moment: datetime | None = None) -> tuple[str, str]:
-    """MQ PutDate ``YYYYMMDD`` and PutTime ``HHMMSSTH`` (GMT) for ``moment`` (default now)."""
-    m = (moment or datetime.now(UTC)).astimezone(UTC)
-    return m.strftime("%Y%m%d"), m.strftime("%H%M%S") + f"{m.microsecond // 10000:02d}"
 
 
 def wrap_for_dlq(

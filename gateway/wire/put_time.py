@@ -1,15 +1,27 @@
-"""MQMD PutDate/PutTime to an epoch timestamp.
+"""MQMD PutDate/PutTime: the one home for making and reading them.
 
-Why here: the Kafka record header ``mq.putTime`` and the delivery-latency metric both
-need the moment a message was put, and must agree on it. PutDate is ``YYYYMMDD`` and
+Why here: the queue manager stamps puts, the broker stamps forwarded publications and
+responses, dead-lettering stamps the MQDLH, and the Kafka header ``mq.putTime`` and the
+delivery-latency metric read the stamps back; all must agree. PutDate is ``YYYYMMDD`` and
 PutTime ``HHMMSSTH`` (hundredths), both GMT (IBM MQ reference, MQMD PutDate/PutTime).
 """
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
-__all__ = ["put_time_ms"]
+__all__ = ["put_date_time", "put_time_ms"]
+
+
+def put_date_time(now: float | datetime | None = None) -> tuple[str, str]:
+    """(PutDate, PutTime) of ``now``: epoch seconds or an aware datetime; None = now."""
+    if now is None or not isinstance(now, datetime):
+        moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    else:
+        moment = now.astimezone(UTC)
+    hundredths = moment.microsecond // 10000
+    return moment.strftime("%Y%m%d"), moment.strftime("%H%M%S") + f"{hundredths:02d}"
 
 
 def put_time_ms(put_date: str, put_time: str) -> int | None:

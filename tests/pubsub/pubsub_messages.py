@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from gateway.pubsub.engine import InboundMessage
+from gateway.pubsub.outcome import InboundMessage
 from gateway.wire.constants import MsgType
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2, FMT_STRING

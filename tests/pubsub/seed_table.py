@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pubsub_messages import CONTROL, DEFAULT, rfh2_message, rfh_message
 
-from gateway.pubsub.engine import InboundMessage
+from gateway.pubsub.outcome import InboundMessage
 from gateway.wire.constants import MsgType
 
 STREAMX = "StreamX"

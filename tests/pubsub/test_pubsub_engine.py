@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pubsub_messages import CONTROL, DEFAULT, decode, rfh2_message, rfh_message
 
-from gateway.pubsub.engine import Outcome, PubSubEngine
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.outcome import Outcome
 from gateway.pubsub.store import MemoryStore
 from gateway.pubsub.topics import Scheme
 from gateway.wire.constants import MsgType, Persistence, PutApplType, Report

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pubsub_messages import CONTROL, DEFAULT, decode, rfh2_message, rfh_message
 
-from gateway.pubsub.engine import InboundMessage, PubSubEngine
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.outcome import InboundMessage
 from gateway.pubsub.records import SubFormat
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.pubsub.store import MemoryStore, PubSubStore

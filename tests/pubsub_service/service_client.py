@@ -9,7 +9,7 @@ import time
 from pubsub_messages import Received, decode
 
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption, PutOptions, QueueManager
-from gateway.pubsub.engine import InboundMessage
+from gateway.pubsub.outcome import InboundMessage
 from gateway.runtime.broker import BrokerService
 from gateway.wire.reasons import Reason
 

@@ -17,8 +17,8 @@ from service_client import drain, drain_raw, put, settle
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Connection, MQError, OpenOption, QueueHandle
-from gateway.pubsub.engine import Delivery
 from gateway.pubsub.errors import CommandError
+from gateway.pubsub.outcome import Delivery
 from gateway.pubsub.streams import resolve_stream
 from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig, main
 from gateway.wire.constants import MsgType

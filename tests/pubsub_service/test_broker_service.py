@@ -9,7 +9,7 @@ from pubsub_messages import CONTROL, DEFAULT, rfh2_message, rfh_message
 from service_client import drain, drain_raw, put, settle
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.pubsub.engine import Delivery
+from gateway.pubsub.outcome import Delivery
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.broker import BrokerService
 from gateway.wire.constants import MsgType, Persistence, Report

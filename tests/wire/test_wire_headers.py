@@ -12,13 +12,13 @@ from gateway.wire.dlh import (
     MQDLH,
     decode_dlh,
     encode_dlh,
-    put_date_time,
     unwrap_from_dlq,
     wrap_for_dlq,
 )
 from gateway.wire.errors import WireError
 from gateway.wire.mqmd import MQMD
 from gateway.wire.mqmde import MQMDE, decode_mqmde
+from gateway.wire.put_time import put_date_time
 from gateway.wire.reasons import Reason
 from gateway.wire.rfh import MQRFH
 from gateway.wire.rfh2 import MQRFH2

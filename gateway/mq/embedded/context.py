@@ -17,16 +17,10 @@ import itertools
 import os
 import sys
 import time
-from datetime import UTC, datetime
 
 from gateway.wire.constants import PutApplType
 from gateway.wire.mqmd import MQMD
-
-
-def put_date_time(now: float | None = None) -> tuple[str, str]:
-    """(PutDate, PutTime) for ``now`` (epoch seconds, UTC)."""
-    t = datetime.fromtimestamp(time.time() if now is None else now, UTC)
-    return t.strftime("%Y%m%d"), t.strftime("%H%M%S") + f"{t.microsecond // 10000:02d}"
+from gateway.wire.put_time import put_date_time
 
 
 def process_appl_name() -> str:

@@ -56,7 +56,6 @@ from gateway.mq.embedded.store import ChannelSync, MessageStore, StoredMessage, 
 from gateway.mq.port import (
     WAIT_UNLIMITED,
     Browse,
-    CompCode,
     GetOptions,
     Message,
     MQError,
@@ -64,7 +63,7 @@ from gateway.mq.port import (
     PutOptions,
     QueueAttr,
 )
-from gateway.wire.constants import MI_NONE, MsgType, Persistence
+from gateway.wire.constants import MI_NONE, CompCode, MsgType, Persistence
 from gateway.wire.dlh import wrap_for_dlq
 from gateway.wire.errors import WireError
 from gateway.wire.mqmd import MQMD

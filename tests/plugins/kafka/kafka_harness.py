@@ -21,7 +21,8 @@ from pubsub_messages import Received, decode  # noqa: E402
 from service_client import drain_raw, put  # noqa: E402
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager  # noqa: E402
-from gateway.pubsub.engine import InboundMessage, PubSubEngine  # noqa: E402
+from gateway.pubsub.engine import PubSubEngine  # noqa: E402
+from gateway.pubsub.outcome import InboundMessage  # noqa: E402
 from gateway.pubsub.sqlite_store import SqliteStore  # noqa: E402
 from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig  # noqa: E402
 from gateway.runtime.plugin_host import PluginHost  # noqa: E402

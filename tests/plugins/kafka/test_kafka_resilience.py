@@ -14,7 +14,7 @@ from kafka_harness import STOCK, consume, send_command, start_gateway, unique
 from pubsub_messages import rfh2_message
 
 from gateway.devstack import KafkaBroker
-from gateway.pubsub.engine import InboundMessage
+from gateway.pubsub.outcome import InboundMessage
 from plugins.kafka import KafkaPluginConfig
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
