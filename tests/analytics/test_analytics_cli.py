@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bridged import Publication, hour_start_ms, produce, unique
 
 from analytics.cli import execute, register
 from analytics.jobs import traffic
+from tests.analytics.bridged import Publication, hour_start_ms, produce, unique
 
 ROOT = Path(__file__).resolve().parents[2]
 MQGW = Path(sys.executable).parent / "mqgw"

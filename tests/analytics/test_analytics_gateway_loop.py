@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-_KAFKA_TESTS = Path(__file__).resolve().parents[1] / "plugins" / "kafka"
-if str(_KAFKA_TESTS) not in sys.path:
-    sys.path.insert(0, str(_KAFKA_TESTS))
-
-from bridged import unique  # noqa: E402
-from kafka_harness import (  # noqa: E402
+from analytics.job import JobOptions
+from analytics.jobs import ohlc
+from analytics.runner import run_job
+from analytics.source import KafkaInput
+from gateway.wire.constants import MsgType
+from plugins.kafka import KafkaPluginConfig
+from tests.analytics.bridged import unique
+from tests.plugins.kafka.kafka_harness import (
     CONTROL,
     STOCK,
     consume,
@@ -28,14 +29,7 @@ from kafka_harness import (  # noqa: E402
     start_gateway,
     wait_for_queue,
 )
-from pubsub_messages import rfh_message  # noqa: E402
-
-from analytics.job import JobOptions  # noqa: E402
-from analytics.jobs import ohlc  # noqa: E402
-from analytics.runner import run_job  # noqa: E402
-from analytics.source import KafkaInput  # noqa: E402
-from gateway.wire.constants import MsgType  # noqa: E402
-from plugins.kafka import KafkaPluginConfig  # noqa: E402
+from tests.support.pubsub_messages import rfh_message
 
 TICKS = [("IBM", "100.50", 10), ("HPQ", "20.10", 7), ("IBM", "101.25", 5),
          ("IBM", "99.75", 20), ("HPQ", "19.90", 3)]

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bridged import Publication, hour_start_ms, produce, unique
-
 from analytics.job import JobOptions
 from analytics.jobs import lastvalue
 from analytics.runner import run_job
 from analytics.source import KafkaInput
+from tests.analytics.bridged import Publication, hour_start_ms, produce, unique
 
 
 def test_last_value_honours_tombstones(

@@ -7,13 +7,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bridged import Publication, hour_start_ms, produce, unique
-
 from analytics.job import JobOptions
 from analytics.jobs import latency
 from analytics.jobs.latency import bucket_upper_bound_py
 from analytics.runner import run_job
 from analytics.source import KafkaInput
+from tests.analytics.bridged import Publication, hour_start_ms, produce, unique
 
 MIN = 60_000
 

@@ -8,13 +8,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bridged import Publication, consume_all, hour_start_ms, produce, unique
-
 from analytics import contract as c
 from analytics.job import JobOptions
 from analytics.jobs import ohlc
 from analytics.runner import run_job
 from analytics.source import KafkaInput
+from tests.analytics.bridged import Publication, consume_all, hour_start_ms, produce, unique
 
 MIN = 60_000
 

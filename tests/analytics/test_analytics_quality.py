@@ -6,12 +6,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bridged import Publication, hour_start_ms, msg_id, produce, produce_raw, unique
-
 from analytics.job import JobOptions
 from analytics.jobs import quality
 from analytics.runner import run_job
 from analytics.source import KafkaInput
+from tests.analytics.bridged import Publication, hour_start_ms, msg_id, produce, produce_raw, unique
 
 MIN = 60_000
 

@@ -7,12 +7,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bridged import Publication, hour_start_ms, produce, unique
-
 from analytics.job import JobOptions
 from analytics.jobs import traffic
 from analytics.runner import run_job
 from analytics.source import KafkaInput
+from tests.analytics.bridged import Publication, hour_start_ms, produce, unique
 
 MIN = 60_000
 

@@ -8,17 +8,14 @@ thread-per-connection model against the same contract as the real implementation
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from port_contract import PortContract
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mq"))
-from mqi_standin import StandIn
 
 from gateway.mq.ibmmq_adapter import IBMMQConfig, IBMMQQueueManager
+from tests.contract.port_contract import PortContract
+from tests.support.mqi_standin import StandIn
 
 _names = itertools.count(1)
 

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from port_contract import PortContract
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from tests.contract.port_contract import PortContract
 
 _names = itertools.count(1)
 

@@ -11,10 +11,10 @@ import os
 from collections.abc import AsyncIterator
 
 import pytest
-from port_contract import PortContract
 
 from gateway.mq.ibmmq_adapter import IBMMQConfig, IBMMQQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption
+from tests.contract.port_contract import PortContract
 
 _REQUIRED = ("MQ_HOST", "MQ_PORT", "MQ_CHANNEL", "MQ_QMGR")
 _missing = [v for v in _REQUIRED if not os.environ.get(v)]

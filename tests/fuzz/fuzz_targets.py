@@ -96,7 +96,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
 }
 
 
-from seeds import TARGET_NAMES  # noqa: E402
+from tests.fuzz.seeds import TARGET_NAMES  # noqa: E402
 
 assert tuple(TARGETS) == TARGET_NAMES
 

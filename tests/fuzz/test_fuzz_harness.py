@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import pytest
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import run_fuzz  # noqa: E402
-from seeds import TARGET_NAMES, seeds  # noqa: E402
-
-from gateway.wire.chain import parse_message  # noqa: E402
-from gateway.wire.dlh import decode_dlh  # noqa: E402
-from gateway.wire.folder import parse_folder  # noqa: E402
-from gateway.wire.mqmd import MQMD  # noqa: E402
-from gateway.wire.mqmde import decode_mqmde  # noqa: E402
-from gateway.wire.rfh import decode_rfh, parse_name_value_string  # noqa: E402
-from gateway.wire.rfh2 import decode_rfh2  # noqa: E402
-from gateway.wire.xqh import decode_xqh  # noqa: E402
+from gateway.wire.chain import parse_message
+from gateway.wire.dlh import decode_dlh
+from gateway.wire.folder import parse_folder
+from gateway.wire.mqmd import MQMD
+from gateway.wire.mqmde import decode_mqmde
+from gateway.wire.rfh import decode_rfh, parse_name_value_string
+from gateway.wire.rfh2 import decode_rfh2
+from gateway.wire.xqh import decode_xqh
+from tests.fuzz import run_fuzz
+from tests.fuzz.seeds import TARGET_NAMES, seeds
 
 
 def test_every_target_has_seeds_that_decode_cleanly() -> None:

@@ -26,7 +26,7 @@ from gateway.mq.port import GetOptions, MQError, OpenOption
 from gateway.wire.reasons import Reason
 
 TRIALS = 24
-CHILD = Path(__file__).with_name("crash_child.py")
+CHILD = "tests.mq.crash_child"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -63,7 +63,7 @@ async def test_sigkill_loses_no_committed_and_shows_no_uncommitted(tmp_path: Pat
     kills = 0
     for trial in range(TRIALS):
         child = subprocess.Popen(
-            [sys.executable, str(CHILD), str(data), str(journal), str(trial),
+            [sys.executable, "-m", CHILD, str(data), str(journal), str(trial),
              str(rnd.randrange(1 << 30))],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         )

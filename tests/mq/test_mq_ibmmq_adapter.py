@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mqi_standin import StandIn
 
 from gateway.mq.ibmmq_adapter import (
     MD_CHAR_LENGTHS,
@@ -22,6 +21,7 @@ from gateway.mq.ibmmq_adapter import (
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
+from tests.support.mqi_standin import StandIn
 
 
 @pytest.fixture

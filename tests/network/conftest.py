@@ -7,10 +7,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from network_helpers import NetworkFactory
 
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.topology import topology_from_dict
+from tests.network.network_helpers import NetworkFactory
 
 
 @pytest.fixture

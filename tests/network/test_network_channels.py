@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from network_helpers import NetworkFactory, drain, get_one, wait_for
-
 from gateway.mq.port import OpenOption, PutOptions
 from gateway.wire.constants import Persistence
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
+from tests.network.network_helpers import NetworkFactory, drain, get_one, wait_for
 
 QMA = """
 DEFINE QLOCAL(QMB) USAGE(XMITQ)

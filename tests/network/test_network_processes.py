@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import yaml
-from network_helpers import wait_for
 
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
@@ -18,6 +17,7 @@ from gateway.mq.embedded.topology import load_topology
 from gateway.mq.port import GetOptions, OpenOption
 from gateway.wire.constants import Persistence
 from gateway.wire.mqmd import MQMD
+from tests.network.network_helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

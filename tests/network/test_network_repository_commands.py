@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from network_helpers import NetworkFactory, drain, wait_for
 
 from gateway.mq.embedded import cluster as cluster_mod
 from gateway.mq.embedded.cluster import ClusterManager, RepositoryCommandError, parse_command
@@ -16,6 +15,7 @@ from gateway.wire.constants import Feedback
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
+from tests.network.network_helpers import NetworkFactory, drain, wait_for
 
 FULL = ("ALTER QMGR REPOS(C1)\n"
         "DEFINE CHANNEL(TO.QM1) CHLTYPE(CLUSRCVR) CONNAME('QM1') CLUSTER(C1) REPLACE\n")

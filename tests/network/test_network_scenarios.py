@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-from network_helpers import NetworkFactory, drain, get_one, wait_for
-
 from gateway.mq.embedded.cluster import QUEUE, RepositoryRecord
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.qmgr import cluster_correl_id
@@ -19,6 +17,7 @@ from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from gateway.wire.xqh import unwrap_from_xmitq
+from tests.network.network_helpers import NetworkFactory, drain, get_one, wait_for
 
 CLUSTER_XMITQ = "SYSTEM.CLUSTER.TRANSMIT.QUEUE"
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"

@@ -6,7 +6,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from network_helpers import NetworkFactory, get_one, wait_for
 
 from gateway.mq.embedded.channels import (
     ChannelError,
@@ -20,6 +19,7 @@ from gateway.mq.embedded.objects import ChannelType, DefBind
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.embedded.topology import TopologyError, load_topology, topology_from_dict
 from gateway.wire.mqmd import MQMD
+from tests.network.network_helpers import NetworkFactory, get_one, wait_for
 
 
 def test_topology_file_is_validated(tmp_path: Path) -> None:

@@ -11,10 +11,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pubsub"))
-
-from pubsub_messages import CONTROL, rfh2_message, rfh_message
-
 from gateway.mq.port import GetOptions, OpenOption, PutOptions
 from gateway.plugin_api import Plugin
 from gateway.runtime.app import GatewayApp
@@ -23,6 +19,7 @@ from gateway.runtime.errors import ConfigErrors, PluginLoadError
 from gateway.runtime.registry import PluginRegistry
 from gateway.wire.constants import MsgType
 from gateway.wire.rfh2 import decode_rfh2
+from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 
 THIRD_PARTY = '''
 """A plugin from another distribution: it records what it gets and can publish."""

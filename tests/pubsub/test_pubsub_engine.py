@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from pubsub_messages import CONTROL, DEFAULT, decode, rfh2_message, rfh_message
 
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.outcome import Outcome
@@ -14,6 +13,7 @@ from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
 from gateway.wire.reasons import Reason
 from gateway.wire.rfh import decode_rfh
+from tests.support.pubsub_messages import CONTROL, DEFAULT, decode, rfh2_message, rfh_message
 
 REQ = MsgType.REQUEST
 CID = b"SUBSCRIBER-CORREL-ID-001"

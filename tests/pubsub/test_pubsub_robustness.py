@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pubsub_messages import CONTROL, DEFAULT, rfh2_message, rfh_message
 
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.store import MemoryStore
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
+from tests.support.pubsub_messages import CONTROL, DEFAULT, rfh2_message, rfh_message
 
 SEEDS = [
     rfh_message(

@@ -11,12 +11,12 @@ The same table runs through the broker service in tests/pubsub_service.
 from __future__ import annotations
 
 import pytest
-from pubsub_messages import DEFAULT, decode
-from seed_table import CELLS, IDS, PREFIXED, STREAMX, TOPIC, publication, subscription
 
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.store import MemoryStore
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
+from tests.support.pubsub_messages import DEFAULT, decode
+from tests.support.seed_table import CELLS, IDS, PREFIXED, STREAMX, TOPIC, publication, subscription
 
 
 @pytest.mark.parametrize(("sub_fmt", "pub_fmt", "stream", "variant"), CELLS, ids=IDS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pubsub_messages import CONTROL, DEFAULT, decode, rfh2_message, rfh_message
 
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.outcome import InboundMessage
@@ -15,6 +14,7 @@ from gateway.pubsub.store import MemoryStore, PubSubStore
 from gateway.pubsub.topics import Scheme
 from gateway.wire.constants import MsgType
 from gateway.wire.folder import Element
+from tests.support.pubsub_messages import CONTROL, DEFAULT, decode, rfh2_message, rfh_message
 
 
 def regsub_msg(topic: str, queue: str = "SUB.Q", *opts: str) -> InboundMessage:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pubsub"))
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine

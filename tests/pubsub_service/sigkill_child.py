@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pubsub"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from conftest import QUEUES
-from pubsub_messages import CONTROL, rfh2_message, rfh_message
-from service_client import drain, put, settle
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from tests.pubsub_service.conftest import QUEUES
+from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
+from tests.support.service_client import drain, put, settle
 
 
 async def main(qm_dir: str, store_file: str) -> None:

@@ -11,9 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from pubsub_messages import CONTROL, rfh_message
 from pydantic import ValidationError
-from service_client import drain, drain_raw, put, settle
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Connection, MQError, OpenOption, QueueHandle
@@ -23,6 +21,8 @@ from gateway.pubsub.streams import resolve_stream
 from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig, main
 from gateway.wire.constants import MsgType
 from gateway.wire.reasons import Reason
+from tests.support.pubsub_messages import CONTROL, rfh_message
+from tests.support.service_client import drain, drain_raw, put, settle
 
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 

@@ -8,14 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pubsub_messages import CONTROL, DEFAULT, rfh_message
-from service_client import drain, put, settle
-
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from tests.support.pubsub_messages import CONTROL, DEFAULT, rfh_message
+from tests.support.service_client import drain, put, settle
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -25,7 +24,7 @@ async def test_subscriptions_and_retained_survive_sigkill(tmp_path: Path) -> Non
     qm_dir, store_file = tmp_path / "qm", tmp_path / "pubsub.db"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     child = subprocess.Popen(
-        [sys.executable, str(HERE / "sigkill_child.py"), str(qm_dir), str(store_file)],
+        [sys.executable, "-m", "tests.pubsub_service.sigkill_child", str(qm_dir), str(store_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

@@ -5,13 +5,13 @@ the subscriber queues. One case per cell and publisher variant (16)."""
 from __future__ import annotations
 
 import pytest
-from pubsub_messages import DEFAULT
-from seed_table import CELLS, IDS, PREFIXED, STREAMX, TOPIC, publication, subscription
-from service_client import drain, put, settle
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.runtime.broker import BrokerService
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
+from tests.support.pubsub_messages import DEFAULT
+from tests.support.seed_table import CELLS, IDS, PREFIXED, STREAMX, TOPIC, publication, subscription
+from tests.support.service_client import drain, put, settle
 
 
 @pytest.mark.parametrize(("sub_fmt", "pub_fmt", "stream", "variant"), CELLS, ids=IDS)

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pubsub_messages import CONTROL, DEFAULT, rfh2_message, rfh_message
-from service_client import drain, drain_raw, put, settle
-
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.outcome import Delivery
 from gateway.pubsub.topics import Scheme
@@ -15,6 +12,8 @@ from gateway.runtime.broker import BrokerService
 from gateway.wire.constants import MsgType, Persistence, Report
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.reasons import Reason
+from tests.support.pubsub_messages import CONTROL, DEFAULT, rfh2_message, rfh_message
+from tests.support.service_client import drain, drain_raw, put, settle
 
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 REQ = MsgType.REQUEST

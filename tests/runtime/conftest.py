@@ -3,32 +3,17 @@ host, wired as ``mqgw run`` wires them."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-_TESTS = Path(__file__).resolve().parent.parent
-# tests/plugins/ (no __init__.py) would otherwise shadow the real plugins/ package as a
-# namespace package for 'plugins.kafka'/'plugins.mqtt' (pytest puts tests/ on sys.path);
-# the repository root first makes the regular package win. See the report: pyproject's
-# pytest 'pythonpath = ["."]' would fix this for every test directory.
-if str(_TESTS.parent) not in sys.path:
-    sys.path.insert(0, str(_TESTS.parent))
-if getattr(sys.modules.get("plugins"), "__file__", "") is None:
-    for _name in [m for m in sys.modules if m == "plugins" or m.startswith("plugins.")]:
-        del sys.modules[_name]
-for sub in ("pubsub", "pubsub_service"):
-    if str(_TESTS / sub) not in sys.path:
-        sys.path.insert(0, str(_TESTS / sub))
-
-from gateway.mq.embedded.qmgr import EmbeddedQueueManager  # noqa: E402
-from gateway.pubsub.engine import PubSubEngine  # noqa: E402
-from gateway.pubsub.sqlite_store import SqliteStore  # noqa: E402
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig  # noqa: E402
-from gateway.runtime.plugin_host import PluginHost  # noqa: E402
-from plugins.memory import reset_buses  # noqa: E402
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.plugin_host import PluginHost
+from plugins.memory import reset_buses
 
 QUEUES = """
 DEFINE QLOCAL('STOCK.STREAM') REPLACE

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pubsub_messages import CONTROL, rfh2_message, rfh_message
-
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.pubsub.store import MemoryStore
 from gateway.wire.folder import Element
+from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 
 STOCK_ALL = "$SYS/STREAM/STOCK.STREAM/#"
 

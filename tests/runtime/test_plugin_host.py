@@ -8,8 +8,6 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from pubsub_messages import CONTROL, rfh2_message, rfh_message
-from service_client import drain, put, settle
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import OpenOption, PutOptions
@@ -19,6 +17,8 @@ from gateway.runtime.plugin_host import MQPublisher, PluginHost, PublishRefusedE
 from gateway.wire.constants import MsgType
 from gateway.wire.folder import Element
 from plugins.memory import MemoryConfig, MemoryInstance, get_bus
+from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
+from tests.support.service_client import drain, put, settle
 
 STOCK_ALL = "$SYS/STREAM/STOCK.STREAM/#"
 

@@ -21,11 +21,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from pubsub_messages import CONTROL, rfh2_message, rfh_message
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.reasons import Reason
+from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 
 PYTHON = sys.executable
 N = 1500

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import bench_wire
+from benchmarks import bench_wire
 
 
 def test_bench_wire_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import strategies as s
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from gateway.wire.rfh import (
 )
 from gateway.wire.rfh2 import MQRFH2, decode_rfh2, encode_rfh2
 from gateway.wire.xqh import decode_xqh, encode_xqh, unwrap_from_xmitq, wrap_for_xmitq
+from tests.wire import strategies as s
 
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import hexvectors
 import pytest
 
 from gateway.wire.chain import parse_message
@@ -23,6 +22,7 @@ from gateway.wire.reasons import Reason
 from gateway.wire.rfh import MQRFH, decode_rfh, encode_rfh
 from gateway.wire.rfh2 import MQRFH2, decode_rfh2, encode_rfh2
 from gateway.wire.xqh import MQXQH, decode_xqh, encode_xqh
+from tests.wire import hexvectors
 
 
 def le(n: int) -> bytes:

@@ -5,28 +5,22 @@ put real MQRFH/MQRFH2 commands and a plain aiokafka consumer/producer."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_TESTS = Path(__file__).resolve().parents[2]
-for _sub in ("pubsub", "pubsub_service"):
-    if str(_TESTS / _sub) not in sys.path:
-        sys.path.insert(0, str(_TESTS / _sub))
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
-from pubsub_messages import Received, decode  # noqa: E402
-from service_client import drain_raw, put  # noqa: E402
-
-from gateway.mq.embedded.qmgr import EmbeddedQueueManager  # noqa: E402
-from gateway.pubsub.engine import PubSubEngine  # noqa: E402
-from gateway.pubsub.outcome import InboundMessage  # noqa: E402
-from gateway.pubsub.sqlite_store import SqliteStore  # noqa: E402
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig  # noqa: E402
-from gateway.runtime.plugin_host import PluginHost  # noqa: E402
-from plugins.kafka import KafkaInstance, KafkaPluginConfig, plugin  # noqa: E402
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.outcome import InboundMessage
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.plugin_host import PluginHost
+from plugins.kafka import KafkaInstance, KafkaPluginConfig, plugin
+from tests.support.pubsub_messages import Received, decode
+from tests.support.service_client import drain_raw, put
 
 STOCK = "STOCK.STREAM"
 BULLETIN = "BULLETIN.STREAM"

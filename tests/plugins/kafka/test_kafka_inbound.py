@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
-from kafka_harness import (
+
+from gateway.devstack import KafkaBroker
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.plugin_api import InboundPublication, PluginError
+from gateway.runtime.plugin_host import MQPublisher
+from gateway.wire.constants import MsgType
+from plugins.kafka import KafkaPluginConfig
+from plugins.kafka.source import KafkaSource
+from tests.plugins.kafka.kafka_harness import (
     CONTROL,
     STOCK,
     consume,
@@ -21,15 +29,7 @@ from kafka_harness import (
     unique,
     wait_for_queue,
 )
-from pubsub_messages import rfh2_message, rfh_message
-
-from gateway.devstack import KafkaBroker
-from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.plugin_api import InboundPublication, PluginError
-from gateway.runtime.plugin_host import MQPublisher
-from gateway.wire.constants import MsgType
-from plugins.kafka import KafkaPluginConfig
-from plugins.kafka.source import KafkaSource
+from tests.support.pubsub_messages import rfh2_message, rfh_message
 
 pytestmark = [pytest.mark.kafka]
 

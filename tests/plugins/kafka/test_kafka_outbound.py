@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from kafka_harness import (
+
+from gateway.devstack import KafkaBroker
+from gateway.wire.folder import Element
+from plugins.kafka import KafkaPluginConfig
+from plugins.kafka.errors import KafkaPluginError
+from tests.plugins.kafka.kafka_harness import (
     BULLETIN,
     DEFAULT,
     STOCK,
@@ -22,12 +27,7 @@ from kafka_harness import (
     start_gateway,
     unique,
 )
-from pubsub_messages import rfh2_message, rfh_message
-
-from gateway.devstack import KafkaBroker
-from gateway.wire.folder import Element
-from plugins.kafka import KafkaPluginConfig
-from plugins.kafka.errors import KafkaPluginError
+from tests.support.pubsub_messages import rfh2_message, rfh_message
 
 pytestmark = [pytest.mark.kafka]
 

@@ -10,12 +10,12 @@ import signal
 from pathlib import Path
 
 import pytest
-from kafka_harness import STOCK, consume, send_command, start_gateway, unique
-from pubsub_messages import rfh2_message
 
 from gateway.devstack import KafkaBroker
 from gateway.pubsub.outcome import InboundMessage
 from plugins.kafka import KafkaPluginConfig
+from tests.plugins.kafka.kafka_harness import STOCK, consume, send_command, start_gateway, unique
+from tests.support.pubsub_messages import rfh2_message
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -23,17 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
-from mqtt_harness import STOCK, drain_now, register_mq_subscribers, start_gateway
-from pubsub_messages import rfh_message
-
 from gateway.mq.port import PutOptions, QueueManager
 from gateway.runtime.plugin_host import MQPublisher
 from plugins.mqtt import MqttConfig
 from plugins.mqtt.connection import Received
 from plugins.mqtt.source import MqttSource
+from tests.plugins.mqtt.mqtt_harness import STOCK, drain_now, register_mq_subscribers, start_gateway
+from tests.support.pubsub_messages import rfh_message
 
 
 class _HangingConnection:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 import uuid
 import weakref
@@ -15,26 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_TESTS = Path(__file__).resolve().parents[2]
-for _sub in ("pubsub", "pubsub_service"):
-    if str(_TESTS / _sub) not in sys.path:
-        sys.path.insert(0, str(_TESTS / _sub))
+import aiomqtt
+from paho.mqtt.properties import Properties
 
-import aiomqtt  # noqa: E402
-from paho.mqtt.properties import Properties  # noqa: E402
-from pubsub_messages import Received, decode, rfh2_message, rfh_message  # noqa: E402
-from service_client import drain_raw, put  # noqa: E402
-
-from gateway.devstack.mosquitto import find_mosquitto, mqtt_handshake  # noqa: E402
-from gateway.devstack.ports import free_port  # noqa: E402
-from gateway.devstack.process import ServiceProcess, spawn  # noqa: E402
-from gateway.mq.embedded.qmgr import EmbeddedQueueManager  # noqa: E402
-from gateway.pubsub.engine import PubSubEngine  # noqa: E402
-from gateway.pubsub.sqlite_store import SqliteStore  # noqa: E402
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig  # noqa: E402
-from gateway.runtime.plugin_host import PluginHost  # noqa: E402
-from gateway.wire.mqmd import MQMD  # noqa: E402
-from plugins.mqtt import MqttConfig, MqttInstance, plugin  # noqa: E402
+from gateway.devstack.mosquitto import find_mosquitto, mqtt_handshake
+from gateway.devstack.ports import free_port
+from gateway.devstack.process import ServiceProcess, spawn
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.plugin_host import PluginHost
+from gateway.wire.mqmd import MQMD
+from plugins.mqtt import MqttConfig, MqttInstance, plugin
+from tests.support.pubsub_messages import Received, decode, rfh2_message, rfh_message
+from tests.support.service_client import drain_raw, put
 
 STOCK = "STOCK.STREAM"
 BULLETIN = "BULLETIN.STREAM"

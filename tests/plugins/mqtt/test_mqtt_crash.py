@@ -11,22 +11,25 @@ import sys
 from pathlib import Path
 
 import pytest
-from mqtt_harness import client, collect, unique
 
 from gateway.devstack import MosquittoBroker
+from tests.plugins.mqtt.mqtt_harness import client, collect, unique
 
 pytestmark = [pytest.mark.mqtt, pytest.mark.slow]
 
-CHILD = Path(__file__).resolve().parent / "gateway_child.py"
+CHILD = "tests.plugins.mqtt.gateway_child"
+REPO = Path(__file__).resolve().parents[3]
 
 
 async def spawn_child(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
-        str(CHILD),
+        "-m",
+        CHILD,
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        cwd=REPO,
     )
 
 

@@ -7,7 +7,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from mqtt_harness import (
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from gateway.devstack import MosquittoBroker
+from gateway.plugin_api import PluginError
+from plugins.mqtt import MqttConfig
+from tests.plugins.mqtt.mqtt_harness import (
     DEFAULT,
     client,
     collect,
@@ -19,12 +25,6 @@ from mqtt_harness import (
     user_props,
     wait_for_queue,
 )
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-
-from gateway.devstack import MosquittoBroker
-from gateway.plugin_api import PluginError
-from plugins.mqtt import MqttConfig
 
 pytestmark = [pytest.mark.mqtt]
 

@@ -8,7 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from mqtt_harness import (
+
+from gateway.devstack import MosquittoBroker
+from gateway.plugin_api import InboundPublication, PluginError, Publisher
+from plugins.mqtt import MqttConfig
+from tests.plugins.mqtt.mqtt_harness import (
     client,
     drain_now,
     register_mq_subscribers,
@@ -16,10 +20,6 @@ from mqtt_harness import (
     unique,
     wait_for_queue,
 )
-
-from gateway.devstack import MosquittoBroker
-from gateway.plugin_api import InboundPublication, PluginError, Publisher
-from plugins.mqtt import MqttConfig
 
 pytestmark = [pytest.mark.mqtt]
 

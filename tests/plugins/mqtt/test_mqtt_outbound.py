@@ -10,7 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mqtt_harness import (
+
+from gateway.devstack import MosquittoBroker
+from plugins.mqtt import MqttConfig
+from tests.plugins.mqtt.mqtt_harness import (
     BULLETIN,
     STOCK,
     client,
@@ -22,9 +25,6 @@ from mqtt_harness import (
     unique,
     user_props,
 )
-
-from gateway.devstack import MosquittoBroker
-from plugins.mqtt import MqttConfig
 
 pytestmark = [pytest.mark.mqtt]
 
@@ -158,12 +158,11 @@ async def test_ebcdic_text_is_converted_to_utf8(
     mqtt_broker: MosquittoBroker, tmp_path: Path
 ) -> None:
     """An MQSTR payload in CCSID 500 (EBCDIC) arrives as UTF-8, flagged as such."""
-    from mqtt_harness import put_raw
-
     from gateway.wire.folder import Element
     from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
     from gateway.wire.mqmd import MQMD
     from gateway.wire.rfh2 import MQRFH2, encode_rfh2
+    from tests.plugins.mqtt.mqtt_harness import put_raw
 
     prefix = unique("ccsid")
     text = "Grüße, ¥ & €-less"

@@ -6,12 +6,19 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from mqtt_harness import STOCK, client, collect, publish_rfh, start_gateway, unique
 
 from gateway.devstack import MosquittoBroker
 from gateway.devstack.ports import free_port
 from gateway.plugin_api import Plugin, PluginError, PluginInstance
 from plugins.mqtt import MqttConfig, plugin
+from tests.plugins.mqtt.mqtt_harness import (
+    STOCK,
+    client,
+    collect,
+    publish_rfh,
+    start_gateway,
+    unique,
+)
 
 
 def test_entry_point_names_the_plugin() -> None:

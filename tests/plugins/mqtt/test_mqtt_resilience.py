@@ -8,7 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mqtt_harness import (
+
+from gateway.devstack import MosquittoBroker
+from plugins.mqtt import MqttConfig
+from tests.plugins.mqtt.mqtt_harness import (
     STOCK,
     FixedPortMosquitto,
     Gateway,
@@ -18,9 +21,6 @@ from mqtt_harness import (
     start_gateway,
     unique,
 )
-
-from gateway.devstack import MosquittoBroker
-from plugins.mqtt import MqttConfig
 
 pytestmark = [pytest.mark.mqtt, pytest.mark.slow]
 

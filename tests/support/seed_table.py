@@ -4,10 +4,9 @@ note allows. Shared by the pure-engine test and the embedded-queue-manager test.
 
 from __future__ import annotations
 
-from pubsub_messages import CONTROL, DEFAULT, rfh2_message, rfh_message
-
 from gateway.pubsub.outcome import InboundMessage
 from gateway.wire.constants import MsgType
+from tests.support.pubsub_messages import CONTROL, DEFAULT, rfh2_message, rfh_message
 
 STREAMX = "StreamX"
 TOPIC = "IBM/Latest"

@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pubsub_messages import Received, decode
-
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption, PutOptions, QueueManager
 from gateway.pubsub.outcome import InboundMessage
 from gateway.runtime.broker import BrokerService
 from gateway.wire.reasons import Reason
+from tests.support.pubsub_messages import Received, decode
 
 
 async def put(qm: QueueManager, msg: InboundMessage, *, set_identity: bool = False) -> bytes:
