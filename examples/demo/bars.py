@@ -127,10 +127,12 @@ class BarBook:
 
 
 def bar_name(key: BarKey) -> str:
+    """``SYMBOL HH:MMZ``: a bar as the summary names it."""
     return f"{key[0]} {time.strftime('%H:%M', time.gmtime(key[1]))}Z"
 
 
 def bar_text(bar: Bar) -> str:
+    """A bar's values as the summary prints them."""
     o, h, lo, c, v, n = bar
     return f"O {o} H {h} L {lo} C {c} V {v} ({n} ticks)"
 

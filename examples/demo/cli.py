@@ -25,6 +25,7 @@ from examples.demo.summary import report, write_json_summary
 async def run_demo(
     count: int, timeout: float, work: Path, analytics: bool, run: DemoRun
 ) -> bool:
+    """Start Mosquitto and Kafka, run :func:`exercise`, stop them; True when all delivered."""
     from gateway.devstack.kafka import KafkaBroker
     from gateway.devstack.mosquitto import MosquittoBroker
 
@@ -75,6 +76,7 @@ def configure_logging(work: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The demo's command line; the exit status (0 only when every path delivered all)."""
     parser = argparse.ArgumentParser(
         prog="python -m examples.demo", description=(examples.demo.__doc__ or "").split("\n")[0]
     )

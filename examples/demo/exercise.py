@@ -134,6 +134,7 @@ class Progress:
 async def wait_delivered(
     stats: dict[str, PathStats], names: Sequence[str], timeout: float, progress: Progress
 ) -> None:
+    """Until every named path is complete or ``timeout`` s passed, showing progress."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         progress.show(stats, names)

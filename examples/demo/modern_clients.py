@@ -38,6 +38,7 @@ def _sent_at(pairs: Sequence[tuple[str, str]]) -> float | None:
 async def kafka_consumer(
     bootstrap: str, stats: dict[str, PathStats], ready: asyncio.Event, stop: asyncio.Event
 ) -> None:
+    """Count the ticks and bulletins that reach Kafka (the tick by its ``mq.nv.DemoSent``)."""
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
@@ -80,6 +81,7 @@ async def kafka_consumer(
 
 
 async def kafka_producer(bootstrap: str, count: int, stats: dict[str, PathStats]) -> None:
+    """Send ``count`` records to the gateway's Kafka inbound topic."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
@@ -96,6 +98,7 @@ async def kafka_producer(bootstrap: str, count: int, stats: dict[str, PathStats]
 async def mqtt_subscriber(
     host: str, port: int, stats: dict[str, PathStats], ready: asyncio.Event, stop: asyncio.Event
 ) -> None:
+    """Count the ticks and bulletins that reach MQTT (MQTT v5 user properties)."""
     import aiomqtt
 
     async with aiomqtt.Client(
@@ -129,6 +132,7 @@ async def mqtt_subscriber(
 
 
 async def mqtt_publisher(host: str, port: int, count: int, stats: dict[str, PathStats]) -> None:
+    """Publish ``count`` messages under the gateway's MQTT inbound filter."""
     import aiomqtt
 
     async with aiomqtt.Client(host, port, identifier="mqgw-demo-sender") as client:

@@ -110,6 +110,7 @@ async def run_ohlc_job(bootstrap: str, work: Path, timeout: float, job: JobRun) 
 
 
 def log_tail(path: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of a log file; "" when it cannot be read."""
     try:
         text = path.read_text(errors="replace").splitlines()
     except OSError:

@@ -42,6 +42,7 @@ OHLC_PATHS = {
     "ohlc bars -> MQ (MQRFH sub)": OHLC_RFH_Q,
     "ohlc bars -> MQ (MQRFH2 sub)": OHLC_RFH2_Q,
 }
+#: The short label of each path on the live progress line.
 SHORT_NAMES = {
     PATHS[0]: "RFH>K",
     PATHS[1]: "RFH2>K",

@@ -77,6 +77,7 @@ def report(run: DemoRun) -> bool:
 
 
 def write_json_summary(path: Path, run: DemoRun, ok: bool, count: int, seconds: float) -> None:
+    """The ``--json-summary`` file: outcome, table rows, the job and the process groups."""
     data = {
         "ok": ok,
         "count": count,
