@@ -98,37 +98,50 @@ async def kafka_producer(bootstrap: str, count: int, stats: dict[str, PathStats]
 async def mqtt_subscriber(
     host: str, port: int, stats: dict[str, PathStats], ready: asyncio.Event, stop: asyncio.Event
 ) -> None:
-    """Count the ticks and bulletins that reach MQTT (MQTT v5 user properties)."""
+    """Count the ticks and bulletins that reach MQTT (MQTT v5 user properties).
+
+    One read runs until ``stop``: a read cancelled by a timeout can drop the message it
+    already took off aiomqtt's queue, which under load lost one now and then.
+    """
     import aiomqtt
+
+    def count(msg: aiomqtt.Message) -> None:
+        payload = msg.payload if isinstance(msg.payload, bytes) else str(msg.payload).encode()
+        props = getattr(msg.properties, "UserProperty", None) if msg.properties else None
+        pairs = [(str(k), str(v)) for k, v in props] if props else []
+        tick_sent = _sent_at(pairs)
+        if tick_sent is not None:
+            stats[PATHS[2]].add(tick_sent)
+            return
+        if parse_bar(payload) is not None:
+            SAMPLES.setdefault("MQTT bar", f"topic={msg.topic} payload={payload.decode()}")
+            return
+        data = parse_path_body(payload)
+        if data is None or data["path"] != "rfh2":
+            return
+        SAMPLES.setdefault("MQTT bulletin", f"topic={msg.topic} qos={msg.qos} "
+                           f"user_properties={props}")
+        stats[PATHS[3]].add(float(data["sent"]))
 
     async with aiomqtt.Client(
         host, port, identifier="mqgw-demo-viewer", protocol=aiomqtt.ProtocolVersion.V5
     ) as client:
+
+        async def read() -> None:
+            async for msg in client.messages:
+                count(msg)
+
         await client.subscribe("mq/#", qos=1)
+        reader = asyncio.create_task(read())
         ready.set()
-        messages = client.messages
-        while not stop.is_set():
-            try:
-                async with asyncio.timeout(0.2):
-                    msg = await anext(messages)
-            except TimeoutError:
-                continue
-            payload = msg.payload if isinstance(msg.payload, bytes) else str(msg.payload).encode()
-            props = getattr(msg.properties, "UserProperty", None) if msg.properties else None
-            pairs = [(str(k), str(v)) for k, v in props] if props else []
-            tick_sent = _sent_at(pairs)
-            if tick_sent is not None:
-                stats[PATHS[2]].add(tick_sent)
-                continue
-            if parse_bar(payload) is not None:
-                SAMPLES.setdefault("MQTT bar", f"topic={msg.topic} payload={payload.decode()}")
-                continue
-            data = parse_path_body(payload)
-            if data is None or data["path"] != "rfh2":
-                continue
-            SAMPLES.setdefault("MQTT bulletin", f"topic={msg.topic} qos={msg.qos} "
-                               f"user_properties={props}")
-            stats[PATHS[3]].add(float(data["sent"]))
+        try:
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait((reader, stopped), return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
 
 
 async def mqtt_publisher(host: str, port: int, count: int, stats: dict[str, PathStats]) -> None:
