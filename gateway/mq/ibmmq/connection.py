@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import Any, Self, TypeVar
 
-from gateway.mq.ibmmq import mqi as mqi_calls
+import gateway.mq.ibmmq.mqi as mqi_calls
 from gateway.mq.ibmmq.config import IBMMQConfig, backoff_delays
 from gateway.mq.ibmmq.mqi import RECONNECT_REASONS, load_mqi_module, mq_error
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption, PutOptions, QueueAttr
