@@ -15,11 +15,11 @@ test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup
-	.venv/bin/ruff check gateway plugins analytics tests benchmarks
+	.venv/bin/ruff check gateway plugins analytics examples tests benchmarks
 	.venv/bin/mypy
 
 demo: setup
-	$(PY) -m gateway.demo $(DEMO_ARGS)
+	$(PY) -m examples.demo $(DEMO_ARGS)
 
 bench: setup
 	$(PY) benchmarks/run.py

@@ -30,15 +30,6 @@ ALLOWED: dict[str, set[str]] = {
         "gateway.plugin_api",
         "analytics",  # only the `mqgw analytics` sub-command, imported lazily
     },
-    "gateway.demo": {
-        "gateway.wire",
-        "gateway.pubsub",
-        "gateway.mq",
-        "gateway.routing",
-        "gateway.devstack",
-        "gateway.plugin_api",
-        "gateway.runtime",
-    },
     # Plugins see the plugin contract and the wire codecs, nothing deeper.
     "plugins": {"gateway.plugin_api", "gateway.wire"},
     # Analytics runs under spark-submit on clusters without the gateway installed; it may

@@ -2,7 +2,7 @@
 # Set-up for every Makefile target: idempotent, and fast (well under 2 s) when already done.
 #
 #   1. checks prerequisites: Python >= 3.11, Java >= 17 (Maven only when jars must be resolved)
-#   2. .venv with the project installed editable with the dev and spark extras
+#   2. .venv with the project installed editable with the dev, spark and demo extras
 #      (re-run when pyproject.toml changes; stamped in .venv/.mqgw-setup-stamp)
 #   3. Debian's mosquitto, installed with apt-get when missing (needs root)
 #   4. the Kafka broker jars (tools/jvm/kafka/pom.xml) and the Spark Kafka connector jars
@@ -70,10 +70,10 @@ fi
 "$VENV/bin/python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' ||
     die ".venv uses $("$VENV/bin/python" --version 2>&1); this project needs Python 3.11+: remove .venv and re-run"
 if [[ "$(cat "$VENV/.mqgw-setup-stamp" 2>/dev/null)" != "$venv_stamp" || ! -x "$VENV/bin/mqgw" ]]; then
-    say "installing the project into .venv (editable, extras dev+spark; first time takes a few minutes: pyspark is large)"
+    say "installing the project into .venv (editable, extras dev+spark+demo; first time takes a few minutes: pyspark is large)"
     pip_log="$VENV/mqgw-pip-install.log"
     if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip &&
-        "$VENV/bin/python" -m pip install --disable-pip-version-check -e ".[dev,spark]"; } >"$pip_log" 2>&1; then
+        "$VENV/bin/python" -m pip install --disable-pip-version-check -e ".[dev,spark,demo]"; } >"$pip_log" 2>&1; then
         tail -n 30 "$pip_log" >&2
         die "pip install failed (full log: $pip_log)"
     fi

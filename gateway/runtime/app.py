@@ -99,7 +99,7 @@ class GatewayApp:
 
         from pydantic import SecretStr
 
-        from gateway.mq.ibmmq_adapter import IBMMQConfig, IBMMQQueueManager
+        from gateway.mq.ibmmq import IBMMQConfig, IBMMQQueueManager
 
         password = os.environ.get(qmc.password_env) if qmc.password_env else None
         if qmc.password_env and password is None:

@@ -44,5 +44,5 @@ def configure_logging(fmt: str = "json", level: str = "info") -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     # Client libraries are chatty at INFO (connection notices per reconnect).
-    for noisy in ("aiokafka", "kafka", "paho", "aiomqtt"):
+    for noisy in ("aiokafka", "kafka", "paho"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -1,6 +1,6 @@
 """The port contract through the ibmmq adapter, with a stand-in MQI module.
 
-The stand-in (tests/mq/mqi_standin.py) performs MQI calls on an embedded queue manager,
+The stand-in (tests/support/mqi_standin.py) performs MQI calls on an embedded queue manager,
 so this checks the adapter's mapping of options, descriptors and reason codes and its
 thread-per-connection model against the same contract as the real implementations.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.mq.ibmmq_adapter import IBMMQConfig, IBMMQQueueManager
+from gateway.mq.ibmmq import IBMMQConfig, IBMMQQueueManager
 from tests.contract.port_contract import PortContract
 from tests.support.mqi_standin import StandIn
 

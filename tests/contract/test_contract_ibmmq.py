@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.mq.ibmmq_adapter import IBMMQConfig, IBMMQQueueManager
+from gateway.mq.ibmmq import IBMMQConfig, IBMMQQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption
 from tests.contract.port_contract import PortContract
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.demo import PATHS, exercise
+from examples.demo.exercise import exercise
+from examples.demo.paths import PATHS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.mqtt, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""``make demo`` (gateway/demo.py): the bar arithmetic it checks the ohlc job against, its
+"""``make demo`` (examples/demo/): the bar arithmetic it checks the ohlc job against, its
 summary, and the demo itself run as a process the way the README runs it."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from gateway import demo
-from gateway.demo import BarBook, PathStats, Tick
+from examples.demo.bars import BarBook, Tick, expected_bars, parse_bar, put_stamp, tick_schedule
+from examples.demo.exercise import gateway_config
+from examples.demo.paths import OHLC_PATHS, PATHS, SYMBOLS, PathStats
+from examples.demo.summary import summary_rows, summary_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,19 +27,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_tick_schedule_spans_two_whole_minutes_before_now_for_both_symbols() -> None:
     now = 1_795_323_437.5  # 04:57:17.5 UTC
-    ticks = demo.tick_schedule(20, now)
+    ticks = tick_schedule(20, now)
     assert len(ticks) == 20
     assert [t.seq for t in ticks] == list(range(20))
     minute_now = int(now) // 60 * 60
     assert {t.minute for t in ticks} == {minute_now - 120, minute_now - 60}
     assert {(t.symbol, t.minute) for t in ticks} == {
-        (s, m) for s in demo.SYMBOLS for m in (minute_now - 120, minute_now - 60)
+        (s, m) for s in SYMBOLS for m in (minute_now - 120, minute_now - 60)
     }
     assert all(t.put_cs < minute_now * 100 for t in ticks)  # none in the future
     assert [t.put_cs for t in ticks] == sorted(t.put_cs for t in ticks)
     assert all(t.price > 0 and t.volume > 0 for t in ticks)
     # The same seed gives the same feed (prices are reproducible in docs/demo.md).
-    assert demo.tick_schedule(20, now) == ticks
+    assert tick_schedule(20, now) == ticks
 
 
 def test_tick_text_is_the_ohlc_jobs_text_format() -> None:
@@ -47,7 +49,7 @@ def test_tick_text_is_the_ohlc_jobs_text_format() -> None:
 
 def test_put_stamp_is_mqmd_put_date_and_time_in_gmt() -> None:
     # 2026-11-22 04:56:00.07 UTC
-    assert demo.put_stamp(179_532_336_007) == ("20261122", "04560007")
+    assert put_stamp(179_532_336_007) == ("20261122", "04560007")
 
 
 def test_expected_bars_by_hand() -> None:
@@ -61,7 +63,7 @@ def test_expected_bars_by_hand() -> None:
         Tick(4, "IBM", Decimal("99.80"), 1, m0 * 100 + 5000),
         Tick(5, "IBM", Decimal("102"), 4, m1 * 100),
     ]
-    assert demo.expected_bars(ticks) == {
+    assert expected_bars(ticks) == {
         ("IBM", m0): (
             Decimal("100.50"),
             Decimal("101.25"),
@@ -81,14 +83,14 @@ def test_parse_bar_reads_the_jobs_json_and_rejects_other_data() -> None:
         b'"open":"20.1","high":"20.19","low":"19.67","close":"19.67","volume":11600,'
         b'"ticks":5}'
     )
-    assert demo.parse_bar(payload) == (
+    assert parse_bar(payload) == (
         ("HPQ", 1_795_323_360),
         (Decimal("20.1"), Decimal("20.19"), Decimal("19.67"), Decimal("19.67"), 11600, 5),
     )
-    assert demo.parse_bar(b"IBM 131.25 300") is None
-    assert demo.parse_bar(b'{"path": "kafka", "seq": 1}') is None
+    assert parse_bar(b"IBM 131.25 300") is None
+    assert parse_bar(b'{"path": "kafka", "seq": 1}') is None
     assert (
-        demo.parse_bar(
+        parse_bar(
             b'{"symbol":"X","start":"soon","open":"1","high":"1","low":"1",'
             b'"close":"1","volume":1,"ticks":1}'
         )
@@ -118,11 +120,11 @@ def test_summary_marks_skipped_and_short_paths() -> None:
         "c -> d": PathStats(sent=3, received=2),
         "bars -> MQ": PathStats(skipped="skipped (--no-analytics)"),
     }
-    rows = {r["path"]: r for r in demo.summary_rows(stats)}
+    rows = {r["path"]: r for r in summary_rows(stats)}
     assert rows["a -> b"]["status"] == "ok" and rows["a -> b"]["p50_ms"] == 2.0
     assert rows["c -> d"]["status"] == "short" and rows["c -> d"]["p50_ms"] is None
     assert rows["bars -> MQ"]["status"] == "skipped"
-    table = demo.summary(stats).splitlines()
+    table = summary_table(stats).splitlines()
     assert table[0].split()[:3] == ["path", "sent", "received"]
     assert table[-1].split() == ["bars", "->", "MQ", "-", "-", "skipped", "(--no-analytics)"]
     assert table[3].split()[3:5] == ["3", "2"]
@@ -141,7 +143,7 @@ def test_examples_demo_yaml_is_the_gateway_the_demo_runs(tmp_path: Path) -> None
     )
     assert "${" not in text
     in_file = yaml.safe_load(text)
-    in_code = demo.gateway_config(tmp_path, "127.0.0.1:9", "127.0.0.1", 1883)
+    in_code = gateway_config(tmp_path, "127.0.0.1:9", "127.0.0.1", 1883)
     assert in_file["plugins"] == in_code["plugins"]
     assert in_file["broker"]["streams"] == in_code["broker"]["streams"]
     assert in_file["id"] == in_code["id"]
@@ -156,7 +158,7 @@ def test_examples_demo_yaml_is_the_gateway_the_demo_runs(tmp_path: Path) -> None
 def _run_demo(tmp_path: Path, *args: str, timeout: float) -> tuple[dict[str, Any], str]:
     summary_path = tmp_path / "summary.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway.demo", *args, "--json-summary", str(summary_path)],
+        [sys.executable, "-m", "examples.demo", *args, "--json-summary", str(summary_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -213,16 +215,16 @@ def test_demo_closes_the_analytics_loop(tmp_path: Path) -> None:
     summary, output = _run_demo(tmp_path, "--count", "20", timeout=540)
     assert summary["ok"] is True and summary["failure"] == ""
     rows = {r["path"]: r for r in summary["paths"]}
-    assert set(rows) == set(demo.PATHS) | set(demo.OHLC_PATHS)
+    assert set(rows) == set(PATHS) | set(OHLC_PATHS)
     for name, row in rows.items():
         assert row["status"] == "ok", row
         assert row["sent"] > 0 and row["received"] == row["sent"], name
-    for name in demo.PATHS:
+    for name in PATHS:
         assert rows[name]["sent"] == 20
     # 20 ticks over two minutes for two symbols: four bars, each checked value by value
     # against the ticks sent, at both the MQRFH and the MQRFH2 subscriber.
     assert summary["bars_expected"] == 4
-    for name in demo.OHLC_PATHS:
+    for name in OHLC_PATHS:
         assert rows[name]["sent"] == 4
     assert summary["ohlc_job"]["returncode"] == 0
     assert summary["ohlc_job"]["argv"][-1] == "--once"
@@ -239,10 +241,10 @@ def test_demo_without_analytics_says_the_bars_were_skipped(tmp_path: Path) -> No
     summary, output = _run_demo(tmp_path, "--count", "20", "--no-analytics", timeout=300)
     assert summary["ok"] is True
     rows = {r["path"]: r for r in summary["paths"]}
-    for name in demo.PATHS:
+    for name in PATHS:
         assert rows[name]["status"] == "ok"
         assert rows[name]["sent"] == rows[name]["received"] == 20
-    for name in demo.OHLC_PATHS:
+    for name in OHLC_PATHS:
         assert rows[name]["status"] == "skipped"
         assert rows[name]["note"] == "skipped (--no-analytics)"
     assert summary["ohlc_job"] is None

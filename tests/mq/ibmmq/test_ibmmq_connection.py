@@ -1,37 +1,18 @@
-"""The ibmmq adapter driven through a stand-in MQI module that records its calls."""
+"""The ibmmq adapter's connections and handles, driven through a stand-in MQI module
+that records its calls (tests/support/mqi_standin.py)."""
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Iterator
-from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from gateway.mq.ibmmq_adapter import (
-    MD_CHAR_LENGTHS,
-    IBMMQConfig,
-    IBMMQQueueManager,
-    MQIUnavailableError,
-    backoff_delays,
-    load_mqi_module,
-    md_to_mqi,
-)
+from gateway.mq.ibmmq import IBMMQConfig, IBMMQQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from tests.support.mqi_standin import StandIn
-
-
-@pytest.fixture
-def standin(tmp_path: Path) -> Iterator[StandIn]:
-    s = StandIn(tmp_path / "qm")
-    s.qm.run_mqsc("DEFINE QLOCAL(APP.Q)")
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def config(**kw: object) -> IBMMQConfig:
@@ -114,13 +95,6 @@ async def test_connect_gives_up_after_attempts_and_not_on_auth_errors(standin: S
     assert len(standin.calls) == 1
 
 
-def test_backoff_is_capped_and_jittered() -> None:
-    cfg = config(connect_attempts=10, backoff_initial_s=1.0, backoff_max_s=8.0)
-    a, b = backoff_delays(cfg), backoff_delays(cfg)
-    assert len(a) == 9 and max(a) <= 8.0 and min(a) >= 0.5
-    assert a != b
-
-
 async def test_broken_connection_raises_then_reconnects_and_reopens(standin: StandIn) -> None:
     async def sleep(s: float) -> None:
         return None
@@ -147,51 +121,25 @@ async def test_wrong_qmgr_name_is_reported(standin: StandIn) -> None:
     assert err.value.reason == Reason.Q_MGR_NAME_ERROR
 
 
-def test_missing_mqi_module_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ibmmq", None)
-    monkeypatch.setitem(sys.modules, "pymqi", None)
-    with pytest.raises(MQIUnavailableError) as err:
-        load_mqi_module()
-    text = str(err.value)
-    assert "[mq]" in text and "client libraries" in text and "pymqi" in text
+async def test_the_mqi_module_is_imported_lazily_as_ibmmq(standin: StandIn) -> None:
+    """Without ``mqi=``, the first use imports ``ibmmq`` (here: the stand-in in its place)."""
+    asked: list[str] = []
 
+    def import_module(name: str) -> ModuleType:
+        asked.append(name)
+        if name == "ibmmq":
+            return standin.module
+        raise ModuleNotFoundError(f"No module named {name!r}")
 
-def test_config_validation() -> None:
-    with pytest.raises(ValueError):
-        IBMMQConfig(q_mgr_name="")
-    with pytest.raises(ValueError):
-        IBMMQConfig(q_mgr_name="QM1", port=70000)
-    with pytest.raises(ValueError):
-        IBMMQConfig(q_mgr_name="QM1", chanel="typo")  # type: ignore[call-arg]
-
-
-async def test_standin_injected_in_place_of_ibmmq(
-    standin: StandIn, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "ibmmq", standin.module)
-    qm = IBMMQQueueManager(config())
+    qm = IBMMQQueueManager(config(), import_module=import_module)
+    assert asked == []
     async with await qm.connect() as conn:
-        await conn.put1("APP.Q", MQMD(format="MQSTR"), b"via-sys-modules")
+        await conn.put1("APP.Q", MQMD(format="MQSTR"), b"via-import")
         q = await conn.open("APP.Q", OpenOption.INPUT_SHARED)
         assert q.resolved_q_name == "APP.Q" and q.resolved_q_mgr_name == "STANDIN"
-        assert (await q.get(GetOptions())).body == b"via-sys-modules"
+        assert (await q.get(GetOptions())).body == b"via-import"
     assert qm.mqi() is standin.module
-
-
-def test_md_character_fields_are_blank_padded_to_mq_lengths(standin: StandIn) -> None:
-    md = MQMD(format="MQSTR", reply_to_q="R.Q", reply_to_q_mgr="QM", user_identifier="app",
-              appl_identity_data="id", put_appl_name="prog", put_date="20260101",
-              put_time="1200", appl_origin_data="o")
-    raw = md_to_mqi(standin.module, md)
-    for name, length in MD_CHAR_LENGTHS.items():
-        value = getattr(raw, name)
-        assert isinstance(value, bytes) and len(value) == length, name
-        assert b"\0" not in value, name
-    assert raw.Format == b"MQSTR   " and raw.ReplyToQ == b"R.Q".ljust(48)
-    assert raw.ApplOriginData == b"o   "
-    with pytest.raises(MQError) as err:
-        md_to_mqi(standin.module, MQMD(format="TOOLONGFMT"))
-    assert err.value.reason == Reason.MD_ERROR
+    assert asked == ["ibmmq"]
 
 
 async def test_string_format_survives_the_mqi_padding(standin: StandIn) -> None:

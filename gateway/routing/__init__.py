@@ -1,1 +1,0 @@
-"""mq-stream-gateway."""
