@@ -76,7 +76,11 @@ def _format_of(header: Header) -> tuple[str, int, int]:
 
 
 def parse_message(
-    md: MQMD, body: bytes | bytearray | memoryview, *, qmgr_ccsid: int = 0
+    md: MQMD,
+    body: bytes | bytearray | memoryview,
+    *,
+    qmgr_ccsid: int = 0,
+    depth: int | None = None,
 ) -> ParsedMessage:
     """Decode every header named by the chain starting at ``md`` and return the payload.
 
@@ -84,6 +88,11 @@ def parse_message(
     MQDLH (``MQDEAD``), MQMDE (``MQHMDE``); any other Format ends the chain. A CCSID of 0
     (queue manager's) resolves to ``qmgr_ccsid`` when given; MQCCSI_INHERIT (-2) in a
     header means "same as this header". WireError offsets are relative to ``body``.
+
+    ``depth`` (when given) stops the walk after that many headers: what follows is the
+    payload, as the last header decoded describes it. The broker reads a command this
+    way (``depth=1``): a publication's data may itself start with a header, which it
+    passes through untouched.
     """
     view = memoryview(body)
     fmt, encoding = md.format, md.encoding
@@ -91,7 +100,8 @@ def parse_message(
     headers: list[Header] = []
     offsets: list[int] = []
     pos = 0
-    while fmt in _DECODERS:
+    limit = MAX_HEADERS + 1 if depth is None else depth
+    while fmt in _DECODERS and len(headers) < limit:
         if len(headers) >= MAX_HEADERS:
             raise WireError(Reason.HEADER_ERROR, f"more than {MAX_HEADERS} chained headers", pos)
         try:
