@@ -94,7 +94,6 @@ def parse_message(
     way (``depth=1``): a publication's data may itself start with a header, which it
     passes through untouched.
     """
-    view = memoryview(body)
     fmt, encoding = md.format, md.encoding
     ccsid = md.coded_char_set_id or qmgr_ccsid
     headers: list[Header] = []
@@ -104,8 +103,11 @@ def parse_message(
     while fmt in _DECODERS and len(headers) < limit:
         if len(headers) >= MAX_HEADERS:
             raise WireError(Reason.HEADER_ERROR, f"more than {MAX_HEADERS} chained headers", pos)
+        # The first header is read from ``body`` itself: decoders are quicker on bytes
+        # than on a memoryview, and most messages carry one header (the hot path).
+        rest = body if pos == 0 else memoryview(body)[pos:]
         try:
-            header, used = _DECODERS[fmt](view[pos:], encoding, ccsid=ccsid)
+            header, used = _DECODERS[fmt](rest, encoding, ccsid=ccsid)
         except WireError as exc:
             raise WireError(
                 exc.reason, f"{fmt} header: {exc.message}", pos + max(exc.offset, 0)
@@ -117,14 +119,8 @@ def parse_message(
         fmt, encoding = nfmt, nenc
         if nccsid != CCSI_INHERIT:
             ccsid = nccsid or qmgr_ccsid
-    return ParsedMessage(
-        headers=headers,
-        payload=bytes(view[pos:]),
-        format=fmt,
-        encoding=encoding,
-        ccsid=ccsid,
-        header_offsets=offsets,
-    )
+    payload = body[pos:] if isinstance(body, bytes) else bytes(memoryview(body)[pos:])
+    return ParsedMessage(headers, payload, fmt, encoding, ccsid, offsets)
 
 
 _Decoder = Callable[..., tuple[Header, int]]
