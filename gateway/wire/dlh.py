@@ -15,6 +15,7 @@ from datetime import datetime
 
 from gateway.wire.ccsid import (
     DEFAULT_STRUCTURE_CCSID,
+    CcsidAlias,
     decode_char_field,
     encode_char_field,
     is_ebcdic,
@@ -41,7 +42,7 @@ assert _LAYOUT["<"].size == MQDLH_LENGTH_1
 
 
 @dataclass(slots=True)
-class MQDLH:
+class MQDLH(CcsidAlias):
     """Dead-letter header; ``encoding``/``coded_char_set_id``/``format`` describe the
     original message data that follows it."""
 
@@ -57,11 +58,6 @@ class MQDLH:
     put_time: str = ""
     struc_id: str = MQDLH_STRUC_ID
     version: int = MQDLH_VERSION_1
-
-    @property
-    def ccsid(self) -> int:
-        """Alias of ``coded_char_set_id``."""
-        return self.coded_char_set_id
 
 
 def decode_dlh(

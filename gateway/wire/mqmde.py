@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass, field
 
 from gateway.wire.ccsid import (
+    CcsidAlias,
     decode_char_field,
     encode_char_field,
     is_ebcdic,
@@ -38,7 +39,7 @@ assert _LAYOUT["<"].size == MQMDE_LENGTH_2
 
 
 @dataclass(slots=True)
-class MQMDE:
+class MQMDE(CcsidAlias):
     """MQMDE version 2; ``encoding``/``coded_char_set_id``/``format`` describe what follows."""
 
     encoding: int = ENC_NATIVE
@@ -53,11 +54,6 @@ class MQMDE:
     struc_id: str = MQMDE_STRUC_ID
     version: int = MQMDE_VERSION_2
     struc_length: int = field(default=MQMDE_LENGTH_2, compare=False)
-
-    @property
-    def ccsid(self) -> int:
-        """Alias of ``coded_char_set_id``."""
-        return self.coded_char_set_id
 
 
 def decode_mqmde(

@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 
 from gateway.wire.ccsid import (
+    CcsidAlias,
     decode_char_field,
     decode_text,
     encode_char_field,
@@ -192,7 +193,7 @@ def format_name_value_string(pairs: list[tuple[str, str]]) -> str:
 
 
 @dataclass(slots=True)
-class MQRFH:
+class MQRFH(CcsidAlias):
     """MQRFH version 1. ``encoding``/``coded_char_set_id``/``format`` describe the data after it."""
 
     name_values: list[tuple[str, str]] = field(default_factory=list)
@@ -204,15 +205,6 @@ class MQRFH:
     version: int = MQRFH_VERSION_1
     #: As decoded; recomputed by :func:`encode_rfh`.
     struc_length: int = field(default=0, compare=False)
-
-    @property
-    def ccsid(self) -> int:
-        """Alias of ``coded_char_set_id``."""
-        return self.coded_char_set_id
-
-    @ccsid.setter
-    def ccsid(self, value: int) -> None:
-        self.coded_char_set_id = value
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """Value of the first pair called ``name``."""
