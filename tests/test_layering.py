@@ -10,6 +10,9 @@ that no two modules of ``gateway/`` import each other in a circle.
 Every rule has a negative self-test below (a synthetic bad module fed to the checker),
 so a rule that can no longer fail is noticed.
 
+Why one file of ~600 lines: the checker and its self-tests stay side by side, so each
+rule is read next to the test proving it can fail; the file is test code, not a layer.
+
 Tightening: ``TRANSITIONAL`` lists edges allowed today that are meant to go;
 ``test_transitional_allowances_are_still_needed`` fails as soon as one is unused, so
 delete its line then (e.g. ``plugins -> gateway.wire`` once the plugin contract is
