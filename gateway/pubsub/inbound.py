@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 
 from gateway.pubsub.commands import Command, decode_psc_command, decode_rfh_command
 from gateway.pubsub.errors import CommandError
-from gateway.wire.constants import CCSI_INHERIT
+from gateway.wire.chain import parse_message
 from gateway.wire.errors import WireError
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
-from gateway.wire.rfh import MQRFH, MQRFH_STRUC_LENGTH_FIXED, decode_rfh
-from gateway.wire.rfh2 import MQRFH2, decode_rfh2
+from gateway.wire.rfh import MQRFH, MQRFH_STRUC_LENGTH_FIXED
+from gateway.wire.rfh2 import MQRFH2
 
 
 @dataclass(slots=True)
@@ -38,12 +38,22 @@ class ParsedCommand:
 
 
 def decode_command_message(md: MQMD, body: bytes) -> ParsedCommand:
-    """Decode the header named by ``md.format`` and the command inside it."""
+    """Decode the header named by ``md.format`` and the command inside it.
+
+    Only the first header is the command's (:func:`gateway.wire.chain.parse_message`
+    with ``depth=1``); whatever follows it, further headers included, is the
+    publication data, passed through as it came.
+    """
     fmt = md.format
+    if fmt != FMT_RF_HEADER_2 and fmt != FMT_RF_HEADER:
+        raise CommandError(
+            Reason.RFH_ERROR, f"a command message needs Format MQHRF or MQHRF2, not {fmt!r}"
+        )
     try:
-        if fmt == FMT_RF_HEADER_2:
-            rfh2, used = decode_rfh2(body, md.encoding, ccsid=md.coded_char_set_id)
-            pscs = rfh2.folders_named("psc")
+        message = parse_message(md, body, depth=1)
+        header = message.headers[0]
+        if isinstance(header, MQRFH2):
+            pscs = header.folders_named("psc")
             if not pscs:
                 raise CommandError(
                     Reason.RFH_COMMAND_ERROR, "MQRFH2 without a psc folder", parm_id="psc"
@@ -58,39 +68,26 @@ def decode_command_message(md: MQMD, body: bytes) -> ParsedCommand:
             except CommandError as exc:
                 exc.psc = psc
                 raise
-            extra = [f.to_xml() for f in rfh2.folders if f.name not in ("psc", "pscr")]
+            extra = [f.to_xml() for f in header.folders if f.name not in ("psc", "pscr")]
             return ParsedCommand(
                 command,
-                rfh2,
-                body[used:],
-                rfh2.format,
-                rfh2.encoding,
-                _payload_ccsid(rfh2.coded_char_set_id, md),
+                header,
+                message.payload,
+                message.format,
+                message.encoding,
+                message.ccsid,
                 extra,
                 psc,
             )
-        if fmt == FMT_RF_HEADER:
-            rfh, used = decode_rfh(body, md.encoding, ccsid=md.coded_char_set_id)
-            try:
-                command = decode_rfh_command(rfh.name_values)
-            except CommandError as exc:
-                exc.name_values = rfh.name_values
-                raise
-            return ParsedCommand(
-                command,
-                rfh,
-                body[used:],
-                rfh.format,
-                rfh.encoding,
-                _payload_ccsid(rfh.coded_char_set_id, md),
-            )
+        assert isinstance(header, MQRFH)  # the Format said so
+        try:
+            command = decode_rfh_command(header.name_values)
+        except CommandError as exc:
+            exc.name_values = header.name_values
+            raise
+        return ParsedCommand(
+            command, header, message.payload, message.format, message.encoding, message.ccsid
+        )
     except WireError as exc:
         pos = exc.offset - MQRFH_STRUC_LENGTH_FIXED if exc.reason == Reason.RFH_STRING_ERROR else -1
         raise CommandError(exc.reason, exc.message, error_pos=pos) from None
-    raise CommandError(
-        Reason.RFH_ERROR, f"a command message needs Format MQHRF or MQHRF2, not {fmt!r}"
-    )
-
-
-def _payload_ccsid(header_ccsid: int, md: MQMD) -> int:
-    return md.coded_char_set_id if header_ccsid == CCSI_INHERIT else header_ccsid

@@ -16,7 +16,14 @@ from gateway.wire.constants import CompCode
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
-__all__ = ["DeadLetter", "Delivery", "InboundMessage", "OutboundMessage", "Outcome"]
+__all__ = [
+    "Counters",
+    "DeadLetter",
+    "Delivery",
+    "InboundMessage",
+    "OutboundMessage",
+    "Outcome",
+]
 
 
 @dataclass(slots=True)
@@ -83,3 +90,15 @@ class Outcome:
     response: OutboundMessage | None = None
     dead_letter: DeadLetter | None = None
     mutations: list[Mutation] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Counters:
+    """The engine's monotonic counters (the service exports them as metrics)."""
+
+    commands: int = 0
+    publications: int = 0
+    deliveries: int = 0
+    responses: int = 0
+    dead_letters: int = 0
+    refused: int = 0

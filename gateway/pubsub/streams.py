@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.pubsub.errors import CommandError
+from gateway.pubsub.topics import Scheme, check_topic_pattern, compile_char_pattern
 from gateway.wire.reasons import Reason
 
 DEFAULT_STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
@@ -87,6 +88,32 @@ def stream_segment(full_topic: str) -> str | None:
     rest = full_topic[len(STREAM_PREFIX) :]
     slash = rest.find("/")
     return rest if slash < 0 else rest[:slash]
+
+
+def split_subscription_topic(full_topic: str, scheme: Scheme, parm: str) -> StreamTopic:
+    """Validate a subscription pattern of the unified topic space and split off its
+    stream; a wildcard where the stream name would be is refused (``parm`` names the
+    command parameter in the error): wildcards never match across streams."""
+    if scheme is Scheme.TOPIC:
+        check_topic_pattern(full_topic, parm)
+    else:
+        compile_char_pattern(full_topic, parm)
+    segment = stream_segment(full_topic)
+    st = split_topic(full_topic)
+    if (
+        segment is not None
+        and st.stream == DEFAULT_STREAM
+        and "/" in full_topic[len(STREAM_PREFIX) :]
+    ):
+        wild = segment in ("#", "+") if scheme is Scheme.TOPIC else any(c in segment for c in "*?%")
+        if wild:
+            raise CommandError(
+                Reason.STREAM_ERROR,
+                "wildcards cannot match across streams",
+                parm_id=parm,
+                value=full_topic,
+            )
+    return st
 
 
 def resolve_stream(

@@ -153,3 +153,21 @@ def encode_char_field(
     if len(data) > length:
         raise WireError(reason, f"{field} {text!r} is {len(data)} bytes; the field holds {length}")
     return data + blank(ccsid) * (length - len(data))
+
+
+class CcsidAlias:
+    """``ccsid`` as a short alias of ``coded_char_set_id`` for the chained headers
+    (MQRFH, MQRFH2, MQDLH, MQMDE): IBM's field name is long, callers write ``h.ccsid``."""
+
+    __slots__ = ()
+    coded_char_set_id: int
+
+    @property
+    def ccsid(self) -> int:
+        """Alias of ``coded_char_set_id``."""
+        return self.coded_char_set_id
+
+    @ccsid.setter
+    def ccsid(self, value: int) -> None:
+        # The slot is the subclass's (a dataclass field); mypy only sees this class's ().
+        self.coded_char_set_id = value  # type: ignore[misc]

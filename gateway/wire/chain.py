@@ -76,7 +76,11 @@ def _format_of(header: Header) -> tuple[str, int, int]:
 
 
 def parse_message(
-    md: MQMD, body: bytes | bytearray | memoryview, *, qmgr_ccsid: int = 0
+    md: MQMD,
+    body: bytes | bytearray | memoryview,
+    *,
+    qmgr_ccsid: int = 0,
+    depth: int | None = None,
 ) -> ParsedMessage:
     """Decode every header named by the chain starting at ``md`` and return the payload.
 
@@ -84,18 +88,26 @@ def parse_message(
     MQDLH (``MQDEAD``), MQMDE (``MQHMDE``); any other Format ends the chain. A CCSID of 0
     (queue manager's) resolves to ``qmgr_ccsid`` when given; MQCCSI_INHERIT (-2) in a
     header means "same as this header". WireError offsets are relative to ``body``.
+
+    ``depth`` (when given) stops the walk after that many headers: what follows is the
+    payload, as the last header decoded describes it. The broker reads a command this
+    way (``depth=1``): a publication's data may itself start with a header, which it
+    passes through untouched.
     """
-    view = memoryview(body)
     fmt, encoding = md.format, md.encoding
     ccsid = md.coded_char_set_id or qmgr_ccsid
     headers: list[Header] = []
     offsets: list[int] = []
     pos = 0
-    while fmt in _DECODERS:
+    limit = MAX_HEADERS + 1 if depth is None else depth
+    while fmt in _DECODERS and len(headers) < limit:
         if len(headers) >= MAX_HEADERS:
             raise WireError(Reason.HEADER_ERROR, f"more than {MAX_HEADERS} chained headers", pos)
+        # The first header is read from ``body`` itself: decoders are quicker on bytes
+        # than on a memoryview, and most messages carry one header (the hot path).
+        rest = body if pos == 0 else memoryview(body)[pos:]
         try:
-            header, used = _DECODERS[fmt](view[pos:], encoding, ccsid=ccsid)
+            header, used = _DECODERS[fmt](rest, encoding, ccsid=ccsid)
         except WireError as exc:
             raise WireError(
                 exc.reason, f"{fmt} header: {exc.message}", pos + max(exc.offset, 0)
@@ -107,14 +119,8 @@ def parse_message(
         fmt, encoding = nfmt, nenc
         if nccsid != CCSI_INHERIT:
             ccsid = nccsid or qmgr_ccsid
-    return ParsedMessage(
-        headers=headers,
-        payload=bytes(view[pos:]),
-        format=fmt,
-        encoding=encoding,
-        ccsid=ccsid,
-        header_offsets=offsets,
-    )
+    payload = body[pos:] if isinstance(body, bytes) else bytes(memoryview(body)[pos:])
+    return ParsedMessage(headers, payload, fmt, encoding, ccsid, offsets)
 
 
 _Decoder = Callable[..., tuple[Header, int]]

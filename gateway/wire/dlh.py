@@ -15,15 +15,16 @@ from datetime import datetime
 
 from gateway.wire.ccsid import (
     DEFAULT_STRUCTURE_CCSID,
+    CcsidAlias,
     decode_char_field,
     encode_char_field,
     is_ebcdic,
-    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import CCSI_UNDEFINED, ENC_NATIVE, PutApplType
 from gateway.wire.encoding import byte_order
 from gateway.wire.errors import WireError
+from gateway.wire.fixed_part import FixedPart
 from gateway.wire.formats import FMT_DEAD_LETTER_HEADER, FMT_NONE
 from gateway.wire.mqmd import MQMD
 from gateway.wire.put_time import put_date_time
@@ -38,10 +39,19 @@ _EBCDIC_ID = b"\xc4\xd3\xc8\x40"
 # PutApplName PutDate PutTime
 _LAYOUT = {o: struct.Struct(o + "4sii48s48sii8si28s8s8s") for o in "<>"}
 assert _LAYOUT["<"].size == MQDLH_LENGTH_1
+_FIXED_PART = FixedPart(
+    "MQDLH",
+    Reason.DLH_ERROR,
+    _LAYOUT,
+    ascii_id=_ASCII_ID,
+    ebcdic_id=_EBCDIC_ID,
+    min_length=MQDLH_LENGTH_1,
+    version=MQDLH_VERSION_1,
+)
 
 
 @dataclass(slots=True)
-class MQDLH:
+class MQDLH(CcsidAlias):
     """Dead-letter header; ``encoding``/``coded_char_set_id``/``format`` describe the
     original message data that follows it."""
 
@@ -58,29 +68,13 @@ class MQDLH:
     struc_id: str = MQDLH_STRUC_ID
     version: int = MQDLH_VERSION_1
 
-    @property
-    def ccsid(self) -> int:
-        """Alias of ``coded_char_set_id``."""
-        return self.coded_char_set_id
-
 
 def decode_dlh(
     buf: bytes | bytearray | memoryview, encoding: int = ENC_NATIVE, *, ccsid: int = 0
 ) -> tuple[MQDLH, int]:
     """Decode an MQDLH at the start of ``buf``; returns it and 172 consumed."""
-    order = byte_order(encoding, field="MQDLH governing encoding")
-    if len(buf) < MQDLH_LENGTH_1:
-        raise WireError(
-            Reason.DLH_ERROR, f"MQDLH needs {MQDLH_LENGTH_1} bytes, {len(buf)} available", 0
-        )
-    sid, version, reason, dq, dqm, enc, cc, fmt, pat, pan, pdate, ptime = _LAYOUT[
-        order
-    ].unpack_from(buf, 0)
-    text_ccsid = struc_id_ccsid(
-        sid, _ASCII_ID, _EBCDIC_ID, ccsid, reason=Reason.DLH_ERROR, what="MQDLH"
-    )
-    if version != MQDLH_VERSION_1:
-        raise WireError(Reason.DLH_ERROR, f"MQDLH Version {version} is not 1", 4)
+    fields, text_ccsid, _ = _FIXED_PART.unpack(buf, encoding, ccsid)
+    _, _, reason, dq, dqm, enc, cc, fmt, pat, pan, pdate, ptime = fields
 
     def text(raw: bytes, name: str, off: int) -> str:
         return decode_char_field(raw, text_ccsid, field=f"MQDLH.{name}", offset=off)

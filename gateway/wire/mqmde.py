@@ -12,15 +12,16 @@ import struct
 from dataclasses import dataclass, field
 
 from gateway.wire.ccsid import (
+    CcsidAlias,
     decode_char_field,
     encode_char_field,
     is_ebcdic,
-    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import CCSI_UNDEFINED, ENC_NATIVE, GI_NONE
 from gateway.wire.encoding import byte_order
 from gateway.wire.errors import WireError
+from gateway.wire.fixed_part import FixedPart
 from gateway.wire.formats import FMT_NONE
 from gateway.wire.reasons import Reason
 
@@ -35,10 +36,19 @@ _EBCDIC_ID = b"\xd4\xc4\xc5\x40"
 # Offset MsgFlags OriginalLength
 _LAYOUT = {o: struct.Struct(o + "4s4i8si24s4i") for o in "<>"}
 assert _LAYOUT["<"].size == MQMDE_LENGTH_2
+_FIXED_PART = FixedPart(
+    "MQMDE",
+    Reason.MDE_ERROR,
+    _LAYOUT,
+    ascii_id=_ASCII_ID,
+    ebcdic_id=_EBCDIC_ID,
+    min_length=MQMDE_LENGTH_2,
+    version=MQMDE_VERSION_2,
+)
 
 
 @dataclass(slots=True)
-class MQMDE:
+class MQMDE(CcsidAlias):
     """MQMDE version 2; ``encoding``/``coded_char_set_id``/``format`` describe what follows."""
 
     encoding: int = ENC_NATIVE
@@ -54,29 +64,13 @@ class MQMDE:
     version: int = MQMDE_VERSION_2
     struc_length: int = field(default=MQMDE_LENGTH_2, compare=False)
 
-    @property
-    def ccsid(self) -> int:
-        """Alias of ``coded_char_set_id``."""
-        return self.coded_char_set_id
-
 
 def decode_mqmde(
     buf: bytes | bytearray | memoryview, encoding: int = ENC_NATIVE, *, ccsid: int = 0
 ) -> tuple[MQMDE, int]:
     """Decode an MQMDE at the start of ``buf``; returns it and StrucLength consumed."""
-    order = byte_order(encoding, field="MQMDE governing encoding")
-    if len(buf) < MQMDE_LENGTH_2:
-        raise WireError(
-            Reason.MDE_ERROR, f"MQMDE needs {MQMDE_LENGTH_2} bytes, {len(buf)} available", 0
-        )
-    sid, version, length, enc, cc, fmt, flags, gid, seq, off, mflags, olen = _LAYOUT[
-        order
-    ].unpack_from(buf, 0)
-    text_ccsid = struc_id_ccsid(
-        sid, _ASCII_ID, _EBCDIC_ID, ccsid, reason=Reason.MDE_ERROR, what="MQMDE"
-    )
-    if version != MQMDE_VERSION_2:
-        raise WireError(Reason.MDE_ERROR, f"MQMDE Version {version} is not 2", 4)
+    fields, text_ccsid, _ = _FIXED_PART.unpack(buf, encoding, ccsid)
+    _, _, length, enc, cc, fmt, flags, gid, seq, off, mflags, olen = fields
     if length < MQMDE_LENGTH_2 or length > len(buf):
         raise WireError(Reason.MDE_ERROR, f"MQMDE StrucLength {length} is not valid here", 8)
     mde = MQMDE(

@@ -17,17 +17,18 @@ import struct
 from dataclasses import dataclass, field
 
 from gateway.wire.ccsid import (
+    CcsidAlias,
     decode_char_field,
     decode_text,
     encode_char_field,
     encode_text,
     is_ebcdic,
-    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import CCSI_UNDEFINED, ENC_NATIVE
 from gateway.wire.encoding import byte_order
 from gateway.wire.errors import WireError
+from gateway.wire.fixed_part import FixedPart
 from gateway.wire.formats import FMT_NONE
 from gateway.wire.reasons import Reason
 
@@ -42,6 +43,19 @@ RFH_STRUC_ID_EBCDIC = b"\xd9\xc6\xc8\x40"
 
 # StrucId, Version, StrucLength, Encoding, CodedCharSetId, Format, Flags.
 _FIXED = {o: struct.Struct(o + "4s3i i8si") for o in "<>"}
+#: The opening shared by MQRFH and MQRFH2 (the caller checks Version: 1 or 2).
+_FIXED_PARTS = {
+    what: FixedPart(
+        what,
+        Reason.RFH_ERROR,
+        _FIXED,
+        ascii_id=RFH_STRUC_ID_ASCII,
+        ebcdic_id=RFH_STRUC_ID_EBCDIC,
+        min_length=MQRFH_STRUC_LENGTH_FIXED,
+        at_least=True,
+    )
+    for what in ("MQRFH", "MQRFH2")
+}
 
 
 @dataclass(slots=True)
@@ -61,17 +75,8 @@ def decode_rfh_fixed(
     buf: bytes | bytearray | memoryview, encoding: int, ccsid: int, *, what: str
 ) -> RFHFixed:
     """Decode and validate the shared fixed part; StrucLength is checked against ``buf``."""
-    order = byte_order(encoding, field=f"{what} governing encoding")
-    if len(buf) < MQRFH_STRUC_LENGTH_FIXED:
-        raise WireError(
-            Reason.RFH_ERROR,
-            f"{what} needs at least {MQRFH_STRUC_LENGTH_FIXED} bytes, {len(buf)} available",
-            0,
-        )
-    sid, version, struc_length, enc, cc, fmt, flags = _FIXED[order].unpack_from(buf, 0)
-    text_ccsid = struc_id_ccsid(
-        sid, RFH_STRUC_ID_ASCII, RFH_STRUC_ID_EBCDIC, ccsid, reason=Reason.RFH_ERROR, what=what
-    )
+    fields, text_ccsid, _ = _FIXED_PARTS[what].unpack(buf, encoding, ccsid)
+    _, version, struc_length, enc, cc, fmt, flags = fields
     if struc_length < MQRFH_STRUC_LENGTH_FIXED or struc_length > len(buf):
         raise WireError(
             Reason.RFH_ERROR,
@@ -192,7 +197,7 @@ def format_name_value_string(pairs: list[tuple[str, str]]) -> str:
 
 
 @dataclass(slots=True)
-class MQRFH:
+class MQRFH(CcsidAlias):
     """MQRFH version 1. ``encoding``/``coded_char_set_id``/``format`` describe the data after it."""
 
     name_values: list[tuple[str, str]] = field(default_factory=list)
@@ -204,15 +209,6 @@ class MQRFH:
     version: int = MQRFH_VERSION_1
     #: As decoded; recomputed by :func:`encode_rfh`.
     struc_length: int = field(default=0, compare=False)
-
-    @property
-    def ccsid(self) -> int:
-        """Alias of ``coded_char_set_id``."""
-        return self.coded_char_set_id
-
-    @ccsid.setter
-    def ccsid(self, value: int) -> None:
-        self.coded_char_set_id = value
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """Value of the first pair called ``name``."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from gateway.wire.ccsid import (
     NAME_VALUE_CCSIDS,
     UTF16_CCSIDS,
+    CcsidAlias,
     decode_text,
     encode_text,
     structure_ccsid,
@@ -47,7 +48,7 @@ _INT = {o: struct.Struct(o + "i") for o in "<>"}
 
 
 @dataclass(slots=True)
-class MQRFH2:
+class MQRFH2(CcsidAlias):
     """MQRFH2 header; ``encoding``/``coded_char_set_id``/``format`` describe the data after it."""
 
     folders: list[Element] = field(default_factory=list)
@@ -60,15 +61,6 @@ class MQRFH2:
     version: int = MQRFH_VERSION_2
     #: As decoded; recomputed by :func:`encode_rfh2`.
     struc_length: int = field(default=0, compare=False)
-
-    @property
-    def ccsid(self) -> int:
-        """Alias of ``coded_char_set_id``."""
-        return self.coded_char_set_id
-
-    @ccsid.setter
-    def ccsid(self, value: int) -> None:
-        self.coded_char_set_id = value
 
     def folder(self, name: str) -> Element | None:
         """The first folder called ``name`` (``rfh2.folder('psc')``), or None."""

@@ -18,7 +18,6 @@ from gateway.wire.ccsid import (
     decode_char_field,
     encode_char_field,
     is_ebcdic,
-    struc_id_ccsid,
     structure_ccsid,
 )
 from gateway.wire.constants import (
@@ -29,6 +28,7 @@ from gateway.wire.constants import (
 )
 from gateway.wire.encoding import byte_order
 from gateway.wire.errors import WireError
+from gateway.wire.fixed_part import FixedPart
 from gateway.wire.formats import FMT_MD_EXTENSION, FMT_XMIT_Q_HEADER
 from gateway.wire.mqmd import MQMD, MQMD_LENGTH_1
 from gateway.wire.mqmde import MQMDE, decode_mqmde, encode_mqmde
@@ -42,6 +42,15 @@ _ASCII_ID = b"XQH "
 _EBCDIC_ID = b"\xe7\xd8\xc8\x40"
 _HEAD = {o: struct.Struct(o + "4si48s48s") for o in "<>"}
 assert _PREFIX + MQMD_LENGTH_1 == MQXQH_LENGTH_1
+_FIXED_PART = FixedPart(
+    "MQXQH",
+    Reason.XQH_ERROR,
+    _HEAD,
+    ascii_id=_ASCII_ID,
+    ebcdic_id=_EBCDIC_ID,
+    min_length=MQXQH_LENGTH_1,
+    version=MQXQH_VERSION_1,
+)
 
 
 @dataclass(slots=True)
@@ -59,17 +68,7 @@ def decode_xqh(
     buf: bytes | bytearray | memoryview, encoding: int = ENC_NATIVE, *, ccsid: int = 0
 ) -> tuple[MQXQH, int]:
     """Decode an MQXQH at the start of ``buf``; returns it and 428 consumed."""
-    order = byte_order(encoding, field="MQXQH governing encoding")
-    if len(buf) < MQXQH_LENGTH_1:
-        raise WireError(
-            Reason.XQH_ERROR, f"MQXQH needs {MQXQH_LENGTH_1} bytes, {len(buf)} available", 0
-        )
-    sid, version, rq, rqm = _HEAD[order].unpack_from(buf, 0)
-    text_ccsid = struc_id_ccsid(
-        sid, _ASCII_ID, _EBCDIC_ID, ccsid, reason=Reason.XQH_ERROR, what="MQXQH"
-    )
-    if version != MQXQH_VERSION_1:
-        raise WireError(Reason.XQH_ERROR, f"MQXQH Version {version} is not 1", 4)
+    (_, _, rq, rqm), text_ccsid, order = _FIXED_PART.unpack(buf, encoding, ccsid)
     embedded_version = struct.unpack_from(order + "i", buf, _PREFIX + 4)[0]
     if embedded_version != 1:
         raise WireError(

@@ -1,0 +1,165 @@
+"""Fan-out: which subscriptions get a publication, and the delivery each one gets.
+
+Why its own module: matching (the topic index, lapsed subscriptions, one copy per
+subscriber identity unless DupsOK, never back to the originating sink) is the hot path
+and is the same for a new publication, for retained publications replayed to a new
+subscriber and for a DeletePub told to sinks; the command handlers only say which.
+Formatting one delivery's MQMD and body is :mod:`gateway.pubsub.deliveries`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from gateway.pubsub.deliveries import build_delivery
+from gateway.pubsub.options import RegOpt
+from gateway.pubsub.outcome import Delivery
+from gateway.pubsub.records import Publication, SubFormat, SubKey, Subscription
+from gateway.pubsub.store import Mutation
+from gateway.pubsub.streams import prefixed_topic
+from gateway.pubsub.topics import match_pattern
+from gateway.pubsub.working_set import WorkingSet
+from gateway.wire.put_time import put_date_time
+
+__all__ = ["Fanout"]
+
+_PUB_ON_REQ_ONLY = int(RegOpt.PUBLISH_ON_REQUEST_ONLY)
+_DUPS_OK = int(RegOpt.DUPLICATES_OK)
+
+
+class Fanout:
+    """Builds the deliveries of publications from the subscriptions in ``state``.
+
+    ``broker_q_mgr`` is the broker's queue manager (forwarded publications carry it);
+    ``clock`` returns seconds since the epoch.
+    """
+
+    __slots__ = ("broker_q_mgr", "clock", "state")
+
+    def __init__(self, state: WorkingSet, broker_q_mgr: str, clock: Callable[[], float]) -> None:
+        self.state = state
+        self.broker_q_mgr = broker_q_mgr
+        self.clock = clock
+
+    def publication_deliveries(
+        self, pub: Publication, exclude: tuple[str, str, bytes] | None, out: list[Mutation]
+    ) -> list[Delivery]:
+        """A new publication's deliveries; ``exclude`` is the publisher's own
+        ``(q_mgr, queue, correl_id)`` for OtherSubscribersOnly. Lapsed subscriptions met
+        on the way are deleted (their mutations go to ``out``)."""
+        index = self.state.index.get(pub.stream)
+        if index is None or not len(index):
+            return []
+        # first topic (in publication order) each subscription matched
+        first_topic: dict[SubKey, str] = {}
+        for topic in pub.topics:
+            for key in index.match(topic):
+                first_topic.setdefault(key, topic)
+        if not first_topic:
+            return []
+        # One copy per subscriber identity unless the subscription says DupsOK.
+        chosen: dict[object, Subscription] = {}
+        subs = self.state.subs
+        now = self.clock()
+        for key in sorted(first_topic):
+            sub = subs[key]
+            opts = sub.reg_opts
+            if opts & _PUB_ON_REQ_ONLY:
+                continue
+            if sub.expires_at and sub.expires_at <= now:
+                self.state.delete_sub(key, out)  # lapsed: removed with this unit of work
+                continue
+            d = sub.destination
+            if exclude is not None and not d.sink and (d.q_mgr, d.queue, sub.correl_id) == exclude:
+                continue
+            if d.sink and d.sink == pub.origin:
+                continue  # never back to the plugin instance it came from
+            ident: object = key if opts & _DUPS_OK else (d, sub.correl_id)
+            if ident not in chosen:
+                chosen[ident] = sub
+        cache: dict[tuple[object, ...], bytes] = {}
+        stamp = put_date_time(now)
+        return [
+            self.delivery(sub, pub, first_topic[sub.key], False, now, cache=cache, stamp=stamp)
+            for sub in chosen.values()
+        ]
+
+    def retained_deliveries(self, sub: Subscription, pattern: str) -> list[Delivery]:
+        """The retained publications of ``sub``'s stream that ``pattern`` matches."""
+        bucket = self.state.retained.get(sub.stream)
+        if not bucket:
+            return []
+        now = self.clock()
+        out: list[Delivery] = []
+        for topic in sorted(bucket):
+            if match_pattern(sub.scheme, pattern, topic):
+                ret = bucket[topic]
+                if sub.destination.sink and sub.destination.sink == ret.publication.origin:
+                    continue
+                held = max(0.0, now - ret.stored_at)
+                if ret.publication.expiry > 0 and held * 10 >= ret.publication.expiry:
+                    continue  # expired while held
+                out.append(self.delivery(sub, ret.publication, topic, True, now, held))
+        return out
+
+    def deletion_deliveries(self, pub: Publication, topic: str, origin: str) -> list[Delivery]:
+        """Tell sink subscribers of ``topic`` that its retained publication is gone.
+
+        MQ subscribers learn nothing of a DeletePub (reference §5.5); the gateway's sinks
+        mirror retained state elsewhere (a compacted Kafka topic, MQTT retained
+        messages), so they get a delivery flagged ``deleted``.
+        """
+        index = self.state.index.get(pub.stream)
+        if index is None or not len(index):
+            return []
+        gone = dataclasses.replace(pub, topics=[topic], payload=b"", origin=origin)
+        now = self.clock()
+        out: list[Delivery] = []
+        seen: set[str] = set()
+        for key in sorted(index.match(topic)):
+            sub = self.state.subs[key]
+            sink = sub.destination.sink
+            if not sink or sink == origin or sink in seen:
+                continue
+            if sub.expires_at and sub.expires_at <= now:
+                continue
+            seen.add(sink)
+            d = self.delivery(sub, gone, topic, True, now)
+            d.deleted = True
+            d.body = b""
+            out.append(d)
+        return out
+
+    def delivery(
+        self,
+        sub: Subscription,
+        pub: Publication,
+        topic: str,
+        retained: bool,
+        now: float,
+        held_for: float = 0.0,
+        cache: dict[tuple[object, ...], bytes] | None = None,
+        stamp: tuple[str, str] | None = None,
+    ) -> Delivery:
+        """``pub`` (matched on ``topic``) formatted for ``sub``."""
+        md, body = build_delivery(
+            pub,
+            sub,
+            topic,
+            retained=retained,
+            broker_q_mgr=self.broker_q_mgr,
+            now=now,
+            held_for=held_for,
+            body_cache=cache,
+            stamp=stamp,
+        )
+        seen_topic = topic if sub.fmt is SubFormat.RFH else prefixed_topic(pub.stream, topic)
+        if sub.fmt is SubFormat.SINK and pub.msg_id:
+            # Sinks see the publication as its publisher put it (Kafka contract: mq.msgId,
+            # mq.correlId, mq.putTime, mq.userId), not the broker's forwarding identity.
+            md.msg_id, md.correl_id = pub.msg_id, pub.correl_id
+            md.user_identifier = pub.user_identifier
+            if pub.put_date:
+                md.put_date, md.put_time = pub.put_date, pub.put_time
+        return Delivery(sub.destination, sub.key, md, body, pub, seen_topic, retained)

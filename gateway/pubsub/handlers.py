@@ -1,0 +1,402 @@
+"""One handler per broker command: Publish, RegSub, DeregSub, ReqUpdate, DeletePub,
+RegPub, DeregPub (reference §5.2-§5.8).
+
+Why its own module: this is the protocol's meaning, command by command, apart from the
+engine's bookkeeping around it (decoding, undo on failure, duplicate detection, the
+response; :mod:`gateway.pubsub.engine`), the working set it changes
+(:mod:`gateway.pubsub.working_set`) and the matching it asks for
+(:mod:`gateway.pubsub.fanout`). A handler changes the working set through ``outcome``'s
+mutation list, adds deliveries to ``outcome``, and raises :class:`CommandError` (dead
+letter) or :class:`CommandRefusedError` (negative response) when the command fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from gateway.pubsub.commands import STREAM_COMMANDS, Command, CommandName, HeaderKind
+from gateway.pubsub.errors import CommandError, CommandRefusedError
+from gateway.pubsub.fanout import Fanout
+from gateway.pubsub.inbound import ParsedCommand
+from gateway.pubsub.options import PubOpt, RegOpt
+from gateway.pubsub.origin import split_origin
+from gateway.pubsub.outcome import Counters, InboundMessage, Outcome
+from gateway.pubsub.records import (
+    Destination,
+    Publication,
+    Publisher,
+    RetainedPublication,
+    SubFormat,
+    SubKey,
+    Subscription,
+)
+from gateway.pubsub.responses import ResponseDetail
+from gateway.pubsub.streams import (
+    DEFAULT_STREAM,
+    StreamTopic,
+    prefixed_topic,
+    resolve_stream,
+    split_subscription_topic,
+    split_topic,
+)
+from gateway.pubsub.topics import (
+    Scheme,
+    check_topic_pattern,
+    compile_char_pattern,
+    decode_char_publication_topic,
+    match_pattern,
+    uses_topic_wildcards,
+)
+from gateway.pubsub.working_set import WorkingSet
+from gateway.wire.constants import CI_NONE, CompCode
+from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
+
+__all__ = ["CommandHandlers"]
+
+Handler = Callable[[InboundMessage, ParsedCommand, Outcome], None]
+
+
+def _topic_parm(cmd: Command) -> str:
+    """The name of the topic parameter in this command's header generation."""
+    return "MQPSTopic" if cmd.header is HeaderKind.RFH else "Topic"
+
+
+class CommandHandlers:
+    """The command handlers over one working set (see the module docstring).
+
+    ``broker_q_mgr`` resolves blank identity queue managers; ``clock`` returns seconds
+    since the epoch; ``counters`` are the engine's (Publish counts publications).
+    """
+
+    __slots__ = ("_table", "broker_q_mgr", "clock", "counters", "fanout", "state")
+
+    def __init__(
+        self,
+        state: WorkingSet,
+        fanout: Fanout,
+        broker_q_mgr: str,
+        clock: Callable[[], float],
+        counters: Counters,
+    ) -> None:
+        self.state = state
+        self.fanout = fanout
+        self.broker_q_mgr = broker_q_mgr
+        self.clock = clock
+        self.counters = counters
+        self._table: dict[CommandName, Handler] = {
+            CommandName.PUBLISH: self.publish,
+            CommandName.REG_SUB: self.reg_sub,
+            CommandName.DEREG_SUB: self.dereg_sub,
+            CommandName.REQ_UPDATE: self.req_update,
+            CommandName.DELETE_PUB: self.delete_pub,
+            CommandName.REG_PUB: self.reg_pub,
+            CommandName.DEREG_PUB: self.dereg_pub,
+        }
+
+    def run(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        """Run the handler of ``parsed``'s command."""
+        self._table[parsed.command.name](msg, parsed, outcome)
+
+    # ---------------------------------------------------------------- addressing ----
+
+    def _identity(self, md: MQMD, cmd: Command, correl_as_id: bool) -> tuple[str, str, bytes]:
+        """(q_mgr, queue, correl_id) of the subscriber or publisher a command names."""
+        queue = cmd.q_name if cmd.q_name is not None else md.reply_to_q
+        q_mgr = cmd.q_mgr_name if cmd.q_mgr_name is not None else md.reply_to_q_mgr
+        if not queue:
+            parm = "MQPSQName" if cmd.header is HeaderKind.RFH else "QName"
+            raise CommandError(
+                Reason.Q_NAME_ERROR, "no subscriber queue (QName nor ReplyToQ)", parm_id=parm
+            )
+        correl = b""
+        if correl_as_id:
+            correl = cmd.correl_id if cmd.correl_id is not None else md.correl_id
+            if correl == CI_NONE:
+                raise CommandError(Reason.CORREL_ID_ERROR, "CorrelAsId with an all-zero CorrelId")
+        return q_mgr or self.broker_q_mgr, queue, correl
+
+    def _registration_identity(self, msg: InboundMessage, cmd: Command) -> tuple[str, str, bytes]:
+        correl_as_id = bool(cmd.reg_opts & RegOpt.CORREL_ID_AS_IDENTITY)
+        return self._identity(msg.md, cmd, correl_as_id)
+
+    @staticmethod
+    def _command_stream(msg: InboundMessage, cmd: Command) -> str:
+        if cmd.header is HeaderKind.RFH2:
+            return DEFAULT_STREAM
+        return resolve_stream(
+            cmd.stream,
+            msg.queue,
+            msg.implicit_stream_naming,
+            is_stream_command=cmd.name in STREAM_COMMANDS,
+        )
+
+    def _command_patterns(
+        self, msg: InboundMessage, cmd: Command
+    ) -> tuple[Scheme, list[tuple[str, StreamTopic]]]:
+        """(scheme, [(topic as sent, stream topic)]) of a subscription-type command."""
+        parm = _topic_parm(cmd)
+        scheme = Scheme.CHAR if cmd.header is HeaderKind.RFH else Scheme.TOPIC
+        stream = self._command_stream(msg, cmd)
+        out: list[tuple[str, StreamTopic]] = []
+        for raw in cmd.topics:
+            if scheme is Scheme.CHAR and uses_topic_wildcards(raw):
+                raise CommandError(
+                    Reason.TOPIC_ERROR,
+                    "MQRFH subscriptions use '*', '?' and '%'; '#' and '+' are not wildcards here",
+                    parm_id=parm,
+                    value=raw,
+                )
+            full = prefixed_topic(stream, raw)
+            out.append((raw, split_subscription_topic(full, scheme, parm)))
+        return scheme, out
+
+    # ---------------------------------------------------------------- publications --
+
+    def publish(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        cmd = parsed.command
+        parm = _topic_parm(cmd)
+        if cmd.pub_opts & PubOpt.IS_RETAINED_PUBLICATION:
+            raise CommandError(
+                Reason.PUB_OPTIONS_ERROR, "IsRetainedPub is set by brokers only", parm_id=parm
+            )
+        stream = self._command_stream(msg, cmd)
+        topics: list[StreamTopic] = []
+        for raw in cmd.topics:
+            if cmd.header is HeaderKind.RFH:
+                literal = decode_char_publication_topic(raw, parm)
+            else:
+                literal = check_topic_pattern(raw, parm)
+            topics.append(split_topic(prefixed_topic(stream, literal)))
+        streams = {t.stream for t in topics}
+        if len(streams) != 1:
+            raise CommandError(
+                Reason.STREAM_ERROR, "one publication cannot span streams", parm_id=parm
+            )
+        stream = topics[0].stream
+        md = msg.md
+        correl_as_id = bool(
+            cmd.pub_opts & PubOpt.CORREL_ID_AS_IDENTITY
+            or cmd.reg_opts & RegOpt.CORREL_ID_AS_IDENTITY
+        )
+        queue = cmd.q_name if cmd.q_name is not None else md.reply_to_q
+        q_mgr = (
+            cmd.q_mgr_name if cmd.q_mgr_name is not None else md.reply_to_q_mgr
+        ) or self.broker_q_mgr
+        correl = b""
+        if queue and correl_as_id:
+            correl = md.correl_id
+            if correl == CI_NONE:
+                raise CommandError(Reason.CORREL_ID_ERROR, "CorrelAsId with an all-zero CorrelId")
+        pub = Publication(
+            stream=stream,
+            topics=[t.topic for t in topics],
+            payload=parsed.payload,
+            payload_format=parsed.payload_format,
+            payload_encoding=parsed.payload_encoding,
+            payload_ccsid=parsed.payload_ccsid,
+            persistence=md.persistence,
+            priority=md.priority,
+            expiry=md.expiry,
+            pub_opts=int(cmd.pub_opts),
+            pub_time=cmd.pub_time,
+            seq_num=cmd.seq_num,
+            int_data=list(cmd.int_data),
+            string_data=list(cmd.string_data),
+            user_pairs=list(cmd.user_pairs),
+            extra_folders=list(parsed.extra_folders),
+            publisher_q_mgr=q_mgr if queue else "",
+            publisher_queue=queue,
+            direct_requests=bool(cmd.reg_opts & RegOpt.DIRECT_REQUESTS),
+            put_date=md.put_date,
+            put_time=md.put_time,
+            msg_id=md.msg_id,
+            correl_id=md.correl_id,
+            user_identifier=md.user_identifier,
+            header="MQRFH" if cmd.header is HeaderKind.RFH else "MQRFH2",
+        )
+        pub.origin, pub.extra_folders = split_origin(pub.extra_folders)
+        self.counters.publications += 1
+        state = self.state
+        if queue and not cmd.pub_opts & PubOpt.NO_REGISTRATION:
+            for t in pub.topics:
+                reg = Publisher(stream, t, q_mgr, queue, correl, int(cmd.reg_opts))
+                known = state.publishers.get(reg.key)
+                if known is None or known.reg_opts != reg.reg_opts:
+                    state.upsert_publisher(reg, outcome.mutations)
+        now = self.clock()
+        if cmd.pub_opts & PubOpt.RETAIN_PUBLICATION:
+            for t in pub.topics:
+                one = dataclasses.replace(
+                    pub, topics=[t], pub_opts=int(cmd.pub_opts & ~PubOpt.RETAIN_PUBLICATION)
+                )
+                state.put_retained(RetainedPublication(stream, t, one, now), outcome.mutations)
+        exclude: tuple[str, str, bytes] | None = None
+        if cmd.pub_opts & PubOpt.OTHER_SUBSCRIBERS_ONLY and queue:
+            exclude = (q_mgr, queue, correl)
+        outcome.deliveries.extend(
+            self.fanout.publication_deliveries(pub, exclude, outcome.mutations)
+        )
+
+    def delete_pub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        scheme, patterns = self._command_patterns(msg, parsed.command)
+        origin, _ = split_origin(parsed.extra_folders)
+        for _raw, st in patterns:
+            bucket = self.state.retained.get(st.stream, {})
+            for topic in [t for t in bucket if match_pattern(scheme, st.topic, t)]:
+                deleted = bucket[topic].publication
+                self.state.delete_retained(st.stream, topic, outcome.mutations)
+                outcome.deliveries.extend(self.fanout.deletion_deliveries(deleted, topic, origin))
+
+    # ---------------------------------------------------------------- subscriptions -
+
+    def reg_sub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        cmd = parsed.command
+        md = msg.md
+        q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        scheme, patterns = self._command_patterns(msg, cmd)
+        fmt = SubFormat.RFH if cmd.header is HeaderKind.RFH else SubFormat.RFH2
+        now = self.clock()
+        for _raw, st in patterns:
+            sub = Subscription(
+                stream=st.stream,
+                topic=st.topic,
+                scheme=scheme,
+                destination=Destination(q_mgr, queue),
+                fmt=fmt,
+                correl_id=correl,
+                reg_opts=int(cmd.reg_opts),
+                sub_name=cmd.sub_name,
+                sub_identity=cmd.sub_identity,
+                sub_user_data=cmd.sub_user_data,
+                user_identifier=md.user_identifier,
+                accounting_token=md.accounting_token,
+                appl_identity_data=md.appl_identity_data,
+                created=now,
+                expires_at=now + md.expiry / 10 if md.expiry > 0 else 0.0,
+            )
+            existing = self.state.subs.get(sub.key)
+            if existing is not None:
+                _check_owner(existing, md.user_identifier, cmd)
+                if cmd.reg_opts & RegOpt.NO_ALTERATION:
+                    sub = existing
+                else:
+                    sub.created = existing.created
+                    self.state.upsert_sub(sub, outcome.mutations)
+            else:
+                self.state.upsert_sub(sub, outcome.mutations)
+            if not sub.reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
+                outcome.deliveries.extend(self.fanout.retained_deliveries(sub, sub.topic))
+
+    def dereg_sub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        cmd = parsed.command
+        q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        parm = _topic_parm(cmd)
+        dest = Destination(q_mgr, queue)
+        if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
+            stream = self._command_stream(msg, cmd) if cmd.header is HeaderKind.RFH else None
+            keys = [
+                k
+                for k, s in self.state.subs.items()
+                if s.destination == dest
+                and s.correl_id == correl
+                and (stream is None or s.stream == stream)
+                and (not cmd.sub_name or s.sub_name == cmd.sub_name)
+            ]
+            if not keys:
+                raise CommandRefusedError(Reason.NOT_REGISTERED, "no subscriptions to deregister")
+            for k in keys:
+                self.state.delete_sub(k, outcome.mutations)
+            return
+        scheme, patterns = self._command_patterns(msg, cmd)
+        missing: list[str] = []
+        for raw, st in patterns:
+            key: SubKey = (st.stream, int(scheme), st.topic, q_mgr, queue, "", correl)
+            existing = self.state.subs.get(key)
+            if existing is not None:
+                _check_owner(existing, msg.md.user_identifier, cmd)
+                self.state.delete_sub(key, outcome.mutations)
+            else:
+                missing.append(raw)
+        if len(missing) == len(patterns):
+            raise CommandRefusedError(
+                Reason.NOT_REGISTERED,
+                f"not registered for {missing[0]!r}",
+                parm_id=parm,
+                value=missing[0],
+            )
+        if missing:  # some topics deregistered: a warning names the first missing one
+            outcome.comp_code = CompCode.WARNING
+            outcome.reason = Reason.NOT_REGISTERED
+            outcome.detail = ResponseDetail(parm, missing[0])
+
+    def req_update(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        cmd = parsed.command
+        q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        scheme, patterns = self._command_patterns(msg, cmd)
+        parm = _topic_parm(cmd)
+        raw, st = patterns[0]
+        key: SubKey = (st.stream, int(scheme), st.topic, q_mgr, queue, "", correl)
+        sub = self.state.subs.get(key)
+        if sub is None:
+            raise CommandRefusedError(
+                Reason.NOT_REGISTERED, f"no subscription for {raw!r}", parm_id=parm, value=raw
+            )
+        deliveries = self.fanout.retained_deliveries(sub, sub.topic)
+        if not deliveries:
+            raise CommandRefusedError(
+                Reason.NO_RETAINED_MSG, f"nothing retained for {raw!r}", parm_id=parm, value=raw
+            )
+        outcome.deliveries.extend(deliveries)
+
+    # ---------------------------------------------------------------- publishers ----
+
+    def reg_pub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        cmd = parsed.command
+        q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        stream = self._command_stream(msg, cmd)
+        regs: list[Publisher] = []
+        for raw in cmd.topics:
+            literal = decode_char_publication_topic(raw, "MQPSTopic")
+            st = split_topic(prefixed_topic(stream, literal))
+            regs.append(Publisher(st.stream, st.topic, q_mgr, queue, correl, int(cmd.reg_opts)))
+        for reg in regs:
+            self.state.upsert_publisher(reg, outcome.mutations)
+
+    def dereg_pub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
+        cmd = parsed.command
+        ident = self._registration_identity(msg, cmd)
+        stream = self._command_stream(msg, cmd)
+        publishers = self.state.publishers
+        if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
+            keys = [
+                k
+                for k, p in publishers.items()
+                if (p.q_mgr, p.queue, p.correl_id) == ident and p.stream == stream
+            ]
+        else:
+            keys = []
+            for raw in cmd.topics:
+                compiled = compile_char_pattern(prefixed_topic(stream, raw), "MQPSTopic")
+                for k, p in publishers.items():
+                    if (p.q_mgr, p.queue, p.correl_id) == ident and compiled.matches(
+                        prefixed_topic(p.stream, p.topic)
+                    ):
+                        keys.append(k)
+        if not keys:
+            raise CommandRefusedError(Reason.NOT_REGISTERED, "publisher not registered")
+        for k in keys:
+            self.state.delete_publisher(k, outcome.mutations)
+
+
+def _check_owner(existing: Subscription, user_id: str, cmd: Command) -> None:
+    """An identity belongs to the user that registered it unless VariableUserId."""
+    if existing.user_identifier == user_id:
+        return
+    if existing.reg_opts & RegOpt.VARIABLE_USER_ID and cmd.reg_opts & RegOpt.VARIABLE_USER_ID:
+        return
+    raise CommandRefusedError(
+        Reason.DUPLICATE_IDENTITY,
+        f"subscriber identity is registered by user {existing.user_identifier!r}",
+    )

@@ -1,0 +1,162 @@
+"""The engine's working set: what the broker remembers, in memory, for one unit of work.
+
+Why its own module: the command handlers change subscriptions, publishers and retained
+publications at once (a later message of the same batch must see the change), yet the
+store may only learn of them when the MQ unit of work commits. So every change is made
+here, queued as a store :class:`~gateway.pubsub.store.Mutation` and logged with its undo;
+:meth:`WorkingSet.commit` writes the mutations, :meth:`WorkingSet.rollback` undoes them.
+See docs/pubsub.md ("Units of work").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.pubsub.records import PubKey, Publisher, RetainedPublication, SubKey, Subscription
+from gateway.pubsub.store import (
+    DeletePublisher,
+    DeleteRetained,
+    DeleteSubscription,
+    Mutation,
+    PubSubStore,
+    PutRetained,
+    UpsertPublisher,
+    UpsertSubscription,
+)
+from gateway.pubsub.topics import TopicIndex
+
+__all__ = ["WorkingSet"]
+
+
+class WorkingSet:
+    """Subscriptions (with a topic index per stream), publishers and retained
+    publications, plus the pending store mutations and their undo log.
+
+    The mapping attributes are read directly by the matching code (hot path); change
+    them only through the methods, which record the mutation and its undo.
+    """
+
+    __slots__ = ("_undo", "index", "pending", "publishers", "retained", "subs")
+
+    def __init__(self) -> None:
+        self.subs: dict[SubKey, Subscription] = {}
+        self.index: dict[str, TopicIndex[SubKey]] = {}
+        self.publishers: dict[PubKey, Publisher] = {}
+        #: stream -> topic -> retained publication
+        self.retained: dict[str, dict[str, RetainedPublication]] = {}
+        #: Store mutations made since the last commit/rollback, in order.
+        self.pending: list[Mutation] = []
+        self._undo: list[Callable[[], None]] = []
+
+    @classmethod
+    def load(cls, store: PubSubStore) -> WorkingSet:
+        """The working set as the store last committed it."""
+        ws = cls()
+        snap = store.load()
+        for sub in snap.subscriptions:
+            ws._put_sub(sub)
+        for pub in snap.publishers:
+            ws.publishers[pub.key] = pub
+        for ret in snap.retained:
+            ws.retained.setdefault(ret.stream, {})[ret.topic] = ret
+        return ws
+
+    # ---------------------------------------------------------------- unit of work --
+
+    def commit(self, store: PubSubStore) -> None:
+        """Write the pending mutations to ``store`` (one atomic batch)."""
+        if self.pending:
+            store.apply(self.pending)
+        self.pending.clear()
+        self._undo.clear()
+
+    def rollback(self) -> None:
+        """Forget the pending mutations and undo them in memory."""
+        self.undo_since(0)
+        self.pending.clear()
+
+    def mark(self) -> int:
+        """A point in the undo log to return to with :meth:`undo_since`."""
+        return len(self._undo)
+
+    def undo_since(self, mark: int) -> None:
+        """Undo, newest first, every change made after ``mark`` (a failed command)."""
+        for undo in reversed(self._undo[mark:]):
+            undo()
+        del self._undo[mark:]
+
+    # ---------------------------------------------------------------- changes -------
+    # Each applies the change, logs its undo and appends the store mutation to ``out``
+    # (the command's own list: a failed command's mutations are dropped with it).
+
+    def upsert_sub(self, sub: Subscription, out: list[Mutation]) -> None:
+        previous = self.subs.get(sub.key)
+        self._put_sub(sub)
+        self._undo.append(
+            (lambda: self._drop_sub(sub.key))
+            if previous is None
+            else (lambda: self._put_sub(previous))
+        )
+        out.append(UpsertSubscription(sub))
+
+    def delete_sub(self, key: SubKey, out: list[Mutation]) -> None:
+        previous = self.subs.get(key)
+        if previous is None:
+            return
+        self._drop_sub(key)
+        self._undo.append(lambda: self._put_sub(previous))
+        out.append(DeleteSubscription(key))
+
+    def upsert_publisher(self, pub: Publisher, out: list[Mutation]) -> None:
+        previous = self.publishers.get(pub.key)
+        self.publishers[pub.key] = pub
+
+        def undo() -> None:
+            if previous is None:
+                self.publishers.pop(pub.key, None)
+            else:
+                self.publishers[pub.key] = previous
+
+        self._undo.append(undo)
+        out.append(UpsertPublisher(pub))
+
+    def delete_publisher(self, key: PubKey, out: list[Mutation]) -> None:
+        previous = self.publishers.pop(key, None)
+        if previous is None:
+            return
+        self._undo.append(lambda: self.publishers.__setitem__(key, previous))
+        out.append(DeletePublisher(key))
+
+    def put_retained(self, ret: RetainedPublication, out: list[Mutation]) -> None:
+        bucket = self.retained.setdefault(ret.stream, {})
+        previous = bucket.get(ret.topic)
+        bucket[ret.topic] = ret
+
+        def undo() -> None:
+            if previous is None:
+                bucket.pop(ret.topic, None)
+            else:
+                bucket[ret.topic] = previous
+
+        self._undo.append(undo)
+        out.append(PutRetained(ret))
+
+    def delete_retained(self, stream: str, topic: str, out: list[Mutation]) -> None:
+        bucket = self.retained.get(stream, {})
+        previous = bucket.pop(topic, None)
+        if previous is None:
+            return
+        self._undo.append(lambda: bucket.__setitem__(topic, previous))
+        out.append(DeleteRetained(stream, topic))
+
+    def _put_sub(self, sub: Subscription) -> None:
+        self.subs[sub.key] = sub
+        index = self.index.get(sub.stream)
+        if index is None:
+            index = self.index[sub.stream] = TopicIndex()
+        index.add(sub.key, sub.scheme, sub.topic)
+
+    def _drop_sub(self, key: SubKey) -> None:
+        sub = self.subs.pop(key, None)
+        if sub is not None:
+            self.index[sub.stream].remove(key)
