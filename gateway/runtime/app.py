@@ -24,7 +24,6 @@ from gateway.mq.port import MQError, OpenOption, QueueAttr, QueueManager
 from gateway.plugin_api import PluginError, PluginInstance
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import DEAD_LETTER_QUEUE, BrokerConfig, BrokerError, BrokerService
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
     IBMMQQueueManagerConfig,
@@ -33,6 +32,12 @@ from gateway.runtime.config import (
 from gateway.runtime.errors import GatewayRuntimeError
 from gateway.runtime.metrics import GatewayMetrics, HealthServer
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import (
+    DEAD_LETTER_QUEUE,
+    BrokerConfig,
+    BrokerError,
+    BrokerService,
+)
 from gateway.runtime.registry import PluginRegistry
 
 log = logging.getLogger(__name__)

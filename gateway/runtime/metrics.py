@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gateway.plugin_api import Delivery
-from gateway.runtime.broker import BrokerService
+from gateway.plugin_api import Envelope
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.put_time import put_time_ms
 
 log = logging.getLogger(__name__)
@@ -55,17 +55,15 @@ class GatewayMetrics:
         )
         self.registry.register(_Collector(service, host, queue_depths))
 
-    def observe(self, plugin: str, deliveries: Sequence[Delivery]) -> None:
-        """Record end-to-end latency of acknowledged deliveries (sink observer)."""
+    def observe(self, plugin: str, envelopes: Sequence[Envelope]) -> None:
+        """Record end-to-end latency of acknowledged envelopes (sink observer)."""
         now = time.time()
         child = self.latency.labels(plugin)
-        for d in deliveries:
-            pub = d.publication
-            if d.retained:
+        for e in envelopes:
+            if e.from_retained_store:
                 continue  # a retained re-send is not a new publication's latency
-            ts = put_timestamp(pub.put_date, pub.put_time)
-            if ts is not None:
-                child.observe(max(0.0, now - ts))
+            if e.put_time_ms is not None:
+                child.observe(max(0.0, now - e.put_time_ms / 1000))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

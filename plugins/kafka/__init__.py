@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Delivery, PluginContext, PluginError
+from gateway.plugin_api import Envelope, PluginContext, PluginError
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError, TopicCollisionError
 from plugins.kafka.mapping import TopicRouter
@@ -65,7 +65,7 @@ class KafkaInstance:
             await self.stop()
             raise
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, deliveries: Sequence[Envelope]) -> None:
         if self.sink is None:
             raise KafkaPluginError(
                 f"kafka instance {self._name!r} received deliveries but outbound is disabled "

@@ -23,7 +23,7 @@ from aiokafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from gateway.plugin_api import Delivery
+from gateway.plugin_api import Envelope
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError, KafkaSendError
 from plugins.kafka.mapping import (
@@ -181,7 +181,7 @@ class KafkaSink:
         self.producer = producer
         self._healthy = True
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, deliveries: Sequence[Envelope]) -> None:
         """Produce every record of ``deliveries`` in order; return once all are acked."""
         producer = self.producer
         if producer is None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Delivery, PluginContext, PluginError
+from gateway.plugin_api import Envelope, PluginContext, PluginError
 from plugins.memory.bus import MemoryBus, get_bus, reset_buses
 from plugins.memory.config import MemoryConfig
 from plugins.memory.mapping import Record
@@ -50,7 +50,7 @@ class MemoryInstance:
         self._source = MemorySource(self.bus, context.publisher, self.config.batch_size)
         self._source.start()
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, deliveries: Sequence[Envelope]) -> None:
         await self._sink.send(deliveries)
 
     async def flush(self) -> None:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.plugin_api import Delivery, PluginError
+from gateway.plugin_api import Envelope, PluginError
 from plugins.memory.bus import MemoryBus
 from plugins.memory.mapping import record_json, record_of
 
@@ -17,7 +17,7 @@ class MemorySink:
         self.bus = bus
         self.record_file = record_file
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, deliveries: Sequence[Envelope]) -> None:
         if self.bus.down:
             self.bus.refused_sends += 1
             raise PluginError(f"memory bus {self.bus.name!r} is down", retriable=True)

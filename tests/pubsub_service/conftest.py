@@ -10,7 +10,7 @@ import pytest
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 
 QUEUES = """
 DEFINE QLOCAL('StreamX') DEFPSIST(YES) REPLACE

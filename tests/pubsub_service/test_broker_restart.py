@@ -12,7 +12,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from tests.support.pubsub_messages import CONTROL, DEFAULT, rfh_message
 from tests.support.service_client import drain, put, settle
 

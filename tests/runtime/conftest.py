@@ -11,8 +11,8 @@ import pytest
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from plugins.memory import reset_buses
 
 QUEUES = """

@@ -8,7 +8,7 @@ import time
 
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption, PutOptions, QueueManager
 from gateway.pubsub.outcome import InboundMessage
-from gateway.runtime.broker import BrokerService
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.reasons import Reason
 from tests.support.pubsub_messages import Received, decode
 

@@ -16,8 +16,8 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.outcome import InboundMessage
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from plugins.kafka import KafkaInstance, KafkaPluginConfig, plugin
 from tests.support.pubsub_messages import Received, decode
 from tests.support.service_client import drain_raw, put

@@ -23,8 +23,8 @@ from gateway.devstack.process import ServiceProcess, spawn
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.wire.mqmd import MQMD
 from plugins.mqtt import MqttConfig, MqttInstance, plugin
 from tests.support.pubsub_messages import Received, decode, rfh2_message, rfh_message
