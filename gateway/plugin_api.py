@@ -80,6 +80,7 @@ __all__ = [
     "PluginInstance",
     "PublishRefusedError",
     "Publisher",
+    "ReportsStats",
     "Scheme",
     "Sink",
     "split_unified_topic",
@@ -277,6 +278,15 @@ class PluginInstance(Protocol):
     def healthy(self) -> bool:
         """True while connected and able to make progress (for /healthz)."""
         ...
+
+
+@runtime_checkable
+class ReportsStats(Protocol):
+    """Optional for a :class:`PluginInstance`: its own counters (and 0/1 states), read at
+    each ``/metrics`` scrape and exported as ``mqgw_plugin_stat{plugin, stat}``; e.g. the
+    Kafka source's ``inbound_commit_failures``. Cheap: no I/O, no locking."""
+
+    def stats(self) -> Mapping[str, int]: ...
 
 
 @runtime_checkable

@@ -162,7 +162,9 @@ class GatewayApp:
                 raise GatewayRuntimeError(f"plugin instance {inst_cfg.name}: {exc}") from exc
             host.attach(instance)  # sinks exist before the first batch is served
             instances.append(instance)
-        self.metrics = GatewayMetrics(service, host, self._current_depths)
+        self.metrics = GatewayMetrics(
+            service, host, self._current_depths, lambda: self.plugin_start_errors
+        )
         host.observer = self.metrics.observe
         await self._sample_depths()
         try:

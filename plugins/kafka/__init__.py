@@ -8,6 +8,7 @@ entry point ``kafka`` names.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from pydantic import BaseModel
 
@@ -85,6 +86,15 @@ class KafkaInstance:
         sink, self.sink = self.sink, None
         if sink is not None:
             await sink.stop()
+
+    def stats(self) -> dict[str, int]:
+        """Counters for metrics (``inbound_*`` from the source, e.g.
+        ``inbound_commit_failures``); no per-record logging happens anywhere."""
+        out: dict[str, int] = {}
+        if self.source is not None:
+            for key, value in asdict(self.source.counters).items():
+                out[f"inbound_{key}"] = value
+        return out
 
     def healthy(self) -> bool:
         outbound_ok = self.router is None or (self.sink is not None and self.sink.healthy)
