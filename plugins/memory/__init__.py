@@ -51,6 +51,9 @@ class MemoryInstance:
         self._source.start()
 
     async def send(self, deliveries: Sequence[Envelope]) -> None:
+        if self._source is None:
+            # The plugin contract: a send before start (or after stop) fails retriably.
+            raise PluginError(f"memory instance {self._name!r} is not started", retriable=True)
         await self._sink.send(deliveries)
 
     async def flush(self) -> None:

@@ -45,3 +45,6 @@ class BrokerConfig(BaseModel):
     #: While a sink is down its batch stays uncommitted and retried in place: the MQ
     #: messages wait on their queue (back-pressure) and their BackoutCount does not grow.
     sink_retry_max_delay: float = Field(default=5.0, gt=0.0)
+    #: Pause between attempts to reconnect a serviced queue after its connection broke
+    #: (seconds).
+    reconnect_delay: float = Field(default=2.0, ge=0.0)

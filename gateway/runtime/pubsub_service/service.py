@@ -342,7 +342,7 @@ class BrokerService:
                 new = await self.qm.connect()
             except MQError as exc:
                 log.error("reconnect for %s failed: %s", q.name, exc)
-                await self._pause(2.0)
+                await self._pause(self.config.reconnect_delay)
                 continue
             try:
                 return new, await self._open_input(new, q.name, q.implicit_stream_naming)
@@ -352,9 +352,9 @@ class BrokerService:
                 if not isinstance(exc, MQError):
                     raise
                 log.error("reopening %s after reconnect failed: %s", q.name, exc)
-                await self._pause(2.0)
+                await self._pause(self.config.reconnect_delay)
                 log.error("reconnect for %s failed: %s", q.name, exc)
-                await self._pause(2.0)
+                await self._pause(self.config.reconnect_delay)
         return conn, q
 
     async def process_batch(self, conn: Connection, q: _InputQueue, dlq: str) -> int:

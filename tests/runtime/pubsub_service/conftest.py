@@ -1,4 +1,5 @@
-"""Fixtures for the broker service on the embedded queue manager."""
+"""Fixtures for the publish/subscribe service on the embedded queue manager (the shared
+in-process gateway of ``tests.support.gateway``, its service started, no plugins)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.pubsub.engine import PubSubEngine
-from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from tests.support.gateway import InProcessGateway, build_gateway
 
 QUEUES = """
 DEFINE QLOCAL('StreamX') DEFPSIST(YES) REPLACE
@@ -22,16 +22,6 @@ DEFINE QLOCAL(SUB2.Q) REPLACE
 DEFINE QLOCAL(REPLY.Q) REPLACE
 DEFINE QLOCAL(PUB.BACKOUT) REPLACE
 """
-
-
-@pytest.fixture
-async def qm(tmp_path: Path) -> AsyncIterator[EmbeddedQueueManager]:
-    qmgr = EmbeddedQueueManager("QM1", tmp_path / "qm")
-    qmgr.run_mqsc(QUEUES, stop_on_error=True)
-    try:
-        yield qmgr
-    finally:
-        await qmgr.close()
 
 
 @pytest.fixture
@@ -47,14 +37,20 @@ def config() -> BrokerConfig:
 
 
 @pytest.fixture
-async def service(
-    qm: EmbeddedQueueManager, config: BrokerConfig, tmp_path: Path
-) -> AsyncIterator[BrokerService]:
-    store = SqliteStore(tmp_path / "pubsub.db", synchronous="NORMAL")
-    svc = BrokerService(qm, PubSubEngine(qm.name, store), config)
-    await svc.start()
+async def gateway(tmp_path: Path, config: BrokerConfig) -> AsyncIterator[InProcessGateway]:
+    gw = build_gateway(tmp_path, mqsc=QUEUES, config=config)
     try:
-        yield svc
+        yield gw
     finally:
-        await svc.stop()
-        store.close()
+        await gw.close()
+
+
+@pytest.fixture
+def qm(gateway: InProcessGateway) -> EmbeddedQueueManager:
+    return gateway.qm
+
+
+@pytest.fixture
+async def service(gateway: InProcessGateway) -> BrokerService:
+    await gateway.service.start()
+    return gateway.service

@@ -180,18 +180,14 @@ class _TrackingQM:
 
 
 async def test_reconnect_disconnects_a_connection_whose_open_failed(
-    qm: EmbeddedQueueManager, config: BrokerConfig, monkeypatch: pytest.MonkeyPatch
+    qm: EmbeddedQueueManager, config: BrokerConfig
 ) -> None:
     from gateway.pubsub.engine import PubSubEngine
     from gateway.pubsub.store import MemoryStore
 
     tqm = _TrackingQM(qm)
+    config.reconnect_delay = 0.0  # the public seam: no pause between attempts
     svc = BrokerService(tqm, PubSubEngine(qm.name, MemoryStore()), config)  # type: ignore[arg-type]
-
-    async def no_pause(seconds: float) -> None:
-        await asyncio.sleep(0)
-
-    monkeypatch.setattr(svc, "_pause", no_pause)
     old = await tqm.connect()
     q = await svc._open_input(old, "StreamX", True)
     tqm.fail_opens = 2

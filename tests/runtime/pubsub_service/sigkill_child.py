@@ -14,7 +14,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
-from tests.pubsub_service.conftest import QUEUES
+from tests.runtime.pubsub_service.conftest import QUEUES
 from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 from tests.support.service_client import drain, put, settle
 
