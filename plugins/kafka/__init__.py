@@ -66,14 +66,14 @@ class KafkaInstance:
             await self.stop()
             raise
 
-    async def send(self, deliveries: Sequence[Envelope]) -> None:
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
         if self.sink is None:
             raise KafkaPluginError(
-                f"kafka instance {self._name!r} received deliveries but outbound is disabled "
+                f"kafka instance {self._name!r} received envelopes but outbound is disabled "
                 "or not started",
                 retriable=True,
             )
-        await self.sink.send(deliveries)
+        await self.sink.send(envelopes)
 
     async def flush(self) -> None:
         if self.sink is not None:

@@ -50,11 +50,11 @@ class MemoryInstance:
         self._source = MemorySource(self.bus, context.publisher, self.config.batch_size)
         self._source.start()
 
-    async def send(self, deliveries: Sequence[Envelope]) -> None:
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
         if self._source is None:
             # The plugin contract: a send before start (or after stop) fails retriably.
             raise PluginError(f"memory instance {self._name!r} is not started", retriable=True)
-        await self._sink.send(deliveries)
+        await self._sink.send(envelopes)
 
     async def flush(self) -> None:
         return None  # send() returns only once recorded: nothing is in flight

@@ -1,6 +1,6 @@
 """Outbound: envelopes → MQTT publications (the instance's sink half).
 
-``send`` publishes one MQ unit of work's deliveries, pipelined and in order, and returns
+``send`` publishes one MQ unit of work's envelopes, pipelined and in order, and returns
 only after every PUBACK (QoS 1) / PUBCOMP (QoS 2) arrived; any failure (connection down,
 timeout, a broker refusal) raises, the broker service backs the MQ unit of work out and
 the publications are offered again: at-least-once, nothing lost while MQTT is down.
@@ -63,17 +63,17 @@ def to_outgoing(envelope: Envelope, config: OutboundConfig, *, v5: bool) -> Outg
 
 
 class MqttSink:
-    """Publishes deliveries through the instance's connection."""
+    """Publishes envelopes through the instance's connection."""
 
     def __init__(self, config: OutboundConfig, connection: MqttConnection) -> None:
         self.config = config
         self.connection = connection
         self.counters = SinkCounters()
 
-    async def send(self, deliveries: Sequence[Envelope]) -> None:
-        if not deliveries:
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
+        if not envelopes:
             return
-        messages = [to_outgoing(d, self.config, v5=self.connection.v5) for d in deliveries]
+        messages = [to_outgoing(d, self.config, v5=self.connection.v5) for d in envelopes]
         try:
             await self.connection.publish_all(messages, self.config.ack_timeout)
         except BaseException:
@@ -82,4 +82,4 @@ class MqttSink:
         c = self.counters
         c.units_of_work += 1
         c.published += len(messages)
-        c.deletions += sum(1 for d in deliveries if d.delete)
+        c.deletions += sum(1 for d in envelopes if d.delete)
