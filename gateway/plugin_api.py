@@ -250,8 +250,9 @@ class PluginContext(Protocol):
 
 
 @runtime_checkable
-class PluginInstance(Protocol):
-    """One configured instance of a plugin (e.g. the ``kafka`` plugin towards one cluster)."""
+class PluginInstance(Sink, Protocol):
+    """One configured instance of a plugin (e.g. the ``kafka`` plugin towards one cluster):
+    a :class:`Sink` of the engine with a lifetime."""
 
     @property
     def name(self) -> str:
@@ -261,10 +262,6 @@ class PluginInstance(Protocol):
     async def start(self, context: PluginContext) -> None:
         """Connect, subscribe to what the config maps outbound, start inbound consumers.
         Raise PluginError with a clear message when the config cannot work."""
-        ...
-
-    async def send(self, envelopes: Sequence[Envelope]) -> None:
-        """Outbound: hand over one MQ unit of work's envelopes; return once acknowledged."""
         ...
 
     async def flush(self) -> None:
