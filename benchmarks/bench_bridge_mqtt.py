@@ -31,8 +31,8 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import PutOptions
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.wire.constants import Persistence
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING

@@ -28,7 +28,7 @@ from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.outcome import InboundMessage
 from gateway.pubsub.store import MemoryStore
 from gateway.pubsub.topics import Scheme, TopicIndex
-from gateway.runtime.broker import BrokerConfig, BrokerService
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService
 from gateway.wire.constants import MsgType, Persistence
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2, FMT_STRING

@@ -9,29 +9,36 @@ Two directions, each with the acknowledgement travelling with the data (Redpanda
 Connect's rule):
 
 * **outbound** (MQ → plugin): the instance is a *sink* subscriber of the engine. Its
-  :meth:`PluginInstance.send` gets every delivery of one MQ unit of work for it and returns
+  :meth:`Sink.send` gets the envelopes of one MQ unit of work for it and returns
   only when the target broker has them safely (Kafka acks=all, MQTT PUBACK/PUBCOMP).
   Raising backs the MQ unit of work out, so the publications are offered again: outbound
   delivery is at-least-once and MQ messages wait on their queue while a plugin is down.
 * **inbound** (plugin → MQ): the instance calls :meth:`Publisher.publish` with a batch of
-  :class:`InboundPublication`; it returns only after the MQ unit of work carrying them has
+  :class:`Envelope`; it returns only after the MQ unit of work carrying them has
   committed. Only then may the instance acknowledge upstream (commit Kafka offsets, send
   the MQTT PUBACK).
 
+The data travels as one MQ-neutral type, :class:`Envelope`, in both directions: the
+runtime turns each engine delivery into an envelope once (``gateway.runtime.envelopes``)
+and turns each envelope a plugin publishes into an MQRFH2 Publish command
+(``gateway.pubsub.command_encoding``). Plugins never see an MQMD, an MQRFH2 folder or a
+``$SYS/STREAM/`` topic, so they import nothing but this module (and their client
+libraries). ``InboundPublication`` is the same type under the name the inbound side
+has always used.
+
 Details every plugin relies on:
 
-* ``Delivery.deleted`` is True when a DeletePublication removed the retained publication
-  on ``Delivery.topic``: ``body`` is empty, ``publication`` describes what was deleted,
-  ``retained`` is True. Mirror it (Kafka tombstone, MQTT empty retained message).
-* ``Publication`` carries the publishing message's identity for sinks: ``msg_id``,
-  ``correl_id`` (24 raw bytes), ``user_identifier``, ``put_date``/``put_time`` (MQMD
-  PutDate/PutTime) and ``header`` (``"MQRFH"``/``"MQRFH2"``); a sink delivery's ``md``
-  carries the same MsgId/CorrelId/UserIdentifier/PutDate/PutTime.
-* ``Publication.origin`` names the instance a publication came in through; the engine
-  never delivers it back to that instance (no bridging loops), retained ones included.
+* ``Envelope.delete`` (outbound) is True when a DeletePublication removed the retained
+  publication on ``topic``: ``payload`` is empty, ``retain`` is True. Mirror it (Kafka
+  tombstone, MQTT empty retained message).
+* ``Envelope.retain`` is True when the publication is (or replaces) the retained one of
+  its topic; ``from_retained_store`` when it was handed over from the retained store on
+  (re)subscription rather than published live just now.
+* ``Envelope.origin`` names the instance a publication came in through; the engine never
+  delivers it back to that instance (no bridging loops), retained ones included.
 * ``send`` raising an exception with ``retriable = True`` (:class:`PluginError`
   ``retriable=True``; wrap connection errors in it) means "target down": the broker
-  keeps the MQ unit of work open and calls ``send`` again with the same deliveries
+  keeps the MQ unit of work open and calls ``send`` again with the same envelopes
   (jittered backoff up to ``broker.sink_retry_max_delay``), so MQ messages wait on their
   queue. Any other exception backs the unit of work out (BackoutCount + 1; after the
   queue's BOTHRESH the message is moved to the backout/dead-letter queue). Until
@@ -46,36 +53,38 @@ Details every plugin relies on:
   skip or dead-letter it, never retry it.
 * The runtime implementation is ``gateway.runtime.plugin_host`` (``PluginHost``,
   ``HostedPluginContext``, ``MQPublisher``); tests may build those directly over an
-  ``EmbeddedQueueManager`` and a ``BrokerService``.
+  ``EmbeddedQueueManager`` and a ``StreamService``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from gateway.pubsub.outcome import Delivery
-from gateway.pubsub.records import Publication
-from gateway.pubsub.streams import DEFAULT_STREAM
+from gateway.pubsub.command_encoding import USR_PROPERTY_NAME
+from gateway.pubsub.streams import DEFAULT_STREAM, STREAM_PREFIX, prefixed_topic, split_topic
 from gateway.pubsub.topics import Scheme
 
 __all__ = [
     "DEFAULT_STREAM",
     "PROPERTY_NAME",
-    "Delivery",
+    "STREAM_PREFIX",
+    "Envelope",
     "InboundPublication",
     "Plugin",
     "PluginContext",
     "PluginError",
     "PluginInstance",
-    "Publication",
     "PublishRefusedError",
     "Publisher",
+    "ReportsStats",
     "Scheme",
+    "Sink",
+    "split_unified_topic",
+    "unified_topic",
 ]
 
 
@@ -98,41 +107,118 @@ class PublishRefusedError(PluginError):
         self.index = index
 
 
-#: What the runtime accepts as an :attr:`InboundPublication.properties` name: an MQRFH2
-#: ``usr`` element name (reference §4.3 MQRFH2 folders).
-PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+#: What the runtime accepts as an :attr:`Envelope.properties` name on the way in: an
+#: MQRFH2 ``usr`` element name (reference §4.3 MQRFH2 folders).
+PROPERTY_NAME = USR_PROPERTY_NAME
 
 
-@dataclass(slots=True)
-class InboundPublication:
-    """One publication a plugin brings into the MQ publish/subscribe network.
+def unified_topic(stream: str, topic: str) -> str:
+    """The engine's unified form of ``topic`` in ``stream`` (``$SYS/STREAM/<s>/<topic>``
+    for a named stream, the topic itself on the default stream): what
+    :meth:`PluginContext.subscribe` takes."""
+    return prefixed_topic(stream, topic)
 
-    ``topic`` is the topic *within* ``stream`` (no ``$SYS/STREAM/`` prefix). ``delete``
-    makes it a DeletePublication of the retained publication on ``topic`` (payload
-    ignored). ``properties`` become MQRFH2 ``usr`` properties (and MQRFH user name/value
-    pairs for MQRFH subscribers). ``origin`` names the plugin instance it came from, so
-    that instance does not receive its own publication back (no bridging loops).
+
+def split_unified_topic(topic: str) -> tuple[str, str]:
+    """(stream, topic within it) of a topic in unified form (inverse of
+    :func:`unified_topic`)."""
+    st = split_topic(topic)
+    return st.stream, st.topic
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One publication as plugins see it, in either direction; nothing MQ-specific.
+
+    Outbound the runtime fills every field once per delivery; inbound a plugin fills what
+    it knows and the defaults do the rest (the outbound-only fields are ignored there).
+
+    ``topic`` is the topic *within* ``stream`` (no ``$SYS/STREAM/`` prefix).
+    ``properties`` are the MQRFH2 ``usr`` folder's properties (a nested group's elements
+    as dotted names ``group.name``), in message order; ``property_types`` their ``dt``
+    attributes where they have one; ``name_value_pairs`` the user name/value pairs of an
+    MQRFH (v1) publisher. Inbound, ``properties`` become MQRFH2 ``usr`` properties (and
+    MQRFH user pairs for MQRFH subscribers).
     """
 
     stream: str
     topic: str
     payload: bytes
+    #: MQ format name of the payload ("MQSTR": text in ``ccsid``), its encoding and CCSID.
     payload_format: str = "MQSTR"
     encoding: int = 546
     ccsid: int = 1208
     properties: Mapping[str, str] = field(default_factory=dict)
     persistent: bool = True
+    #: The publication is (or replaces) the retained one of its topic.
     retain: bool = False
+    #: A DeletePublication of the retained publication on ``topic`` (``payload`` empty).
     delete: bool = False
+    #: Lifetime in tenths of a second (-1: unlimited), MQ's unit.
     expiry: int = -1
+    #: 24 raw bytes (empty: none / let MQ choose).
     correl_id: bytes = b""
+    #: The plugin instance the publication came in through ("" for MQ publishers).
     origin: str = ""
+    # ---- outbound only: filled by the runtime from the delivery ------------------------
+    property_types: Mapping[str, str] = field(default_factory=dict)
+    name_value_pairs: tuple[tuple[str, str], ...] = ()
+    #: Handed over from the retained store on (re)subscription, not published just now.
+    from_retained_store: bool = False
+    #: The publisher's message id (24 raw bytes) and user identifier.
+    msg_id: bytes = b""
+    user_identifier: str = ""
+    #: When the publication entered MQ (milliseconds since the epoch, UTC), if known.
+    put_time_ms: int | None = None
+    #: The header the publisher used: "MQRFH" or "MQRFH2".
+    publisher_header: str = "MQRFH2"
+    priority: int = 0
+    sequence_number: str = ""
+    publish_timestamp: str = ""
+    #: The sink subscription that matched: its stream and topic filter (within the stream).
+    subscription_stream: str = ""
+    subscription_filter: str = ""
+    #: Request/reply information of the publishing message (reply queue and its queue
+    #: manager, MQ message type and report options), carried for request/reply routing.
+    reply_to_q: str = ""
+    reply_to_q_mgr: str = ""
+    msg_type: int = 8
+    report: int = 0
+    #: Python codec of ``ccsid`` (None when unknown), for :meth:`text`.
+    text_codec: str | None = None
+
+    @property
+    def is_text(self) -> bool:
+        """The payload is text in ``ccsid`` (MQ format MQSTR)."""
+        return self.payload_format.strip() == "MQSTR"
+
+    def text(self) -> str:
+        """The payload decoded from its CCSID; ValueError when it cannot be."""
+        if self.text_codec is None:
+            raise ValueError(f"CCSID {self.ccsid} has no known text codec")
+        return self.payload.decode(self.text_codec)
+
+
+#: The inbound name of :class:`Envelope` (what :meth:`Publisher.publish` takes).
+InboundPublication = Envelope
+
+
+class Sink(Protocol):
+    """The outbound half every sink subscriber of the engine has (plugin instances, the
+    runtime's own wrappers, test doubles): the broker service's one sink protocol.
+
+    ``send`` gets every envelope of one MQ unit of work for this sink and returns only
+    once they are safely handed over (acknowledged); raising backs the unit of work out,
+    so the publications are offered again later (at-least-once).
+    """
+
+    async def send(self, envelopes: Sequence[Envelope]) -> None: ...
 
 
 class Publisher(Protocol):
     """The way into the engine for inbound data."""
 
-    async def publish(self, publications: Sequence[InboundPublication]) -> None:
+    async def publish(self, publications: Sequence[Envelope]) -> None:
         """Publish all of ``publications`` in one MQ unit of work.
 
         Returns after the unit of work has committed; raises (nothing committed) when it
@@ -164,8 +250,9 @@ class PluginContext(Protocol):
 
 
 @runtime_checkable
-class PluginInstance(Protocol):
-    """One configured instance of a plugin (e.g. the ``kafka`` plugin towards one cluster)."""
+class PluginInstance(Sink, Protocol):
+    """One configured instance of a plugin (e.g. the ``kafka`` plugin towards one cluster):
+    a :class:`Sink` of the engine with a lifetime."""
 
     @property
     def name(self) -> str:
@@ -175,10 +262,6 @@ class PluginInstance(Protocol):
     async def start(self, context: PluginContext) -> None:
         """Connect, subscribe to what the config maps outbound, start inbound consumers.
         Raise PluginError with a clear message when the config cannot work."""
-        ...
-
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
-        """Outbound: hand over one MQ unit of work's deliveries; return once acknowledged."""
         ...
 
     async def flush(self) -> None:
@@ -192,6 +275,15 @@ class PluginInstance(Protocol):
     def healthy(self) -> bool:
         """True while connected and able to make progress (for /healthz)."""
         ...
+
+
+@runtime_checkable
+class ReportsStats(Protocol):
+    """Optional for a :class:`PluginInstance`: its own counters (and 0/1 states), read at
+    each ``/metrics`` scrape and exported as ``mqgw_plugin_stat{plugin, stat}``; e.g. the
+    Kafka source's ``inbound_commit_failures``. Cheap: no I/O, no locking."""
+
+    def stats(self) -> Mapping[str, int]: ...
 
 
 @runtime_checkable

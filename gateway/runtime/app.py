@@ -24,7 +24,6 @@ from gateway.mq.port import MQError, OpenOption, QueueAttr, QueueManager
 from gateway.plugin_api import PluginError, PluginInstance
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import DEAD_LETTER_QUEUE, BrokerConfig, BrokerError, BrokerService
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
     IBMMQQueueManagerConfig,
@@ -33,6 +32,12 @@ from gateway.runtime.config import (
 from gateway.runtime.errors import GatewayRuntimeError
 from gateway.runtime.metrics import GatewayMetrics, HealthServer
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import (
+    DEAD_LETTER_QUEUE,
+    BrokerConfig,
+    BrokerError,
+    BrokerService,
+)
 from gateway.runtime.registry import PluginRegistry
 
 log = logging.getLogger(__name__)
@@ -157,7 +162,9 @@ class GatewayApp:
                 raise GatewayRuntimeError(f"plugin instance {inst_cfg.name}: {exc}") from exc
             host.attach(instance)  # sinks exist before the first batch is served
             instances.append(instance)
-        self.metrics = GatewayMetrics(service, host, self._current_depths)
+        self.metrics = GatewayMetrics(
+            service, host, self._current_depths, lambda: self.plugin_start_errors
+        )
         host.observer = self.metrics.observe
         await self._sample_depths()
         try:

@@ -17,7 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.devstack.cli",
     "gateway.mq.embedded.cli",
     "analytics.cli",
-    "gateway.runtime.broker",
+    "gateway.runtime.pubsub_service.cli",
     "gateway.runtime.run",
 )
 

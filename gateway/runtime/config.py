@@ -20,8 +20,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gateway.runtime.broker import BrokerConfig
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
+from gateway.runtime.pubsub_service import BrokerConfig
 from gateway.runtime.registry import PluginRegistry
 
 log = logging.getLogger(__name__)

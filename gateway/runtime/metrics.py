@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gateway.plugin_api import Delivery
-from gateway.runtime.broker import BrokerService
+from gateway.plugin_api import Envelope, ReportsStats
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.put_time import put_time_ms
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class GatewayMetrics:
         service: BrokerService,
         host: PluginHost,
         queue_depths: Callable[[], dict[str, int]],
+        start_errors: Callable[[], int] = lambda: 0,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = Histogram(
@@ -53,19 +54,17 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_Collector(service, host, queue_depths))
+        self.registry.register(_Collector(service, host, queue_depths, start_errors))
 
-    def observe(self, plugin: str, deliveries: Sequence[Delivery]) -> None:
-        """Record end-to-end latency of acknowledged deliveries (sink observer)."""
+    def observe(self, plugin: str, envelopes: Sequence[Envelope]) -> None:
+        """Record end-to-end latency of acknowledged envelopes (sink observer)."""
         now = time.time()
         child = self.latency.labels(plugin)
-        for d in deliveries:
-            pub = d.publication
-            if d.retained:
+        for e in envelopes:
+            if e.from_retained_store:
                 continue  # a retained re-send is not a new publication's latency
-            ts = put_timestamp(pub.put_date, pub.put_time)
-            if ts is not None:
-                child.observe(max(0.0, now - ts))
+            if e.put_time_ms is not None:
+                child.observe(max(0.0, now - e.put_time_ms / 1000))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -77,10 +76,12 @@ class _Collector(Collector):
         service: BrokerService,
         host: PluginHost,
         queue_depths: Callable[[], dict[str, int]],
+        start_errors: Callable[[], int],
     ) -> None:
         self.service = service
         self.host = host
         self.queue_depths = queue_depths
+        self.start_errors = start_errors
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         c = self.service.counters
@@ -99,6 +100,8 @@ class _Collector(Collector):
         )
         errors.add_metric(["broker", "batch_backout"], c.backouts)
         errors.add_metric(["broker", "sink_retry"], c.sink_retries)
+        errors.add_metric(["broker", "dead_letter_failure"], c.dead_letter_failures)
+        errors.add_metric(["plugins", "start_error"], self.start_errors())
         up = GaugeMetricFamily(
             "mqgw_plugin_up", "1 while a plugin instance is healthy", labels=["plugin"]
         )
@@ -108,11 +111,26 @@ class _Collector(Collector):
             for stream, n in sc.per_stream.items():
                 out.add_metric([stream, name], n)
             errors.add_metric([name, "send_failure"], sc.failures)
+            errors.add_metric([name, "retained_skipped"], sc.retained_skipped)
         for name, ctx in self.host.contexts.items():
             pc = ctx.publisher.counters
             for stream, n in pc.per_stream.items():
                 inbound.add_metric([stream, name], n)
             errors.add_metric([name, "publish_failure"], pc.failures)
+        stats = GaugeMetricFamily(
+            "mqgw_plugin_stat",
+            "A plugin instance's own counters and states (its stats(), e.g. the Kafka "
+            "source's inbound_commit_failures)",
+            labels=["plugin", "stat"],
+        )
+        for name, inst in self.host.instances.items():
+            if not isinstance(inst, ReportsStats):
+                continue
+            try:
+                for stat, n in inst.stats().items():
+                    stats.add_metric([name, stat], float(n))
+            except Exception:  # a scrape must not fail because one plugin cannot answer
+                log.debug("stats of %s unavailable", name, exc_info=True)
         handled = CounterMetricFamily(
             "mqgw_broker_messages", "Messages got from serviced queues and committed"
         )
@@ -130,7 +148,7 @@ class _Collector(Collector):
                 depth.add_metric([q], n)
         except Exception:  # a scrape must not fail because one queue cannot be asked
             log.debug("queue depth unavailable", exc_info=True)
-        yield from (out, inbound, handled, errors, dead, depth, up)
+        yield from (out, inbound, handled, errors, dead, depth, up, stats)
 
 
 class HealthServer:

@@ -1,6 +1,10 @@
 """Hosting plugin instances: the :class:`~gateway.plugin_api.PluginContext` and
 :class:`~gateway.plugin_api.Publisher` the runtime hands to each instance.
 
+Outbound, the broker service hands each instance :class:`~gateway.plugin_api.Envelope`
+values (made once per delivery by :mod:`gateway.runtime.envelopes`); inbound, an
+instance's envelopes become MQRFH2 Publish commands (:mod:`gateway.pubsub.command_encoding`).
+
 Why publication goes through MQ and not straight into the engine: an inbound
 publication must survive a crash the moment :meth:`MQPublisher.publish` returns (the
 plugin then acknowledges upstream). Putting it as an MQRFH2 ``Publish`` command under
@@ -17,8 +21,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
-import struct
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -32,123 +34,58 @@ from gateway.mq.port import (
     QueueManager,
 )
 from gateway.plugin_api import (
-    PROPERTY_NAME,
-    Delivery,
-    InboundPublication,
+    Envelope,
     PluginError,
     PluginInstance,
     PublishRefusedError,
 )
+from gateway.pubsub.command_encoding import CommandEncodingError, encode_publish_command
 from gateway.pubsub.options import RegOpt
-from gateway.pubsub.origin import origin_folder
-from gateway.pubsub.streams import DEFAULT_STREAM, MAX_STREAM_NAME, prefixed_topic
+from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.broker import BrokerService
-from gateway.wire.constants import ENC_NATIVE, MsgType, Persistence
-from gateway.wire.errors import WireError
-from gateway.wire.folder import Element
-from gateway.wire.formats import FMT_RF_HEADER_2
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.mqmd import MQMD
-from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 
 __all__ = [
     "HostedPluginContext",
     "MQPublisher",
     "PluginHost",
     "PublishRefusedError",
-    "build_publish_command",
+    "publish_command_of",
 ]
 
 log = logging.getLogger(__name__)
 
-_STREAM_CHARS = re.compile(r"[A-Za-z0-9._%]+")
 
-
-_INT32 = range(-(2**31), 2**31)
-
-
-def _check(pub: InboundPublication, index: int) -> None:
-    if len(pub.stream) > MAX_STREAM_NAME or not _STREAM_CHARS.fullmatch(pub.stream):
-        raise PublishRefusedError(
-            f"stream name {pub.stream!r} is not a valid MQ queue name "
-            "(1-48 characters of A-Z a-z 0-9 . _ %)",
-            index=index,
-        )
-    if not pub.topic or "\x00" in pub.topic:
-        raise PublishRefusedError(f"topic {pub.topic!r} is empty or contains NUL", index=index)
-    if pub.delete and any(level in ("#", "+") for level in pub.topic.split("/")):
-        raise PublishRefusedError(
-            f"delete of {pub.topic!r}: a wildcard level would delete many topics", index=index
-        )
-    for name in pub.properties:
-        if not PROPERTY_NAME.fullmatch(name):
-            raise PublishRefusedError(
-                f"property name {name!r} cannot be an MQRFH2 usr element "
-                "(letters, digits, _ . - ; not starting with a digit)",
-                index=index,
-            )
-    fmt = pub.payload_format
-    if len(fmt) > 8 or not fmt.isascii() or not fmt.isprintable():
-        raise PublishRefusedError(
-            f"payload format {fmt!r} is not an MQ format name (at most 8 printable ASCII "
-            "characters)",
-            index=index,
-        )
-    for label, value in (
-        ("encoding", pub.encoding),
-        ("CCSID", pub.ccsid),
-        ("expiry", pub.expiry),
-    ):
-        if value not in _INT32:
-            raise PublishRefusedError(
-                f"payload {label} {value} does not fit an MQLONG (32-bit signed)", index=index
-            )
-    if pub.ccsid < 0:
-        raise PublishRefusedError(f"payload CCSID {pub.ccsid} is negative", index=index)
-
-
-def build_publish_command(
-    pub: InboundPublication, *, q_mgr: str = "", gateway_id: str = ""
+def publish_command_of(
+    pub: Envelope, *, q_mgr: str = "", gateway_id: str = ""
 ) -> tuple[MQMD, bytes]:
     """The MQMD and body of the MQRFH2 Publish (or DeletePub) command for ``pub``.
 
     Raises :class:`PublishRefusedError` when ``pub`` cannot be expressed.
     """
-    _check(pub, -1)
-    psc = Element("psc")
-    full_topic = prefixed_topic(pub.stream, pub.topic)
-    if pub.delete:
-        psc.add("Command", "DeletePub")
-        psc.add("Topic", full_topic)
-    else:
-        psc.add("Command", "Publish")
-        psc.add("Topic", full_topic)
-        if pub.retain:
-            psc.add("PubOpt", "RetainPub")
-    folders = [psc]
-    if pub.properties and not pub.delete:
-        folders.append(Element.from_pairs("usr", dict(pub.properties)))
-    marker = origin_folder(pub.origin, gateway_id)
-    if marker is not None:
-        folders.append(marker)
-    rfh2 = MQRFH2(
-        folders=folders,
-        encoding=pub.encoding,
-        coded_char_set_id=pub.ccsid,
-        format=pub.payload_format,
-    )
-    body = encode_rfh2(rfh2, ENC_NATIVE, ccsid=1208) + (b"" if pub.delete else pub.payload)
-    md = MQMD(
-        msg_type=MsgType.DATAGRAM,
-        format=FMT_RF_HEADER_2,
-        encoding=ENC_NATIVE,
-        coded_char_set_id=1208,
-        persistence=Persistence.PERSISTENT if pub.persistent else Persistence.NOT_PERSISTENT,
-        expiry=pub.expiry,
-        correl_id=pub.correl_id.ljust(24, b"\x00")[:24] if pub.correl_id else bytes(24),
-        reply_to_q_mgr=q_mgr,
-    )
-    return md, body
+    try:
+        return encode_publish_command(
+            pub.stream,
+            pub.topic,
+            pub.payload,
+            payload_format=pub.payload_format,
+            encoding=pub.encoding,
+            ccsid=pub.ccsid,
+            properties=pub.properties,
+            persistent=pub.persistent,
+            retain=pub.retain,
+            delete=pub.delete,
+            expiry=pub.expiry,
+            correl_id=pub.correl_id,
+            origin=pub.origin,
+            gateway_id=gateway_id,
+            q_mgr=q_mgr,
+        )
+    except CommandEncodingError as exc:
+        raise PublishRefusedError(
+            f"publication on {pub.stream!r}/{pub.topic!r} refused: {exc}"
+        ) from exc
 
 
 @dataclass(slots=True)
@@ -195,7 +132,7 @@ class MQPublisher:
         serviced = self._serviced() if callable(self._serviced) else self._serviced
         return stream if stream in serviced else DEFAULT_STREAM
 
-    async def publish(self, publications: Sequence[InboundPublication]) -> None:
+    async def publish(self, publications: Sequence[Envelope]) -> None:
         """Put all of ``publications`` in one unit of work and commit (see Publisher)."""
         if not publications:
             return
@@ -204,22 +141,12 @@ class MQPublisher:
             if not pub.origin and self.origin:
                 pub = dataclasses.replace(pub, origin=self.origin)
             try:
-                _check(pub, i)
+                # Whatever cannot be encoded can never be published: refusing it (not
+                # retrying) keeps one bad record from blocking its source for ever.
+                md, body = publish_command_of(pub, gateway_id=self.gateway_id)
             except PublishRefusedError as exc:
                 exc.index = i
                 raise
-            try:
-                md, body = build_publish_command(pub, gateway_id=self.gateway_id)
-            except PublishRefusedError as exc:
-                exc.index = i
-                raise
-            except (WireError, ValueError, OverflowError, struct.error) as exc:
-                # Whatever the codec cannot encode can never be published: refusing it
-                # (not retrying) keeps one bad record from blocking its source for ever.
-                raise PublishRefusedError(
-                    f"publication on {pub.stream!r}/{pub.topic!r} cannot be encoded: {exc}",
-                    index=i,
-                ) from exc
             commands.append((self.queue_for(pub.stream), md, body))
         async with self._lock:
             conn = self._conn
@@ -338,11 +265,11 @@ class _CountingSink:
         self.counters = counters
         self._started = started
         #: called with (instance name, deliveries) once acknowledged (metrics)
-        self.observer: Callable[[str, Sequence[Delivery]], None] | None = None
+        self.observer: Callable[[str, Sequence[Envelope]], None] | None = None
         #: >0 while the instance's context subscribes (retained deliveries are sent)
         self.subscribing = 0
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, deliveries: Sequence[Envelope]) -> None:
         items = deliveries
         if self.instance.name not in self._started:
             raise PluginError(
@@ -355,7 +282,7 @@ class _CountingSink:
             if (
                 self.subscribing
                 and not getattr(exc, "retriable", False)
-                and all(d.retained for d in items)
+                and all(d.from_retained_store for d in items)
             ):
                 items = await self._send_retained_one_by_one(items, exc)
             else:
@@ -369,20 +296,19 @@ class _CountingSink:
         c.units_of_work += 1
         c.deliveries += len(items)
         for d in items:
-            stream = d.publication.stream
-            c.per_stream[stream] = c.per_stream.get(stream, 0) + 1
-            if getattr(d, "deleted", False):
+            c.per_stream[d.stream] = c.per_stream.get(d.stream, 0) + 1
+            if d.delete:
                 c.deletions += 1
         if self.observer is not None:
             self.observer(self.instance.name, items)
 
     async def _send_retained_one_by_one(
-        self, deliveries: Sequence[Delivery], first: Exception
-    ) -> list[Delivery]:
+        self, deliveries: Sequence[Envelope], first: Exception
+    ) -> list[Envelope]:
         """Retained deliveries on subscribe that the instance refuses for good must not
         make its start fail for ever: send them one at a time and skip the refused ones
         (logged, counted); the next publication on such a topic replaces it anyway."""
-        sent: list[Delivery] = []
+        sent: list[Envelope] = []
         for d in deliveries:
             try:
                 await self.instance.send([d])
@@ -421,7 +347,7 @@ class PluginHost:
         self.started: set[str] = set()
         self.started_at = time.time()
         #: Called with (instance name, deliveries) after each acknowledged send (metrics).
-        self.observer: Callable[[str, Sequence[Delivery]], None] | None = None
+        self.observer: Callable[[str, Sequence[Envelope]], None] | None = None
 
     def publisher_for(self, instance_name: str) -> MQPublisher:
         return MQPublisher(
@@ -482,7 +408,7 @@ class PluginHost:
             except Exception:
                 log.exception("plugin instance %s did not stop cleanly", name)
 
-    def _observe(self, name: str, deliveries: Sequence[Delivery]) -> None:
+    def _observe(self, name: str, deliveries: Sequence[Envelope]) -> None:
         if self.observer is not None:
             self.observer(name, deliveries)
 

@@ -8,10 +8,11 @@ entry point ``kafka`` names.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Delivery, PluginContext, PluginError
+from gateway.plugin_api import Envelope, PluginContext, PluginError
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError, TopicCollisionError
 from plugins.kafka.mapping import TopicRouter
@@ -65,14 +66,14 @@ class KafkaInstance:
             await self.stop()
             raise
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
         if self.sink is None:
             raise KafkaPluginError(
-                f"kafka instance {self._name!r} received deliveries but outbound is disabled "
+                f"kafka instance {self._name!r} received envelopes but outbound is disabled "
                 "or not started",
                 retriable=True,
             )
-        await self.sink.send(deliveries)
+        await self.sink.send(envelopes)
 
     async def flush(self) -> None:
         if self.sink is not None:
@@ -85,6 +86,15 @@ class KafkaInstance:
         sink, self.sink = self.sink, None
         if sink is not None:
             await sink.stop()
+
+    def stats(self) -> dict[str, int]:
+        """Counters for metrics (``inbound_*`` from the source, e.g.
+        ``inbound_commit_failures``); no per-record logging happens anywhere."""
+        out: dict[str, int] = {}
+        if self.source is not None:
+            for key, value in asdict(self.source.counters).items():
+                out[f"inbound_{key}"] = value
+        return out
 
     def healthy(self) -> bool:
         outbound_ok = self.router is None or (self.sink is not None and self.sink.healthy)

@@ -8,26 +8,19 @@ consumed record. The sink and the source only move what this module computes.
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gateway.plugin_api import DEFAULT_STREAM, Delivery, InboundPublication, Publication
-from gateway.wire.errors import WireError
-from gateway.wire.folder import parse_folder
-from gateway.wire.put_time import put_time_ms
+from gateway.plugin_api import DEFAULT_STREAM, STREAM_PREFIX, Envelope
 from plugins.kafka.errors import TopicCollisionError, TopicNameError
 
 CONTRACT_VERSION = b"1"
 #: Kafka's longest legal topic name.
 MAX_TOPIC_LENGTH = 249
-STREAM_PREFIX = "$SYS/STREAM/"
 _PLAIN = frozenset(string.ascii_letters + string.digits + ".-")
 _KAFKA_LEGAL = frozenset(string.ascii_letters + string.digits + "._-")
 _HEX = frozenset("0123456789ABCDEF")
 _FIELDS = frozenset({"stream", "topic"})
-#: MQPUBO_RETAIN_PUBLICATION, as carried in Publication.pub_opts.
-_RETAIN_PUBLICATION = 0x2
-_PERSISTENT = 1
 
 
 # ------------------------------------------------------------------ topic names -------
@@ -241,98 +234,40 @@ class OutboundRecord:
     compacted: bool = False
 
 
-def topic_within_stream(delivery: Delivery) -> str:
-    """The MQ topic without its ``$SYS/STREAM/<stream>/`` prefix (the record key)."""
-    topic = delivery.topic
-    prefix = f"{STREAM_PREFIX}{delivery.publication.stream}/"
-    if topic.startswith(prefix):
-        return topic[len(prefix) :]
-    return topic
-
-
-@dataclass(frozen=True, slots=True)
-class UsrProperty:
-    """One property of an MQRFH2 ``usr`` folder (``dt``: its type attribute, or "")."""
-
-    name: str
-    text: str
-    dt: str = ""
-
-
-def usr_properties(folders: Iterable[str]) -> list[UsrProperty]:
-    """The properties of every ``usr`` folder among ``folders`` (RFH2 folder XML text).
-
-    Only the folders' direct children are properties (IBM: "usr folder" holds flat
-    name/value elements); a folder that does not parse is skipped, not fatal.
-    """
-    props: list[UsrProperty] = []
-    for text in folders:
-        if "usr" not in text[:16]:
-            continue
-        try:
-            root = parse_folder(text)
-        except WireError:
-            continue
-        if root.name != "usr":
-            continue
-        props.extend(UsrProperty(c.name, c.text, c.attributes.get("dt", "")) for c in root.children)
-    return props
-
-
-def publisher_header_kind(pub: Publication) -> str:
-    """``MQRFH`` or ``MQRFH2``: the header the publisher used.
-
-    The engine records it on every publication it parsed; for one built elsewhere the
-    header is told by what it carries (MQRFH user name/value pairs or not).
-    """
-    if pub.header:
-        return pub.header
-    return "MQRFH" if pub.user_pairs else "MQRFH2"
-
-
-def record_headers(delivery: Delivery, origin: str) -> list[tuple[str, bytes]]:
+def record_headers(envelope: Envelope, origin: str) -> list[tuple[str, bytes]]:
     """The contract headers of a publication record (contract "Headers")."""
-    pub, md = delivery.publication, delivery.md
-    key = topic_within_stream(delivery)
-    # The contract carries the *publisher's* MQMD identity, which the engine records
-    # on the publication; the delivery's own MQMD is the broker's forwarding one.
-    msg_id = pub.msg_id or md.msg_id
-    correl_id = pub.correl_id or md.correl_id
-    put_date, put_time = (
-        (pub.put_date, pub.put_time) if pub.put_date else (md.put_date, md.put_time)
-    )
-    user = (pub.user_identifier or md.user_identifier).strip()
+    e = envelope
     headers: list[tuple[str, bytes]] = [
         ("mq.contract", CONTRACT_VERSION),
-        ("mq.stream", pub.stream.encode()),
-        ("mq.topic", key.encode()),
-        ("mq.msgId", msg_id.ljust(24, b"\x00")[:24]),
-        ("mq.correlId", correl_id.ljust(24, b"\x00")[:24]),
+        ("mq.stream", e.stream.encode()),
+        ("mq.topic", e.topic.encode()),
+        ("mq.msgId", e.msg_id.ljust(24, b"\x00")[:24]),
+        ("mq.correlId", e.correl_id.ljust(24, b"\x00")[:24]),
     ]
-    ms = put_time_ms(put_date, put_time)
-    if ms is not None:
-        headers.append(("mq.putTime", str(ms).encode()))
-    if user:
-        headers.append(("mq.userId", user.encode()))
+    if e.put_time_ms is not None:
+        headers.append(("mq.putTime", str(e.put_time_ms).encode()))
+    if e.user_identifier:
+        headers.append(("mq.userId", e.user_identifier.encode()))
     headers += [
-        ("mq.format", pub.payload_format.strip().encode()),
-        ("mq.encoding", str(pub.payload_encoding).encode()),
-        ("mq.ccsid", str(pub.payload_ccsid).encode()),
-        ("mq.persistence", b"1" if md.persistence == _PERSISTENT else b"0"),
+        ("mq.format", e.payload_format.strip().encode()),
+        ("mq.encoding", str(e.encoding).encode()),
+        ("mq.ccsid", str(e.ccsid).encode()),
+        ("mq.persistence", b"1" if e.persistent else b"0"),
     ]
-    headers.append(("mq.pubHeader", publisher_header_kind(pub).encode()))
-    if pub.pub_opts & _RETAIN_PUBLICATION or delivery.retained:
+    headers.append(("mq.pubHeader", e.publisher_header.encode()))
+    if e.retain:
         headers.append(("mq.retain", b"1"))
-    if pub.seq_num:
-        headers.append(("mq.seqNum", pub.seq_num.encode()))
-    if pub.pub_time:
-        headers.append(("mq.pubTime", pub.pub_time.encode()))
+    if e.sequence_number:
+        headers.append(("mq.seqNum", e.sequence_number.encode()))
+    if e.publish_timestamp:
+        headers.append(("mq.pubTime", e.publish_timestamp.encode()))
     headers.append(("mq.origin", origin.encode()))
-    for prop in usr_properties(pub.extra_folders):
-        headers.append((f"usr.{prop.name}", prop.text.encode()))
-        if prop.dt:
-            headers.append((f"mq.usrType.{prop.name}", prop.dt.encode()))
-    for name, value in pub.user_pairs:
+    for name, text in e.properties.items():
+        headers.append((f"usr.{name}", text.encode()))
+        dt = e.property_types.get(name)
+        if dt:
+            headers.append((f"mq.usrType.{name}", dt.encode()))
+    for name, value in e.name_value_pairs:
         if not name.startswith("MQPS"):
             headers.append((f"mq.nv.{name}", value.encode()))
     return headers
@@ -348,48 +283,35 @@ def tombstone_headers(stream: str, topic: str, origin: str) -> list[tuple[str, b
     ]
 
 
-def is_deletion(delivery: Delivery) -> bool:
-    """True for a delivery that reports a DeletePublication of a retained publication."""
-    return delivery.deleted
-
-
-def is_retain_request(delivery: Delivery) -> bool:
-    """True when the publication is (or replaces) the retained one of its topic."""
-    return bool(delivery.retained or delivery.publication.pub_opts & _RETAIN_PUBLICATION)
-
-
-def outbound_records(delivery: Delivery, router: TopicRouter, origin: str) -> list[OutboundRecord]:
-    """The Kafka records of one delivery.
+def outbound_records(envelope: Envelope, router: TopicRouter, origin: str) -> list[OutboundRecord]:
+    """The Kafka records of one envelope.
 
     A live publication goes to its stream's topic, and also to the compacted retained
     topic when it was published with RetainPub. A retained publication handed over on
     (re)subscription goes only to the compacted topic (it was published live before,
     and compaction makes the repeat harmless). A deletion is a tombstone.
     """
-    pub = delivery.publication
-    sub = delivery.subscription
-    route = router.route_for(sub[0], sub[2])
-    topic = topic_within_stream(delivery)
-    key = topic.encode()
-    if is_deletion(delivery):
-        retained_topic = router.topic_for(route, pub.stream, topic, retained=True)
-        headers = tombstone_headers(pub.stream, topic, origin)
+    e = envelope
+    route = router.route_for(e.subscription_stream, e.subscription_filter)
+    key = e.topic.encode()
+    if e.delete:
+        retained_topic = router.topic_for(route, e.stream, e.topic, retained=True)
+        headers = tombstone_headers(e.stream, e.topic, origin)
         return [OutboundRecord(retained_topic, key, None, headers, compacted=True)]
-    headers = record_headers(delivery, origin)
+    headers = record_headers(e, origin)
     records: list[OutboundRecord] = []
-    if not delivery.retained:
-        main = router.topic_for(route, pub.stream, topic, retained=False)
-        records.append(OutboundRecord(main, key, pub.payload, headers))
-    if is_retain_request(delivery):
-        retained_topic = router.topic_for(route, pub.stream, topic, retained=True)
-        records.append(OutboundRecord(retained_topic, key, pub.payload, headers, compacted=True))
+    if not e.from_retained_store:
+        main = router.topic_for(route, e.stream, e.topic, retained=False)
+        records.append(OutboundRecord(main, key, e.payload, headers))
+    if e.retain:
+        retained_topic = router.topic_for(route, e.stream, e.topic, retained=True)
+        records.append(OutboundRecord(retained_topic, key, e.payload, headers, compacted=True))
     return records
 
 
-def is_from_origin(delivery: Delivery, instance: str) -> bool:
+def is_from_origin(envelope: Envelope, instance: str) -> bool:
     """True when the publication came in through plugin instance ``instance``."""
-    origin = delivery.publication.origin
-    return bool(origin) and origin == instance
+    return bool(envelope.origin) and envelope.origin == instance
 
 
 # ------------------------------------------------------------------ inbound ----------
@@ -441,7 +363,7 @@ def inbound_publication(
     *,
     gateway_id: str,
     instance: str,
-) -> InboundPublication | None:
+) -> Envelope | None:
     """The publication of one consumed record (contract "Inbound"), or None when the
     record is this gateway's own (``mq.origin``). Raises SkippedRecord when the record
     has no usable topic."""
@@ -471,7 +393,7 @@ def inbound_publication(
     persistence = h.get("mq.persistence")
     if value is None and not retain:
         raise SkippedRecord("tombstone (null value) on a topic not mapped as retained")
-    return InboundPublication(
+    return Envelope(
         stream=stream,
         topic=topic,
         payload=value or b"",

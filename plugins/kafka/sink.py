@@ -23,7 +23,7 @@ from aiokafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from gateway.plugin_api import Delivery
+from gateway.plugin_api import Envelope
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError, KafkaSendError
 from plugins.kafka.mapping import (
@@ -181,13 +181,13 @@ class KafkaSink:
         self.producer = producer
         self._healthy = True
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
-        """Produce every record of ``deliveries`` in order; return once all are acked."""
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
+        """Produce every record of ``envelopes`` in order; return once all are acked."""
         producer = self.producer
         if producer is None:
             raise KafkaSendError(f"kafka instance {self.instance!r} is not started")
         records: list[OutboundRecord] = []
-        for d in deliveries:
+        for d in envelopes:
             if is_from_origin(d, self.instance):
                 continue  # came in from this instance's Kafka: never echo it back
             records.extend(outbound_records(d, self.router, self.gateway_id))

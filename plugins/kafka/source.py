@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from gateway.plugin_api import InboundPublication, Publisher, PublishRefusedError
+from gateway.plugin_api import Envelope, Publisher, PublishRefusedError
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.mapping import InboundRoute, SkippedRecord, inbound_publication
@@ -154,7 +154,7 @@ class KafkaSource:
         consumer: AIOKafkaConsumer,
         batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
     ) -> None:
-        pubs: list[InboundPublication] = []
+        pubs: list[Envelope] = []
         offsets: dict[TopicPartition, int] = {}
         for tp, records in batches.items():
             route = self.routes.get(tp.topic) or InboundRoute(tp.topic)
@@ -214,8 +214,8 @@ class KafkaSource:
 
     def _map(
         self, route: InboundRoute, records: Sequence[ConsumerRecord[bytes, bytes]]
-    ) -> list[InboundPublication]:
-        out: list[InboundPublication] = []
+    ) -> list[Envelope]:
+        out: list[Envelope] = []
         for rec in records:
             self.counters.consumed += 1
             try:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Delivery, PluginContext, PluginError
+from gateway.plugin_api import Envelope, PluginContext, PluginError
 from plugins.memory.bus import MemoryBus, get_bus, reset_buses
 from plugins.memory.config import MemoryConfig
 from plugins.memory.mapping import Record
@@ -39,24 +39,31 @@ class MemoryInstance:
         self.bus = get_bus(config.bus)
         self._sink = MemorySink(self.bus, config.record_file)
         self._source: MemorySource | None = None
+        #: Set at the start of start(): subscribing already sends retained publications.
+        self._started = False
 
     @property
     def name(self) -> str:
         return self._name
 
     async def start(self, context: PluginContext) -> None:
+        self._started = True
         for topic in self.config.subscribe:
             await context.subscribe(topic)
         self._source = MemorySource(self.bus, context.publisher, self.config.batch_size)
         self._source.start()
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
-        await self._sink.send(deliveries)
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
+        if not self._started:
+            # The plugin contract: a send before start (or after stop) fails retriably.
+            raise PluginError(f"memory instance {self._name!r} is not started", retriable=True)
+        await self._sink.send(envelopes)
 
     async def flush(self) -> None:
         return None  # send() returns only once recorded: nothing is in flight
 
     async def stop(self) -> None:
+        self._started = False
         if self._source is not None:
             await self._source.stop()
             self._source = None

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from gateway.plugin_api import InboundPublication
+from gateway.plugin_api import Envelope
 from plugins.memory.mapping import Record
 
 
 @dataclass(slots=True)
 class Pending:
-    publication: InboundPublication
+    publication: Envelope
     done: asyncio.Future[None]
 
 
@@ -45,7 +45,7 @@ class MemoryBus:
         self.records.extend(items)
         self._event().set()
 
-    def inject(self, publication: InboundPublication) -> asyncio.Future[None]:
+    def inject(self, publication: Envelope) -> asyncio.Future[None]:
         """Queue an inbound publication; the future resolves after its MQ commit."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.inbound_queue().put_nowait(Pending(publication, fut))

@@ -1,14 +1,11 @@
-"""Pure mapping between engine deliveries and the memory bus's records."""
+"""Pure mapping between envelopes and the memory bus's records."""
 
 from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
 
-from gateway.plugin_api import DEFAULT_STREAM, Delivery
-from gateway.wire.folder import parse_folder
-
-_PREFIX = "$SYS/STREAM/"
+from gateway.plugin_api import Envelope
 
 
 @dataclass(slots=True)
@@ -23,41 +20,24 @@ class Record:
     deleted: bool = False
     persistent: bool = False
     msg_id: bytes = b""
-    put_time: str = ""
+    #: when the publication entered MQ (milliseconds since the epoch; 0: unknown)
+    put_time: int = 0
 
 
-def topic_in_stream(stream: str, topic: str) -> str:
-    """The delivery's topic without its ``$SYS/STREAM/<stream>/`` prefix."""
-    prefix = f"{_PREFIX}{stream}/"
-    if stream != DEFAULT_STREAM and topic.startswith(prefix):
-        return topic[len(prefix) :]
-    return topic
-
-
-def usr_properties(folders: list[str]) -> dict[str, str]:
-    """The flat ``usr`` folder elements of a publication's extra MQRFH2 folders."""
-    out: dict[str, str] = {}
-    for text in folders:
-        if text.startswith("<usr"):
-            folder = parse_folder(text)
-            out.update((c.name, c.text) for c in folder.children if not c.children)
-    return out
-
-
-def record_of(delivery: Delivery) -> Record:
-    pub = delivery.publication
-    props = usr_properties(pub.extra_folders)
-    props.update((n, v) for n, v in pub.user_pairs if n not in props)
+def record_of(envelope: Envelope) -> Record:
+    e = envelope
+    props = dict(e.properties)
+    props.update((n, v) for n, v in e.name_value_pairs if n not in props)
     return Record(
-        stream=pub.stream,
-        topic=topic_in_stream(pub.stream, delivery.topic),
-        payload=delivery.body,
+        stream=e.stream,
+        topic=e.topic,
+        payload=e.payload,
         properties=props,
-        retained=delivery.retained,
-        deleted=delivery.deleted,
-        persistent=delivery.md.persistence == 1,
-        msg_id=delivery.md.msg_id,
-        put_time=delivery.md.put_date + delivery.md.put_time,
+        retained=e.from_retained_store,
+        deleted=e.delete,
+        persistent=e.persistent,
+        msg_id=e.msg_id,
+        put_time=e.put_time_ms or 0,
     )
 
 

@@ -1,4 +1,4 @@
-"""Outbound side of the memory plugin: deliveries become :class:`Record` on the bus."""
+"""Outbound side of the memory plugin: envelopes become :class:`Record` on the bus."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.plugin_api import Delivery, PluginError
+from gateway.plugin_api import Envelope, PluginError
 from plugins.memory.bus import MemoryBus
 from plugins.memory.mapping import record_json, record_of
 
@@ -17,11 +17,11 @@ class MemorySink:
         self.bus = bus
         self.record_file = record_file
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
         if self.bus.down:
             self.bus.refused_sends += 1
             raise PluginError(f"memory bus {self.bus.name!r} is down", retriable=True)
-        records = [record_of(d) for d in deliveries]
+        records = [record_of(d) for d in envelopes]
         if self.record_file is not None:
             lines = "".join(json.dumps(record_json(r)) + "\n" for r in records)
             try:

@@ -112,8 +112,11 @@ class MqttConnection:
         *,
         on_message: Callable[[Received], None],
         subscriptions: Callable[[], Sequence[tuple[str, int]]],
+        client_factory: Callable[..., paho.Client] = paho.Client,
     ) -> None:
         self.config = config
+        #: Builds the paho client (tests pass a paho.Client subclass that records acks).
+        self._client_factory = client_factory
         self.client_id = client_id
         self._on_message = on_message
         self._subscriptions = subscriptions
@@ -140,7 +143,7 @@ class MqttConnection:
 
     def _make_client(self) -> paho.Client:
         cfg = self.config
-        client = paho.Client(
+        client = self._client_factory(
             callback_api_version=CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             protocol=MQTTProtocolVersion.MQTTv5 if self.v5 else MQTTProtocolVersion.MQTTv311,

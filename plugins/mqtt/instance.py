@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from gateway.plugin_api import Delivery, PluginContext, PluginError
+from gateway.plugin_api import Envelope, PluginContext, PluginError
 from plugins.mqtt.config import MqttConfig
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Received
 from plugins.mqtt.mapping import echo_filters
@@ -90,11 +90,11 @@ class MqttInstance:
         if self.source is not None:
             self.source.on_message(received)
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
         if self.sink is None:
             raise PluginError(f"mqtt instance {self._name!r} is not started", retriable=True)
         try:
-            await self.sink.send(deliveries)
+            await self.sink.send(envelopes)
         except MqttConnectionError as exc:
             # Transient: the broker service holds the MQ unit of work and retries.
             raise PluginError(f"mqtt instance {self._name!r}: {exc}", retriable=True) from exc

@@ -15,14 +15,9 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from gateway.plugin_api import DEFAULT_STREAM, Publication
-from gateway.wire.errors import WireError
-from gateway.wire.folder import Element, parse_folder
+from gateway.plugin_api import DEFAULT_STREAM, Envelope
 from plugins.mqtt.config import InboundFilter, OutboundConfig
 
-STREAM_PREFIX = "$SYS/STREAM/"
-#: MQPUBO_RETAIN_PUBLICATION (the engine keeps the option on the live delivery).
-PUBO_RETAIN_PUBLICATION = 0x2
 #: MQTT's Message Expiry Interval is a four-byte integer (MQTT 5.0 §3.3.2.3.3).
 MAX_EXPIRY_INTERVAL = 0xFFFF_FFFF
 
@@ -48,15 +43,6 @@ def escape_topic_text(text: str) -> str:
 def unescape_topic_text(text: str) -> str:
     """Inverse of :func:`escape_topic_text` (and of the leading-``$`` escape)."""
     return _UNESCAPE_RE.sub(lambda m: _UNESCAPES[m.group(1).upper()], text)
-
-
-def split_stream_topic(stream: str, seen_topic: str) -> str:
-    """The topic inside ``stream`` from the unified form a sink sees."""
-    if stream != DEFAULT_STREAM:
-        head = f"{STREAM_PREFIX}{stream}/"
-        if seen_topic.startswith(head):
-            return seen_topic[len(head) :]
-    return seen_topic
 
 
 def mqtt_topic(stream: str, topic: str, config: OutboundConfig) -> str:
@@ -94,14 +80,9 @@ def mq_topic(mqtt_name: str, inbound: InboundFilter) -> str:
     return name
 
 
-def is_retained(publication: Publication, retained_delivery: bool) -> bool:
-    """A retained publication (published with RetainPub, or sent from the retained store)."""
-    return retained_delivery or bool(publication.pub_opts & PUBO_RETAIN_PUBLICATION)
-
-
-def qos_for(persistence: int, config: OutboundConfig) -> int:
-    """MQPER_PERSISTENT → ``qos_persistent``; anything else → ``qos_non_persistent``."""
-    return config.qos_persistent if persistence == 1 else config.qos_non_persistent
+def qos_for(persistent: bool, config: OutboundConfig) -> int:
+    """Persistent → ``qos_persistent``; anything else → ``qos_non_persistent``."""
+    return config.qos_persistent if persistent else config.qos_non_persistent
 
 
 def expiry_interval(mq_expiry: int) -> int | None:
@@ -118,35 +99,15 @@ def mq_expiry(interval: int | None) -> int:
     return min(0x7FFF_FFFF, max(1, interval * 10))
 
 
-def _flatten(element: Element, path: str, out: list[tuple[str, str]]) -> None:
-    if not element.children:
-        out.append((path, element.text))
-        return
-    for child in element.children:
-        _flatten(child, f"{path}.{child.name}", out)
-
-
 def _clean(text: str) -> str:
     # MQTT UTF-8 strings must not hold U+0000 (MQTT 5.0 §1.5.4).
     return text.replace("\0", "\ufffd")
 
 
-def user_properties(publication: Publication) -> list[tuple[str, str]]:
+def user_properties(envelope: Envelope) -> list[tuple[str, str]]:
     """MQRFH user name/value pairs, then MQRFH2 ``usr`` properties (groups dotted)."""
-    pairs: list[tuple[str, str]] = [(_clean(n), _clean(v)) for n, v in publication.user_pairs]
-    for text in publication.extra_folders:
-        if not text.lstrip().startswith("<usr"):
-            continue
-        try:
-            folder = parse_folder(text)
-        except WireError:
-            continue  # the engine accepted it; an unparsable folder carries no properties
-        if folder.name != "usr":
-            continue
-        flat: list[tuple[str, str]] = []
-        for child in folder.children:
-            _flatten(child, child.name, flat)
-        pairs.extend((_clean(n), _clean(v)) for n, v in flat)
+    pairs = [(_clean(n), _clean(v)) for n, v in envelope.name_value_pairs]
+    pairs.extend((_clean(n), _clean(v)) for n, v in envelope.properties.items())
     return pairs
 
 

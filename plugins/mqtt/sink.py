@@ -1,6 +1,6 @@
-"""Outbound: engine deliveries → MQTT publications (the instance's sink half).
+"""Outbound: envelopes → MQTT publications (the instance's sink half).
 
-``send`` publishes one MQ unit of work's deliveries, pipelined and in order, and returns
+``send`` publishes one MQ unit of work's envelopes, pipelined and in order, and returns
 only after every PUBACK (QoS 1) / PUBCOMP (QoS 2) arrived; any failure (connection down,
 timeout, a broker refusal) raises, the broker service backs the MQ unit of work out and
 the publications are offered again: at-least-once, nothing lost while MQTT is down.
@@ -11,17 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.plugin_api import Delivery
-from gateway.wire.ccsid import decode_text
-from gateway.wire.errors import WireError
+from gateway.plugin_api import Envelope
 from plugins.mqtt.config import OutboundConfig
 from plugins.mqtt.connection import MqttConnection, Outgoing
 from plugins.mqtt.mapping import (
     expiry_interval,
-    is_retained,
     mqtt_topic,
     qos_for,
-    split_stream_topic,
     user_properties,
 )
 
@@ -37,56 +33,47 @@ class SinkCounters:
     failures: int = 0
 
 
-def to_outgoing(delivery: Delivery, config: OutboundConfig, *, v5: bool) -> Outgoing:
-    """The MQTT message for one delivery (pure)."""
-    pub = delivery.publication
-    topic = mqtt_topic(pub.stream, split_stream_topic(pub.stream, delivery.topic), config)
-    persistence = delivery.md.persistence if delivery.md is not None else pub.persistence
-    qos = qos_for(persistence, config)
-    if delivery.deleted:
+def to_outgoing(envelope: Envelope, config: OutboundConfig, *, v5: bool) -> Outgoing:
+    """The MQTT message for one envelope (pure)."""
+    e = envelope
+    topic = mqtt_topic(e.stream, e.topic, config)
+    qos = qos_for(e.persistent, config)
+    if e.delete:
         # MQTT deletes a retained message with an empty retained one (MQTT 5.0 §3.3.1.3).
         return Outgoing(topic, b"", config.qos_persistent, True)
-    payload = delivery.body
+    payload = e.payload
     utf8 = False
-    if pub.payload_format.strip() == "MQSTR":
-        if pub.payload_ccsid in _UTF8_CCSIDS:
+    if e.is_text:
+        if e.ccsid in _UTF8_CCSIDS:
             utf8 = True
         elif config.convert_text:
             try:
-                payload = decode_text(payload, pub.payload_ccsid).encode("utf-8")
+                payload = e.text().encode("utf-8")
                 utf8 = True
-            except (WireError, LookupError):
+            except ValueError:
                 pass  # not text in its declared CCSID: forwarded as is
     props: list[tuple[str, str]] = []
     expiry: int | None = None
     if v5:
         if config.user_properties:
-            props = user_properties(pub)
+            props = user_properties(e)
         if config.message_expiry:
-            expiry = expiry_interval(delivery.md.expiry if delivery.md is not None else pub.expiry)
-    return Outgoing(
-        topic,
-        payload,
-        qos,
-        is_retained(pub, delivery.retained),
-        props,
-        expiry,
-        utf8 and v5,
-    )
+            expiry = expiry_interval(e.expiry)
+    return Outgoing(topic, payload, qos, e.retain, props, expiry, utf8 and v5)
 
 
 class MqttSink:
-    """Publishes deliveries through the instance's connection."""
+    """Publishes envelopes through the instance's connection."""
 
     def __init__(self, config: OutboundConfig, connection: MqttConnection) -> None:
         self.config = config
         self.connection = connection
         self.counters = SinkCounters()
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
-        if not deliveries:
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
+        if not envelopes:
             return
-        messages = [to_outgoing(d, self.config, v5=self.connection.v5) for d in deliveries]
+        messages = [to_outgoing(d, self.config, v5=self.connection.v5) for d in envelopes]
         try:
             await self.connection.publish_all(messages, self.config.ack_timeout)
         except BaseException:
@@ -95,4 +82,4 @@ class MqttSink:
         c = self.counters
         c.units_of_work += 1
         c.published += len(messages)
-        c.deletions += sum(1 for d in deliveries if d.deleted)
+        c.deletions += sum(1 for d in envelopes if d.delete)

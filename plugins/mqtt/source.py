@@ -19,7 +19,7 @@ import paho.mqtt.client as paho
 
 from gateway.plugin_api import (
     PROPERTY_NAME,
-    InboundPublication,
+    Envelope,
     PluginError,
     Publisher,
     PublishRefusedError,
@@ -56,7 +56,7 @@ def find_filter(topic: str, filters: Sequence[InboundFilter]) -> InboundFilter |
 
 def to_inbound(
     message: paho.MQTTMessage, inbound: InboundFilter, origin: str, counters: SourceCounters
-) -> InboundPublication:
+) -> Envelope:
     """The MQ publication of one MQTT message (raises MappingError)."""
     topic = mq_topic(message.topic, inbound)
     props = message.properties
@@ -76,7 +76,7 @@ def to_inbound(
         if isinstance(data, bytes) and len(data) <= 24:
             correl = data
     payload = bytes(message.payload)
-    return InboundPublication(
+    return Envelope(
         stream=inbound.stream,
         topic=topic,
         payload=payload,
@@ -95,7 +95,7 @@ def to_inbound(
 @dataclass(slots=True)
 class _Item:
     received: Received
-    publication: InboundPublication | None
+    publication: Envelope | None
     error: str = ""
 
 

@@ -2,7 +2,9 @@
 gateway -> Kafka, the ohlc job turns them into bars, and the gateway's inbound path
 delivers the bars to a legacy MQ subscriber queue.
 
-Uses the Kafka plugin's in-process gateway harness (tests/plugins/kafka/kafka_harness.py).
+Uses the shared in-process gateway (tests/support/gateway.py) through the Kafka
+plugin's helpers
+(tests/plugins/kafka/kafka_harness.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from analytics.runner import run_job
 from analytics.source import KafkaInput
 from gateway.wire.constants import MsgType
 from plugins.kafka import KafkaPluginConfig
-from tests.analytics.bridged import unique
 from tests.plugins.kafka.kafka_harness import (
     CONTROL,
     STOCK,
@@ -29,6 +30,7 @@ from tests.plugins.kafka.kafka_harness import (
     start_gateway,
     wait_for_queue,
 )
+from tests.support.names import unique
 from tests.support.pubsub_messages import rfh_message
 
 TICKS = [("IBM", "100.50", 10), ("HPQ", "20.10", 7), ("IBM", "101.25", 5),

@@ -1,5 +1,6 @@
-"""The memory plugin: protocol conformance, and both directions through a whole
-in-process gateway (GatewayApp) — the same path a Kafka or MQTT instance takes."""
+"""The memory plugin: protocol conformance, both directions through a whole in-process
+gateway (GatewayApp) — the same path a Kafka or MQTT instance takes — and the plugin
+contract suite (``tests/plugins/contract.py``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from gateway.plugin_api import (
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
 from gateway.runtime.registry import PluginRegistry
-from plugins.memory import MemoryConfig, get_bus, plugin, reset_buses
+from plugins.memory import MemoryConfig, MemoryInstance, get_bus, plugin, reset_buses
+from tests.plugins.contract import OUT_FILTER, PluginContract, Seen
+from tests.support.gateway import STOCK
+from tests.support.names import unique
 
 
 @pytest.fixture
@@ -164,3 +168,33 @@ async def test_unexpected_publish_error_resolves_injectors_and_keeps_the_source(
         await asyncio.wait_for(right.inject(InboundPublication("STOCK.STREAM", "T", b"1")), 10)
     await asyncio.wait_for(right.inject(InboundPublication("STOCK.STREAM", "T", b"2")), 10)
     assert [r.payload for r in await get_bus("left").wait_for(1)] == [b"2"]
+
+
+# ------------------------------------------------------------------ the contract -------
+
+
+class MemoryDriver:
+    """The memory plugin's side of the contract suite: its bus is the target."""
+
+    def __init__(self) -> None:
+        self.bus = get_bus(unique("contract-"))
+        self.taken = 0
+
+    def instance(self, name: str) -> MemoryInstance:
+        return MemoryInstance(name, MemoryConfig(subscribe=[OUT_FILTER], bus=self.bus.name))
+
+    async def read_outbound(self, count: int) -> list[Seen]:
+        await self.bus.wait_for(self.taken + count)
+        await asyncio.sleep(0.3)  # anything more arriving shortly after is seen too
+        records = self.bus.records[self.taken :]
+        self.taken = len(self.bus.records)
+        return [Seen(r.stream, r.topic, r.payload, dict(r.properties)) for r in records]
+
+    async def inject(self, topic: str, payload: bytes, properties: dict[str, str]) -> None:
+        await self.bus.inject(InboundPublication(STOCK, topic, payload, properties=properties))
+
+
+class TestMemoryContract(PluginContract):
+    @pytest.fixture
+    def driver(self) -> MemoryDriver:
+        return MemoryDriver()

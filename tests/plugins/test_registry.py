@@ -25,7 +25,7 @@ THIRD_PARTY = '''
 """A plugin from another distribution: it records what it gets and can publish."""
 from pydantic import BaseModel
 
-from gateway.plugin_api import InboundPublication
+from gateway.plugin_api import InboundPublication, unified_topic
 
 
 class EchoConfig(BaseModel):
@@ -53,7 +53,7 @@ class EchoInstance:
         await context.subscribe(self.config.topic)
 
     async def send(self, deliveries):
-        RECEIVED.extend((d.publication.stream, d.topic, d.body) for d in deliveries)
+        RECEIVED.extend((d.stream, unified_topic(d.stream, d.topic), d.payload) for d in deliveries)
 
     async def flush(self):
         pass

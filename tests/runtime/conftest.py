@@ -1,5 +1,6 @@
-"""Fixtures for the runtime: an embedded queue manager, the broker service and the plugin
-host, wired as ``mqgw run`` wires them."""
+"""Fixtures for the runtime: the shared in-process gateway (``tests.support.gateway``:
+embedded queue manager, publish/subscribe service and plugin host, wired as ``mqgw run``
+wires them) and its parts."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.pubsub.engine import PubSubEngine
-from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from plugins.memory import reset_buses
+from tests.support.gateway import InProcessGateway, build_gateway
 
 QUEUES = """
 DEFINE QLOCAL('STOCK.STREAM') REPLACE
@@ -32,16 +32,6 @@ def _fresh_buses() -> Iterator[None]:
 
 
 @pytest.fixture
-async def qm(tmp_path: Path) -> AsyncIterator[EmbeddedQueueManager]:
-    qmgr = EmbeddedQueueManager("QM1", tmp_path / "qm")
-    qmgr.run_mqsc(QUEUES, stop_on_error=True)
-    try:
-        yield qmgr
-    finally:
-        await qmgr.close()
-
-
-@pytest.fixture
 def broker_config() -> BrokerConfig:
     return BrokerConfig(
         streams=[StreamQueueConfig(name="STOCK.STREAM"), StreamQueueConfig(name="BULLETIN.STREAM")],
@@ -52,23 +42,28 @@ def broker_config() -> BrokerConfig:
 
 
 @pytest.fixture
-async def service(
-    qm: EmbeddedQueueManager, broker_config: BrokerConfig, tmp_path: Path
-) -> AsyncIterator[BrokerService]:
-    store = SqliteStore(tmp_path / "pubsub.db", synchronous="NORMAL")
-    svc = BrokerService(qm, PubSubEngine(qm.name, store), broker_config)
+async def gateway(
+    tmp_path: Path, broker_config: BrokerConfig
+) -> AsyncIterator[InProcessGateway]:
+    """The shared in-process gateway (not started: tests start the service and the
+    instances they need)."""
+    gw = build_gateway(tmp_path, mqsc=QUEUES, config=broker_config)
     try:
-        yield svc
+        yield gw
     finally:
-        await svc.stop()
-        store.close()
+        await gw.close()
 
 
 @pytest.fixture
-async def host(qm: EmbeddedQueueManager, service: BrokerService) -> AsyncIterator[PluginHost]:
-    h = PluginHost(qm, service, "gw-test")
-    try:
-        yield h
-    finally:
-        await service.stop()
-        await h.stop_all()
+def qm(gateway: InProcessGateway) -> EmbeddedQueueManager:
+    return gateway.qm
+
+
+@pytest.fixture
+def service(gateway: InProcessGateway) -> BrokerService:
+    return gateway.service
+
+
+@pytest.fixture
+def host(gateway: InProcessGateway) -> PluginHost:
+    return gateway.host

@@ -58,6 +58,9 @@ async def test_unexpected_start_exception_is_logged_and_retried(
                 await asyncio.sleep(0.02)
         assert calls == 2
         assert app.plugin_start_errors == 1
+        assert app.metrics is not None
+        scraped = app.metrics.exposition().decode()
+        assert 'mqgw_errors_total{component="plugins",kind="start_error"} 1.0' in scraped
         assert app.fatal is None
         assert any(
             "plugin bug on first start" in r.getMessage() or r.exc_info for r in caplog.records

@@ -11,9 +11,9 @@ import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import OpenOption, PutOptions
-from gateway.plugin_api import Delivery, InboundPublication, PluginError
-from gateway.runtime.broker import BrokerService
+from gateway.plugin_api import Envelope, InboundPublication, PluginError
 from gateway.runtime.plugin_host import MQPublisher, PluginHost, PublishRefusedError
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.constants import MsgType
 from gateway.wire.folder import Element
 from plugins.memory import MemoryConfig, MemoryInstance, get_bus
@@ -343,8 +343,8 @@ async def test_a_poison_publication_does_not_drag_its_batch_to_the_backout_queue
     inst = await _start(host, service, "picky", subscribe=[STOCK_ALL])
     original = inst.send
 
-    async def picky(deliveries: list[Delivery]) -> None:
-        if any(d.publication.payload == b"poison" for d in deliveries):
+    async def picky(deliveries: list[Envelope]) -> None:
+        if any(d.payload == b"poison" for d in deliveries):
             raise ValueError("cannot take this one")
         await original(deliveries)
 
@@ -389,7 +389,7 @@ async def test_retained_publication_refused_on_subscribe_is_skipped_not_fatal(
     )
     real_send = inst.send
 
-    async def picky_send(deliveries: Sequence[Delivery]) -> None:
+    async def picky_send(deliveries: Sequence[Envelope]) -> None:
         if any(d.topic.endswith("BAD") for d in deliveries):
             raise PluginError("cannot map topic BAD")  # not retriable
         await real_send(deliveries)

@@ -1,5 +1,6 @@
 """One PutDate/PutTime conversion (gateway.wire.put_time) shared by the latency metric
-and the Kafka ``mq.putTime`` header: both agree and both reject impossible dates."""
+and the envelope's ``put_time_ms`` (the Kafka ``mq.putTime`` header): both agree and both
+reject impossible dates."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gateway.runtime import envelopes
 from gateway.runtime.metrics import put_timestamp
 from gateway.wire.put_time import put_time_ms
-from plugins.kafka import mapping
 
 
 def test_put_time_is_milliseconds_since_epoch_in_gmt() -> None:
@@ -17,7 +18,7 @@ def test_put_time_is_milliseconds_since_epoch_in_gmt() -> None:
     assert put_time_ms("20240229", "23595812") == expected
     assert put_time_ms("20240229", "235958") == expected - 120
     assert put_timestamp("20240229", "23595812") == expected / 1000
-    assert mapping.put_time_ms is put_time_ms
+    assert envelopes.put_time_ms is put_time_ms
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import time
 
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption, PutOptions, QueueManager
 from gateway.pubsub.outcome import InboundMessage
-from gateway.runtime.broker import BrokerService
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.reasons import Reason
 from tests.support.pubsub_messages import Received, decode
 
@@ -67,3 +67,16 @@ async def settle(
             return
         await asyncio.sleep(0.03)
     raise AssertionError(f"queues {names} not drained within {timeout}s")
+
+
+async def wait_for_queue(
+    qm: QueueManager, queue: str, count: int, timeout: float = 20
+) -> list[Received]:
+    """Get ``count`` messages from ``queue`` (destructively), waiting up to ``timeout``."""
+    got: list[Received] = []
+    async with asyncio.timeout(timeout):
+        while len(got) < count:
+            got.extend(await drain(qm, queue))
+            if len(got) < count:
+                await asyncio.sleep(0.05)
+    return got

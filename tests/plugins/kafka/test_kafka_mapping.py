@@ -11,10 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gateway.plugin_api import Delivery, Plugin, PluginInstance, Publication
-from gateway.pubsub.records import Destination
+from gateway.plugin_api import Envelope, Plugin, PluginInstance
+from gateway.pubsub.records import Publication
+from gateway.runtime.envelopes import usr_properties
 from gateway.wire.folder import Element
 from gateway.wire.mqmd import MQMD
+from gateway.wire.put_time import put_time_ms
 from plugins.kafka import KafkaPluginConfig, plugin
 from plugins.kafka.config import OutboundConfig
 from plugins.kafka.errors import TopicCollisionError, TopicNameError
@@ -27,10 +29,9 @@ from plugins.kafka.mapping import (
     escape_name,
     inbound_publication,
     outbound_records,
-    put_time_ms,
     unescape_name,
-    usr_properties,
 )
+from tests.support.envelopes import sink_envelope
 
 STOCK = "STOCK.STREAM"
 DEFAULT = "SYSTEM.BROKER.DEFAULT.STREAM"
@@ -184,8 +185,8 @@ def test_usr_properties_come_from_the_usr_folder_only() -> None:
     usr = Element.from_pairs("usr", {"Colour": "Blue <&>"})
     usr.add("Count", 7, dt="i4")
     other = Element.from_pairs("mcd", {"Msd": "jms_text"})
-    props = usr_properties([other.to_xml(), usr.to_xml(), "<usr><broken"])
-    assert [(p.name, p.text, p.dt) for p in props] == [
+    props, types = usr_properties([other.to_xml(), usr.to_xml(), "<usr><broken"])
+    assert [(name, text, types.get(name, "")) for name, text in props.items()] == [
         ("Colour", "Blue <&>", ""),
         ("Count", "7", "i4"),
     ]
@@ -193,7 +194,7 @@ def test_usr_properties_come_from_the_usr_folder_only() -> None:
 
 def _delivery(
     pub: Publication, topic: str, *, retained: bool = False, deleted: bool = False
-) -> Delivery:
+) -> Envelope:
     md = MQMD(
         msg_id=b"M" * 24,
         correl_id=b"C" * 24,
@@ -201,17 +202,7 @@ def _delivery(
         put_time="00000000",
         persistence=1,
     )
-    prefix = "" if pub.stream == DEFAULT else f"$SYS/STREAM/{pub.stream}/"
-    return Delivery(
-        Destination(sink="kafka"),
-        (pub.stream, 2, "#", "", "", "kafka", b""),
-        md,
-        pub.payload,
-        pub,
-        prefix + topic,
-        retained,
-        deleted,
-    )
+    return sink_envelope(pub, topic, retained=retained, deleted=deleted, md=md, sink="kafka")
 
 
 def _router() -> TopicRouter:

@@ -1,5 +1,5 @@
-"""A whole gateway in the test process — embedded queue manager, broker service, the
-runtime's plugin host and one ``mqtt`` instance — plus legacy MQ applications (real
+"""MQTT-side helpers of the mqtt plugin tests: the shared in-process gateway
+(``tests.support.gateway``) with one ``mqtt`` instance, legacy MQ applications (real
 MQRFH/MQRFH2 commands), a plain aiomqtt client, and a restartable Mosquitto on a fixed
 port with persistence (for back-pressure tests)."""
 
@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,79 +19,56 @@ from gateway.devstack.mosquitto import find_mosquitto, mqtt_handshake
 from gateway.devstack.ports import free_port
 from gateway.devstack.process import ServiceProcess, spawn
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.pubsub.engine import PubSubEngine
-from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
-from gateway.runtime.plugin_host import PluginHost
 from gateway.wire.mqmd import MQMD
-from plugins.mqtt import MqttConfig, MqttInstance, plugin
-from tests.support.pubsub_messages import Received, decode, rfh2_message, rfh_message
-from tests.support.service_client import drain_raw, put
+from plugins.mqtt import MqttConfig, plugin
+from tests.support import gateway as support_gateway
+from tests.support.gateway import (
+    BULLETIN,
+    CONTROL,
+    DEFAULT,
+    STOCK,
+    InProcessGateway,
+    bridge_config,
+)
+from tests.support.names import unique
+from tests.support.pubsub_messages import Received, rfh2_message, rfh_message
+from tests.support.service_client import drain, put, wait_for_queue
 
-STOCK = "STOCK.STREAM"
-BULLETIN = "BULLETIN.STREAM"
-DEFAULT = "SYSTEM.BROKER.DEFAULT.STREAM"
-CONTROL = "SYSTEM.BROKER.CONTROL.QUEUE"
-QUEUES = f"""
-DEFINE QLOCAL('{STOCK}') DEFPSIST(YES) REPLACE
-DEFINE QLOCAL('{BULLETIN}') DEFPSIST(YES) REPLACE
-DEFINE QLOCAL(SUB.RFH) REPLACE
-DEFINE QLOCAL(SUB.RFH2) REPLACE
-DEFINE QLOCAL(REPLY.Q) REPLACE
-"""
+__all__ = [
+    "BULLETIN",
+    "CONTROL",
+    "DEFAULT",
+    "STOCK",
+    "FixedPortMosquitto",
+    "Gateway",
+    "client",
+    "collect",
+    "delete_rfh",
+    "drain_now",
+    "publish_rfh",
+    "publish_rfh2",
+    "put_raw",
+    "register_mq_subscribers",
+    "start_gateway",
+    "unique",
+    "user_props",
+    "wait_for_queue",
+]
 
-
-def unique(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:10]}"
-
-
-@dataclass
-class Gateway:
-    qm: EmbeddedQueueManager
-    store: SqliteStore
-    service: BrokerService
-    host: PluginHost
-    instance: MqttInstance
-
-    async def close(self) -> None:
-        """The SIGTERM order: the broker service finishes and commits its batches while
-        the plugins can still acknowledge them, then the plugins stop."""
-        try:
-            await self.service.stop()
-            await self.host.stop_all()
-        finally:
-            await self.qm.close()
-            self.store.close()
+#: The gateway of these tests (the shared in-process one).
+Gateway = InProcessGateway
 
 
 async def start_gateway(
     path: Path, config: MqttConfig, *, name: str = "mqtt", gateway_id: str = "gw-test"
-) -> Gateway:
-    """Start (or restart on ``path``) a gateway with one mqtt instance."""
-    qmgr = EmbeddedQueueManager("QM1", path / "qm")
-    qmgr.run_mqsc(QUEUES, stop_on_error=True)
-    store = SqliteStore(path / "pubsub.db", synchronous="NORMAL")
-    service = BrokerService(
-        qmgr,
-        PubSubEngine(qmgr.name, store),
-        BrokerConfig(
-            streams=[StreamQueueConfig(name=STOCK), StreamQueueConfig(name=BULLETIN)],
-            wait_ms=50,
-            retry_delay=0.05,
-            sink_retry_max_delay=0.5,
-        ),
+) -> InProcessGateway:
+    """Start (or restart on ``path``) the test gateway with one mqtt instance."""
+    return await support_gateway.start_gateway(
+        path,
+        plugin.create(name, config),
+        config=bridge_config(sink_retry_max_delay=0.5),
+        gateway_id=gateway_id,
     )
-    host = PluginHost(qmgr, service, gateway_id)
-    instance = plugin.create(name, config)
-    try:
-        await host.start(instance)
-        await service.start()
-    except BaseException:
-        await host.stop_all()
-        await qmgr.close()
-        store.close()
-        raise
-    return Gateway(qmgr, store, service, host, instance)
 
 
 # ------------------------------------------------------------ legacy MQ applications -----
@@ -186,22 +161,9 @@ async def register_mq_subscribers(qm: EmbeddedQueueManager, topic: str) -> None:
     assert outcomes == [("0", None, None), (None, "ok", None)], outcomes
 
 
-async def wait_for_queue(
-    qm: EmbeddedQueueManager, queue: str, count: int, timeout: float = 20
-) -> list[Received]:
-    """Get ``count`` messages from ``queue`` (destructively), waiting up to ``timeout``."""
-    got: list[Received] = []
-    async with asyncio.timeout(timeout):
-        while len(got) < count:
-            got.extend(decode(m.md, m.body) for m in await drain_raw(qm, queue))
-            if len(got) < count:
-                await asyncio.sleep(0.05)
-    return got
-
-
 async def drain_now(qm: EmbeddedQueueManager, queue: str) -> list[Received]:
     """Whatever is on ``queue`` right now (destructively; may be nothing)."""
-    return [decode(m.md, m.body) for m in await drain_raw(qm, queue)]
+    return await drain(qm, queue)
 
 
 # ------------------------------------------------------------------- MQTT clients -----

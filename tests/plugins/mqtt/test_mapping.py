@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.plugin_api import DEFAULT_STREAM, Publication
+from gateway.plugin_api import DEFAULT_STREAM
+from gateway.pubsub.records import Publication
+from gateway.runtime.envelopes import topic_within_stream
 from gateway.wire.folder import Element, serialize_folder
 from plugins.mqtt.config import InboundFilter, MqttConfig, OutboundConfig
 from plugins.mqtt.mapping import (
@@ -16,15 +18,14 @@ from plugins.mqtt.mapping import (
     escape_topic_text,
     expiry_interval,
     filter_levels_overlap,
-    is_retained,
     mq_expiry,
     mq_topic,
     mqtt_topic,
     qos_for,
-    split_stream_topic,
     unescape_topic_text,
     user_properties,
 )
+from tests.support.envelopes import sink_envelope
 
 OUT = OutboundConfig()
 
@@ -39,7 +40,7 @@ def test_named_stream_gets_its_own_level() -> None:
 
 def test_sys_stream_prefix_never_reaches_mqtt() -> None:
     seen = "$SYS/STREAM/BULLETIN.STREAM/news/today"
-    topic = split_stream_topic("BULLETIN.STREAM", seen)
+    topic = topic_within_stream("BULLETIN.STREAM", seen)
     assert topic == "news/today"
     name = mqtt_topic("BULLETIN.STREAM", topic, OUT)
     assert name == "mq/BULLETIN.STREAM/news/today"
@@ -112,10 +113,10 @@ def test_expiry_conversion() -> None:
 
 def test_retained_flag() -> None:
     pub = Publication(stream=DEFAULT_STREAM, topics=["t"], payload=b"")
-    assert not is_retained(pub, False)
-    assert is_retained(pub, True)
+    assert not sink_envelope(pub, retained=False).retain
+    assert sink_envelope(pub, retained=True).retain
     pub.pub_opts = 0x2
-    assert is_retained(pub, False)
+    assert sink_envelope(pub, retained=False).retain
 
 
 def test_user_properties_from_usr_folder_and_rfh_pairs() -> None:
@@ -129,7 +130,7 @@ def test_user_properties_from_usr_folder_and_rfh_pairs() -> None:
         user_pairs=[("Legacy", "1")],
         extra_folders=[serialize_folder(usr), "<other><x>1</x></other>"],
     )
-    assert user_properties(pub) == [
+    assert user_properties(sink_envelope(pub)) == [
         ("Legacy", "1"),
         ("Colour", "red"),
         ("Size", "10"),

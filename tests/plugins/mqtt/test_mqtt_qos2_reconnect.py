@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.reasoncodes import ReasonCode
 
 from gateway.plugin_api import InboundPublication, PublishRefusedError
 from plugins.mqtt.config import InboundConfig, MqttConfig
@@ -77,8 +79,11 @@ async def test_refused_message_is_dropped_and_acked_and_the_rest_published() -> 
     assert [t.endswith("/sensors/bad") for t in conn.parked] == [True]
 
 
-class FakePaho:
-    def __init__(self) -> None:
+class AckRecordingPaho(paho.Client):
+    """A real paho client that records acknowledgements instead of sending them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.acks: list[tuple[int, int]] = []
 
     def ack(self, mid: int, qos: int) -> paho.MQTTErrorCode:
@@ -86,19 +91,37 @@ class FakePaho:
         return paho.MQTTErrorCode.MQTT_ERR_SUCCESS
 
 
+def _link_event(client: paho.Client, *, up: bool) -> None:
+    """What paho reports for a CONNACK (``up``) or a lost link, through the callbacks
+    the connection registered on its client."""
+    reason = ReasonCode(PacketTypes.CONNACK, identifier=0 if up else 0x80)
+    if up:
+        client.on_connect(client, None, paho.ConnectFlags(False), reason, None)
+    else:
+        client.on_disconnect(client, None, paho.DisconnectFlags(False), reason, None)
+
+
 async def test_connection_acks_qos2_on_the_current_link_but_not_stale_qos1() -> None:
-    conn = MqttConnection(MqttConfig(), "cid", on_message=lambda _: None, subscriptions=lambda: [])
-    fake = FakePaho()
-    real: Any = conn._client
-    conn._client = cast(Any, fake)
-    conn._generation = 2
-    conn._link_up = True
-    try:
-        assert conn.ack(Received(_message(7, 2), 1))
-        assert not conn.ack(Received(_message(8, 1), 1))
-        assert conn.ack(Received(_message(9, 1), 2))
-        assert fake.acks == [(7, 2), (9, 1)]
-        conn._link_up = False
-        assert not conn.ack(Received(_message(10, 2), 2))
-    finally:
-        conn._client = real
+    clients: list[AckRecordingPaho] = []
+
+    def factory(**kwargs: Any) -> AckRecordingPaho:
+        clients.append(AckRecordingPaho(**kwargs))
+        return clients[-1]
+
+    conn = MqttConnection(
+        MqttConfig(),
+        "cid",
+        on_message=lambda _: None,
+        subscriptions=lambda: [],
+        client_factory=factory,
+    )
+    [fake] = clients
+    _link_event(fake, up=True)  # connection 1
+    _link_event(fake, up=True)  # connection 2 (a reconnect): generation 2, link up
+    assert conn.generation == 2
+    assert conn.ack(Received(_message(7, 2), 1))
+    assert not conn.ack(Received(_message(8, 1), 1))
+    assert conn.ack(Received(_message(9, 1), 2))
+    assert fake.acks == [(7, 2), (9, 1)]
+    _link_event(fake, up=False)
+    assert not conn.ack(Received(_message(10, 2), 2))

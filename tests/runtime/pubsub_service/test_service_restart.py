@@ -12,7 +12,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from tests.support.pubsub_messages import CONTROL, DEFAULT, rfh_message
 from tests.support.service_client import drain, put, settle
 
@@ -24,7 +24,13 @@ async def test_subscriptions_and_retained_survive_sigkill(tmp_path: Path) -> Non
     qm_dir, store_file = tmp_path / "qm", tmp_path / "pubsub.db"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.pubsub_service.sigkill_child", str(qm_dir), str(store_file)],
+        [
+            sys.executable,
+            "-m",
+            "tests.runtime.pubsub_service.sigkill_child",
+            str(qm_dir),
+            str(store_file),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

@@ -15,10 +15,11 @@ from pydantic import ValidationError
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Connection, MQError, OpenOption, QueueHandle
+from gateway.plugin_api import Envelope
 from gateway.pubsub.errors import CommandError
-from gateway.pubsub.outcome import Delivery
 from gateway.pubsub.streams import resolve_stream
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig, main
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.pubsub_service.cli import main
 from gateway.wire.constants import MsgType
 from gateway.wire.reasons import Reason
 from tests.support.pubsub_messages import CONTROL, rfh_message
@@ -38,7 +39,7 @@ async def test_unusable_dlq_blocks_logs_and_counts_nothing_until_fixed(
             CONTROL, [("MQPSCommand", "Bogus")], reply_to_q="REPLY.Q", msg_type=MsgType.REQUEST
         ),
     )
-    with caplog.at_level(logging.WARNING, logger="gateway.runtime.broker"):
+    with caplog.at_level(logging.WARNING, logger="gateway.runtime.pubsub_service.service"):
         deadline = time.monotonic() + 5
         while service.counters.dead_letter_failures < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -93,7 +94,7 @@ async def test_start_logs_the_dlq_and_its_origin(
 
     config.dead_letter_queue = "MY.DLQ"
     svc = BrokerService(qm, PubSubEngine(qm.name, MemoryStore()), config)
-    with caplog.at_level(logging.INFO, logger="gateway.runtime.broker"):
+    with caplog.at_level(logging.INFO, logger="gateway.runtime.pubsub_service.service"):
         await svc.start()
         await asyncio.sleep(0.1)
         await svc.stop()
@@ -179,18 +180,14 @@ class _TrackingQM:
 
 
 async def test_reconnect_disconnects_a_connection_whose_open_failed(
-    qm: EmbeddedQueueManager, config: BrokerConfig, monkeypatch: pytest.MonkeyPatch
+    qm: EmbeddedQueueManager, config: BrokerConfig
 ) -> None:
     from gateway.pubsub.engine import PubSubEngine
     from gateway.pubsub.store import MemoryStore
 
     tqm = _TrackingQM(qm)
+    config.reconnect_delay = 0.0  # the public seam: no pause between attempts
     svc = BrokerService(tqm, PubSubEngine(qm.name, MemoryStore()), config)  # type: ignore[arg-type]
-
-    async def no_pause(seconds: float) -> None:
-        await asyncio.sleep(0)
-
-    monkeypatch.setattr(svc, "_pause", no_pause)
     old = await tqm.connect()
     q = await svc._open_input(old, "StreamX", True)
     tqm.fail_opens = 2
@@ -207,7 +204,7 @@ class RaisingSink:
         self.calls = 0
         self.failed = asyncio.Event()
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, deliveries: Sequence[Envelope]) -> None:
         self.calls += 1
         self.failed.set()
         raise ValueError("poison for this sink")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.runtime.broker import BrokerService
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
 from tests.support.pubsub_messages import DEFAULT
 from tests.support.seed_table import CELLS, IDS, PREFIXED, STREAMX, TOPIC, publication, subscription

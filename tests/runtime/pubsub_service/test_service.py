@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.pubsub.outcome import Delivery
+from gateway.plugin_api import Envelope
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.broker import BrokerService
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.constants import MsgType, Persistence, Report
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.reasons import Reason
@@ -133,9 +133,9 @@ async def test_undeliverable_subscriber_is_dead_lettered_others_still_served(
 class RecordingSink:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
-        self.batches: list[list[Delivery]] = []
+        self.batches: list[list[Envelope]] = []
 
-    async def send(self, deliveries: Sequence[Delivery]) -> None:
+    async def send(self, deliveries: Sequence[Envelope]) -> None:
         if self.fail:
             raise ConnectionError("broker down")
         self.batches.append(list(deliveries))
@@ -156,12 +156,13 @@ async def test_sink_subscribers_and_commit_after_ack(
     sink = RecordingSink()
     service.register_sink("kafka", sink)
     await service.subscribe_sink("kafka", "$SYS/STREAM/StreamX/#", scheme=Scheme.TOPIC)
-    assert [[d.body for d in batch] for batch in sink.batches] == [[b"old"]]  # retained
+    assert [[d.payload for d in batch] for batch in sink.batches] == [[b"old"]]  # retained
     await put(qm, rfh_message("StreamX", [("MQPSCommand", "Publish"), ("MQPSTopic", "k/1")], b"v"))
     await settle(qm, service)
     d = sink.batches[-1][0]
     assert len(sink.batches) == 2
-    assert d.topic == "$SYS/STREAM/StreamX/k/1" and d.body == b"v" and not d.retained
+    assert (d.stream, d.topic) == ("StreamX", "k/1")  # $SYS/STREAM/StreamX/k/1
+    assert d.payload == b"v" and not d.from_retained_store
     assert await service.unsubscribe_sink("kafka", "$SYS/STREAM/StreamX/#")
     await put(qm, rfh_message("StreamX", [("MQPSCommand", "Publish"), ("MQPSTopic", "k/2")], b"w"))
     await settle(qm, service)

@@ -13,8 +13,8 @@ import sys
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.broker import BrokerConfig, BrokerService, StreamQueueConfig
-from tests.pubsub_service.conftest import QUEUES
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from tests.runtime.pubsub_service.conftest import QUEUES
 from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 from tests.support.service_client import drain, put, settle
 

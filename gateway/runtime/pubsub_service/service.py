@@ -1,4 +1,5 @@
-"""The broker service: the I/O loop around the sans-I/O publish/subscribe engine.
+"""The publish/subscribe service: the main MQ → engine → MQ/sink loop (the I/O around
+the sans-I/O engine).
 
 ``BrokerService`` services ``SYSTEM.BROKER.CONTROL.QUEUE``, ``SYSTEM.BROKER.DEFAULT.STREAM``
 and every configured stream queue through the queue-manager port. Per queue, one task
@@ -12,8 +13,8 @@ and one connection (a connection owns one unit of work):
    actions are put under the same unit of work (a delivery that cannot be put — unknown
    queue, queue full, put inhibited — goes to the dead-letter queue with that reason,
    so a publication reaches every matching subscriber or the DLQ on its behalf);
-4. sink deliveries (the gateway's Kafka/MQTT plugins) are handed to their sinks and
-   awaited;
+4. sink deliveries (the gateway's Kafka/MQTT plugins) are turned into envelopes
+   (``gateway.runtime.envelopes``) and handed to their sinks, and awaited;
 5. the engine's store mutations are committed, then the MQ unit of work.
 
 Anything failing in 1-5 backs the batch out (MQ and engine), so the messages come back
@@ -23,24 +24,22 @@ the batch; the store's idempotent upserts and command journal make that harmless
 
 Batches of all queues share the engine, so the engine part of a batch runs under one
 lock; waiting for messages does not hold it.
+
+A little over 500 lines on purpose: the batch loop, its sink hand-over and the sink
+(un)subscriptions share one lock and the yield/forgive bookkeeping between them; split,
+that bookkeeping would have to become a public seam. The put phase and setting messages
+aside live in ``dead_letter.py``, the settings in ``config.py``, the CLI in ``cli.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
 import random
-import signal
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol, runtime_checkable
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.mq.port import (
     Connection,
@@ -48,83 +47,36 @@ from gateway.mq.port import (
     Message,
     MQError,
     OpenOption,
-    PutOptions,
     QueueAttr,
     QueueHandle,
     QueueManager,
 )
+from gateway.plugin_api import Envelope, Sink
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import Delivery, InboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.errors import GatewayRuntimeError
-from gateway.wire.dlh import wrap_for_dlq
-from gateway.wire.mqmd import MQMD
+from gateway.runtime.envelopes import envelope_of
+from gateway.runtime.pubsub_service.config import BrokerConfig
+from gateway.runtime.pubsub_service.dead_letter import (
+    Put,
+    dead_letter,
+    dead_letter_queue_of,
+    put_all,
+)
+from gateway.runtime.pubsub_service.errors import (
+    CONNECTION_REASONS,
+    AsideQueueError,
+    BrokerError,
+    SinkYieldError,
+)
 from gateway.wire.reasons import Reason
 
+__all__ = ["BrokerService", "ServiceCounters"]
+
 log = logging.getLogger(__name__)
-
-#: Reasons after which retrying the batch on this connection is pointless: reconnect.
-_CONNECTION_REASONS = frozenset(
-    {
-        Reason.CONNECTION_BROKEN,
-        Reason.Q_MGR_STOPPING,
-        Reason.Q_MGR_NOT_AVAILABLE,
-        Reason.HCONN_ERROR,
-    }
-)
-DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
-
-
-@runtime_checkable
-class Sink(Protocol):
-    """An in-process subscriber of the engine (a Kafka or MQTT plugin, a test double).
-
-    ``send`` gets every delivery of one MQ unit of work for this sink and returns only
-    once they are safely handed over (acknowledged); raising backs the unit of work
-    out, so the publications are offered again later (at-least-once).
-    """
-
-    async def send(self, deliveries: Sequence[Delivery]) -> None: ...
-
-
-class StreamQueueConfig(BaseModel):
-    """A serviced stream queue and its Implicit Stream Naming property."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    #: A queue name that is also a stream name: no '/', which would put the stream's
-    #: publications into another stream's topic space ($SYS/STREAM/<name>/...).
-    name: str = Field(min_length=1, max_length=48, pattern=r"^[A-Za-z0-9._%]{1,48}$")
-    implicit_stream_naming: bool = True
-
-
-class BrokerConfig(BaseModel):
-    """Settings of the broker service (YAML/CLI boundary)."""
-
-    streams: list[StreamQueueConfig] = Field(default_factory=list)
-    #: Implicit Stream Naming of SYSTEM.BROKER.DEFAULT.STREAM itself.
-    default_stream_implicit_naming: bool = True
-    batch_size: int = Field(default=32, ge=1, le=5000)
-    #: A batch stops growing once this many puts are due (MQ's MaxUncommittedMsgs is
-    #: 10,000 by default; one publication with more matching subscribers than that
-    #: cannot be delivered in one unit of work and ends on the backout queue).
-    max_puts_per_unit: int = Field(default=2000, ge=1)
-    #: Longest wait for a message per get (0 would make the service poll without rest).
-    wait_ms: int = Field(default=500, ge=1, le=60_000)
-    #: Used when a queue's BOTHRESH is 0 (MQ's "no backout processing"), so a poison
-    #: message can never block its queue.
-    default_backout_threshold: int = Field(default=5, ge=1)
-    #: Dead-letter queue when the queue manager cannot be asked for its DEADQ.
-    dead_letter_queue: str = DEAD_LETTER_QUEUE
-    #: Pause after a backed-out batch before the next get (seconds, doubles up to 10 s).
-    retry_delay: float = Field(default=0.2, ge=0.0)
-    #: Longest pause between attempts to hand a batch to a sink that is down (seconds).
-    #: While a sink is down its batch stays uncommitted and retried in place: the MQ
-    #: messages wait on their queue (back-pressure) and their BackoutCount does not grow.
-    sink_retry_max_delay: float = Field(default=5.0, gt=0.0)
 
 
 @dataclass(slots=True)
@@ -140,42 +92,6 @@ class ServiceCounters:
     dead_letter_failures: int = 0
     sink_deliveries: int = 0
     sink_retries: int = 0
-
-
-class BrokerError(GatewayRuntimeError):
-    """The broker service cannot run (a serviced queue is missing, ...)."""
-
-    def __init__(self, message: str, reason: int = 0) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class _SinkYieldError(BrokerError):
-    """A batch held for a sink gives way to that sink's (un)subscription."""
-
-
-@dataclass(slots=True)
-class _Put:
-    q_mgr: str
-    queue: str
-    md: MQMD
-    body: bytes
-    #: what to dead-letter if this put fails (None: a failure backs the batch out)
-    dead_letter_on_failure: bool = True
-    #: what this put is, counted and logged only once the unit of work is committed:
-    #: "" (a delivery/response), "dead_letter" or "backout_queue"
-    kind: str = ""
-    #: the queue the moved/dead-lettered message came from (for the log)
-    source: str = ""
-    backout_count: int = 0
-
-
-class _AsideQueueError(BrokerError):
-    """A put to the dead-letter queue or a backout queue failed: the batch backs out."""
-
-    def __init__(self, queue: str, exc: MQError) -> None:
-        super().__init__(f"put to {queue} failed: {exc}", exc.reason)
-        self.queue = queue
 
 
 @dataclass(slots=True)
@@ -261,7 +177,7 @@ class BrokerService:
                     sink, topic, scheme=scheme, reg_opts=reg_opts
                 )
                 if retained:
-                    await target.send(retained)
+                    await target.send([envelope_of(d) for d in retained])
                 self.engine.commit()
             except BaseException:
                 self.engine.rollback()
@@ -324,6 +240,10 @@ class BrokerService:
         for conn, q in opened:
             self._tasks.append(asyncio.create_task(self._serve(conn, q), name=f"broker:{q.name}"))
 
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop (signal handlers); returns at once."""
+        self._stop.set()
+
     async def stop(self) -> None:
         """Finish the batches in progress, close queues and connections."""
         self._stop.set()
@@ -363,7 +283,7 @@ class BrokerService:
 
     async def _serve(self, conn: Connection, q: _InputQueue) -> None:
         delay = self.config.retry_delay
-        dlq, origin = await self._dead_letter_queue(q)
+        dlq, origin = await dead_letter_queue_of(q.handle, self.config.dead_letter_queue)
         log.info("serving %s; dead-letter queue %s (%s)", q.name, dlq, origin)
         try:
             while not self._stop.is_set():
@@ -375,7 +295,7 @@ class BrokerService:
                         # other tasks run (a port that returns at once would spin).
                         await self._pause(0.01)
                         continue
-                except _AsideQueueError as exc:
+                except AsideQueueError as exc:
                     self.counters.dead_letter_failures += 1
                     log.error(
                         "batch on %s backed out: cannot put to dead-letter/backout queue %s "
@@ -387,7 +307,7 @@ class BrokerService:
                     await self._pause(delay)
                     delay = min(10.0, max(delay * 2, 0.05))
                 except MQError as exc:
-                    if exc.reason in _CONNECTION_REASONS:
+                    if exc.reason in CONNECTION_REASONS:
                         log.error("connection for %s lost (%s): reconnecting", q.name, exc)
                         conn, q = await self._reconnect(conn, q)
                     else:
@@ -396,7 +316,7 @@ class BrokerService:
                         )
                     await self._pause(delay)
                     delay = min(10.0, max(delay * 2, 0.05))
-                except _SinkYieldError as exc:
+                except SinkYieldError as exc:
                     log.debug("%s", exc)
                 except Exception:
                     log.exception("batch on %s backed out", q.name)
@@ -422,7 +342,7 @@ class BrokerService:
                 new = await self.qm.connect()
             except MQError as exc:
                 log.error("reconnect for %s failed: %s", q.name, exc)
-                await self._pause(2.0)
+                await self._pause(self.config.reconnect_delay)
                 continue
             try:
                 return new, await self._open_input(new, q.name, q.implicit_stream_naming)
@@ -432,26 +352,10 @@ class BrokerService:
                 if not isinstance(exc, MQError):
                     raise
                 log.error("reopening %s after reconnect failed: %s", q.name, exc)
-                await self._pause(2.0)
+                await self._pause(self.config.reconnect_delay)
                 log.error("reconnect for %s failed: %s", q.name, exc)
-                await self._pause(2.0)
+                await self._pause(self.config.reconnect_delay)
         return conn, q
-
-    async def _dead_letter_queue(self, q: _InputQueue) -> tuple[str, str]:
-        """The DLQ and where its name came from (logged at start).
-
-        The embedded queue manager answers DEADQ on a queue handle; IBM MQ keeps DEADQ on
-        the queue-manager object, so there ``dead_letter_queue`` must name it
-        (docs/operations.md).
-        """
-        try:
-            attrs = await q.handle.inquire(QueueAttr.DEAD_LETTER_Q_NAME)
-            name = str(attrs.get(QueueAttr.DEAD_LETTER_Q_NAME, "")).strip()
-            if name:
-                return name, "queue manager's DEADQ"
-        except MQError:
-            pass
-        return self.config.dead_letter_queue, "broker setting dead_letter_queue"
 
     async def process_batch(self, conn: Connection, q: _InputQueue, dlq: str) -> int:
         """Get, handle, put and commit one batch; returns the number of messages got."""
@@ -467,7 +371,7 @@ class BrokerService:
             except BaseException as exc:
                 self.engine.rollback()
                 self.counters.backouts += 1
-                if isinstance(exc, _SinkYieldError):
+                if isinstance(exc, SinkYieldError):
                     for msg_id in self._batch_ids:
                         self._forgiven[msg_id] = self._forgiven.get(msg_id, 0) + 1
                 else:
@@ -490,7 +394,7 @@ class BrokerService:
         The batch ends at ``batch_size`` messages or once ``max_puts_per_unit`` puts are
         due, so a unit of work stays below the queue manager's MaxUncommittedMsgs.
         """
-        puts: list[_Put] = []
+        puts: list[Put] = []
         to_sinks: dict[str, list[Delivery]] = {}
         engine = self.engine
         q_mgr = conn.q_mgr_name
@@ -515,27 +419,29 @@ class BrokerService:
             if sink is None:
                 # No such sink in this process (plugin not loaded): keep the data on the DLQ.
                 for d in deliveries:
-                    dl_md, dl_body = wrap_for_dlq(
-                        d.md,
-                        d.body,
-                        Reason.UNKNOWN_OBJECT_NAME,
-                        f"sink:{name}"[:48],
-                        "",
-                        q_mgr[:28],
+                    puts.append(
+                        dead_letter(
+                            d.md,
+                            d.body,
+                            Reason.UNKNOWN_OBJECT_NAME,
+                            dlq=dlq,
+                            dest_queue=f"sink:{name}",
+                            dest_q_mgr="",
+                            q_mgr=q_mgr,
+                        )
                     )
-                    puts.append(_Put("", dlq, dl_md, dl_body, False, "dead_letter", f"sink:{name}"))
-        done = await self._put_all(conn, puts, dlq)
+        done = await put_all(conn, puts, dlq)
         for name, deliveries in to_sinks.items():
             sink = self.sinks.get(name)
             if sink is not None:
-                await self._send_to_sink(name, sink, deliveries)
+                await self._send_to_sink(name, sink, [envelope_of(d) for d in deliveries])
                 self.counters.sink_deliveries += len(deliveries)
         engine.commit()
         await conn.commit()
         self._account(done)
         return count
 
-    def _account(self, done: list[_Put]) -> None:
+    def _account(self, done: list[Put]) -> None:
         """Count and log moves and dead-letters once they are committed (never before)."""
         for p in done:
             if p.kind == "backout_queue":
@@ -550,8 +456,8 @@ class BrokerService:
                 self.counters.dead_lettered += 1
                 log.warning("message from %s dead-lettered to %s", p.source, p.queue)
 
-    async def _send_to_sink(self, name: str, sink: Sink, deliveries: list[Delivery]) -> None:
-        """Hand ``deliveries`` to ``sink``, retrying in place while it is down.
+    async def _send_to_sink(self, name: str, sink: Sink, envelopes: list[Envelope]) -> None:
+        """Hand ``envelopes`` to ``sink``, retrying in place while it is down.
 
         A failure is *transient* when the exception says ``retriable = True`` (the
         plugin API's ``PluginError(..., retriable=True)``): the unit of work stays
@@ -563,12 +469,12 @@ class BrokerService:
         failing_since = 0.0
         while True:
             try:
-                await sink.send(deliveries)
+                await sink.send(envelopes)
             except Exception as exc:
                 if getattr(exc, "retriable", False) is not True or self._stop.is_set():
                     raise
                 if name in self._yield_for:
-                    raise _SinkYieldError(
+                    raise SinkYieldError(
                         f"sink {name} is (un)subscribing: batch backed out"
                     ) from exc
                 self.counters.sink_retries += 1
@@ -589,7 +495,7 @@ class BrokerService:
         dlq: str,
         q_mgr: str,
         m: Message,
-        puts: list[_Put],
+        puts: list[Put],
         to_sinks: dict[str, list[Delivery]],
     ) -> None:
         engine = self.engine
@@ -598,7 +504,7 @@ class BrokerService:
             # Poison message: move it aside untouched, never process it again.
             if q.backout_queue:
                 puts.append(
-                    _Put(
+                    Put(
                         "",
                         q.backout_queue,
                         m.md,
@@ -610,19 +516,16 @@ class BrokerService:
                     )
                 )
             else:
-                dl_md, dl_body = wrap_for_dlq(
-                    m.md, m.body, Reason.BACKED_OUT, q.name, q_mgr, q_mgr[:28]
-                )
                 puts.append(
-                    _Put(
-                        "",
-                        dlq,
-                        dl_md,
-                        dl_body,
-                        False,
-                        "backout_queue",
-                        q.name,
-                        m.md.backout_count,
+                    dead_letter(
+                        m.md,
+                        m.body,
+                        Reason.BACKED_OUT,
+                        dlq=dlq,
+                        dest_queue=q.name,
+                        dest_q_mgr=q_mgr,
+                        q_mgr=q_mgr,
+                        kind="backout_queue",
                     )
                 )
             return
@@ -631,152 +534,14 @@ class BrokerService:
             if d.destination.is_sink:
                 to_sinks.setdefault(d.destination.sink, []).append(d)
             else:
-                puts.append(_Put(d.destination.q_mgr, d.destination.queue, d.md, d.body))
+                puts.append(Put(d.destination.q_mgr, d.destination.queue, d.md, d.body))
         if outcome.response is not None:
             r = outcome.response
-            puts.append(_Put(r.q_mgr, r.queue, r.md, r.body))
+            puts.append(Put(r.q_mgr, r.queue, r.md, r.body))
         if outcome.dead_letter is not None:
-            dl_md, dl_body = wrap_for_dlq(
-                m.md, m.body, outcome.dead_letter.reason, q.name, q_mgr, q_mgr[:28]
+            reason = outcome.dead_letter.reason
+            puts.append(
+                dead_letter(
+                    m.md, m.body, reason, dlq=dlq, dest_queue=q.name, dest_q_mgr=q_mgr, q_mgr=q_mgr
+                )
             )
-            puts.append(_Put("", dlq, dl_md, dl_body, False, "dead_letter", q.name))
-
-    async def _put_all(self, conn: Connection, puts: list[_Put], dlq: str) -> list[_Put]:
-        """Put everything under syncpoint; returns the moves/dead-letters made (to count
-        after the commit). A failed put to the DLQ/backout queue raises _AsideQueueError."""
-        done: list[_Put] = []
-        handles: dict[tuple[str, str], QueueHandle] = {}
-        opts = PutOptions(syncpoint=True, set_all_context=True)
-        q_mgr = conn.q_mgr_name
-        try:
-            for p in puts:
-                try:
-                    key = (p.q_mgr, p.queue)
-                    handle = handles.get(key)
-                    if handle is None:
-                        handle = await conn.open(
-                            p.queue,
-                            OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT,
-                            "" if p.q_mgr == q_mgr else p.q_mgr,
-                        )
-                        handles[key] = handle
-                    await handle.put(p.md, p.body, opts)
-                    if p.kind:
-                        done.append(p)
-                except MQError as exc:
-                    if exc.reason in _CONNECTION_REASONS:
-                        raise
-                    if p.kind or not p.dead_letter_on_failure:
-                        if p.kind:
-                            raise _AsideQueueError(p.queue, exc) from exc
-                        raise
-                    # Undeliverable to this destination: the DLQ keeps it on its behalf.
-                    dl_md, dl_body = wrap_for_dlq(
-                        p.md, p.body, exc.reason, p.queue, p.q_mgr or q_mgr, q_mgr[:28]
-                    )
-                    try:
-                        await conn.put1(dlq, dl_md, dl_body, opts)
-                    except MQError as dl_exc:
-                        if dl_exc.reason in _CONNECTION_REASONS:
-                            raise
-                        raise _AsideQueueError(dlq, dl_exc) from dl_exc
-                    done.append(
-                        _Put(
-                            "",
-                            dlq,
-                            dl_md,
-                            dl_body,
-                            False,
-                            "dead_letter",
-                            f"undeliverable {p.queue}@{p.q_mgr or q_mgr} ({exc.reason})",
-                        )
-                    )
-        finally:
-            for handle in handles.values():
-                with contextlib.suppress(MQError):
-                    await handle.close()
-        return done
-
-
-# -------------------------------------------------------------------- CLI ------------
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``mqgw broker``: run the publish/subscribe broker on an embedded queue manager."""
-    p = subparsers.add_parser(
-        "broker",
-        help="run the MQ publish/subscribe broker (embedded queue manager)",
-        description="Service SYSTEM.BROKER.CONTROL.QUEUE, SYSTEM.BROKER.DEFAULT.STREAM and "
-        "the given stream queues of an embedded queue manager.",
-    )
-    add_arguments(p)
-    p.set_defaults(func=run_command)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--qmgr", required=True, help="queue manager name")
-    p.add_argument("--qmgr-path", required=True, type=Path, help="embedded queue manager data")
-    p.add_argument("--store", required=True, type=Path, help="subscription store (SQLite file)")
-    p.add_argument(
-        "--stream",
-        action="append",
-        default=[],
-        metavar="QUEUE[:noimplicit]",
-        help="serviced stream queue; ':noimplicit' turns Implicit Stream Naming off",
-    )
-    p.add_argument("--batch-size", type=int, default=32)
-
-
-def config_from_args(args: argparse.Namespace) -> BrokerConfig:
-    streams = []
-    for spec in args.stream:
-        name, _, flag = str(spec).partition(":")
-        streams.append(StreamQueueConfig(name=name, implicit_stream_naming=flag != "noimplicit"))
-    return BrokerConfig(streams=streams, batch_size=args.batch_size)
-
-
-def run_command(args: argparse.Namespace) -> int:
-    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-    from gateway.pubsub.sqlite_store import SqliteStore
-
-    try:
-        config = config_from_args(args)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "config"
-        print(f"mqgw broker: invalid setting {where}: {first['msg']}", file=sys.stderr)
-        return 2
-
-    async def main() -> None:
-        qm = EmbeddedQueueManager(args.qmgr, args.qmgr_path)
-        store = SqliteStore(args.store)
-        service = BrokerService(qm, PubSubEngine(qm.name, store), config)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, service._stop.set)
-        try:
-            await service.run()
-        finally:
-            await qm.close()
-            store.close()
-
-    try:
-        asyncio.run(main())
-    except BrokerError as exc:
-        log.error("%s", exc)
-        return 1
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gateway.runtime.broker``: the same as ``mqgw broker``."""
-    parser = argparse.ArgumentParser(prog="python -m gateway.runtime.broker")
-    add_arguments(parser)
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return run_command(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

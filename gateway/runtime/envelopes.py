@@ -1,0 +1,127 @@
+"""Engine deliveries → plugin envelopes: the one place MQ details are turned into
+:class:`~gateway.plugin_api.Envelope` fields.
+
+Each sink delivery is converted exactly once, before the broker service hands a batch to
+a sink, so every plugin sees the same stream, topic, properties and identity and none of
+them parses an MQRFH2 folder or strips a ``$SYS/STREAM/`` prefix itself.
+"""
+
+from __future__ import annotations
+
+from gateway.plugin_api import Envelope
+from gateway.pubsub.outcome import Delivery
+from gateway.pubsub.records import Publication
+from gateway.pubsub.streams import STREAM_PREFIX
+from gateway.wire.ccsid import codec_name
+from gateway.wire.constants import Persistence
+from gateway.wire.errors import WireError
+from gateway.wire.folder import Element, parse_folder
+from gateway.wire.put_time import put_time_ms
+
+__all__ = ["envelope_of", "publisher_header_kind", "topic_within_stream", "usr_properties"]
+
+#: MQPUBO_RETAIN_PUBLICATION, as carried in Publication.pub_opts.
+_RETAIN_PUBLICATION = 0x2
+
+
+def topic_within_stream(stream: str, seen_topic: str) -> str:
+    """The topic a sink saw (unified form) without its ``$SYS/STREAM/<stream>/`` prefix."""
+    prefix = f"{STREAM_PREFIX}{stream}/"
+    if seen_topic.startswith(prefix):
+        return seen_topic[len(prefix) :]
+    return seen_topic
+
+
+def _flatten(element: Element, path: str, props: dict[str, str], types: dict[str, str]) -> None:
+    if not element.children:
+        props[path] = element.text
+        dt = element.attributes.get("dt", "")
+        if dt:
+            types[path] = dt
+        return
+    for child in element.children:
+        _flatten(child, f"{path}.{child.name}", props, types)
+
+
+def usr_properties(folders: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(properties, their ``dt`` types) of every ``usr`` folder among ``folders`` (RFH2
+    folder XML text); a nested group's elements get dotted names. A folder that does not
+    parse is skipped, not fatal (the engine accepted the message)."""
+    props: dict[str, str] = {}
+    types: dict[str, str] = {}
+    for text in folders:
+        if "usr" not in text[:16]:
+            continue
+        try:
+            root = parse_folder(text)
+        except WireError:
+            continue
+        if root.name != "usr":
+            continue
+        for child in root.children:
+            _flatten(child, child.name, props, types)
+    return props, types
+
+
+def publisher_header_kind(pub: Publication) -> str:
+    """``MQRFH`` or ``MQRFH2``: the header the publisher used.
+
+    The engine records it on every publication it parsed; for one built elsewhere the
+    header is told by what it carries (MQRFH user name/value pairs or not).
+    """
+    if pub.header:
+        return pub.header
+    return "MQRFH" if pub.user_pairs else "MQRFH2"
+
+
+def _text_codec(ccsid: int) -> str | None:
+    try:
+        return codec_name(ccsid)
+    except WireError:
+        return None
+
+
+def envelope_of(delivery: Delivery) -> Envelope:
+    """The envelope of one sink delivery.
+
+    Identity (MsgId, CorrelId, PutDate/PutTime, UserIdentifier) is the *publisher's*,
+    which the engine records on the publication; the delivery's own MQMD is the broker's
+    forwarding one and only fills in what the publication does not know.
+    """
+    pub, md = delivery.publication, delivery.md
+    props, types = usr_properties(pub.extra_folders)
+    stamped = pub if pub.put_date else md
+    put_date, put_time = stamped.put_date, stamped.put_time
+    sub = delivery.subscription
+    return Envelope(
+        stream=pub.stream,
+        topic=topic_within_stream(pub.stream, delivery.topic),
+        payload=delivery.body,
+        payload_format=pub.payload_format.strip(),
+        encoding=pub.payload_encoding,
+        ccsid=pub.payload_ccsid,
+        properties=props,
+        persistent=md.persistence == Persistence.PERSISTENT,
+        retain=bool(delivery.retained or pub.pub_opts & _RETAIN_PUBLICATION),
+        delete=delivery.deleted,
+        expiry=md.expiry,
+        correl_id=(pub.correl_id or md.correl_id).ljust(24, b"\x00")[:24],
+        origin=pub.origin,
+        property_types=types,
+        name_value_pairs=tuple(pub.user_pairs),
+        from_retained_store=delivery.retained,
+        msg_id=(pub.msg_id or md.msg_id).ljust(24, b"\x00")[:24],
+        user_identifier=(pub.user_identifier or md.user_identifier).strip(),
+        put_time_ms=put_time_ms(put_date, put_time),
+        publisher_header=publisher_header_kind(pub),
+        priority=md.priority,
+        sequence_number=pub.seq_num,
+        publish_timestamp=pub.pub_time,
+        subscription_stream=sub[0],
+        subscription_filter=sub[2],
+        reply_to_q=md.reply_to_q.strip(),
+        reply_to_q_mgr=md.reply_to_q_mgr.strip(),
+        msg_type=int(md.msg_type),
+        report=int(md.report),
+        text_codec=_text_codec(pub.payload_ccsid),
+    )

@@ -1,0 +1,50 @@
+"""Settings of the publish/subscribe service (the YAML ``broker:`` section and
+``mqgw broker`` flags): which stream queues are serviced, batching, backout and retry."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["DEAD_LETTER_QUEUE", "BrokerConfig", "StreamQueueConfig"]
+
+DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
+
+
+class StreamQueueConfig(BaseModel):
+    """A serviced stream queue and its Implicit Stream Naming property."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: A queue name that is also a stream name: no '/', which would put the stream's
+    #: publications into another stream's topic space ($SYS/STREAM/<name>/...).
+    name: str = Field(min_length=1, max_length=48, pattern=r"^[A-Za-z0-9._%]{1,48}$")
+    implicit_stream_naming: bool = True
+
+
+class BrokerConfig(BaseModel):
+    """Settings of the broker service (YAML/CLI boundary)."""
+
+    streams: list[StreamQueueConfig] = Field(default_factory=list)
+    #: Implicit Stream Naming of SYSTEM.BROKER.DEFAULT.STREAM itself.
+    default_stream_implicit_naming: bool = True
+    batch_size: int = Field(default=32, ge=1, le=5000)
+    #: A batch stops growing once this many puts are due (MQ's MaxUncommittedMsgs is
+    #: 10,000 by default; one publication with more matching subscribers than that
+    #: cannot be delivered in one unit of work and ends on the backout queue).
+    max_puts_per_unit: int = Field(default=2000, ge=1)
+    #: Longest wait for a message per get (0 would make the service poll without rest).
+    wait_ms: int = Field(default=500, ge=1, le=60_000)
+    #: Used when a queue's BOTHRESH is 0 (MQ's "no backout processing"), so a poison
+    #: message can never block its queue.
+    default_backout_threshold: int = Field(default=5, ge=1)
+    #: Dead-letter queue when the queue manager cannot be asked for its DEADQ.
+    dead_letter_queue: str = DEAD_LETTER_QUEUE
+    #: Pause after a backed-out batch before the next get (seconds, doubles up to 10 s).
+    retry_delay: float = Field(default=0.2, ge=0.0)
+    #: Longest pause between attempts to hand a batch to a sink that is down (seconds).
+    #: While a sink is down its batch stays uncommitted and retried in place: the MQ
+    #: messages wait on their queue (back-pressure) and their BackoutCount does not grow.
+    sink_retry_max_delay: float = Field(default=5.0, gt=0.0)
+    #: Pause between attempts to reconnect a serviced queue after its connection broke
+    #: (seconds).
+    reconnect_delay: float = Field(default=2.0, ge=0.0)

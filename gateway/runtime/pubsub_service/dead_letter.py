@@ -1,0 +1,129 @@
+"""The put phase of a batch, and everything that sets a message aside.
+
+A message is set aside in four cases: its BackoutCount reached BOTHRESH (moved as is to
+its BOQNAME, or to the dead-letter queue behind an MQDLH), the engine refused it, a
+delivery cannot be put (unknown queue, queue full, put inhibited), or its sink is not
+loaded in this process. :func:`dead_letter` builds the MQDLH-wrapped put for all of them
+and :func:`put_all` puts a batch's messages, replacing a failed delivery by its
+dead-letter put. Moves and dead-letters are only counted once their unit of work has
+committed (the service does that with what :func:`put_all` returns).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from gateway.mq.port import Connection, MQError, OpenOption, PutOptions, QueueAttr, QueueHandle
+from gateway.runtime.pubsub_service.errors import CONNECTION_REASONS, AsideQueueError
+from gateway.wire.dlh import wrap_for_dlq
+from gateway.wire.mqmd import MQMD
+
+__all__ = ["Put", "dead_letter", "dead_letter_queue_of", "put_all"]
+
+
+@dataclass(slots=True)
+class Put:
+    """One message a batch puts under its unit of work."""
+
+    q_mgr: str
+    queue: str
+    md: MQMD
+    body: bytes
+    #: what to dead-letter if this put fails (None: a failure backs the batch out)
+    dead_letter_on_failure: bool = True
+    #: what this put is, counted and logged only once the unit of work is committed:
+    #: "" (a delivery/response), "dead_letter" or "backout_queue"
+    kind: str = ""
+    #: the queue the moved/dead-lettered message came from (for the log)
+    source: str = ""
+    backout_count: int = 0
+
+
+def dead_letter(
+    md: MQMD,
+    body: bytes,
+    reason: int,
+    *,
+    dlq: str,
+    dest_queue: str,
+    dest_q_mgr: str,
+    q_mgr: str,
+    kind: str = "dead_letter",
+    source: str = "",
+) -> Put:
+    """The put of ``md``/``body`` to ``dlq`` behind an MQDLH with ``reason``, naming the
+    destination it could not reach (``dest_queue`` at ``dest_q_mgr``)."""
+    dl_md, dl_body = wrap_for_dlq(md, body, reason, dest_queue[:48], dest_q_mgr, q_mgr[:28])
+    return Put("", dlq, dl_md, dl_body, False, kind, source or dest_queue, md.backout_count)
+
+
+async def dead_letter_queue_of(handle: QueueHandle, fallback: str) -> tuple[str, str]:
+    """The DLQ and where its name came from (logged at start).
+
+    The embedded queue manager answers DEADQ on a queue handle; IBM MQ keeps DEADQ on the
+    queue-manager object, so there the ``dead_letter_queue`` setting must name it
+    (docs/operations.md).
+    """
+    try:
+        attrs = await handle.inquire(QueueAttr.DEAD_LETTER_Q_NAME)
+        name = str(attrs.get(QueueAttr.DEAD_LETTER_Q_NAME, "")).strip()
+        if name:
+            return name, "queue manager's DEADQ"
+    except MQError:
+        pass
+    return fallback, "broker setting dead_letter_queue"
+
+
+async def put_all(conn: Connection, puts: list[Put], dlq: str) -> list[Put]:
+    """Put everything under syncpoint; returns the moves/dead-letters made (to count
+    after the commit). A failed put to the DLQ/backout queue raises AsideQueueError."""
+    done: list[Put] = []
+    handles: dict[tuple[str, str], QueueHandle] = {}
+    opts = PutOptions(syncpoint=True, set_all_context=True)
+    q_mgr = conn.q_mgr_name
+    try:
+        for p in puts:
+            try:
+                key = (p.q_mgr, p.queue)
+                handle = handles.get(key)
+                if handle is None:
+                    handle = await conn.open(
+                        p.queue,
+                        OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT,
+                        "" if p.q_mgr == q_mgr else p.q_mgr,
+                    )
+                    handles[key] = handle
+                await handle.put(p.md, p.body, opts)
+                if p.kind:
+                    done.append(p)
+            except MQError as exc:
+                if exc.reason in CONNECTION_REASONS:
+                    raise
+                if p.kind or not p.dead_letter_on_failure:
+                    if p.kind:
+                        raise AsideQueueError(p.queue, exc) from exc
+                    raise
+                # Undeliverable to this destination: the DLQ keeps it on its behalf.
+                dl = dead_letter(
+                    p.md,
+                    p.body,
+                    exc.reason,
+                    dlq=dlq,
+                    dest_queue=p.queue,
+                    dest_q_mgr=p.q_mgr or q_mgr,
+                    q_mgr=q_mgr,
+                    source=f"undeliverable {p.queue}@{p.q_mgr or q_mgr} ({exc.reason})",
+                )
+                try:
+                    await conn.put1(dlq, dl.md, dl.body, opts)
+                except MQError as dl_exc:
+                    if dl_exc.reason in CONNECTION_REASONS:
+                        raise
+                    raise AsideQueueError(dlq, dl_exc) from dl_exc
+                done.append(dl)
+    finally:
+        for handle in handles.values():
+            with contextlib.suppress(MQError):
+                await handle.close()
+    return done

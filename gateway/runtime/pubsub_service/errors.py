@@ -1,0 +1,39 @@
+"""Errors of the publish/subscribe service, and which MQ reasons mean "reconnect"."""
+
+from __future__ import annotations
+
+from gateway.mq.port import MQError
+from gateway.runtime.errors import GatewayRuntimeError
+from gateway.wire.reasons import Reason
+
+__all__ = ["CONNECTION_REASONS", "AsideQueueError", "BrokerError", "SinkYieldError"]
+
+#: Reasons after which retrying the batch on this connection is pointless: reconnect.
+CONNECTION_REASONS = frozenset(
+    {
+        Reason.CONNECTION_BROKEN,
+        Reason.Q_MGR_STOPPING,
+        Reason.Q_MGR_NOT_AVAILABLE,
+        Reason.HCONN_ERROR,
+    }
+)
+
+
+class BrokerError(GatewayRuntimeError):
+    """The publish/subscribe service cannot run (a serviced queue is missing, ...)."""
+
+    def __init__(self, message: str, reason: int = 0) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class SinkYieldError(BrokerError):
+    """A batch held for a sink gives way to that sink's (un)subscription."""
+
+
+class AsideQueueError(BrokerError):
+    """A put to the dead-letter queue or a backout queue failed: the batch backs out."""
+
+    def __init__(self, queue: str, exc: MQError) -> None:
+        super().__init__(f"put to {queue} failed: {exc}", exc.reason)
+        self.queue = queue
