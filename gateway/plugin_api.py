@@ -72,6 +72,8 @@ __all__ = [
     "DEFAULT_STREAM",
     "PROPERTY_NAME",
     "STREAM_PREFIX",
+    "DeclaresSubscriptions",
+    "DeliveryRefusedError",
     "Envelope",
     "InboundPublication",
     "Plugin",
@@ -105,6 +107,20 @@ class PublishRefusedError(PluginError):
         super().__init__(message, retriable=False)
         #: Position of the offending publication in the batch given to publish().
         self.index = index
+
+
+class DeliveryRefusedError(PluginError):
+    """The target will never accept one outbound envelope (e.g. larger than Kafka's
+    ``max.request.size``, a topic the target refuses). Not retriable: the runtime moves
+    that envelope to the sink's dead-letter destination with ``reason`` (an MQ reason
+    code for the MQDLH) and goes on with the others; it is never sent again."""
+
+    def __init__(self, message: str, *, index: int, reason: int) -> None:
+        super().__init__(message, retriable=False)
+        #: Position of the refused envelope in the batch given to send().
+        self.index = index
+        #: MQ reason code recorded with the dead-lettered envelope.
+        self.reason = reason
 
 
 #: What the runtime accepts as an :attr:`Envelope.properties` name on the way in: an
@@ -246,6 +262,18 @@ class PluginContext(Protocol):
 
     async def unsubscribe(self, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> bool:
         """Remove a subscription of this instance; False when there was none."""
+        ...
+
+
+@runtime_checkable
+class DeclaresSubscriptions(Protocol):
+    """An instance that can say, from its configuration alone (no I/O), which
+    subscriptions its routes need. The runtime registers them before the broker service
+    gets its first message, so nothing published before the plugin has started is lost
+    (the deliveries wait for it)."""
+
+    def planned_subscriptions(self) -> Sequence[tuple[str, Scheme]]:
+        """(topic in unified form, scheme) of every outbound route."""
         ...
 
 
