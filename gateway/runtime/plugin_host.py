@@ -193,6 +193,7 @@ class MQPublisher:
                     conn = self._conn = await self.qm.connect()
                 opts = PutOptions(syncpoint=True)
                 for i, (queue, md, body) in enumerate(commands):
+                    putting = -1  # an open failing is the queue's fault, not the message's
                     handle = self._handles.get(queue)
                     if handle is None:
                         handle = await conn.open(queue, OpenOption.OUTPUT)
