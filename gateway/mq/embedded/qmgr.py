@@ -29,8 +29,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from gateway.mq.embedded import mqsc
 from gateway.mq.embedded.context import MsgIdGenerator, PutContext
+from gateway.mq.embedded.mqsc_run import MQSCResult, check_script, run_script
 from gateway.mq.embedded.name_resolution import (
     RemoteDirectory,
     Resolution,
@@ -242,11 +242,20 @@ class EmbeddedQueueManager:
 
     # ---------------------------------------------------------------- MQSC
 
-    def run_mqsc(self, script: str, *, stop_on_error: bool = False) -> list[mqsc.MQSCResult]:
-        """Run MQSC commands against this queue manager (``runmqsc``)."""
+    def run_mqsc(self, script: str, *, stop_on_error: bool = False) -> list[MQSCResult]:
+        """Run MQSC commands against this queue manager (``runmqsc``).
+
+        With ``stop_on_error`` (a start script) the whole script is checked first
+        (:meth:`check_mqsc`), so a bad line raises MQSCError before anything changes."""
         self._check_running()
-        target = _MQSCAdapter(self)
-        return mqsc.run_script(target, script, stop_on_error=stop_on_error)
+        if stop_on_error:
+            self.check_mqsc(script)
+        return run_script(_MQSCAdapter(self), script, stop_on_error=stop_on_error)
+
+    def check_mqsc(self, script: str) -> None:
+        """Raise MQSCError (naming the line) if ``script`` would fail against the current
+        definitions; changes nothing."""
+        check_script(self._catalogue, script)
 
     # ---------------------------------------------------------------- channels
 
