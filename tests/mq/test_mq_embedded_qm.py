@@ -586,15 +586,13 @@ async def test_commit_after_queue_deleted_stores_nothing(tmp_path: Path) -> None
     """Should a queue disappear under a unit of work (the store-level delete, which MQSC
     now refuses), the commit must not store rows for it: a later queue of the same name
     would show them after a restart."""
-    from gateway.mq.embedded.qmgr import _MQSCAdapter
-
     path = tmp_path / "qm"
     qm = EmbeddedQueueManager("QM1", path)
     try:
         mqsc_ok(qm, "DEFINE QLOCAL(GONE.Q)")
         async with await qm.connect() as conn:
             await conn.put1("GONE.Q", md(persistence=PERS), b"m", PutOptions(syncpoint=True))
-            _MQSCAdapter(qm).delete_queue("GONE.Q", True)
+            qm.definitions.delete_queue("GONE.Q", True)
             await conn.commit()
         mqsc_ok(qm, "DEFINE QLOCAL(GONE.Q)")
         assert qm.queue_depth("GONE.Q") == 0

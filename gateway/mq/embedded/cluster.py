@@ -45,7 +45,8 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
 if TYPE_CHECKING:
-    from gateway.mq.embedded.qmgr import EmbeddedConnection, EmbeddedQueueManager
+    from gateway.mq.embedded.connection import EmbeddedConnection
+    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 
 log = logging.getLogger(__name__)
 
@@ -743,7 +744,7 @@ class ClusterManager:
     async def _kick_waiting(self) -> None:
         """Start channels for messages left on the cluster transmission queue (restart)."""
         assert self.qm is not None
-        from gateway.mq.embedded.qmgr import cluster_correl_id
+        from gateway.mq.embedded.cluster_transmit import cluster_correl_id
 
         hops = {r.name for r in self.repository.live(self.clusters) if r.kind == QMGR}
         hops |= {p.q_mgr for p in self.partners.values()}

@@ -22,9 +22,10 @@ from typing import Self
 
 from gateway.mq.embedded.channels import ChannelListener, ChannelSender, SenderSpec
 from gateway.mq.embedded.cluster import ClusterManager
+from gateway.mq.embedded.cluster_transmit import cluster_correl_id
 from gateway.mq.embedded.mqsc import MQSCError
 from gateway.mq.embedded.objects import CLUSTER_TRANSMIT_QUEUE, ChannelDef, ChannelType
-from gateway.mq.embedded.qmgr import EmbeddedQueueManager, cluster_correl_id
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.embedded.topology import Topology, TopologyError, load_topology
 from gateway.mq.port import MQError
 
