@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from gateway.mq.embedded import cluster as cluster_mod
-from gateway.mq.embedded.cluster import ClusterManager, RepositoryCommandError, parse_command
+from gateway.mq.embedded.cluster import ClusterManager
+from gateway.mq.embedded.repository_commands import RepositoryCommandError, decode_command
 from gateway.mq.port import MQError
 from gateway.wire.constants import Feedback
 from gateway.wire.dlh import unwrap_from_dlq
@@ -42,13 +43,13 @@ def update(*records: dict[str, Any]) -> bytes:
 ])
 def test_malformed_commands_are_rejected(body: bytes) -> None:
     with pytest.raises(RepositoryCommandError) as err:
-        parse_command(body)
+        decode_command(body)
     assert err.value.feedback == Feedback.NOT_A_REPOSITORY_MSG
 
 
 def test_well_formed_commands_parse() -> None:
-    assert parse_command(update(record("Q")))["records"][0]["name"] == "Q"
-    assert parse_command(b'{"op":"query","cluster":"C1","names":["Q"],"from":"X"}')["op"] \
+    assert decode_command(update(record("Q")))["records"][0]["name"] == "Q"
+    assert decode_command(b'{"op":"query","cluster":"C1","names":["Q"],"from":"X"}')["op"] \
         == "query"
 
 
@@ -137,7 +138,7 @@ async def test_failed_commit_leaves_the_repository_unchanged(
 def test_restore_undoes_only_its_own_side() -> None:
     """The command loop (others' records) and the publisher (own records) run
     concurrently: each undo must leave the other's changes alone."""
-    from gateway.mq.embedded.cluster import Repository, RepositoryRecord
+    from gateway.mq.embedded.repository import Repository, RepositoryRecord
 
     def rec(name: str, q_mgr: str, seq: int) -> RepositoryRecord:
         return RepositoryRecord("QUEUE", "C1", name, q_mgr, seq)
