@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +86,10 @@ class ClusterManager:
     def __init__(self, q_mgr_name: str) -> None:
         self.q_mgr_name = q_mgr_name
         self.repository = Repository()
+        #: Stores the repository under a unit of work; the command that changed it
+        #: commits with it. Replaceable (tests make it fail to see the backout).
+        self.store_repository: Callable[[EmbeddedConnection, Repository], Awaitable[None]] = (
+            save_repository)
         self.qm: EmbeddedQueueManager | None = None
         self.node: Any = None
         self.partners: dict[tuple[str, str], _Partner] = {}
@@ -474,7 +479,7 @@ class ClusterManager:
             await conn.disconnect()
 
     async def _save(self, conn: EmbeddedConnection) -> None:
-        await save_repository(conn, self.repository)
+        await self.store_repository(conn, self.repository)
 
     async def _load(self) -> None:
         assert self.qm is not None
