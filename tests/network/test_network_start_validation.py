@@ -13,6 +13,7 @@ from gateway.mq.embedded.mqsc import MQSCError
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.embedded.topology import TopologyError, load_topology, topology_from_dict
+from gateway.wire.mqmd import MQMD
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,3 +107,18 @@ async def test_mqsc_file_of_a_queue_manager_is_all_or_nothing(tmp_path: Path) ->
     assert info.value.line == 2
     async with EmbeddedQueueManager("QMF", tmp_path / "QMF") as qm:
         assert qm.catalogue.get("FIRST.Q") is None
+
+
+async def test_the_check_sees_the_messages_of_the_running_queue_manager(tmp_path: Path) -> None:
+    async with EmbeddedQueueManager("QMD", tmp_path / "QMD") as qm:
+        [created] = qm.run_mqsc("DEFINE QLOCAL(FULL.Q)")
+        assert created.ok
+        async with await qm.connect() as conn:
+            await conn.put1("FULL.Q", MQMD(), b"kept")
+        with pytest.raises(MQSCError) as info:
+            qm.run_mqsc("DEFINE QLOCAL(BEFORE.Q)\nDELETE QLOCAL(FULL.Q)\n", stop_on_error=True)
+        assert info.value.line == 2 and "not empty" in str(info.value)
+        assert qm.catalogue.get("BEFORE.Q") is None
+        # deleted earlier in the same script, the queue is empty when defined again
+        qm.check_mqsc("DELETE QLOCAL(FULL.Q) PURGE\nDEFINE QLOCAL(FULL.Q)\nDELETE QLOCAL(FULL.Q)\n")
+        assert qm.queue_depth("FULL.Q") == 1

@@ -367,31 +367,42 @@ def format_results(q_mgr_name: str, results: list[MQSCResult]) -> str:
 
 class ScratchTarget:
     """A copy of a queue manager's definitions that commands may change freely: what
-    :func:`check_script` runs a script against. Queues are empty and closed here."""
+    :func:`check_script` runs a script against. Depth, open handles and uncommitted
+    messages are read from ``live`` (the running queue manager, if any) until the
+    script deletes the queue; without ``live`` every queue is empty and closed."""
 
-    def __init__(self, catalogue: ObjectCatalogue) -> None:
+    def __init__(self, catalogue: ObjectCatalogue, live: MQSCTarget | None = None) -> None:
         # definitions are frozen: copying the dictionaries is a full copy
         self._catalogue = ObjectCatalogue(
             catalogue.qmgr, dict(catalogue.queues), dict(catalogue.channels))
+        self._live = live
+        self._deleted: set[str] = set()
 
     @property
     def catalogue(self) -> ObjectCatalogue:
         return self._catalogue
 
+    def _reads_live(self, q_name: str) -> MQSCTarget | None:
+        return None if q_name in self._deleted else self._live
+
     def current_depth(self, q_name: str) -> int:
-        return 0
+        live = self._reads_live(q_name)
+        return live.current_depth(q_name) if live is not None else 0
 
     def open_count(self, q_name: str) -> tuple[int, int]:
-        return (0, 0)
+        live = self._reads_live(q_name)
+        return live.open_count(q_name) if live is not None else (0, 0)
 
     def uncommitted(self, q_name: str) -> int:
-        return 0
+        live = self._reads_live(q_name)
+        return live.uncommitted(q_name) if live is not None else 0
 
     def save_queue(self, definition: QueueDef) -> None:
         self._catalogue.queues[definition.name] = definition
 
     def delete_queue(self, q_name: str, purge: bool) -> None:
         self._catalogue.queues.pop(q_name, None)
+        self._deleted.add(q_name)
 
     def save_qmgr(self, attrs: QMgrAttrs) -> None:
         self._catalogue.qmgr = attrs
@@ -403,11 +414,13 @@ class ScratchTarget:
         self._catalogue.channels.pop(name, None)
 
 
-def check_script(catalogue: ObjectCatalogue, text: str) -> None:
+def check_script(
+    catalogue: ObjectCatalogue, text: str, live: MQSCTarget | None = None
+) -> None:
     """Raise MQSCError at the first command of ``text`` that would fail when run against
     ``catalogue`` (DISPLAY commands are skipped: they change nothing and what they show
     may only exist once the network runs). Changes nothing."""
-    scratch = ScratchTarget(catalogue)
+    scratch = ScratchTarget(catalogue, live)
     for line, command in split_commands(text):
         cmd = parse_command(command, line)
         if cmd.verb != "DISPLAY":

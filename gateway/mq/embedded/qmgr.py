@@ -227,8 +227,9 @@ class EmbeddedQueueManager:
 
     def check_mqsc(self, script: str) -> None:
         """Raise MQSCError (naming the line) if ``script`` would fail against the current
-        definitions; changes nothing."""
-        check_script(self._catalogue, script)
+        definitions and queues (a DELETE of a queue holding messages fails here too);
+        changes nothing."""
+        check_script(self._catalogue, script, self.definitions)
 
     # ---------------------------------------------------------------- channels
 
