@@ -53,7 +53,7 @@ Details every plugin relies on:
   skip or dead-letter it, never retry it.
 * The runtime implementation is ``gateway.runtime.plugin_host`` (``PluginHost``,
   ``HostedPluginContext``, ``MQPublisher``); tests may build those directly over an
-  ``EmbeddedQueueManager`` and a ``StreamService``.
+  ``EmbeddedQueueManager`` and a ``BrokerService`` (``gateway.runtime.pubsub_service``).
 """
 
 from __future__ import annotations
@@ -177,6 +177,10 @@ class Envelope:
     #: The plugin instance the publication came in through ("" for MQ publishers).
     origin: str = ""
     # ---- outbound only: filled by the runtime from the delivery ------------------------
+    #: The same properties as ``properties`` in message order with repeated names kept
+    #: (``properties`` keeps the last of a repeated name): what sinks that can carry
+    #: repeats (Kafka headers, MQTT 5 user properties) send.
+    property_list: tuple[tuple[str, str], ...] = ()
     property_types: Mapping[str, str] = field(default_factory=dict)
     name_value_pairs: tuple[tuple[str, str], ...] = ()
     #: Handed over from the retained store on (re)subscription, not published just now.
@@ -194,8 +198,10 @@ class Envelope:
     #: The sink subscription that matched: its stream and topic filter (within the stream).
     subscription_stream: str = ""
     subscription_filter: str = ""
-    #: Request/reply information of the publishing message (reply queue and its queue
-    #: manager, MQ message type and report options), carried for request/reply routing.
+    #: Request/reply information (reply queue and its queue manager, MQ message type and
+    #: report options), for request/reply routes. A publish/subscribe delivery has none:
+    #: MQ forwards a publication to its subscribers as a datagram from the broker, so these
+    #: stay at their defaults there.
     reply_to_q: str = ""
     reply_to_q_mgr: str = ""
     msg_type: int = 8

@@ -1,5 +1,9 @@
 """Embedded queue manager behaviour beyond the port contract: attributes, durability,
-name resolution through the engine, transmission and dead-letter queues."""
+name resolution through the engine, transmission and dead-letter queues.
+
+A little over 500 lines on purpose: one scenario per behaviour of one public object
+(``EmbeddedQueueManager``), all sharing the same fixtures.
+"""
 
 from __future__ import annotations
 
