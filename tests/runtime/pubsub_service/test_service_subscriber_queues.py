@@ -12,6 +12,7 @@ from gateway.pubsub.records import Destination, SubFormat, Subscription
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.pubsub.store import UpsertSubscription
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.metrics import GatewayMetrics
 from gateway.wire.constants import MsgType
 from gateway.wire.reasons import Reason
 from tests.support.gateway import STOCK, InProcessGateway, bridge_config, build_gateway
@@ -120,6 +121,9 @@ async def test_a_subscription_whose_queue_keeps_failing_is_suspended_then_resume
     assert qm.queue_depth(DLQ) == 3
     assert service.engine.suspended_subscriptions == 1
     assert service.engine.suspensions == 1
+    text = GatewayMetrics(service, gateway.host, dict, lambda: 0).exposition().decode()
+    assert "\nmqgw_suspended_subscriptions 1.0\n" in text
+    assert 'mqgw_errors_total{component="broker",kind="subscription_suspended"} 1.0' in text
     # the queue is fixed and the subscriber registers again: resumed
     qm.run_mqsc("DEFINE QLOCAL(NO.SUCH.Q) REPLACE", stop_on_error=True)
     await put(qm, reg_sub("NO.SUCH.Q"))  # type: ignore[arg-type]
