@@ -178,8 +178,8 @@ class Envelope:
     origin: str = ""
     # ---- outbound only: filled by the runtime from the delivery ------------------------
     #: The same properties as ``properties`` in message order with repeated names kept
-    #: (``properties`` keeps the last of a repeated name): what sinks that can carry
-    #: repeats (Kafka headers, MQTT 5 user properties) send.
+    #: (``properties`` keeps the last of a repeated name); sinks that can carry repeats
+    #: (Kafka headers, MQTT 5 user properties) read :meth:`property_items`.
     property_list: tuple[tuple[str, str], ...] = ()
     property_types: Mapping[str, str] = field(default_factory=dict)
     name_value_pairs: tuple[tuple[str, str], ...] = ()
@@ -208,6 +208,11 @@ class Envelope:
     report: int = 0
     #: Python codec of ``ccsid`` (None when unknown), for :meth:`text`.
     text_codec: str | None = None
+
+    def property_items(self) -> tuple[tuple[str, str], ...]:
+        """Every property as (name, text) in message order, repeats kept: the runtime's
+        ``property_list``, or ``properties`` for an envelope built without one."""
+        return self.property_list or tuple(self.properties.items())
 
     @property
     def is_text(self) -> bool:
