@@ -430,7 +430,7 @@ class BrokerService:
                             q_mgr=q_mgr,
                         )
                     )
-        done = await put_all(conn, puts, dlq)
+        done = await put_all(conn, puts, dlq, self.engine)
         for name, deliveries in to_sinks.items():
             sink = self.sinks.get(name)
             if sink is not None:
