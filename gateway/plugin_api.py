@@ -49,8 +49,10 @@ Details every plugin relies on:
   unavailable (retry later, do not acknowledge), and
   :class:`PublishRefusedError` (a PluginError, ``retriable=False``, ``.index`` = position
   in the batch) for a publication that can never be published (bad stream name, property
-  name not an XML name, wildcard delete, payload format/encoding/CCSID MQ cannot carry):
-  skip or dead-letter it, never retry it.
+  name not an XML name, wildcard delete, payload format/encoding/CCSID MQ cannot carry,
+  or a put MQ refuses for good for that message, e.g. 2030/2031 too big; ``.reason`` is the
+  MQ reason code): dead-letter it and acknowledge it, never retry it. A full or
+  put-inhibited queue is back-pressure (retriable), never a refusal.
 * The runtime implementation is ``gateway.runtime.plugin_host`` (``PluginHost``,
   ``HostedPluginContext``, ``MQPublisher``); tests may build those directly over an
   ``EmbeddedQueueManager`` and a ``BrokerService`` (``gateway.runtime.pubsub_service``).
@@ -103,10 +105,13 @@ class PublishRefusedError(PluginError):
     payload format, encoding or CCSID). Not retriable: the plugin must dead-letter or
     skip it, not retry it."""
 
-    def __init__(self, message: str, *, index: int = -1) -> None:
+    def __init__(self, message: str, *, index: int = -1, reason: int = 0) -> None:
         super().__init__(message, retriable=False)
         #: Position of the offending publication in the batch given to publish().
         self.index = index
+        #: MQ reason code of the refusal (e.g. 2031 MSG_TOO_BIG_FOR_Q_MGR); 0 when the
+        #: publication could not even be encoded. Plugins carry it to their dead letters.
+        self.reason = reason
 
 
 class DeliveryRefusedError(PluginError):

@@ -4,7 +4,7 @@
 #   1. checks prerequisites: Python >= 3.11, Java >= 17 (Maven only when jars must be resolved)
 #   2. .venv with the project installed editable with the dev, spark and demo extras
 #      (re-run when pyproject.toml changes; stamped in .venv/.mqgw-setup-stamp)
-#   3. Debian's mosquitto, installed with apt-get when missing (needs root)
+#   3. Debian's mosquitto and mosquitto-clients, installed with apt-get when missing (needs root)
 #   4. the Kafka broker jars (tools/jvm/kafka/pom.xml) and the Spark Kafka connector jars
 #      (tools/jvm/spark-kafka/pom.xml, at exactly the installed pyspark's version), resolved
 #      with mvn into .cache/jvm/<name>/lib, skipped when the stamp matches the pom's hash.
@@ -93,17 +93,18 @@ find_mosquitto() {
     done
     return 1
 }
-if mosq="$(find_mosquitto)"; then
-    say "mosquitto present ($mosq)"
+# mosquitto-clients (mosquitto_pub/mosquitto_sub): the tests drive the gateway from outside.
+if mosq="$(find_mosquitto)" && command -v mosquitto_pub >/dev/null 2>&1; then
+    say "mosquitto present ($mosq), with mosquitto-clients"
 else
-    [[ "${MQGW_SKIP_APT:-0}" != 1 ]] || die "mosquitto not found and MQGW_SKIP_APT=1: install Debian's mosquitto package"
+    [[ "${MQGW_SKIP_APT:-0}" != 1 ]] || die "mosquitto or mosquitto-clients not found and MQGW_SKIP_APT=1: install Debian's mosquitto and mosquitto-clients packages"
     [[ "$(id -u)" == 0 ]] ||
-        die "mosquitto not found and not running as root: run 'sudo apt-get update && sudo apt-get install -y mosquitto' (or set MQGW_MOSQUITTO to its path), then re-run"
-    command -v apt-get >/dev/null 2>&1 || die "mosquitto not found and apt-get unavailable: install mosquitto 2.x and set MQGW_MOSQUITTO"
-    say "installing mosquitto: apt-get update && apt-get install -y mosquitto"
+        die "mosquitto or mosquitto-clients not found and not running as root: run 'sudo apt-get update && sudo apt-get install -y mosquitto mosquitto-clients' (or set MQGW_MOSQUITTO to its path), then re-run"
+    command -v apt-get >/dev/null 2>&1 || die "mosquitto not found and apt-get unavailable: install mosquitto 2.x (and its clients) and set MQGW_MOSQUITTO"
+    say "installing mosquitto: apt-get update && apt-get install -y mosquitto mosquitto-clients"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null || die "apt-get update failed"
-    apt-get install -y -q --no-install-recommends mosquitto >/dev/null || die "apt-get install mosquitto failed"
+    apt-get install -y -q --no-install-recommends mosquitto mosquitto-clients >/dev/null || die "apt-get install mosquitto mosquitto-clients failed"
     mosq="$(find_mosquitto)" || die "mosquitto installed but its binary was not found"
     say "mosquitto installed ($mosq)"
 fi

@@ -102,6 +102,12 @@ class _Collector(Collector):
         errors.add_metric(["broker", "sink_retry"], c.sink_retries)
         errors.add_metric(["broker", "dead_letter_failure"], c.dead_letter_failures)
         errors.add_metric(["plugins", "start_error"], self.start_errors())
+        refused = CounterMetricFamily(
+            "mqgw_inbound_refused",
+            "Inbound publications MQ refused for good, by MQ reason (the plugin "
+            "dead-letters them and moves on)",
+            labels=["plugin", "reason"],
+        )
         up = GaugeMetricFamily(
             "mqgw_plugin_up", "1 while a plugin instance is healthy", labels=["plugin"]
         )
@@ -117,6 +123,8 @@ class _Collector(Collector):
             for stream, n in pc.per_stream.items():
                 inbound.add_metric([stream, name], n)
             errors.add_metric([name, "publish_failure"], pc.failures)
+            for reason, n in pc.refused.items():
+                refused.add_metric([name, reason], n)
         stats = GaugeMetricFamily(
             "mqgw_plugin_stat",
             "A plugin instance's own counters and states (its stats(), e.g. the Kafka "
@@ -159,7 +167,7 @@ class _Collector(Collector):
                 depth.add_metric([q], n)
         except Exception:  # a scrape must not fail because one queue cannot be asked
             log.debug("queue depth unavailable", exc_info=True)
-        yield from (out, inbound, handled, errors, dead, suspended, depth, up, stats)
+        yield from (out, inbound, refused, handled, errors, dead, suspended, depth, up, stats)
 
 
 class HealthServer:

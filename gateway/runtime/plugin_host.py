@@ -45,8 +45,10 @@ from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason, reason_text
 
 __all__ = [
+    "REFUSED_PUT_REASONS",
     "HostedPluginContext",
     "MQPublisher",
     "PluginHost",
@@ -88,6 +90,38 @@ def publish_command_of(
         ) from exc
 
 
+#: MQ reasons of a put that can never succeed *for that message*, whatever the state of
+#: the queue manager: the publication is refused (the plugin dead-letters it and moves
+#: on). Every other reason (Q_FULL 2053, PUT_INHIBITED 2051, a broken or quiescing
+#: connection 2009/2059/2161/2162/2202, UNKNOWN_OBJECT_NAME or NOT_AUTHORIZED from a
+#: configuration still being fixed, ...) is back-pressure: retried, never dead-lettered.
+REFUSED_PUT_REASONS: frozenset[int] = frozenset(
+    {
+        Reason.MSG_TOO_BIG_FOR_Q,
+        Reason.MSG_TOO_BIG_FOR_Q_MGR,
+        Reason.DATA_LENGTH_ERROR,
+        Reason.MD_ERROR,
+        Reason.EXPIRY_ERROR,
+        Reason.FEEDBACK_ERROR,
+        Reason.MSG_TYPE_ERROR,
+        Reason.MISSING_REPLY_TO_Q,
+        Reason.PERSISTENCE_ERROR,
+        Reason.PERSISTENT_NOT_ALLOWED,
+        Reason.PRIORITY_ERROR,
+        Reason.REPORT_OPTIONS_ERROR,
+        Reason.FORMAT_ERROR,
+        Reason.HEADER_ERROR,
+        Reason.RFH_ERROR,
+        Reason.RFH_FORMAT_ERROR,
+        Reason.RFH_HEADER_FIELD_ERROR,
+        Reason.RFH_RESTRICTED_FORMAT_ERR,
+        Reason.PROPERTY_NAME_ERROR,
+        Reason.SOURCE_CCSID_ERROR,
+        Reason.CONTENT_ERROR,
+    }
+)
+
+
 @dataclass(slots=True)
 class PublisherCounters:
     """Exported as metrics."""
@@ -97,6 +131,8 @@ class PublisherCounters:
     failures: int = 0
     #: publications per stream
     per_stream: dict[str, int] = field(default_factory=dict)
+    #: publications refused for good, by MQ reason name (0: could not be encoded)
+    refused: dict[str, int] = field(default_factory=dict)
 
 
 class MQPublisher:
@@ -146,23 +182,39 @@ class MQPublisher:
                 md, body = publish_command_of(pub, gateway_id=self.gateway_id)
             except PublishRefusedError as exc:
                 exc.index = i
+                self._count_refused(exc.reason)
                 raise
             commands.append((self.queue_for(pub.stream), md, body))
         async with self._lock:
             conn = self._conn
+            putting = -1  # index of the put in progress (a failure there is its own)
             try:
                 if conn is None:
                     conn = self._conn = await self.qm.connect()
                 opts = PutOptions(syncpoint=True)
-                for queue, md, body in commands:
+                for i, (queue, md, body) in enumerate(commands):
+                    putting = -1  # an open failing is the queue's fault, not the message's
                     handle = self._handles.get(queue)
                     if handle is None:
                         handle = await conn.open(queue, OpenOption.OUTPUT)
                         self._handles[queue] = handle
+                    putting = i
                     await handle.put(md, body, opts)
+                putting = -1
                 await conn.commit()
             except MQError as exc:
                 self.counters.failures += 1
+                if putting >= 0 and exc.reason in REFUSED_PUT_REASONS:
+                    # This message can never be put: back the others out (they are
+                    # published again by the caller) but keep the connection.
+                    await self._back_out(conn)
+                    self._count_refused(exc.reason)
+                    pub = publications[putting]
+                    raise PublishRefusedError(
+                        f"publication on {pub.stream!r}/{pub.topic!r} refused by MQ: {exc}",
+                        index=putting,
+                        reason=exc.reason,
+                    ) from exc
                 await self._drop(conn)
                 raise PluginError(f"cannot publish into MQ: {exc}", retriable=True) from exc
             except BaseException:
@@ -174,6 +226,19 @@ class MQPublisher:
         per = self.counters.per_stream
         for pub in publications:
             per[pub.stream] = per.get(pub.stream, 0) + 1
+
+    def _count_refused(self, reason: int) -> None:
+        key = reason_text(reason) if reason else "UNENCODABLE"
+        self.counters.refused[key] = self.counters.refused.get(key, 0) + 1
+
+    async def _back_out(self, conn: Connection | None) -> None:
+        """Back the unit of work out; a failing backout drops the connection."""
+        if conn is None:
+            return
+        try:
+            await conn.backout()
+        except MQError:
+            await self._drop(conn)
 
     async def _drop(self, conn: Connection | None) -> None:
         """Back out and forget the connection (a fresh one is made on next publish)."""

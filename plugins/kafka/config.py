@@ -154,6 +154,11 @@ class InboundConfig(BaseModel):
     #: Back-off after a failed publish (doubles, with jitter, up to retry_max_s).
     retry_initial_s: float = Field(default=0.2, gt=0)
     retry_max_s: float = Field(default=10.0, gt=0)
+    #: Where a record MQ can never take goes (docs/kafka-contract.md "Dead-letter
+    #: records"), before its offset is committed; "" logs and skips it instead.
+    dead_letter_topic: str = Field(
+        default="mqgw-deadletter", max_length=249, pattern=r"^[A-Za-z0-9._-]*$"
+    )
 
     @model_validator(mode="after")
     def _unique_topics(self) -> InboundConfig:

@@ -3,6 +3,11 @@
 Offsets are committed only after ``Publisher.publish`` returned, i.e. after the MQ unit
 of work carrying the batch committed. A failed publish commits nothing and rewinds the
 consumer to the batch's first records, so they are delivered again (at-least-once).
+
+A record MQ can never take (refused for good: too big for the stream queue, a name MQ
+cannot carry, no usable topic) is poison, not back-pressure: it goes to the dead-letter
+topic (``inbound.dead_letter_topic``) with the reason, and its offset is committed with
+the batch's, so it never blocks its partition. A full queue only pauses the source.
 """
 
 from __future__ import annotations
@@ -14,13 +19,18 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from gateway.plugin_api import Envelope, Publisher, PublishRefusedError
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError
-from plugins.kafka.mapping import InboundRoute, SkippedRecord, inbound_publication
+from plugins.kafka.mapping import (
+    CONTRACT_VERSION,
+    InboundRoute,
+    SkippedRecord,
+    inbound_publication,
+)
 from plugins.kafka.sink import TopicCreator, client_args
 
 log = logging.getLogger(__name__)
@@ -41,6 +51,19 @@ class SourceCounters:
     publish_failures: int = 0
     commits: int = 0
     commit_failures: int = 0
+    #: records written to the dead-letter topic (or, without one, dropped)
+    dead_lettered: int = 0
+    dead_letter_failures: int = 0
+
+
+@dataclass(slots=True)
+class _Refused:
+    """A consumed record MQ can never take, on its way to the dead-letter topic."""
+
+    record: ConsumerRecord[bytes, bytes]
+    why: str
+    #: MQ reason code (0: the record could not be mapped to a publication)
+    reason: int = 0
 
 
 class KafkaSource:
@@ -62,6 +85,7 @@ class KafkaSource:
         self.group_id = config.inbound.group_id or f"mqgw.{gateway_id}.{instance}"
         self.counters = SourceCounters()
         self.consumer: AIOKafkaConsumer | None = None
+        self._dead_letter_producer: AIOKafkaProducer | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._failing = False
@@ -110,6 +134,10 @@ class KafkaSource:
         consumer, self.consumer = self.consumer, None
         if consumer is not None:
             await consumer.stop()
+        producer, self._dead_letter_producer = self._dead_letter_producer, None
+        if producer is not None:
+            with contextlib.suppress(KafkaError):
+                await producer.stop()
 
     async def _run(self, consumer: AIOKafkaConsumer) -> None:
         inbound = self.config.inbound
@@ -154,34 +182,110 @@ class KafkaSource:
         consumer: AIOKafkaConsumer,
         batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
     ) -> None:
-        pubs: list[Envelope] = []
+        pending: list[tuple[ConsumerRecord[bytes, bytes], Envelope]] = []
+        refused: list[_Refused] = []
         offsets: dict[TopicPartition, int] = {}
         for tp, records in batches.items():
             route = self.routes.get(tp.topic) or InboundRoute(tp.topic)
-            pubs.extend(self._map(route, records))
+            pending.extend(self._map(route, records, refused))
             offsets[tp] = records[-1].offset + 1
-        while pubs:
+        while pending:
             try:
-                await self.publisher.publish(pubs)
+                await self.publisher.publish([pub for _, pub in pending])
             except PublishRefusedError as exc:
-                if not 0 <= exc.index < len(pubs):
+                if not 0 <= exc.index < len(pending):
                     raise
-                # This one publication can never be published: skip it, keep the rest.
-                bad = pubs.pop(exc.index)
+                # This one can never be published: dead-letter it, publish the rest.
+                rec, bad = pending.pop(exc.index)
                 self.counters.skipped_invalid += 1
+                refused.append(_Refused(rec, str(exc), exc.reason))
                 log.warning(
-                    "kafka instance %r: publication on %r/%r refused by MQ, skipped: %s",
+                    "kafka instance %r: record %s[%d]@%d (%r/%r) refused by MQ: %s",
                     self.instance,
+                    rec.topic,
+                    rec.partition,
+                    rec.offset,
                     bad.stream,
                     bad.topic,
                     exc,
                 )
                 continue
-            self.counters.published += len(pubs)
+            self.counters.published += len(pending)
             break
         # The batch is in MQ now: from here on nothing may rewind the consumer, or the
-        # batch would be published again. Only the offset commit is retried.
+        # batch would be published again. The dead letters and the commit are retried.
+        if refused and not await self._dead_letter(refused):
+            return  # stopping: not committed, so the batch comes again (at-least-once)
         await self._commit(consumer, offsets)
+
+    async def _dead_letter(self, refused: Sequence[_Refused]) -> bool:
+        """Write ``refused`` to the dead-letter topic (retrying, with backoff, while the
+        target is down); False when stopped before that succeeded."""
+        topic = self.config.inbound.dead_letter_topic
+        if not topic:
+            self.counters.dead_lettered += len(refused)
+            return True
+        inbound = self.config.inbound
+        delay = inbound.retry_initial_s
+        while True:
+            try:
+                producer = await self._dead_letter_target(topic)
+                futures = [
+                    await producer.send(
+                        topic, r.record.value, key=r.record.key, headers=self._dlq_headers(r)
+                    )
+                    for r in refused
+                ]
+                await asyncio.gather(*futures)
+            except KafkaError as exc:
+                self.counters.dead_letter_failures += 1
+                log.error(
+                    "kafka instance %r: cannot write %d record(s) to dead-letter topic %r: %s",
+                    self.instance,
+                    len(refused),
+                    topic,
+                    exc,
+                )
+                if self._stop.is_set():
+                    return False
+                await self._pause(delay)
+                delay = min(inbound.retry_max_s, delay * 2)
+                continue
+            self.counters.dead_lettered += len(refused)
+            return True
+
+    async def _dead_letter_target(self, topic: str) -> AIOKafkaProducer:
+        producer = self._dead_letter_producer
+        if producer is None:
+            producer = AIOKafkaProducer(
+                **client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}.dlq"),
+                acks="all",
+                enable_idempotence=True,
+                max_request_size=self.config.max_request_size,
+            )
+            try:
+                await producer.start()
+                await TopicCreator(self.config, self.group_id).ensure({topic: False})
+            except BaseException:
+                with contextlib.suppress(KafkaError):
+                    await producer.stop()
+                raise
+            self._dead_letter_producer = producer
+        return producer
+
+    def _dlq_headers(self, refused: _Refused) -> list[tuple[str, bytes]]:
+        """The record's own headers, then where it came from and why it was refused."""
+        rec = refused.record
+        return [
+            *((k, bytes(v)) for k, v in rec.headers or ()),
+            ("mq.contract", CONTRACT_VERSION),
+            ("mq.origin", self.gateway_id.encode()),
+            ("mq.dlh.reason", str(refused.reason).encode()),
+            ("mqgw.error", refused.why.encode("utf-8", "replace")),
+            ("kafka.topic", rec.topic.encode()),
+            ("kafka.partition", str(rec.partition).encode()),
+            ("kafka.offset", str(rec.offset).encode()),
+        ]
 
     async def _commit(self, consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
         inbound = self.config.inbound
@@ -213,9 +317,12 @@ class KafkaSource:
             return
 
     def _map(
-        self, route: InboundRoute, records: Sequence[ConsumerRecord[bytes, bytes]]
-    ) -> list[Envelope]:
-        out: list[Envelope] = []
+        self,
+        route: InboundRoute,
+        records: Sequence[ConsumerRecord[bytes, bytes]],
+        refused: list[_Refused],
+    ) -> list[tuple[ConsumerRecord[bytes, bytes], Envelope]]:
+        out: list[tuple[ConsumerRecord[bytes, bytes], Envelope]] = []
         for rec in records:
             self.counters.consumed += 1
             try:
@@ -229,6 +336,7 @@ class KafkaSource:
                 )
             except SkippedRecord as exc:
                 self.counters.skipped_invalid += 1
+                refused.append(_Refused(rec, exc.why))
                 log.warning(
                     "kafka instance %r: record %s[%d]@%d not published: %s",
                     self.instance,
@@ -241,7 +349,7 @@ class KafkaSource:
             if pub is None:
                 self.counters.skipped_own += 1
                 continue
-            out.append(pub)
+            out.append((rec, pub))
         return out
 
     async def _pause(self, seconds: float) -> None:

@@ -97,6 +97,8 @@ class _Item:
     received: Received
     publication: Envelope | None
     error: str = ""
+    #: MQ reason code of a refusal (0: the message could not be mapped or encoded)
+    reason: int = 0
 
 
 class MqttSource:
@@ -173,6 +175,9 @@ class MqttSource:
     async def _handle(self, batch: list[Received]) -> None:
         items = self._map(batch)
         attempt = 0
+        #: most messages per unit of work; halved after each failure, so a batch larger
+        #: than the room left on a nearly full queue still gets through (back-pressure)
+        limit = len(items)
         while True:
             # QoS 1 messages of a lost connection will be redelivered: do not publish them
             # now. QoS 2 ones will NOT be (paho sent PUBREC on arrival and delivered them
@@ -186,7 +191,7 @@ class MqttSource:
             ]
             self.counters.abandoned += len(items) - len(live)
             items = live
-            to_publish = [it for it in items if it.publication is not None]
+            to_publish = [it for it in items if it.publication is not None][:limit]
             if not to_publish:
                 break
             try:
@@ -199,9 +204,13 @@ class MqttSource:
                     for it in to_publish:
                         it.publication = None
                         it.error = str(exc)
+                        it.reason = exc.reason
                     continue
+                # MQ can never take this one (e.g. 2031 too big): dead-letter it, and
+                # publish the others; never retry it (it would block the source).
                 to_publish[exc.index].publication = None
                 to_publish[exc.index].error = str(exc)
+                to_publish[exc.index].reason = exc.reason
                 continue
             except PluginError as exc:
                 await self._pause(attempt, exc)
@@ -210,8 +219,16 @@ class MqttSource:
             else:
                 self.counters.units_of_work += 1
                 self.counters.published += len(to_publish)
-                break
+                # Committed in MQ: acknowledge now (a stop before the rest is published
+                # must not make the broker hand these back).
+                for it in to_publish:
+                    self.connection.ack(it.received)
+                done = {id(it) for it in to_publish}
+                items = [it for it in items if id(it) not in done]
+                attempt, limit = 0, limit * 2
+                continue
             attempt += 1
+            limit = max(1, limit // 2)
             if self._stopping:
                 return  # unacknowledged: the broker redelivers after a restart
         self.stalled = False
@@ -219,7 +236,7 @@ class MqttSource:
             if it.publication is None:
                 await self._dead_letter(it)
         for it in items:
-            if it.publication is not None or it.error:
+            if it.error:
                 self.connection.ack(it.received)
 
     async def _pause(self, attempt: int, exc: BaseException) -> None:
@@ -243,7 +260,11 @@ class MqttSource:
             bytes(msg.payload),
             1,
             False,
-            [("mqgw-error", item.error), ("mqgw-topic", msg.topic)],
+            [
+                ("mqgw-error", item.error),
+                ("mqgw-topic", msg.topic),
+                ("mqgw-reason", str(item.reason)),
+            ],
         )
         attempt = 0
         while not self._stopping:

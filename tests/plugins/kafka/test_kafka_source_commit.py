@@ -84,6 +84,7 @@ def _source(publisher: CountingPublisher) -> KafkaSource:
                 "topics": [{"kafka_topic": "ticks", "stream": "SYSTEM.BROKER.DEFAULT.STREAM"}],
                 "retry_initial_s": 0.001,
                 "retry_max_s": 0.002,
+                "dead_letter_topic": "",  # no broker here: refused records are dropped
             }
         }
     )

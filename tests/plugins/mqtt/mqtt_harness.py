@@ -60,7 +60,12 @@ Gateway = InProcessGateway
 
 
 async def start_gateway(
-    path: Path, config: MqttConfig, *, name: str = "mqtt", gateway_id: str = "gw-test"
+    path: Path,
+    config: MqttConfig,
+    *,
+    name: str = "mqtt",
+    gateway_id: str = "gw-test",
+    mqsc: str = support_gateway.BRIDGE_QUEUES,
 ) -> InProcessGateway:
     """Start (or restart on ``path``) the test gateway with one mqtt instance."""
     return await support_gateway.start_gateway(
@@ -68,6 +73,7 @@ async def start_gateway(
         plugin.create(name, config),
         config=bridge_config(sink_retry_max_delay=0.5),
         gateway_id=gateway_id,
+        mqsc=mqsc,
     )
 
 
