@@ -23,20 +23,16 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from gateway.devstack import KafkaBroker, MosquittoBroker
+from tests.faults.clients import KafkaReader, MqttReader
+from tests.faults.ledger import Ledger, PathLedger, assert_nothing_lost, report
 from tests.faults.scenario import (
+    STARTED,
     FaultWorld,
-    KafkaReader,
-    Ledger,
-    MqttReader,
-    PathLedger,
-    drain_subscriber,
-    prepare_queue_manager,
+    first_start,
     put_publications,
-    regsub_answer,
+    recover_and_count,
     wait_until,
-    write_report,
 )
-from tests.support.gateway_process import GatewayProcess
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.kafka, pytest.mark.mqtt]
 
@@ -45,16 +41,6 @@ PER_TRIAL = 20
 KILL_AFTER = (0.2, 2.0)
 #: Share of trials whose kill is timed from the spawn (during start-up).
 STARTUP_KILLS = 0.25
-#: The line ``mqgw run`` logs when the queue manager and broker service are up.
-STARTED = "INFO gateway.runtime.app: gateway "
-#: The last of the two plugin instances' start lines (they start concurrently).
-READY = ("plugin instance kafka started", "plugin instance mqtt started")
-
-
-async def wait_ready(gw: GatewayProcess, timeout: float = 60) -> bool:
-    """Until both plugin instances logged their start (False: it died or timed out)."""
-    await wait_until(lambda: all(gw.has_logged(r) for r in READY) or not gw.running, timeout)
-    return gw.running and all(gw.has_logged(r) for r in READY)
 
 
 async def _feed_kafka(producer: AIOKafkaProducer, world: FaultWorld, ids: list[str],
@@ -81,7 +67,6 @@ async def test_sigkill_at_random_points_loses_nothing(
     world = FaultWorld(tmp_path, kafka_broker.bootstrap, mqtt_broker.host, mqtt_broker.port)
     ledger = Ledger()
     gw = world.gateway()
-    await prepare_queue_manager(world)
     kafka_reader = KafkaReader(world, ledger.paths["MQ->Kafka"])
     mqtt_reader = MqttReader(world, ledger.paths["MQ->MQTT"])
     kafka_reader.start()
@@ -92,13 +77,7 @@ async def test_sigkill_at_random_points_loses_nothing(
     try:
         async with asyncio.timeout(30):
             await mqtt_reader.ready.wait()
-        # First start: the RegSub is answered, the plugins' subscriptions, the MQTT
-        # session and the Kafka consumer group exist before any traffic.
-        gw.start()
-        assert await wait_ready(gw), gw.log_tail()
-        await asyncio.sleep(1.0)
-        assert gw.terminate() == 0, gw.log_tail()
-        assert await regsub_answer(world) == "ok"
+        await first_start(world, gw)
         kills_while_running = after_start = 0
         async with aiomqtt.Client(world.mqtt_host, world.mqtt_port,
                                   identifier=f"{world.tag}-pub") as mqtt_pub:
@@ -122,36 +101,17 @@ async def test_sigkill_at_random_points_loses_nothing(
                 gw.kill()
                 async with asyncio.timeout(30):
                     await feeds
-        # Recovery: a clean run until every outbound id is out, then a clean stop and
-        # the MQ subscriber queue drained (up to three rounds for the inbound paths).
-        inbound = (ledger.paths["Kafka->MQ"], ledger.paths["MQTT->MQ"])
-        for _round in range(4):
-            gw.start()
-            assert await wait_ready(gw), gw.log_tail()
-            await wait_until(
-                lambda: ledger.paths["MQ->Kafka"].complete and ledger.paths["MQ->MQTT"].complete,
-                timeout=60,
-            )
-            await asyncio.sleep(5.0)  # the inbound backlog: Kafka records, MQTT session
-            assert gw.terminate() == 0, gw.log_tail()
-            for payload in await drain_subscriber(world):
-                (inbound[0] if payload.startswith("k") else inbound[1]).receive([payload])
-            if all(p.complete for p in inbound):
-                break
+        # Recovery: clean runs until everything is out, then count.
+        await recover_and_count(world, gw, ledger)
     finally:
         gw.kill()
         await producer.stop()
         await kafka_reader.close()
         await mqtt_reader.close()
-    rows = ledger.table(trials)
-    elapsed = time.monotonic() - started
-    write_report(tmp_path / "fault-suite-sigkill.json", rows, seed=seed, trials=trials,
-                 kills_while_running=kills_while_running,
-                 kills_timed_from_started_line=after_start, seconds=round(elapsed, 1))
-    print(f"\nfault suite: {trials} SIGKILL trials (seed {seed}, "
-          f"{kills_while_running} killed while running, {after_start} of them timed from the "
-          f"started line) in {elapsed:.0f} s; "
-          f"report {tmp_path / 'fault-suite-sigkill.json'}")
-    print(Ledger.render(rows))
-    lost = {r["path"]: ledger.paths[r["path"]].lost[:10] for r in rows if r["lost"]}
-    assert not lost, f"lost (first ten ids per path): {lost}\n{Ledger.render(rows)}"
+    table = report(
+        tmp_path / "fault-suite-sigkill.json", f"fault suite: {trials} SIGKILL trials", ledger,
+        trials, seed=seed, killed_while_running=kills_while_running,
+        kills_timed_from_started_line=after_start,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert_nothing_lost(ledger, table)
