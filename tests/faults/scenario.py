@@ -1,6 +1,8 @@
 """The fault suite's world: one ``mqgw run`` child on the embedded queue manager with the
-kafka and mqtt plugins, the four persistent paths it carries, outside clients feeding
-and reading each path, and a ledger of unique message ids per path.
+kafka and mqtt plugins, the four persistent paths it carries, the MQ side the test reads
+and writes while the gateway is down, and the gateway's lifecycle (first start, clean
+recovery runs). The outside clients are in tests/faults/clients.py, the per-path counts
+in tests/faults/ledger.py.
 
 Paths (each message's payload is its unique id):
 
@@ -213,14 +215,6 @@ async def drain_subscriber(world: FaultWorld) -> list[str]:
     finally:
         await qm.close()
     return [decode(md, body).payload.decode("utf-8", "replace") for md, body in got]
-
-
-async def queue_depths(world: FaultWorld, *queues: str) -> dict[str, int]:
-    qm = EmbeddedQueueManager(QM_NAME, world.data_dir)
-    try:
-        return {q: qm.queue_depth(q) for q in queues}
-    finally:
-        await qm.close()
 
 
 async def _drain(qm: EmbeddedQueueManager, queue: str) -> list[tuple[Any, bytes]]:

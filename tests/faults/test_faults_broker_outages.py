@@ -45,7 +45,7 @@ RECOVERY_S = 90.0
 
 async def _outage(
     world: FaultWorld, tmp_path: Path, name: str, watched: str,
-    stop_broker: Callable[[], None], start_broker: Callable[[], None],
+    stop_broker: Callable[[], object], start_broker: Callable[[], object],
 ) -> None:
     ledger = Ledger()
     gw = world.gateway()
