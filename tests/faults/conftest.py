@@ -12,6 +12,9 @@ import os
 import pytest
 
 DEFAULT_TRIALS = 100
+#: pytest-timeout's limit of a trials test: a base plus this much per trial (a trial
+#: takes 2.5–5 s on two busy cores), so ``--trials 1000`` is not cut at the global 600 s.
+TIMEOUT_BASE_S, TIMEOUT_PER_TRIAL_S = 180, 10
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -23,11 +26,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-@pytest.fixture
-def trials(request: pytest.FixtureRequest) -> int:
-    option = request.config.getoption("--trials", default=None)
+def trial_count(config: pytest.Config) -> int:
+    option = config.getoption("--trials", default=None)
     env = os.environ.get("MQGW_FAULT_TRIALS")
     value = int(env) if env and option in (None, DEFAULT_TRIALS) else int(option or DEFAULT_TRIALS)
     if value < 1:
         raise pytest.UsageError("--trials must be at least 1")
     return value
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Called with every collected item (not only this folder's): only trials tests.
+    limit = TIMEOUT_BASE_S + TIMEOUT_PER_TRIAL_S * trial_count(config)
+    for item in items:
+        if "trials" in getattr(item, "fixturenames", ()) and not item.get_closest_marker(
+            "timeout"
+        ):
+            item.add_marker(pytest.mark.timeout(limit))
+
+
+@pytest.fixture
+def trials(request: pytest.FixtureRequest) -> int:
+    return trial_count(request.config)
