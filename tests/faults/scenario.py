@@ -1,0 +1,286 @@
+"""The fault suite's world: one ``mqgw run`` child on the embedded queue manager with the
+kafka and mqtt plugins, the four persistent paths it carries, the MQ side the test reads
+and writes while the gateway is down, and the gateway's lifecycle (first start, clean
+recovery runs). The outside clients are in tests/faults/clients.py, the per-path counts
+in tests/faults/ledger.py.
+
+Paths (each message's payload is its unique id):
+
+- ``MQ->Kafka`` and ``MQ->MQTT``: MQRFH publications on ``STOCK.STREAM``, put by the
+  test process while the gateway is down (the data directory is locked while it runs);
+  read by an aiokafka consumer and an MQTT subscriber that stay connected throughout.
+- ``Kafka->MQ`` and ``MQTT->MQ``: records / QoS 1 messages produced by outside clients
+  while the gateway runs, published by it on ``BULLETIN.STREAM`` to the MQ subscriber
+  queue ``FAULT.SUB`` (an MQRFH2 RegSub registered on the first start), which the test
+  drains after the gateway has stopped.
+
+Why the inbound and outbound streams differ: nothing the gateway brings in from Kafka or
+MQTT is sent back out, so every count belongs to exactly one path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
+from gateway.wire.constants import MsgType
+from gateway.wire.reasons import Reason
+from tests.faults.ledger import Ledger
+from tests.support.gateway_process import GatewayProcess, write_config
+from tests.support.names import unique
+from tests.support.pubsub_messages import CONTROL, decode, rfh2_message, rfh_message
+
+QM_NAME = "QM1"
+OUT_STREAM = "STOCK.STREAM"
+IN_STREAM = "BULLETIN.STREAM"
+SUB_Q = "FAULT.SUB"
+REPLY_Q = "FAULT.REPLY"
+#: The line ``mqgw run`` logs when the queue manager and broker service are up.
+STARTED = "INFO gateway.runtime.app: gateway "
+#: Both plugin instances' start lines (they start concurrently, in either order).
+READY = ("plugin instance kafka started", "plugin instance mqtt started")
+
+
+@dataclass
+class FaultWorld:
+    """Names and settings of one suite run (unique per run on the shared brokers)."""
+
+    work: Path
+    bootstrap: str
+    mqtt_host: str
+    mqtt_port: int
+    tag: str = field(default_factory=lambda: unique("faults"))
+    kafka_extra: dict[str, Any] = field(default_factory=dict)
+    #: The embedded queue manager's directory (default ``work/qm``).
+    qm_dir: Path | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.qm_dir or self.work / "qm"
+
+    @property
+    def kafka_out(self) -> str:
+        return f"{self.tag}.out"
+
+    @property
+    def kafka_in(self) -> str:
+        return f"{self.tag}.in"
+
+    @property
+    def mqtt_out_filter(self) -> str:
+        return f"{self.tag}/out/{OUT_STREAM}/#"
+
+    @property
+    def mqtt_in_prefix(self) -> str:
+        return f"{self.tag}/in"
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "id": f"mqgw-{self.tag}",
+            "queue_manager": {"name": QM_NAME, "data_dir": str(self.data_dir)},
+            "broker": {
+                "store": "pubsub.db",
+                "streams": [{"name": OUT_STREAM}, {"name": IN_STREAM}],
+                "wait_ms": 100,
+                "sink_retry_max_delay": 1.0,
+            },
+            "metrics": {"enabled": False},
+            "logging": {"format": "text", "level": "info"},
+            "shutdown_timeout": 20.0,
+            "plugins": [
+                {
+                    "name": "kafka",
+                    "plugin": "kafka",
+                    "config": {
+                        "bootstrap_servers": self.bootstrap,
+                        **self.kafka_extra,
+                        "outbound": {
+                            "routes": [
+                                {"stream": OUT_STREAM, "topic": "#", "kafka_topic": self.kafka_out}
+                            ]
+                        },
+                        "inbound": {
+                            "topics": [{"kafka_topic": self.kafka_in, "stream": IN_STREAM}],
+                            "poll_timeout_ms": 100,
+                        },
+                    },
+                },
+                {
+                    "name": "mqtt",
+                    "plugin": "mqtt",
+                    "config": {
+                        "host": self.mqtt_host,
+                        "port": self.mqtt_port,
+                        "reconnect_max_delay": 1.0,
+                        "outbound": {
+                            "prefix": f"{self.tag}/out",
+                            "topics": [f"$SYS/STREAM/{OUT_STREAM}/#"],
+                        },
+                        "inbound": {
+                            "filters": [
+                                {
+                                    "filter": f"{self.mqtt_in_prefix}/#",
+                                    "strip_prefix": f"{self.mqtt_in_prefix}/",
+                                    "stream": IN_STREAM,
+                                }
+                            ]
+                        },
+                    },
+                },
+            ],
+        }
+
+    def gateway(self) -> GatewayProcess:
+        self.work.mkdir(parents=True, exist_ok=True)
+        path = write_config(self.work / "gateway.yaml", self.config())
+        return GatewayProcess(path, self.work / "gateway.log")
+
+
+# ------------------------------------------------------- the MQ side (gateway down) ----
+
+
+async def prepare_queue_manager(world: FaultWorld) -> None:
+    """Define the subscriber and reply queues and queue the RegSub (answered at start)."""
+    qm = EmbeddedQueueManager(QM_NAME, world.data_dir)
+    try:
+        qm.run_mqsc(
+            f"DEFINE QLOCAL({SUB_Q}) MAXDEPTH(500000) REPLACE\n"
+            f"DEFINE QLOCAL({REPLY_Q}) REPLACE\n"
+            f"DEFINE QLOCAL('{OUT_STREAM}') MAXDEPTH(500000) DEFPSIST(YES) REPLACE\n"
+            f"DEFINE QLOCAL('{IN_STREAM}') MAXDEPTH(500000) DEFPSIST(YES) REPLACE\n",
+            stop_on_error=True,
+        )
+        regsub = rfh2_message(
+            CONTROL,
+            [("Command", "RegSub"), ("Topic", f"$SYS/STREAM/{IN_STREAM}/#"), ("QName", SUB_Q)],
+            msg_type=MsgType.REQUEST,
+            reply_to_q=REPLY_Q,
+            reply_to_q_mgr=QM_NAME,
+        )
+        conn = await qm.connect()
+        try:
+            await conn.put1(regsub.queue, regsub.md, regsub.body, PutOptions())
+        finally:
+            await conn.disconnect()
+    finally:
+        await qm.close()
+
+
+async def regsub_answer(world: FaultWorld) -> str:
+    """``ok`` or the broker's reason from the RegSub's response (gateway down)."""
+    qm = EmbeddedQueueManager(QM_NAME, world.data_dir)
+    try:
+        replies = await _drain(qm, REPLY_Q)
+    finally:
+        await qm.close()
+    if not replies:
+        return "no response"
+    answer = decode(replies[0][0], replies[0][1])
+    return answer.get("pscr/Completion") or "no pscr"
+
+
+async def put_publications(world: FaultWorld, ids: list[str]) -> None:
+    """Persistent MQRFH publications (payload = id) on the outbound stream, one commit."""
+    qm = EmbeddedQueueManager(QM_NAME, world.data_dir)
+    try:
+        conn = await qm.connect()
+        try:
+            handle = await conn.open(OUT_STREAM, OpenOption.OUTPUT)
+            for i in ids:
+                msg = rfh_message(
+                    OUT_STREAM,
+                    [("MQPSCommand", "Publish"), ("MQPSStreamName", OUT_STREAM),
+                     ("MQPSTopic", f"F/{i}")],
+                    i.encode(),
+                )
+                await handle.put(msg.md, msg.body, PutOptions(syncpoint=True))
+            await conn.commit()
+            await handle.close()
+        finally:
+            await conn.disconnect()
+    finally:
+        await qm.close()
+
+
+async def drain_subscriber(world: FaultWorld) -> list[str]:
+    """Ids of every publication on the MQ subscriber queue (destructive; gateway down)."""
+    qm = EmbeddedQueueManager(QM_NAME, world.data_dir)
+    try:
+        got = await _drain(qm, SUB_Q)
+    finally:
+        await qm.close()
+    return [decode(md, body).payload.decode("utf-8", "replace") for md, body in got]
+
+
+async def _drain(qm: EmbeddedQueueManager, queue: str) -> list[tuple[Any, bytes]]:
+    conn = await qm.connect()
+    out: list[tuple[Any, bytes]] = []
+    try:
+        handle = await conn.open(queue, OpenOption.INPUT_SHARED)
+        while True:
+            try:
+                m = await handle.get(GetOptions(wait_ms=0, syncpoint=True))
+            except MQError as exc:
+                if exc.reason == Reason.NO_MSG_AVAILABLE:
+                    break
+                raise
+            out.append((m.md, m.body))
+        await conn.commit()
+        await handle.close()
+    finally:
+        await conn.disconnect()
+    return out
+
+
+async def wait_until(predicate: Any, timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(step)
+    return bool(predicate())
+
+
+async def wait_ready(gw: GatewayProcess, timeout: float = 60) -> bool:
+    """Until both plugin instances logged their start (False: it died or timed out)."""
+    await wait_until(lambda: all(gw.has_logged(r) for r in READY) or not gw.running, timeout)
+    return gw.running and all(gw.has_logged(r) for r in READY)
+
+
+async def first_start(world: FaultWorld, gw: GatewayProcess) -> None:
+    """Queues and RegSub defined, one clean run: the RegSub answered, the plugins'
+    subscriptions, the gateway's MQTT session and Kafka consumer group exist before any
+    traffic (the first-start gap of issue 12 item 9 is not what this suite measures)."""
+    await prepare_queue_manager(world)
+    gw.start()
+    assert await wait_ready(gw), gw.log_tail()
+    await asyncio.sleep(1.0)
+    assert gw.terminate() == 0, gw.log_tail()
+    assert await regsub_answer(world) == "ok"
+
+
+async def recover_and_count(
+    world: FaultWorld, gw: GatewayProcess, ledger: Ledger, rounds: int = 4
+) -> None:
+    """Clean runs until every outbound id is out and the MQ subscriber queue holds every
+    inbound id (drained after each clean stop), at most ``rounds`` runs."""
+    outbound = (ledger.paths["MQ->Kafka"], ledger.paths["MQ->MQTT"])
+    inbound = (ledger.paths["Kafka->MQ"], ledger.paths["MQTT->MQ"])
+    for _ in range(rounds):
+        if not gw.running:
+            gw.start()
+        assert await wait_ready(gw), gw.log_tail()
+        await wait_until(lambda: all(p.complete for p in outbound), timeout=60)
+        await asyncio.sleep(5.0)  # the inbound backlog: Kafka records, the MQTT session
+        assert gw.terminate() == 0, gw.log_tail()
+        for payload in await drain_subscriber(world):
+            (inbound[0] if payload.startswith("k") else inbound[1]).receive([payload])
+        if all(p.complete for p in (*outbound, *inbound)):
+            return
+
+

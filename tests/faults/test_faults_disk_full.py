@@ -1,0 +1,139 @@
+"""The embedded queue manager's disk fills up under load while ``mqgw run`` runs, then
+space comes back (issue 12 item 11): a clear error in the log (no traceback), no
+corruption (the store passes SQLite's integrity check and reopens with every committed
+message), nothing lost on any path, and the running gateway resumes by itself.
+
+The disk is a small tmpfs mounted for the test (root only: ``mount -t tmpfs``); it is
+filled by a file the test writes and "space comes back" when the test deletes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.devstack import KafkaBroker, MosquittoBroker
+from tests.faults.clients import KafkaReader, MqttReader, SteadyFeeds
+from tests.faults.ledger import Ledger, assert_nothing_lost, report
+from tests.faults.scenario import (
+    FaultWorld,
+    first_start,
+    put_publications,
+    recover_and_count,
+    wait_ready,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+DISK_MB = 64
+BACKLOG = 2000
+MID_LOAD = 200
+FULL_S = 10.0
+#: What SQLite and the OS call a full disk; the log must name it.
+FULL_WORDS = ("disk is full", "No space left", "SQLITE_FULL", "disk full")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A ``DISK_MB`` MB tmpfs at ``tmp_path/disk`` (root only; skipped otherwise)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("the disk-full test mounts a tmpfs: it needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
+        capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(path: Path) -> int:
+    """Write ``path`` until the filesystem is full; the bytes written."""
+    written = 0
+    chunk = b"\0" * (64 * 1024)
+    with path.open("wb", buffering=0) as out:
+        with contextlib.suppress(OSError):
+            while True:
+                written += out.write(chunk)
+        with contextlib.suppress(OSError):
+            while True:  # the last partial chunk's space too
+                written += out.write(b"\0" * 512)
+    return written
+
+
+async def test_queue_manager_disk_full_then_space_back(
+    kafka_broker: KafkaBroker, mqtt_broker: MosquittoBroker, tmp_path: Path, small_disk: Path
+) -> None:
+    world = FaultWorld(tmp_path, kafka_broker.bootstrap, mqtt_broker.host, mqtt_broker.port,
+                       qm_dir=small_disk / "qm")
+    ledger = Ledger()
+    gw = world.gateway()
+    kafka_reader = KafkaReader(world, ledger.paths["MQ->Kafka"])
+    mqtt_reader = MqttReader(world, ledger.paths["MQ->MQTT"])
+    feeds = SteadyFeeds(world, ledger)
+    kafka_reader.start()
+    mqtt_reader.start()
+    filler = small_disk / "filler"
+    log_while_full = ""
+    filled, resumed, running_after = 0, False, False
+    try:
+        async with asyncio.timeout(30):
+            await mqtt_reader.ready.wait()
+        await first_start(world, gw)
+        ids = [f"q-{n}" for n in range(BACKLOG)]
+        await put_publications(world, ids)
+        ledger.paths["MQ->Kafka"].sent.update(ids)
+        ledger.paths["MQ->MQTT"].sent.update(ids)
+        gw.start()
+        assert await wait_ready(gw), gw.log_tail()
+        feeds.start()
+        await wait_until(lambda: len(ledger.paths["MQ->Kafka"].received) >= MID_LOAD, 60)
+        before = len(gw.log_since_start())
+        filled = await asyncio.to_thread(fill, filler)
+        await asyncio.sleep(FULL_S)
+        log_while_full = gw.log_since_start()[before:]
+        assert gw.running or gw.exit_code() is not None
+        filler.unlink()
+        await asyncio.sleep(5.0)
+        await feeds.close()
+        outbound = (ledger.paths["MQ->Kafka"], ledger.paths["MQ->MQTT"])
+        resumed = await wait_until(lambda: all(p.complete for p in outbound), 90)
+        running_after = gw.running
+        await recover_and_count(world, gw, ledger)
+    finally:
+        gw.kill()
+        filler.unlink(missing_ok=True)
+        await feeds.close()
+        await kafka_reader.close()
+        await mqtt_reader.close()
+    integrity = sqlite3.connect(world.data_dir / "qmgr.sqlite3").execute(
+        "PRAGMA integrity_check").fetchone()[0]
+    tracebacks = log_while_full.count("Traceback")
+    table = report(
+        tmp_path / "fault-suite-disk-full.json", "fault suite: queue manager disk full",
+        ledger, 1, disk_mb=DISK_MB, filler_bytes=filled, full_s=FULL_S,
+        resumed_without_restart=resumed and running_after, integrity=integrity,
+        tracebacks_while_full=tracebacks,
+    )
+    assert integrity == "ok", integrity
+    assert_nothing_lost(ledger, table)
+    named = [line for line in log_while_full.splitlines()
+             if any(w.lower() in line.lower() for w in FULL_WORDS)]
+    assert named, f"no log line names the full disk:\n{log_while_full[-3000:]}"
+    assert tracebacks == 0, f"{tracebacks} tracebacks while the disk was full:\n{named[:5]}"
+    assert running_after and resumed, (
+        f"the gateway did not resume by itself once space was back\n{table}\n{gw.log_tail()}"
+    )

@@ -1,0 +1,101 @@
+"""``mqgw run --config FILE`` as a child process, for tests that must crash or stop the
+gateway from outside (SIGKILL at a random point, SIGTERM drain) and then read its
+embedded queue manager's data directory from the test process.
+
+Why a process and not the in-process gateway (tests/support/gateway.py): a SIGKILL
+must lose exactly what a real crash loses — open units of work, unflushed client
+buffers, the MQTT session's in-flight window — which only the kernel can do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.devstack.process import ServiceProcess, spawn
+
+
+def mqgw_argv(config: Path) -> list[str]:
+    """The ``mqgw run`` command line of this interpreter's environment."""
+    return [sys.executable, "-m", "gateway.runtime.cli", "run", "--config", str(config)]
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    """``config`` as the YAML file ``mqgw run`` reads (paths relative to ``path``)."""
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+class GatewayProcess:
+    """One ``mqgw run`` child at a time on one configuration; every start appends to
+    the same log, so a crash's traces stay readable after the next start."""
+
+    def __init__(self, config: Path, log_path: Path) -> None:
+        self.config = config
+        self.log_path = log_path
+        self.process: ServiceProcess | None = None
+        self.starts = 0
+        self._log_offset = 0
+
+    def start(self) -> None:
+        if self.running:
+            raise RuntimeError("the gateway process is already running")
+        with self.log_path.open("ab") as log:
+            log.write(f"---- start {self.starts + 1} ----\n".encode())
+            self._log_offset = log.tell()
+        self.process = spawn(
+            "mqgw", mqgw_argv(self.config), log_path=self.log_path, cwd=self.config.parent
+        )
+        self.starts += 1
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def exit_code(self) -> int | None:
+        return self.process.exit_code() if self.process is not None else None
+
+    def kill(self) -> None:
+        """SIGKILL (no handler runs, nothing is flushed) and reap; the flock dies with it."""
+        proc = self.process
+        if proc is None:
+            return
+        if proc.alive():
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.stop(timeout=10)
+        self.process = None
+
+    def terminate(self, timeout: float = 40.0) -> int | None:
+        """SIGTERM (the gateway drains and stops cleanly); its exit code."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.alive():
+            os.kill(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while proc.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        proc.stop(timeout=5)  # SIGKILLs it only when the drain overran ``timeout``
+        self.process = None
+        return proc.exit_code()
+
+    def log_since_start(self) -> str:
+        """What the current (or last) run has logged so far."""
+        with self.log_path.open("rb") as log:
+            log.seek(self._log_offset)
+            return log.read().decode("utf-8", "replace")
+
+    def has_logged(self, text: str) -> bool:
+        """Whether the current run's log contains ``text`` (e.g. a readiness line)."""
+        return text in self.log_since_start()
+
+    def log_tail(self, lines: int = 40) -> str:
+        from gateway.devstack.process import log_tail
+
+        return log_tail(self.log_path, lines)
