@@ -6,7 +6,13 @@ from gateway.mq.port import MQError
 from gateway.runtime.errors import GatewayRuntimeError
 from gateway.wire.reasons import Reason
 
-__all__ = ["CONNECTION_REASONS", "AsideQueueError", "BrokerError", "SinkYieldError"]
+__all__ = [
+    "CONNECTION_REASONS",
+    "AsideQueueError",
+    "BacklogFullError",
+    "BrokerError",
+    "SinkYieldError",
+]
 
 #: Reasons after which retrying the batch on this connection is pointless: reconnect.
 CONNECTION_REASONS = frozenset(
@@ -29,6 +35,15 @@ class BrokerError(GatewayRuntimeError):
 
 class SinkYieldError(BrokerError):
     """A batch held for a sink gives way to that sink's (un)subscription."""
+
+
+class BacklogFullError(BrokerError):
+    """A sink's backlog queue is full (MQRC 2053): the batch backs out (back-pressure,
+    not counted against BOTHRESH) and its stream waits until the sink catches up."""
+
+    def __init__(self, queue: str, exc: MQError) -> None:
+        super().__init__(f"backlog queue {queue} is full: batch backed out", exc.reason)
+        self.queue = queue
 
 
 class AsideQueueError(BrokerError):
