@@ -11,7 +11,6 @@ __all__ = [
     "AsideQueueError",
     "BacklogFullError",
     "BrokerError",
-    "SinkYieldError",
 ]
 
 #: Reasons after which retrying the batch on this connection is pointless: reconnect.
@@ -31,10 +30,6 @@ class BrokerError(GatewayRuntimeError):
     def __init__(self, message: str, reason: int = 0) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-class SinkYieldError(BrokerError):
-    """A batch held for a sink gives way to that sink's (un)subscription."""
 
 
 class BacklogFullError(BrokerError):

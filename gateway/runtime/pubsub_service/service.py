@@ -30,10 +30,11 @@ Sinks see at-least-once delivery.
 Batches of all queues share the engine, so the engine part of a batch runs under one
 lock; waiting for messages does not hold it.
 
-A little over 500 lines on purpose: the batch loop, the sink (un)subscriptions and the
-backlog queues share one lock and the forgive bookkeeping between them; split, that
-bookkeeping would have to become a public seam. The put phase and setting messages
-aside live in ``dead_letter.py``, forwarding to sinks in ``sink_forwarder.py``, the
+Over 500 lines on purpose: the serving loop, the batch (get, handle, put, commit, and
+the backout with its forgive bookkeeping for back-pressure) share the per-queue state
+and the engine lock; split, that bookkeeping would have to become a public seam. The put
+phase and setting messages aside live in ``dead_letter.py``, the sinks and their
+backlog queues in ``sink_backlogs.py``, forwarding to sinks in ``sink_forwarder.py``, the
 settings in ``config.py``, the CLI in ``cli.py``.
 """
 
@@ -62,12 +63,6 @@ from gateway.pubsub.outcome import Delivery, InboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.backlog_format import (
-    BACKLOG_FORMAT,
-    backlog_queue_name,
-    encode_backlog_message,
-)
-from gateway.runtime.envelopes import envelope_of
 from gateway.runtime.pubsub_service.config import BrokerConfig
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import (
@@ -82,9 +77,8 @@ from gateway.runtime.pubsub_service.errors import (
     BacklogFullError,
     BrokerError,
 )
-from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters, SinkForwarder
-from gateway.wire.constants import Persistence
-from gateway.wire.mqmd import MQMD
+from gateway.runtime.pubsub_service.sink_backlogs import SinkBacklogs
+from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters
 from gateway.wire.reasons import Reason
 
 __all__ = ["BrokerService", "ServiceCounters"]
@@ -118,10 +112,6 @@ class BrokerService:
         self.qm = qm
         self.engine = engine
         self.config = config or BrokerConfig()
-        self.sinks: dict[str, Sink] = {}
-        #: backlog queue of each registered sink
-        self.backlogs: dict[str, str] = {}
-        self.forwarders: dict[str, SinkForwarder] = {}
         self.counters = ServiceCounters()
         self._lock = asyncio.Lock()
         #: Backouts caused by a full backlog queue, per MsgId: back-pressure, not held
@@ -136,6 +126,7 @@ class BrokerService:
         self._batch_got = 0
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self.sink_backlogs = SinkBacklogs(qm, self.config, self._stop, self.counters)
         for name, sink in (sinks or {}).items():
             self.register_sink(name, sink)
 
@@ -144,76 +135,36 @@ class BrokerService:
     @property
     def busy(self) -> bool:
         """True while a batch is being handled, or a sink that is up has deliveries on
-        its backlog or in hand (health checks, tests, graceful stops). A sink that is
-        down does not count: its backlog waits for it."""
-        if self._lock.locked():
-            return True
-        depth_of = getattr(self.qm, "queue_depth", None)
-        for name, fw in self.forwarders.items():
-            if fw.counters.down:
-                continue
-            if fw.busy:
-                return True
-            if depth_of is not None:
-                with contextlib.suppress(MQError):
-                    if depth_of(self.backlogs[name]):
-                        return True
-        return False
+        its backlog or in hand (health checks, tests, graceful stops)."""
+        return self._lock.locked() or self.sink_backlogs.busy
 
     @property
     def running(self) -> bool:
         """True between :meth:`start` and :meth:`stop` (health checks)."""
         return bool(self._tasks)
 
+    @property
+    def sinks(self) -> dict[str, Sink]:
+        """The registered sinks by name."""
+        return self.sink_backlogs.sinks
+
+    @property
+    def backlogs(self) -> dict[str, str]:
+        """The backlog queue of each registered sink."""
+        return self.sink_backlogs.queues
+
     def register_sink(self, name: str, sink: Sink) -> None:
         """Make ``sink`` receive the deliveries of subscriptions whose destination is it.
 
         Its backlog queue is defined on the embedded queue manager when missing (on IBM
         MQ the administrator defines it: :meth:`start` checks it exists)."""
-        try:
-            queue = backlog_queue_name(name)
-        except ValueError as exc:
-            raise BrokerError(str(exc)) from exc
-        for other, q in self.backlogs.items():
-            if q == queue and other != name:
-                raise BrokerError(f"sinks {other!r} and {name!r} would share backlog {queue}")
-        self.sinks[name] = sink
-        self.backlogs[name] = queue
-        define = getattr(self.qm, "run_mqsc", None)
-        catalogue = getattr(self.qm, "catalogue", None)
-        if define is not None and catalogue is not None and queue not in catalogue.queues:
-            define(
-                f"DEFINE QLOCAL('{queue}') DEFPSIST(YES) USAGE(NORMAL) "
-                f"MAXDEPTH({self.config.sink_backlog_max_depth}) MAXMSGL(104857600) "
-                f"DESCR('mqgw backlog of sink {name[:40]}')",
-                stop_on_error=True,
-            )
-            log.info("defined backlog queue %s for sink %s", queue, name)
-        if self._tasks and name not in self.forwarders:
-            self._start_forwarder(name)
-
-    def _start_forwarder(self, name: str) -> None:
-        cfg = self.config
-        fw = SinkForwarder(
-            self.qm,
-            name,
-            lambda: self.sinks.get(name),
-            self.backlogs[name],
-            dead_letter_queue=self._dlq or cfg.dead_letter_queue,
-            batch_size=cfg.batch_size,
-            wait_ms=cfg.wait_ms,
-            default_backout_threshold=cfg.default_backout_threshold,
-            retry_delay=cfg.retry_delay,
-            retry_max_delay=cfg.sink_retry_max_delay,
-            stopping=self._stop,
-            totals=self.counters,
-        )
-        self.forwarders[name] = fw
-        self._tasks.append(asyncio.create_task(fw.run(), name=f"sink:{name}"))
+        self.sink_backlogs.register(name, sink)
+        if self._tasks and name not in self.sink_backlogs.forwarders:
+            self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
 
     def forwarder_counters(self) -> dict[str, ForwarderCounters]:
         """Per sink: its forwarder's figures (metrics)."""
-        return {name: fw.counters for name, fw in self.forwarders.items()}
+        return self.sink_backlogs.counters()
 
     async def subscribe_sink(
         self,
@@ -238,7 +189,7 @@ class BrokerService:
                     # Through the backlog like every delivery: ordered with the live
                     # ones, and never waiting for the sink (which may not run yet).
                     conn = self._sub_conn = self._sub_conn or await self.qm.connect()
-                    puts = [self._backlog_put(sink, d) for d in retained]
+                    puts = [self.sink_backlogs.put_of(sink, d) for d in retained]
                     await put_all(conn, puts, self._dlq or self.config.dead_letter_queue)
                 self.engine.commit()
                 if conn is not None:
@@ -299,7 +250,7 @@ class BrokerService:
                 self._dlq, _ = await dead_letter_queue_of(
                     opened[0][1].handle, self.config.dead_letter_queue
                 )
-            await self._check_backlogs()
+            await self.sink_backlogs.check_defined()
         except MQError as exc:
             for conn, _ in opened:
                 await conn.disconnect()
@@ -311,29 +262,7 @@ class BrokerService:
         for conn, q in opened:
             self._tasks.append(asyncio.create_task(self._serve(conn, q), name=f"broker:{q.name}"))
         for name in self.sinks:
-            self._start_forwarder(name)
-
-    async def _check_backlogs(self) -> None:
-        """Every sink's backlog queue must exist (IBM MQ: the administrator defines it)."""
-        if not self.backlogs:
-            return
-        conn = await self.qm.connect()
-        try:
-            for name, queue in self.backlogs.items():
-                try:
-                    handle = await conn.open(queue, OpenOption.OUTPUT)
-                except MQError as exc:
-                    raise BrokerError(
-                        f"backlog queue {queue} of sink {name!r} cannot be opened "
-                        f"(reason {exc.reason}); define it: DEFINE QLOCAL('{queue}') "
-                        f"DEFPSIST(YES) MAXDEPTH({self.config.sink_backlog_max_depth}) "
-                        "MAXMSGL(104857600)",
-                        exc.reason,
-                    ) from exc
-                await handle.close()
-        finally:
-            with contextlib.suppress(MQError):
-                await conn.disconnect()
+            self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (signal handlers); returns at once."""
@@ -345,7 +274,7 @@ class BrokerService:
         tasks, self._tasks = self._tasks, []
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        self.forwarders.clear()
+        self.sink_backlogs.forwarders.clear()
         conn, self._sub_conn = self._sub_conn, None
         if conn is not None:
             with contextlib.suppress(MQError):
@@ -533,7 +462,7 @@ class BrokerService:
                         )
                     )
             else:
-                puts.extend(self._backlog_put(name, d) for d in deliveries)
+                puts.extend(self.sink_backlogs.put_of(name, d) for d in deliveries)
                 self.counters.sink_deliveries += len(deliveries)
         done = await put_all(conn, puts, dlq)
         engine.commit()
@@ -555,27 +484,6 @@ class BrokerService:
             elif p.kind == "dead_letter":
                 self.counters.dead_lettered += 1
                 log.warning("message from %s dead-lettered to %s", p.source, p.queue)
-
-    def _backlog_put(self, sink: str, d: Delivery) -> Put:
-        """The put of delivery ``d`` onto ``sink``'s backlog queue (a full queue is
-        back-pressure: BacklogFullError; any other failure dead-letters it)."""
-        md = MQMD(
-            format=BACKLOG_FORMAT,
-            persistence=(
-                Persistence.PERSISTENT
-                if d.md.persistence == Persistence.PERSISTENT
-                else Persistence.NOT_PERSISTENT
-            ),
-            priority=max(d.md.priority, 0),
-            expiry=d.md.expiry,
-            put_appl_type=d.md.put_appl_type,
-            put_appl_name=d.md.put_appl_name,
-            put_date=d.md.put_date,
-            put_time=d.md.put_time,
-            user_identifier=d.md.user_identifier,
-        )
-        body = encode_backlog_message(envelope_of(d))
-        return Put("", self.backlogs[sink], md, body, backpressure=True)
 
     def _handle_one(
         self,
