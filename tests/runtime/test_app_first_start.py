@@ -70,3 +70,42 @@ async def test_publications_queued_before_the_first_start_all_reach_the_route(
     finally:
         await app.shutdown()
         reset_buses()
+
+
+async def test_a_route_whose_plugin_cannot_start_yet_holds_its_deliveries(
+    tmp_path: Path,
+) -> None:
+    """Kafka unreachable at the first start: the plugin keeps retrying its start, and
+    the route's publications wait on its backlog queue instead of finding no subscriber."""
+    n = 20
+    await _queue_publications(tmp_path / "data" / "qm", n)
+    registry = PluginRegistry.from_entry_points()
+    data = {
+        "broker": {"streams": [{"name": STOCK}], "wait_ms": 50},
+        "metrics": {"enabled": False},
+        "plugins": [
+            {
+                "name": "kafka",
+                "plugin": "kafka",
+                "config": {
+                    "bootstrap_servers": "127.0.0.1:1",  # nothing listens there
+                    "request_timeout_ms": 1000,
+                    "outbound": {"topic_template": "t.{stream}", "routes": [{"stream": STOCK}]},
+                },
+            }
+        ],
+    }
+    app = GatewayApp(parse_config(data, registry, base_dir=tmp_path), registry)
+    await app.start()
+    try:
+        assert app.qm is not None
+        depth = app.qm.queue_depth  # type: ignore[attr-defined]
+        async with asyncio.timeout(20):
+            while depth(STOCK) or depth(backlog_queue_name("kafka")) < n:
+                await asyncio.sleep(0.05)
+        assert depth(backlog_queue_name("kafka")) == n
+        assert depth("SYSTEM.DEAD.LETTER.QUEUE") == 0
+        ok, detail = app.health()
+        assert not ok and detail["queue_depths"][backlog_queue_name("kafka")] == n  # type: ignore[index]
+    finally:
+        await app.shutdown()
