@@ -47,6 +47,8 @@ _MQ_NAME = re.compile(r"^[A-Za-z0-9._/%]{1,48}$")
 
 _BYTES_FIELDS = frozenset({"correl_id", "msg_id"})
 _MAP_FIELDS = frozenset({"properties", "property_types"})
+#: tuples of (name, value) string pairs
+_PAIR_FIELDS = frozenset({"name_value_pairs", "property_list"})
 _FIELDS = {f.name: f for f in fields(Envelope)}
 
 
@@ -83,7 +85,7 @@ def encode_backlog_message(envelope: Envelope) -> bytes:
             value = value.hex()
         elif name in _MAP_FIELDS:
             value = [[k, v] for k, v in value.items()]
-        elif name == "name_value_pairs":
+        elif name in _PAIR_FIELDS:
             value = [list(p) for p in value]
         header[name] = value
     raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -121,7 +123,7 @@ def decode_backlog_message(body: bytes) -> Envelope:
                 value = bytes.fromhex(value)
             elif name in _MAP_FIELDS:
                 value = dict(_pairs(value, name))
-            elif name == "name_value_pairs":
+            elif name in _PAIR_FIELDS:
                 value = tuple(_pairs(value, name))
         except (TypeError, ValueError) as exc:
             raise BacklogFormatError(f"backlog message field {name!r}: {exc}") from exc
