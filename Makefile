@@ -25,7 +25,7 @@ bench: setup
 	$(PY) benchmarks/run.py
 
 fuzz: setup
-	$(PY) tests/fuzz/run_fuzz.py --seconds $${FUZZ_SECONDS:-120}
+	$(PY) -m tests.fuzz.run_fuzz --seconds $${FUZZ_SECONDS:-120}
 
 devstack-up: setup
 	.venv/bin/mqgw devstack up

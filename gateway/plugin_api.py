@@ -53,7 +53,7 @@ Details every plugin relies on:
   skip or dead-letter it, never retry it.
 * The runtime implementation is ``gateway.runtime.plugin_host`` (``PluginHost``,
   ``HostedPluginContext``, ``MQPublisher``); tests may build those directly over an
-  ``EmbeddedQueueManager`` and a ``StreamService``.
+  ``EmbeddedQueueManager`` and a ``BrokerService`` (``gateway.runtime.pubsub_service``).
 """
 
 from __future__ import annotations
@@ -177,6 +177,10 @@ class Envelope:
     #: The plugin instance the publication came in through ("" for MQ publishers).
     origin: str = ""
     # ---- outbound only: filled by the runtime from the delivery ------------------------
+    #: The same properties as ``properties`` in message order with repeated names kept
+    #: (``properties`` keeps the last of a repeated name); sinks that can carry repeats
+    #: (Kafka headers, MQTT 5 user properties) read :meth:`property_items`.
+    property_list: tuple[tuple[str, str], ...] = ()
     property_types: Mapping[str, str] = field(default_factory=dict)
     name_value_pairs: tuple[tuple[str, str], ...] = ()
     #: Handed over from the retained store on (re)subscription, not published just now.
@@ -194,14 +198,21 @@ class Envelope:
     #: The sink subscription that matched: its stream and topic filter (within the stream).
     subscription_stream: str = ""
     subscription_filter: str = ""
-    #: Request/reply information of the publishing message (reply queue and its queue
-    #: manager, MQ message type and report options), carried for request/reply routing.
+    #: Request/reply information (reply queue and its queue manager, MQ message type and
+    #: report options), for request/reply routes. A publish/subscribe delivery has none:
+    #: MQ forwards a publication to its subscribers as a datagram from the broker, so these
+    #: stay at their defaults there.
     reply_to_q: str = ""
     reply_to_q_mgr: str = ""
     msg_type: int = 8
     report: int = 0
     #: Python codec of ``ccsid`` (None when unknown), for :meth:`text`.
     text_codec: str | None = None
+
+    def property_items(self) -> tuple[tuple[str, str], ...]:
+        """Every property as (name, text) in message order, repeats kept: the runtime's
+        ``property_list``, or ``properties`` for an envelope built without one."""
+        return self.property_list or tuple(self.properties.items())
 
     @property
     def is_text(self) -> bool:

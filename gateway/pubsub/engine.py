@@ -24,9 +24,10 @@ the in-memory changes too. See docs/pubsub.md for why this order loses nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from gateway.pubsub.commands import STREAM_COMMANDS, CommandName, HeaderKind
 from gateway.pubsub.errors import CommandError, CommandRefusedError
@@ -74,20 +75,109 @@ class PubSubEngine:
     ``q_mgr_name`` is the broker's queue manager (blank identity queue managers resolve
     to it; forwarded publications carry it in ReplyToQMgr/PutApplName). ``clock``
     returns seconds since the epoch (injectable for tests).
+
+    ``broker_queues`` are the queues the broker services or keeps for itself (stream
+    queues, the dead-letter queue) besides every ``SYSTEM.`` queue, which is always the
+    broker's: no subscriber may name one of them (a publication delivered to a stream
+    queue would be published again, for ever). Subscriptions to them found in the store
+    are removed at construction. ``suspend_after`` consecutive failed puts to a
+    subscriber queue suspend its subscriptions (docs/pubsub.md).
     """
 
     def __init__(
-        self, q_mgr_name: str, store: PubSubStore, *, clock: Callable[[], float] = time.time
+        self,
+        q_mgr_name: str,
+        store: PubSubStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        broker_queues: Collection[str] = (),
+        suspend_after: int = 10,
     ) -> None:
+        if suspend_after < 1:
+            raise ValueError(f"suspend_after must be at least 1, not {suspend_after}")
         self.q_mgr_name = q_mgr_name
         self.store = store
         self.clock = clock
         self.counters = Counters()
+        self.broker_queues = frozenset(q.strip() for q in broker_queues)
+        self.suspend_after = suspend_after
+        #: Subscriptions to broker queues removed from the store at construction.
+        self.removed_broker_queue_subscriptions = 0
+        #: Times a subscriber queue's subscriptions were suspended.
+        self.suspensions = 0
+        #: Consecutive failed puts per subscriber queue (q_mgr, queue), in memory.
+        self._failures: dict[tuple[str, str], int] = {}
         self._state = WorkingSet.load(store)
         self._fanout = Fanout(self._state, q_mgr_name, clock)
         self._handlers = CommandHandlers(
-            self._state, self._fanout, q_mgr_name, clock, self.counters
+            self._state, self._fanout, q_mgr_name, clock, self.counters, self.is_broker_queue
         )
+        self._remove_broker_queue_subscriptions()
+
+    def is_broker_queue(self, q_mgr: str, queue: str) -> bool:
+        """True when ``queue`` at ``q_mgr`` is serviced by or reserved to this broker."""
+        if q_mgr and q_mgr != self.q_mgr_name:
+            return False
+        name = queue.strip()
+        return name.startswith("SYSTEM.") or name in self.broker_queues
+
+    def _remove_broker_queue_subscriptions(self) -> None:
+        """Drop stored subscriptions whose queue is the broker's (registered before it
+        refused them): each would loop or leak its publications, restart after restart."""
+        out: list[Mutation] = []
+        for key, sub in list(self._state.subs.items()):
+            d = sub.destination
+            if not d.is_sink and self.is_broker_queue(d.q_mgr, d.queue):
+                log.warning(
+                    "removed subscription %r on stream %s: its queue %s is the broker's own",
+                    sub.topic,
+                    sub.stream,
+                    d,
+                )
+                self._state.delete_sub(key, out)
+        if out:
+            self.removed_broker_queue_subscriptions += len(out)
+            self._state.pending.extend(out)
+            self.commit()
+
+    # ---------------------------------------------------------------- delivery fate --
+
+    @property
+    def suspended_subscriptions(self) -> int:
+        """How many subscriptions are suspended now (/metrics, /healthz)."""
+        return sum(1 for s in self._state.subs.values() if s.suspended)
+
+    def delivered(self, q_mgr: str, queue: str) -> None:
+        """A put to ``queue`` worked: its run of failures is over."""
+        if self._failures:
+            self._failures.pop((q_mgr or self.q_mgr_name, queue), None)
+
+    def delivery_failed(self, q_mgr: str, queue: str, reason: int) -> None:
+        """A put to ``queue`` failed (it went to the DLQ instead). After
+        ``suspend_after`` failures in a row the queue's subscriptions are suspended with
+        the current unit of work: their matches stop going to the DLQ."""
+        target = (q_mgr or self.q_mgr_name, queue)
+        count = self._failures.get(target, 0) + 1
+        self._failures[target] = count
+        if count < self.suspend_after:
+            return
+        dest = Destination(*target)
+        out: list[Mutation] = []
+        for sub in list(self._state.subs.values()):
+            if sub.destination == dest and not sub.suspended:
+                self._state.upsert_sub(dataclasses.replace(sub, suspended=True), out)
+        if out:
+            self._failures.pop(target, None)
+            self.suspensions += 1
+            self._state.pending.extend(out)
+            log.warning(
+                "suspended %d subscription(s) of %s: %d puts in a row failed (last reason "
+                "%d); a new RegSub resumes them",
+                len(out),
+                dest,
+                count,
+                reason,
+            )
 
     # ---------------------------------------------------------------- state ---------
 

@@ -65,7 +65,7 @@ class Fanout:
         for key in sorted(first_topic):
             sub = subs[key]
             opts = sub.reg_opts
-            if opts & _PUB_ON_REQ_ONLY:
+            if opts & _PUB_ON_REQ_ONLY or sub.suspended:
                 continue
             if sub.expires_at and sub.expires_at <= now:
                 self.state.delete_sub(key, out)  # lapsed: removed with this unit of work

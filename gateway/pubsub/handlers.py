@@ -67,10 +67,19 @@ class CommandHandlers:
     """The command handlers over one working set (see the module docstring).
 
     ``broker_q_mgr`` resolves blank identity queue managers; ``clock`` returns seconds
-    since the epoch; ``counters`` are the engine's (Publish counts publications).
+    since the epoch; ``counters`` are the engine's (Publish counts publications);
+    ``is_broker_queue(q_mgr, queue)`` says which queues no subscriber may name.
     """
 
-    __slots__ = ("_table", "broker_q_mgr", "clock", "counters", "fanout", "state")
+    __slots__ = (
+        "_table",
+        "broker_q_mgr",
+        "clock",
+        "counters",
+        "fanout",
+        "is_broker_queue",
+        "state",
+    )
 
     def __init__(
         self,
@@ -79,8 +88,10 @@ class CommandHandlers:
         broker_q_mgr: str,
         clock: Callable[[], float],
         counters: Counters,
+        is_broker_queue: Callable[[str, str], bool] = lambda q_mgr, queue: False,
     ) -> None:
         self.state = state
+        self.is_broker_queue = is_broker_queue
         self.fanout = fanout
         self.broker_q_mgr = broker_q_mgr
         self.clock = clock
@@ -255,6 +266,14 @@ class CommandHandlers:
         cmd = parsed.command
         md = msg.md
         q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        if self.is_broker_queue(q_mgr, queue):
+            # MQ answers a subscriber queue it cannot use with MQRCCF_Q_NAME_ERROR.
+            raise CommandRefusedError(
+                Reason.Q_NAME_ERROR,
+                f"subscriber queue {queue.strip()} is serviced by or reserved to the broker",
+                parm_id="MQPSQName" if cmd.header is HeaderKind.RFH else "QName",
+                value=queue.strip(),
+            )
         scheme, patterns = self._command_patterns(msg, cmd)
         fmt = SubFormat.RFH if cmd.header is HeaderKind.RFH else SubFormat.RFH2
         now = self.clock()
@@ -281,6 +300,9 @@ class CommandHandlers:
                 _check_owner(existing, md.user_identifier, cmd)
                 if cmd.reg_opts & RegOpt.NO_ALTERATION:
                     sub = existing
+                    if existing.suspended:  # registering again resumes it
+                        sub = dataclasses.replace(existing, suspended=False)
+                        self.state.upsert_sub(sub, outcome.mutations)
                 else:
                     sub.created = existing.created
                     self.state.upsert_sub(sub, outcome.mutations)

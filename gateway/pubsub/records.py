@@ -70,6 +70,9 @@ class Subscription:
     #: Seconds since the epoch after which the subscription lapses (0: never); from the
     #: registering command's MQMD Expiry (reference §5.7).
     expires_at: float = 0.0
+    #: Set once deliveries to its queue failed ``suspend_after`` times in a row: its
+    #: matches are skipped (not dead-lettered) until a RegSub registers it again.
+    suspended: bool = False
 
     @property
     def key(self) -> SubKey:

@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     fmt INTEGER NOT NULL, reg_opts INTEGER NOT NULL, sub_name TEXT NOT NULL,
     sub_identity TEXT NOT NULL, sub_user_data TEXT NOT NULL, user_identifier TEXT NOT NULL,
     accounting_token BLOB NOT NULL, appl_identity_data TEXT NOT NULL, created REAL NOT NULL,
-    expires_at REAL NOT NULL DEFAULT 0,
+    expires_at REAL NOT NULL DEFAULT 0, suspended INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (stream, scheme, topic, q_mgr, queue, sink, correl_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS publishers (
@@ -62,6 +62,13 @@ CREATE TABLE IF NOT EXISTS journal (
     comp_code INTEGER NOT NULL, reason INTEGER NOT NULL, UNIQUE (queue, msg_id)
 );
 """
+
+
+def _add_suspended_column(db: sqlite3.Connection) -> None:
+    """Stores written before subscriptions could be suspended lack the column."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(subscriptions)")}
+    if "suspended" not in columns:
+        db.execute("ALTER TABLE subscriptions ADD COLUMN suspended INTEGER NOT NULL DEFAULT 0")
 
 
 def _publication_meta(p: Publication) -> str:
@@ -124,6 +131,7 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
+            _add_suspended_column(self._db)
         except sqlite3.Error as exc:
             raise StoreError(Reason.COMMAND_FAILED, f"cannot open {self.path}: {exc}") from exc
         self._batches = 0
@@ -134,7 +142,7 @@ class SqliteStore:
             for row in self._db.execute(
                 "SELECT stream, scheme, topic, q_mgr, queue, sink, correl_id, fmt, reg_opts,"
                 " sub_name, sub_identity, sub_user_data, user_identifier, accounting_token,"
-                " appl_identity_data, created, expires_at FROM subscriptions"
+                " appl_identity_data, created, expires_at, suspended FROM subscriptions"
             ):
                 snap.subscriptions.append(
                     Subscription(
@@ -153,6 +161,7 @@ class SqliteStore:
                         appl_identity_data=row[14],
                         created=row[15],
                         expires_at=row[16],
+                        suspended=bool(row[17]),
                     )
                 )
             for row in self._db.execute(
@@ -199,13 +208,13 @@ class SqliteStore:
             s = m.subscription
             d = s.destination
             db.execute(
-                "INSERT INTO subscriptions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                "INSERT INTO subscriptions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT DO UPDATE SET fmt=excluded.fmt, reg_opts=excluded.reg_opts,"
                 " sub_name=excluded.sub_name, sub_identity=excluded.sub_identity,"
                 " sub_user_data=excluded.sub_user_data, user_identifier=excluded.user_identifier,"
                 " accounting_token=excluded.accounting_token,"
                 " appl_identity_data=excluded.appl_identity_data,"
-                " expires_at=excluded.expires_at",
+                " expires_at=excluded.expires_at, suspended=excluded.suspended",
                 (
                     s.stream,
                     int(s.scheme),
@@ -224,6 +233,7 @@ class SqliteStore:
                     s.appl_identity_data,
                     s.created,
                     s.expires_at,
+                    int(s.suspended),
                 ),
             )
         elif isinstance(m, DeleteSubscription):

@@ -151,8 +151,14 @@ class GatewayApp:
         store_path = self.loaded.path(self.config.broker.store)
         store_path.parent.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(store_path)
-        engine = PubSubEngine(qm.name, self.store)
-        self.service = service = BrokerService(qm, engine, self._broker_config())
+        broker = self._broker_config()
+        engine = PubSubEngine(
+            qm.name,
+            self.store,
+            broker_queues=broker.broker_queues,
+            suspend_after=broker.suspend_subscription_after,
+        )
+        self.service = service = BrokerService(qm, engine, broker)
         self.host = host = PluginHost(qm, service, self.config.gateway_id)
         instances: list[PluginInstance] = []
         for inst_cfg in self.config.plugins:
@@ -382,6 +388,9 @@ class GatewayApp:
             "status": "ok" if ok else "degraded",
             "gateway": self.config.gateway_id,
             "broker_serving": serving,
+            "suspended_subscriptions": (
+                self.service.engine.suspended_subscriptions if self.service is not None else 0
+            ),
             "plugins": plugins,
             "queue_depths": self._current_depths(),
         }

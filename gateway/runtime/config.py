@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.pubsub.streams import DEFAULT_STREAM
+from gateway.runtime.config_checks import check_numbers, check_paths, check_streams
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
 from gateway.runtime.pubsub_service import BrokerConfig
 from gateway.runtime.registry import PluginRegistry
@@ -289,6 +291,14 @@ def parse_config(
             plugin_configs[name] = model.model_validate(inst.get("config") or {})
         except ValidationError as exc:
             problems.extend(_errors(exc, source, f"plugins[{i}].config", model))
+    if gateway is not None:
+        problems.extend(check_numbers(gateway, "", source))
+        index = {p.name: i for i, p in enumerate(gateway.plugins)}
+        for name, cfg in plugin_configs.items():
+            problems.extend(check_numbers(cfg, f"plugins[{index.get(name, '?')}].config", source))
+        serviced = {DEFAULT_STREAM} | {s.name for s in gateway.broker.streams}
+        sections = [(f"plugins[{index.get(n, '?')}].config", c) for n, c in plugin_configs.items()]
+        problems.extend(check_streams(serviced, sections, source))
     if problems or gateway is None:
         raise ConfigErrors(problems)
     for name, cfg in plugin_configs.items():
@@ -320,8 +330,37 @@ def _fit_send_timeout(name: str, cfg: BaseModel, shutdown_timeout: float) -> Bas
     return cfg.model_copy(update={"send_timeout_s": limit})
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML loader that refuses a key written twice in one mapping (PyYAML keeps the
+    last one silently: a second ``metrics:`` section would quietly replace the first)."""
+
+
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    def __init__(self, key: object, first: int, second: int) -> None:
+        super().__init__(None, None, f"written twice (lines {first} and {second})")
+        self.key, self.first, self.second = key, first, second
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise _DuplicateKeyError(key, seen[key], line)
+        seen[key] = line
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _unique_mapping,
+)
+
+
 def load_config(path: Path | str, registry: PluginRegistry) -> LoadedConfig:
-    """Read and validate ``path`` (YAML)."""
+    """Read and validate ``path`` (YAML), then check what it names on this machine
+    (paths that must exist or be creatable): what ``--check`` and the start both run."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -329,8 +368,24 @@ def load_config(path: Path | str, registry: PluginRegistry) -> LoadedConfig:
         raise ConfigErrors(
             [ConfigError("", f"cannot read {p}: {exc.strerror}", "check the --config path")]
         ) from None
+    except UnicodeDecodeError:
+        raise ConfigErrors(
+            [ConfigError("", "the file is not UTF-8 text", "save it as UTF-8", source=str(p))]
+        ) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except _DuplicateKeyError as exc:
+        raise ConfigErrors(
+            [
+                ConfigError(
+                    str(exc.key),
+                    f"written twice in one section (lines {exc.first} and {exc.second}); "
+                    "YAML would silently keep only the second",
+                    "keep one (merge the two)",
+                    source=str(p),
+                )
+            ]
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -344,4 +399,30 @@ def load_config(path: Path | str, registry: PluginRegistry) -> LoadedConfig:
                 )
             ]
         ) from None
-    return parse_config(data, registry, source=str(p), base_dir=p.resolve().parent)
+    if data is None:
+        raise ConfigErrors(
+            [
+                ConfigError(
+                    "",
+                    "the file is empty (or only comments)",
+                    "write the gateway's settings; examples/gateway.yaml is a starting point",
+                    source=str(p),
+                )
+            ]
+        )
+    loaded = parse_config(data, registry, source=str(p), base_dir=p.resolve().parent)
+    cfg = loaded.gateway
+    qmc = cfg.queue_manager
+    data_dir = mqsc_file = None
+    if isinstance(qmc, EmbeddedQueueManagerConfig):
+        data_dir = loaded.path(qmc.data_dir)
+        mqsc_file = loaded.path(qmc.mqsc_file) if qmc.mqsc_file is not None else None
+    problems = check_paths(
+        data_dir=data_dir,
+        mqsc_file=mqsc_file,
+        store=loaded.path(cfg.broker.store),
+        source=str(p),
+    )
+    if problems:
+        raise ConfigErrors(problems)
+    return loaded

@@ -32,9 +32,11 @@ def topic_within_stream(stream: str, seen_topic: str) -> str:
     return seen_topic
 
 
-def _flatten(element: Element, path: str, props: dict[str, str], types: dict[str, str]) -> None:
+def _flatten(
+    element: Element, path: str, props: list[tuple[str, str]], types: dict[str, str]
+) -> None:
     if not element.children:
-        props[path] = element.text
+        props.append((path, element.text))
         dt = element.attributes.get("dt", "")
         if dt:
             types[path] = dt
@@ -43,11 +45,13 @@ def _flatten(element: Element, path: str, props: dict[str, str], types: dict[str
         _flatten(child, f"{path}.{child.name}", props, types)
 
 
-def usr_properties(folders: list[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(properties, their ``dt`` types) of every ``usr`` folder among ``folders`` (RFH2
-    folder XML text); a nested group's elements get dotted names. A folder that does not
-    parse is skipped, not fatal (the engine accepted the message)."""
-    props: dict[str, str] = {}
+def usr_properties(folders: list[str]) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """(properties in message order, repeats kept; their ``dt`` types) of every ``usr``
+    folder among ``folders`` (RFH2 folder XML text). A nested group's elements get dotted
+    names (``group.name``), as IBM MQ names the message properties of a nested ``usr``
+    group. A folder that does not parse is skipped, not fatal (the engine accepted the
+    message)."""
+    props: list[tuple[str, str]] = []
     types: dict[str, str] = {}
     for text in folders:
         if "usr" not in text[:16]:
@@ -100,7 +104,8 @@ def envelope_of(delivery: Delivery) -> Envelope:
         payload_format=pub.payload_format.strip(),
         encoding=pub.payload_encoding,
         ccsid=pub.payload_ccsid,
-        properties=props,
+        properties=dict(props),
+        property_list=tuple(props),
         persistent=md.persistence == Persistence.PERSISTENT,
         retain=bool(delivery.retained or pub.pub_opts & _RETAIN_PUBLICATION),
         delete=delivery.deleted,
@@ -119,9 +124,5 @@ def envelope_of(delivery: Delivery) -> Envelope:
         publish_timestamp=pub.pub_time,
         subscription_stream=sub[0],
         subscription_filter=sub[2],
-        reply_to_q=md.reply_to_q.strip(),
-        reply_to_q_mgr=md.reply_to_q_mgr.strip(),
-        msg_type=int(md.msg_type),
-        report=int(md.report),
         text_codec=_text_codec(pub.payload_ccsid),
     )

@@ -142,13 +142,24 @@ class _Collector(Collector):
         )
         dead.add_metric(["undeliverable"], c.dead_lettered)
         dead.add_metric(["backout_threshold"], c.moved_to_backout_queue)
+        engine = self.service.engine
+        suspended = GaugeMetricFamily(
+            "mqgw_suspended_subscriptions",
+            "Subscriptions suspended because puts to their queue kept failing",
+        )
+        suspended.add_metric([], engine.suspended_subscriptions)
+        errors.add_metric(["broker", "subscription_suspended"], engine.suspensions)
+        errors.add_metric(
+            ["broker", "broker_queue_subscription_removed"],
+            engine.removed_broker_queue_subscriptions,
+        )
         depth = GaugeMetricFamily("mqgw_queue_depth", "Current depth of a queue", labels=["queue"])
         try:
             for q, n in self.queue_depths().items():
                 depth.add_metric([q], n)
         except Exception:  # a scrape must not fail because one queue cannot be asked
             log.debug("queue depth unavailable", exc_info=True)
-        yield from (out, inbound, handled, errors, dead, depth, up, stats)
+        yield from (out, inbound, handled, errors, dead, suspended, depth, up, stats)
 
 
 class HealthServer:

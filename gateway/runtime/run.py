@@ -37,6 +37,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run_command)
 
 
+def _endpoint(plugin_config: object) -> str:
+    """`` -> <where it connects>`` for the --check summary (Kafka bootstrap servers, an
+    MQTT host:port), so the operator sees which endpoints the variables resolved to."""
+    bootstrap = getattr(plugin_config, "bootstrap_servers", None)
+    if bootstrap:
+        servers = bootstrap if isinstance(bootstrap, str) else ",".join(map(str, bootstrap))
+        return f" -> {servers}"
+    host, port = getattr(plugin_config, "host", None), getattr(plugin_config, "port", None)
+    if host and port:
+        return f" -> {host}:{port}"
+    return ""
+
+
 def run_command(args: argparse.Namespace) -> int:
     from gateway.runtime.app import GatewayApp, data_paths
     from gateway.runtime.config import load_config
@@ -60,7 +73,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"  stream queues: {streams}")
         for p in cfg.plugins:
             state = "" if p.enabled else " (disabled)"
-            print(f"  plugin instance {p.name}: {p.plugin}{state}")
+            target = _endpoint(loaded.plugin_configs.get(p.name))
+            print(f"  plugin instance {p.name}: {p.plugin}{state}{target}")
         for path in data_paths(loaded):
             print(f"  writes: {path}")
         return 0

@@ -60,6 +60,19 @@ class OutboundRoute(BaseModel):
 
     _templates = field_validator("kafka_topic", "retained_topic")(_check_template)
 
+    @field_validator("topic")
+    @classmethod
+    def _topic_filter(cls, value: str) -> str:
+        """MQ topic-scheme rules: ``#`` only as the whole last level, ``+`` only as a
+        whole level (the broker would refuse ``a/#/b`` when the plugin subscribes)."""
+        levels = value.split("/")
+        for i, level in enumerate(levels):
+            if "#" in level and (level != "#" or i != len(levels) - 1):
+                raise ValueError(f"{value!r}: '#' must be the whole last level (e.g. 'a/b/#')")
+            if "+" in level and level != "+":
+                raise ValueError(f"{value!r}: '+' must be a whole level (e.g. 'a/+/c')")
+        return value
+
     @property
     def unified_topic(self) -> str:
         """The engine subscription topic (``$SYS/STREAM/<s>/...`` for named streams)."""

@@ -262,7 +262,7 @@ def record_headers(envelope: Envelope, origin: str) -> list[tuple[str, bytes]]:
     if e.publish_timestamp:
         headers.append(("mq.pubTime", e.publish_timestamp.encode()))
     headers.append(("mq.origin", origin.encode()))
-    for name, text in e.properties.items():
+    for name, text in e.property_items():
         headers.append((f"usr.{name}", text.encode()))
         dt = e.property_types.get(name)
         if dt:

@@ -17,6 +17,10 @@ the loop with ``call_soon_threadsafe``.
 One paho client lives for the whole process and is reconnected, so its MQTT session
 state (packet ids, QoS 2 handshakes in flight) stays in step with the broker's
 persistent session (clean start off; MQTT 5 session expiry).
+
+A little over 500 lines on purpose: the socket callbacks, the reconnect loop and the
+in-flight publish/ack bookkeeping share that one client's state; split, each part
+would reach into the others' private fields.
 """
 
 from __future__ import annotations

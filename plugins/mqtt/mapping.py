@@ -107,7 +107,7 @@ def _clean(text: str) -> str:
 def user_properties(envelope: Envelope) -> list[tuple[str, str]]:
     """MQRFH user name/value pairs, then MQRFH2 ``usr`` properties (groups dotted)."""
     pairs = [(_clean(n), _clean(v)) for n, v in envelope.name_value_pairs]
-    pairs.extend((_clean(n), _clean(v)) for n, v in envelope.properties.items())
+    pairs.extend((_clean(n), _clean(v)) for n, v in envelope.property_items())
     return pairs
 
 

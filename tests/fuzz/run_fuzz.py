@@ -18,11 +18,10 @@ import subprocess
 import sys
 import time
 
+from tests.fuzz.seeds import TARGET_NAMES, seeds
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(ROOT), str(HERE)]
-
-from tests.fuzz.seeds import TARGET_NAMES, seeds  # noqa: E402
 
 
 def _parse_stats(output: str) -> tuple[int, int]:

@@ -1,5 +1,9 @@
 """Embedded queue manager behaviour beyond the port contract: attributes, durability,
-name resolution through the engine, transmission and dead-letter queues."""
+name resolution through the engine, transmission and dead-letter queues.
+
+A little over 500 lines on purpose: one scenario per behaviour of one public object
+(``EmbeddedQueueManager``), all sharing the same fixtures.
+"""
 
 from __future__ import annotations
 
@@ -269,11 +273,11 @@ async def test_second_owner_is_refused(tmp_path: Path) -> None:
         assert "in use" in str(err.value)
     finally:
         await qm.close()
-    EmbeddedQueueManager("QML", tmp_path / "qm")._shutdown_store()
+    await EmbeddedQueueManager("QML", tmp_path / "qm").close()
 
 
 async def test_wrong_qmgr_name_for_data_dir(tmp_path: Path) -> None:
-    EmbeddedQueueManager("QMA", tmp_path / "qm")._shutdown_store()
+    await EmbeddedQueueManager("QMA", tmp_path / "qm").close()
     with pytest.raises(QueueManagerUnavailableError, match="holds queue manager QMA"):
         EmbeddedQueueManager("QMB", tmp_path / "qm")
 
@@ -496,10 +500,9 @@ async def test_sweep_expired_keeps_depth_honest(qm: EmbeddedQueueManager) -> Non
 async def _settled_count(qm: EmbeddedQueueManager, name: str) -> int:
     """Messages really available on ``name``; the depth must agree (nothing left locked).
     Store writes of a cancelled call finish in the background: wait for them (bounded)."""
-    q = qm._queues[name]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 10
-    while (q.locked or q.pending_puts) and loop.time() < deadline:
+    while qm.definitions.uncommitted(name) and loop.time() < deadline:
         await asyncio.sleep(0.01)
     async with await qm.connect() as conn:
         h = await conn.open(name, IO)
@@ -586,15 +589,13 @@ async def test_commit_after_queue_deleted_stores_nothing(tmp_path: Path) -> None
     """Should a queue disappear under a unit of work (the store-level delete, which MQSC
     now refuses), the commit must not store rows for it: a later queue of the same name
     would show them after a restart."""
-    from gateway.mq.embedded.qmgr import _MQSCAdapter
-
     path = tmp_path / "qm"
     qm = EmbeddedQueueManager("QM1", path)
     try:
         mqsc_ok(qm, "DEFINE QLOCAL(GONE.Q)")
         async with await qm.connect() as conn:
             await conn.put1("GONE.Q", md(persistence=PERS), b"m", PutOptions(syncpoint=True))
-            _MQSCAdapter(qm).delete_queue("GONE.Q", True)
+            qm.definitions.delete_queue("GONE.Q", True)
             await conn.commit()
         mqsc_ok(qm, "DEFINE QLOCAL(GONE.Q)")
         assert qm.queue_depth("GONE.Q") == 0

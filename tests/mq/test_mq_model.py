@@ -12,7 +12,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.mq.embedded.qmgr import EmbeddedConnection, EmbeddedQueueManager
+from gateway.mq.embedded.connection import EmbeddedConnection
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.constants import Persistence
 from gateway.wire.mqmd import MQMD

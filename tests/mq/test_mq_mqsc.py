@@ -115,3 +115,16 @@ def test_cli_runs_like_runmqsc(tmp_path: Path) -> None:
     assert again.returncode == 10
     assert "1 command has a syntax error." in again.stdout
     assert "One valid MQSC command could not be processed." in again.stdout
+
+
+def test_cli_names_the_queue_manager_and_line_of_a_failing_command(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.runtime.cli", "mqsc", "LINEQM", "--data-dir",
+         str(tmp_path), "--create"],
+        input="DEFINE QLOCAL(A)\n\nDEFINE QALIAS(B) TARGET(A) MAXDEPTH(5)\n",
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )
+    assert done.returncode == 10
+    assert "Traceback" not in done.stderr
+    assert "queue manager LINEQM: line 3:" in done.stderr and "MAXDEPTH" in done.stderr
+    assert "One valid MQSC command could not be processed." in done.stdout

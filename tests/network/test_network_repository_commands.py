@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 from gateway.mq.embedded import cluster as cluster_mod
-from gateway.mq.embedded.cluster import ClusterManager, RepositoryCommandError, parse_command
+from gateway.mq.embedded.connection import EmbeddedConnection
+from gateway.mq.embedded.repository import Repository, RepositoryRecord
+from gateway.mq.embedded.repository_commands import RepositoryCommandError, decode_command
+from gateway.mq.embedded.repository_queue import save_repository
 from gateway.mq.port import MQError
 from gateway.wire.constants import Feedback
 from gateway.wire.dlh import unwrap_from_dlq
@@ -42,13 +45,13 @@ def update(*records: dict[str, Any]) -> bytes:
 ])
 def test_malformed_commands_are_rejected(body: bytes) -> None:
     with pytest.raises(RepositoryCommandError) as err:
-        parse_command(body)
+        decode_command(body)
     assert err.value.feedback == Feedback.NOT_A_REPOSITORY_MSG
 
 
 def test_well_formed_commands_parse() -> None:
-    assert parse_command(update(record("Q")))["records"][0]["name"] == "Q"
-    assert parse_command(b'{"op":"query","cluster":"C1","names":["Q"],"from":"X"}')["op"] \
+    assert decode_command(update(record("Q")))["records"][0]["name"] == "Q"
+    assert decode_command(b'{"op":"query","cluster":"C1","names":["Q"],"from":"X"}')["op"] \
         == "query"
 
 
@@ -71,21 +74,20 @@ async def test_unparsable_command_is_dead_lettered_and_the_next_runs(
 
 
 async def test_command_that_keeps_failing_is_dead_lettered_past_threshold(
-    make_network: NetworkFactory, monkeypatch: pytest.MonkeyPatch,
+    make_network: NetworkFactory,
 ) -> None:
-    real = ClusterManager._process
     attempts: list[int] = []
 
-    async def failing(self: ClusterManager, conn: Any, cmd: dict[str, Any]) -> Any:
-        if any(r["name"] == "POISON" for r in cmd.get("records", [])):
+    async def failing(conn: EmbeddedConnection, repository: Repository) -> None:
+        if any(r.name == "POISON" for r in repository.records.values()):
             attempts.append(1)
             raise RuntimeError("cannot handle this one")
-        return await real(self, conn, cmd)
+        await save_repository(conn, repository)
 
-    monkeypatch.setattr(ClusterManager, "_process", failing)
     async with make_network({"QM1": FULL}) as net:
         qm = net["QM1"].qm
         manager = net["QM1"].cluster
+        manager.store_repository = failing
         async with await qm.connect() as conn:
             await conn.put1(CMDQ, MQMD(format="MQSTR"), update(record("POISON")))
             await conn.put1(CMDQ, MQMD(format="MQSTR"), update(record("AFTER.POISON")))
@@ -100,44 +102,37 @@ async def test_command_that_keeps_failing_is_dead_lettered_past_threshold(
 
 
 async def test_failed_commit_leaves_the_repository_unchanged(
-    make_network: NetworkFactory, monkeypatch: pytest.MonkeyPatch,
+    make_network: NetworkFactory,
 ) -> None:
     """An update whose unit of work backs out must be applied (and forwarded) again on
     redelivery, not counted as a duplicate of its own backed-out attempt."""
-    real_save = ClusterManager._save
     failures = [1]
-    forwarded: list[str] = []
 
-    async def save_once_failing(self: ClusterManager, conn: Any) -> None:
-        if failures and any(r.name == "NEWQ" for r in self.repository.records.values()):
+    async def save_once_failing(conn: EmbeddedConnection, repository: Repository) -> None:
+        if failures and any(r.name == "NEWQ" for r in repository.records.values()):
             failures.pop()
             raise MQError(Reason.RESOURCE_PROBLEM, "disk full (test)")
-        await real_save(self, conn)
+        await save_repository(conn, repository)
 
-    real_after = ClusterManager._after_change
-
-    async def spy_after(self: ClusterManager, conn: Any, changed: Any, sender: str) -> None:
-        forwarded.extend(r.name for r in changed)
-        await real_after(self, conn, changed, sender)
-
-    monkeypatch.setattr(ClusterManager, "_save", save_once_failing)
-    monkeypatch.setattr(ClusterManager, "_after_change", spy_after)
     async with make_network({"QM1": FULL}) as net:
         qm = net["QM1"].qm
         manager = net["QM1"].cluster
+        await wait_for(lambda: any(r.q_mgr == "QM1" for r in manager.repository.records.values()))
+        manager.store_repository = save_once_failing
+        stats = manager.repository.stats
+        applied, duplicates = stats.applied, stats.duplicates
         async with await qm.connect() as conn:
             await conn.put1(CMDQ, MQMD(format="MQSTR"), update(record("NEWQ")))
         await wait_for(lambda: qm.queue_depth(CMDQ) == 0 and not failures
-                       and forwarded.count("NEWQ") >= 2)
-        assert forwarded.count("NEWQ") == 2  # the failed attempt and the committed one
-        assert any(r.name == "NEWQ" for r in manager.repository.records.values())
+                       and any(r.name == "NEWQ" for r in manager.repository.records.values()))
+        assert stats.applied - applied == 2  # the failed attempt and the committed one
+        assert stats.duplicates == duplicates  # the redelivery is no duplicate of itself
         assert await drain(qm, DLQ) == []
 
 
 def test_restore_undoes_only_its_own_side() -> None:
     """The command loop (others' records) and the publisher (own records) run
     concurrently: each undo must leave the other's changes alone."""
-    from gateway.mq.embedded.cluster import Repository, RepositoryRecord
 
     def rec(name: str, q_mgr: str, seq: int) -> RepositoryRecord:
         return RepositoryRecord("QUEUE", "C1", name, q_mgr, seq)

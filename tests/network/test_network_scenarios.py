@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from gateway.mq.embedded.cluster import QUEUE, RepositoryRecord
+from gateway.mq.embedded.cluster_transmit import cluster_correl_id
 from gateway.mq.embedded.network import Network
-from gateway.mq.embedded.qmgr import cluster_correl_id
+from gateway.mq.embedded.repository import QUEUE, RepositoryRecord
 from gateway.mq.port import Browse, GetOptions, OpenOption, PutOptions
 from gateway.wire.constants import MsgType, Persistence
 from gateway.wire.dlh import unwrap_from_dlq

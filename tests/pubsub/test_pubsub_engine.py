@@ -1,4 +1,9 @@
-"""The pure engine: command options, retained publications, responses, negative cases."""
+"""The pure engine: command options, retained publications, responses, negative cases.
+
+Over 500 lines on purpose: these are the engine's behaviour tests through its one public
+entry (``PubSubEngine.handle``), grouped by command like the seed's tables; split by
+engine module (handlers / fan-out / working set) they would test internals instead.
+"""
 
 from __future__ import annotations
 

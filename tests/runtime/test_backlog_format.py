@@ -39,6 +39,7 @@ FIELDS = dict(
     correl_id=st.binary(min_size=24, max_size=24),
     origin=_text,
     property_types=_props,
+    property_list=st.lists(st.tuples(_text, _text), max_size=3).map(tuple),
     name_value_pairs=st.lists(st.tuples(_text, _text), max_size=3).map(tuple),
     from_retained_store=st.booleans(),
     msg_id=st.binary(min_size=24, max_size=24),

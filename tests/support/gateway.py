@@ -109,9 +109,14 @@ def build_gateway(
         qmgr.run_mqsc(mqsc, stop_on_error=True)
     store = SqliteStore(path / "pubsub.db", synchronous="NORMAL")
     port = service_qm or qmgr
-    service = BrokerService(
-        port, PubSubEngine(qmgr.name, store), config if config is not None else bridge_config()
+    config = config if config is not None else bridge_config()
+    engine = PubSubEngine(
+        qmgr.name,
+        store,
+        broker_queues=config.broker_queues,
+        suspend_after=config.suspend_subscription_after,
     )
+    service = BrokerService(port, engine, config)
     return InProcessGateway(qmgr, store, service, PluginHost(port, service, gateway_id))
 
 

@@ -42,8 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.mq.embedded.connection import EmbeddedConnection
 from gateway.mq.embedded.objects import ChannelType
-from gateway.mq.embedded.qmgr import EmbeddedConnection, EmbeddedQueueManager
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.embedded.store import ChannelSync
 from gateway.mq.port import GetOptions, MQError, OpenOption
 from gateway.wire.errors import WireError

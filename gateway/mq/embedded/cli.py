@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.mq.embedded.mqsc import format_results
+    from gateway.mq.embedded.mqsc_run import format_results
     from gateway.mq.embedded.qmgr import EmbeddedQueueManager
     from gateway.mq.embedded.store import DB_FILE
     from gateway.mq.port import MQError
@@ -82,17 +82,25 @@ def run(args: argparse.Namespace) -> int:
     finally:
         asyncio.run(qm.close())
     sys.stdout.write(format_results(args.qmgr, results))
+    for r in results:  # as `mqgw network` reports a bad start script: QM and line
+        if not r.ok:
+            print(f"<stdin>: queue manager {args.qmgr}: line {r.line}: {r.lines[-1]}",
+                  file=sys.stderr)
     return 0 if all(r.ok for r in results) else 10
 
 
 def run_network(args: argparse.Namespace) -> int:
     from gateway.mq.embedded.network import serve
     from gateway.mq.embedded.topology import TopologyError, load_topology
+    from gateway.mq.port import MQError
 
     try:
         topo = load_topology(args.topology)
         asyncio.run(serve(topo, args.qm or None, args.data_dir))
     except TopologyError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except MQError as exc:  # e.g. a data directory another process holds
+        print(f"error: {args.topology}: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -22,9 +22,12 @@ from typing import Self
 
 from gateway.mq.embedded.channels import ChannelListener, ChannelSender, SenderSpec
 from gateway.mq.embedded.cluster import ClusterManager
+from gateway.mq.embedded.cluster_transmit import cluster_correl_id
+from gateway.mq.embedded.mqsc import MQSCError
 from gateway.mq.embedded.objects import CLUSTER_TRANSMIT_QUEUE, ChannelDef, ChannelType
-from gateway.mq.embedded.qmgr import EmbeddedQueueManager, cluster_correl_id
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.embedded.topology import Topology, TopologyError, load_topology
+from gateway.mq.port import MQError
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +67,20 @@ class QueueManagerNode:
         await self.open()
         await self.run()
 
+    def prepare(self) -> None:
+        """Open the queue manager's store and check the MQSC against its definitions
+        (raises MQSCError naming the line); nothing is defined or started yet."""
+        if self._qm is None:
+            self._qm = EmbeddedQueueManager(self.name, self.path, directory=self.cluster)
+        if self.mqsc:
+            self._qm.check_mqsc(self.mqsc)
+
     async def open(self) -> None:
         """Start the queue manager (MQSC applied) and its listener."""
-        qm = EmbeddedQueueManager(self.name, self.path, directory=self.cluster)
-        self._qm = qm
         try:
+            if self._qm is None:
+                self.prepare()
+            qm = self.qm
             if self.mqsc:
                 qm.run_mqsc(self.mqsc, stop_on_error=True)
             self.listener = ChannelListener(qm)
@@ -202,15 +214,22 @@ class Network:
                                 port=spec.port, address_book=self.address_book)
 
     async def start(self, names: list[str] | None = None) -> None:
-        """Open every queue manager and listener first, then start channels, so the
-        first channel starts find their partners listening."""
+        """Check every queue manager's MQSC against its stored definitions first (a bad
+        line raises TopologyError before any definition changes), then open every queue
+        manager and listener, then start channels, so the first channel starts find
+        their partners listening."""
         started: list[QueueManagerNode] = []
         try:
             for name in names or list(self.topology.queue_managers):
                 node = self.node_for(name)
-                await node.open()
                 self.nodes[name] = node
+                try:
+                    node.prepare()
+                except MQSCError as exc:
+                    raise self.topology.mqsc_error(name, exc) from None
                 started.append(node)
+            for node in started:
+                await node.open()
             for node in started:
                 await node.run()
         except BaseException:
@@ -282,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(load_topology(args.topology), args.qm or None, args.data_dir))
     except TopologyError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except MQError as exc:  # e.g. a data directory another process holds
+        print(f"error: {args.topology}: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -17,10 +17,22 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.mq.port import MQError
+from gateway.wire.errors import WireError
 from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
 
 Key = tuple[int, int]
 _MD_SLOTS: tuple[str, ...] = tuple(MQMD.__slots__)
+
+
+def pack_md_for_store(md: MQMD) -> bytes:
+    """The MQMD as the store keeps it (version 2, native encoding 546); a descriptor that
+    cannot be packed is MQ's 2026 MD_ERROR."""
+    try:
+        return md.copy(version=2).pack(546) if md.version < 2 else md.pack(546)
+    except WireError as exc:
+        raise MQError(Reason.MD_ERROR, f"the message descriptor cannot be stored: {exc}") from exc
 
 
 def clone_md(md: MQMD) -> MQMD:

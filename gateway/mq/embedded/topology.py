@@ -2,8 +2,11 @@
 
 Why: tests, the demo and operators trying cluster set-ups need one place that says which
 queue managers exist, where they listen and which MQSC defines them. Validated with
-pydantic at load time (names, ports, MQSC syntax) so a mistake names its place before
-anything starts. Format (docs/networks.md)::
+pydantic at load time (names, ports) and every queue manager's MQSC is run against a
+scratch copy of a new queue manager's definitions (:func:`~.mqsc_run.check_script`:
+syntax, keywords per object type, values, re-definitions without REPLACE), so a mistake
+names its file, queue manager and line before anything starts or is created.
+Format (docs/networks.md)::
 
     data_dir: data/network          # optional; relative to the file
     queue_managers:
@@ -23,8 +26,9 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gateway.mq.embedded.mqsc import MQSCError, parse_mqsc
-from gateway.mq.embedded.objects import check_object_name
+from gateway.mq.embedded.mqsc import MQSCError
+from gateway.mq.embedded.mqsc_run import check_script
+from gateway.mq.embedded.objects import ObjectCatalogue, check_object_name, new_catalogue
 
 
 class TopologyError(Exception):
@@ -53,6 +57,18 @@ class QueueManagerSpec(BaseModel):
             text = path.read_text(encoding="utf-8") + "\n"
         return text + self.mqsc
 
+    def where(self, base: Path, topology_file: str, line: int) -> tuple[str, int]:
+        """(file, line in it) of line ``line`` of :meth:`script`: the ``mqsc_file`` for
+        its lines, else the topology file (the line then counts within ``mqsc``)."""
+        if self.mqsc_file is None:
+            return topology_file, line
+        path = self.mqsc_file if self.mqsc_file.is_absolute() else base / self.mqsc_file
+        try:
+            in_file = len((path.read_text(encoding="utf-8") + "\n").splitlines())
+        except OSError:
+            return str(path), line
+        return (str(path), line) if line <= in_file else (topology_file, line - in_file)
+
 
 class Topology(BaseModel):
     """A network: queue managers by name."""
@@ -62,6 +78,8 @@ class Topology(BaseModel):
     data_dir: Path | None = None
     queue_managers: dict[str, QueueManagerSpec]
     base_dir: Path = Path(".")
+    #: the topology file (error messages name it)
+    origin: str = "<topology>"
 
     @field_validator("queue_managers")
     @classmethod
@@ -83,15 +101,25 @@ class Topology(BaseModel):
         """Listener addresses by queue-manager name (fixed ports only)."""
         return {n: ("127.0.0.1", s.port) for n, s in self.queue_managers.items() if s.port}
 
-    def check_mqsc(self) -> None:
-        """Parse every queue manager's MQSC now; raises TopologyError naming the QM/line."""
-        for name, spec in self.queue_managers.items():
+    def check_mqsc(self, name: str | None = None, catalogue: ObjectCatalogue | None = None
+                   ) -> None:
+        """Check the MQSC of every queue manager (or of ``name``) as it would run on a new
+        queue manager (or against ``catalogue``, its current definitions); raises
+        TopologyError naming the file, the queue manager and the line. Changes nothing."""
+        for qm_name, spec in self.queue_managers.items():
+            if name is not None and qm_name != name:
+                continue
             try:
-                parse_mqsc(spec.script(self.base_dir))
+                check_script(catalogue or new_catalogue(qm_name), spec.script(self.base_dir))
             except MQSCError as exc:
-                raise TopologyError(str(self.base_dir), f"queue manager {name}: {exc}") from None
+                raise self.mqsc_error(qm_name, exc) from None
             except OSError as exc:
-                raise TopologyError(str(self.base_dir), f"queue manager {name}: {exc}") from None
+                raise TopologyError(self.origin, f"queue manager {qm_name}: {exc}") from None
+
+    def mqsc_error(self, name: str, exc: MQSCError) -> TopologyError:
+        """The TopologyError for an MQSC error of queue manager ``name``."""
+        path, line = self.queue_managers[name].where(self.base_dir, self.origin, exc.line)
+        return TopologyError(path, f"queue manager {name}: line {line}: {exc.detail}")
 
 
 def load_topology(path: Path | str) -> Topology:
@@ -108,7 +136,7 @@ def topology_from_dict(raw: object, base_dir: Path, origin: str = "<topology>") 
     if not isinstance(raw, dict):
         raise TopologyError(origin, "the topology must be a mapping with queue_managers")
     try:
-        topo = Topology.model_validate({**raw, "base_dir": base_dir})
+        topo = Topology.model_validate({**raw, "base_dir": base_dir, "origin": origin})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])

@@ -70,7 +70,13 @@ def run_command(args: argparse.Namespace) -> int:
     async def main() -> None:
         qm = EmbeddedQueueManager(args.qmgr, args.qmgr_path)
         store = SqliteStore(args.store)
-        service = BrokerService(qm, PubSubEngine(qm.name, store), config)
+        engine = PubSubEngine(
+            qm.name,
+            store,
+            broker_queues=config.broker_queues,
+            suspend_after=config.suspend_subscription_after,
+        )
+        service = BrokerService(qm, engine, config)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, service.request_stop)

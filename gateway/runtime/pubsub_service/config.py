@@ -52,3 +52,12 @@ class BrokerConfig(BaseModel):
     #: Pause between attempts to reconnect a serviced queue after its connection broke
     #: (seconds).
     reconnect_delay: float = Field(default=2.0, ge=0.0)
+    #: Consecutive failed puts to a subscriber queue (unknown, put inhibited, ...) after
+    #: which its subscriptions are suspended until registered again (docs/pubsub.md).
+    suspend_subscription_after: int = Field(default=10, ge=1)
+
+    @property
+    def broker_queues(self) -> frozenset[str]:
+        """Queues no subscriber may name besides ``SYSTEM.*``: the serviced stream
+        queues and the dead-letter queue."""
+        return frozenset([s.name for s in self.streams] + [self.dead_letter_queue])

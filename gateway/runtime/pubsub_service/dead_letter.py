@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.mq.port import Connection, MQError, OpenOption, PutOptions, QueueAttr, QueueHandle
 from gateway.runtime.pubsub_service.errors import (
@@ -24,7 +25,16 @@ from gateway.wire.dlh import wrap_for_dlq
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
-__all__ = ["Put", "dead_letter", "dead_letter_queue_of", "put_all"]
+__all__ = ["DeliveryReport", "Put", "dead_letter", "dead_letter_queue_of", "put_all"]
+
+
+class DeliveryReport(Protocol):
+    """Told how each delivery put went (the engine suspends subscriptions whose queue
+    keeps failing)."""
+
+    def delivered(self, q_mgr: str, queue: str) -> None: ...
+
+    def delivery_failed(self, q_mgr: str, queue: str, reason: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -82,9 +92,12 @@ async def dead_letter_queue_of(handle: QueueHandle, fallback: str) -> tuple[str,
     return fallback, "broker setting dead_letter_queue"
 
 
-async def put_all(conn: Connection, puts: list[Put], dlq: str) -> list[Put]:
+async def put_all(
+    conn: Connection, puts: list[Put], dlq: str, report: DeliveryReport | None = None
+) -> list[Put]:
     """Put everything under syncpoint; returns the moves/dead-letters made (to count
-    after the commit). A failed put to the DLQ/backout queue raises AsideQueueError."""
+    after the commit). A failed put to the DLQ/backout queue raises AsideQueueError.
+    ``report`` hears of every delivery put that worked or was dead-lettered."""
     done: list[Put] = []
     handles: dict[tuple[str, str], QueueHandle] = {}
     opts = PutOptions(syncpoint=True, set_all_context=True)
@@ -104,6 +117,8 @@ async def put_all(conn: Connection, puts: list[Put], dlq: str) -> list[Put]:
                 await handle.put(p.md, p.body, opts)
                 if p.kind:
                     done.append(p)
+                elif report is not None:
+                    report.delivered(p.q_mgr or q_mgr, p.queue)
             except MQError as exc:
                 if exc.reason in CONNECTION_REASONS:
                     raise
@@ -131,6 +146,8 @@ async def put_all(conn: Connection, puts: list[Put], dlq: str) -> list[Put]:
                         raise
                     raise AsideQueueError(dlq, dl_exc) from dl_exc
                 done.append(dl)
+                if report is not None:
+                    report.delivery_failed(p.q_mgr or q_mgr, p.queue, exc.reason)
     finally:
         for handle in handles.values():
             with contextlib.suppress(MQError):

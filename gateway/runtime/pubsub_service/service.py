@@ -464,7 +464,7 @@ class BrokerService:
             else:
                 puts.extend(self.sink_backlogs.put_of(name, d) for d in deliveries)
                 self.counters.sink_deliveries += len(deliveries)
-        done = await put_all(conn, puts, dlq)
+        done = await put_all(conn, puts, dlq, self.engine)
         engine.commit()
         await conn.commit()
         self._account(done)

@@ -29,6 +29,7 @@ from plugins.kafka.mapping import (
     escape_name,
     inbound_publication,
     outbound_records,
+    record_headers,
     unescape_name,
 )
 from tests.support.envelopes import sink_envelope
@@ -186,9 +187,28 @@ def test_usr_properties_come_from_the_usr_folder_only() -> None:
     usr.add("Count", 7, dt="i4")
     other = Element.from_pairs("mcd", {"Msd": "jms_text"})
     props, types = usr_properties([other.to_xml(), usr.to_xml(), "<usr><broken"])
-    assert [(name, text, types.get(name, "")) for name, text in props.items()] == [
+    assert [(name, text, types.get(name, "")) for name, text in props] == [
         ("Colour", "Blue <&>", ""),
         ("Count", "7", "i4"),
+    ]
+
+
+def test_usr_headers_keep_repeated_names_and_dot_nested_groups() -> None:
+    """One ``usr.<Name>`` header per property in message order, a repeated name once per
+    occurrence (Kafka headers may repeat), a nested group's elements as dotted names (as
+    IBM MQ names the message properties of a nested usr group)."""
+    usr = Element("usr", children=[Element("x", text="1"), Element("x", text="2")])
+    usr.children.append(Element("grp", children=[Element("a", text="A", attributes={"dt": "i4"})]))
+    pub = Publication(
+        stream="STOCK.STREAM", topics=["t"], payload=b"p", extra_folders=[usr.to_xml()]
+    )
+    headers = record_headers(sink_envelope(pub, sink="kafka"), "gw")
+    usr_headers = [(k, v) for k, v in headers if k.startswith(("usr.", "mq.usrType."))]
+    assert usr_headers == [
+        ("usr.x", b"1"),
+        ("usr.x", b"2"),
+        ("usr.grp.a", b"A"),
+        ("mq.usrType.grp.a", b"i4"),
     ]
 
 

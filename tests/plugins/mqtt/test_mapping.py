@@ -138,6 +138,15 @@ def test_user_properties_from_usr_folder_and_rfh_pairs() -> None:
     ]
 
 
+def test_user_properties_keep_repeated_names() -> None:
+    """MQTT 5 user properties may repeat a name: every occurrence is sent, in order."""
+    usr = Element("usr", children=[Element("x", text="1"), Element("x", text="2")])
+    pub = Publication(
+        stream=DEFAULT_STREAM, topics=["t"], payload=b"", extra_folders=[usr.to_xml()]
+    )
+    assert user_properties(sink_envelope(pub)) == [("x", "1"), ("x", "2")]
+
+
 def test_echo_detection() -> None:
     assert filter_levels_overlap("#", "mq")
     assert filter_levels_overlap("mq/#", "mq")

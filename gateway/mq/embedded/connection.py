@@ -1,0 +1,371 @@
+"""A connection to the embedded queue manager (hconn): its unit of work, MQCMIT/MQBACK,
+MQPUT1, and what the channels and the broker need from one (dead-letter puts, delivery
+of transmission-queue messages).
+
+Why apart from :mod:`.qmgr`: the queue manager owns queues, definitions and the store;
+a connection owns a unit of work and the handles opened through it (:mod:`.handle`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from gateway.mq.embedded.handle import INPUT_OPTIONS, EmbeddedQueueHandle
+from gateway.mq.embedded.name_resolution import (
+    Resolution,
+)
+from gateway.mq.embedded.objects import (
+    DefBind,
+    QType,
+)
+from gateway.mq.embedded.queues import LocalQueue, QueuedMessage
+from gateway.mq.embedded.store import ChannelSync
+from gateway.mq.port import (
+    MQError,
+    OpenOption,
+    PutOptions,
+)
+from gateway.wire.dlh import wrap_for_dlq
+from gateway.wire.errors import WireError
+from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
+from gateway.wire.xqh import unwrap_from_xmitq
+
+if TYPE_CHECKING:
+    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+
+log = logging.getLogger(__name__)
+
+#: MQ's MaxUncommittedMsgs default (the syncpoint limit per unit of work).
+MAX_UNCOMMITTED_MSGS = 10_000
+_MQRO_DISCARD_MSG = 0x8000000
+
+
+@dataclass(slots=True, frozen=True)
+class TransmissionDelivery:
+    """Where :meth:`EmbeddedConnection.deliver_transmission` put a message."""
+
+    q_name: str
+    q_mgr_name: str
+    dead_lettered: bool = False
+    discarded: bool = False
+    reason: int = 0
+
+
+@dataclass(slots=True)
+class _UowPut:
+    queue: LocalQueue
+    msg: QueuedMessage
+
+
+@dataclass(slots=True)
+class _UowGet:
+    queue: LocalQueue
+    msg: QueuedMessage
+
+
+class EmbeddedConnection:
+    """A connection (hconn) with its own unit of work."""
+
+    def __init__(self, qm: EmbeddedQueueManager) -> None:
+        self._qm = qm
+        self._puts: list[_UowPut] = []
+        self._gets: list[_UowGet] = []
+        self._handles: set[EmbeddedQueueHandle] = set()
+        self._open = True
+
+    @property
+    def q_mgr_name(self) -> str:
+        return self._qm.name
+
+    @property
+    def queue_manager(self) -> EmbeddedQueueManager:
+        return self._qm
+
+    @property
+    def uncommitted(self) -> int:
+        return len(self._puts) + len(self._gets)
+
+    def _check(self) -> None:
+        if self._qm.stopping:
+            raise MQError(Reason.Q_MGR_STOPPING, f"queue manager {self._qm.name} is stopping")
+        if not self._open:
+            raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.disconnect()
+
+    async def open(
+        self, q_name: str, options: OpenOption, q_mgr_name: str = "",
+        *, cluster_lookup: bool = True,
+    ) -> EmbeddedQueueHandle:
+        """MQOPEN: resolve the name now (MQ binds at open) and check the options.
+
+        A cluster queue opened bind-not-fixed (MQOO_BIND_NOT_FIXED, or BIND_AS_Q_DEF with
+        DEFBIND(NOTFIXED)) chooses its instance again at every put.
+        """
+        self._check()
+        qm = self._qm
+        options = OpenOption(options)
+        inputs = options & INPUT_OPTIONS
+        if bin(int(inputs)).count("1") > 1:
+            raise MQError(Reason.OPTIONS_ERROR, "choose one of INPUT_AS_Q_DEF/SHARED/EXCLUSIVE")
+        wants = options & (
+            INPUT_OPTIONS | OpenOption.BROWSE | OpenOption.OUTPUT | OpenOption.INQUIRE
+        )
+        if not wants:
+            raise MQError(
+                Reason.OPTIONS_ERROR, "open for at least one of input, browse, output, inquire"
+            )
+        local_name = not q_mgr_name or q_mgr_name == qm.name
+        definition = qm.catalogue.get(q_name) if local_name else None
+        resolution: Resolution | None = None
+        reads = bool(inputs or options & OpenOption.BROWSE)
+        if options & OpenOption.OUTPUT or reads:
+            resolution = await qm.resolve_learning(
+                q_name, q_mgr_name, bool(options & OpenOption.BIND_ON_OPEN), cluster_lookup
+            )
+        elif definition is None:
+            raise MQError(
+                Reason.UNKNOWN_OBJECT_NAME, f"queue {q_name} is not defined on {qm.name}"
+            )
+        if reads and resolution is not None and not resolution.is_local:
+            raise MQError(
+                Reason.OPTION_NOT_VALID_FOR_TYPE,
+                f"{q_name} resolves to a remote queue ({resolution.q_name}@"
+                f"{resolution.q_mgr_name}); it can only be opened for output or inquire",
+            )
+        target: LocalQueue | None = None
+        if resolution is not None:
+            target = qm._local_queue(
+                resolution.q_name if resolution.is_local else resolution.xmit_q_name
+            )
+        if inputs and target is not None:
+            exclusive = bool(inputs & OpenOption.INPUT_EXCLUSIVE)
+            if target.exclusive or (exclusive and target.input_count):
+                raise MQError(
+                    Reason.OBJECT_IN_USE, f"queue {target.name} is open for exclusive input"
+                )
+            target.exclusive = exclusive
+            target.input_count += 1
+        if options & OpenOption.OUTPUT and target is not None:
+            target.output_count += 1
+        handle = EmbeddedQueueHandle(self, q_name, options, definition, resolution, target)
+        if resolution is not None and resolution.via_cluster:
+            if options & OpenOption.BIND_ON_OPEN:
+                not_fixed = False
+            elif options & OpenOption.BIND_NOT_FIXED:
+                not_fixed = True
+            elif definition is not None and definition.qtype is not QType.LOCAL:
+                not_fixed = definition.default_bind is DefBind.NOTFIXED
+            else:
+                not_fixed = resolution.bind_not_fixed
+            handle._not_fixed = not_fixed
+            handle._q_mgr_name = q_mgr_name
+        self._handles.add(handle)
+        return handle
+
+    async def put1(
+        self,
+        q_name: str,
+        md: MQMD,
+        body: bytes,
+        options: PutOptions | None = None,
+        q_mgr_name: str = "",
+    ) -> MQMD:
+        handle = await self.open(q_name, OpenOption.OUTPUT, q_mgr_name)
+        try:
+            return await handle.put(md, body, options)
+        finally:
+            await handle.close()
+
+    async def commit(self, sync: ChannelSync | None = None) -> None:
+        """MQCMIT. Persistent changes are on disk when this returns.
+
+        ``sync`` (channels only): a channel's batch record committed in the same
+        transaction as the unit of work, which is what makes channel delivery once-only.
+        """
+        self._check()
+        if not self._puts and not self._gets and sync is None:
+            return
+        puts, gets = self._puts, self._gets
+        self._puts, self._gets = [], []
+        await self._qm._complete(self._finish_commit(puts, gets, sync))
+
+    async def _finish_commit(
+        self, puts: list[_UowPut], gets: list[_UowGet], sync: ChannelSync | None = None
+    ) -> None:
+        qm = self._qm
+        # a queue deleted meanwhile takes nothing: its row would outlive the queue and
+        # surface in a later queue of the same name after a restart
+        inserts = [qm._to_row(p.queue.name, p.msg) for p in puts
+                   if p.msg.persistent and p.queue is qm._queues.get(p.queue.name)]
+        deletes = [g.msg.seq for g in gets if g.msg.persistent]
+        deletes += qm._expired_persistent
+        qm._expired_persistent = []
+        syncs = [sync] if sync is not None else []
+        if inserts or deletes or syncs:
+            try:
+                await qm._apply(inserts, deletes, syncs=syncs)
+            except MQError as exc:
+                self._undo(puts, gets)
+                raise MQError(Reason.BACKED_OUT, f"commit failed, backed out: {exc}") from exc
+        if sync is not None:
+            qm._channel_sync[sync.channel] = sync
+        for g in gets:
+            g.queue.locked -= 1
+        for p in puts:
+            p.queue.pending_puts -= 1
+            if p.queue is qm._queues.get(p.queue.name):
+                p.queue.add(p.msg)
+                p.queue.notify(p.msg)
+        qm.stats.commits += 1
+
+    async def backout(self) -> None:
+        """MQBACK: syncpoint puts vanish; syncpoint gets return with BackoutCount + 1."""
+        self._check()
+        if not self._puts and not self._gets:
+            return
+        puts, gets = self._puts, self._gets
+        self._puts, self._gets = [], []
+        await self._qm._complete(self._finish_backout(puts, gets))
+
+    async def _finish_backout(self, puts: list[_UowPut], gets: list[_UowGet]) -> None:
+        qm = self._qm
+        counts = [(g.msg.seq, g.msg.md.backout_count + 1) for g in gets if g.msg.persistent]
+        if counts and not qm.closed:
+            try:
+                await qm._apply(backouts=counts)
+            except MQError:
+                log.exception("could not harden backout counts; messages are returned anyway")
+        self._undo(puts, gets, count_backout=True)
+        qm.stats.backouts += 1
+
+    def _undo(self, puts: list[_UowPut], gets: list[_UowGet], count_backout: bool = False) -> None:
+        for p in puts:
+            p.queue.pending_puts -= 1
+        for g in gets:
+            g.queue.locked -= 1
+            if count_backout:
+                g.msg.md.backout_count += 1
+            if g.queue is self._qm._queues.get(g.queue.name):
+                g.queue.add(g.msg)
+                g.queue.notify(g.msg)
+
+    async def disconnect(self) -> None:
+        """MQDISC: backs out an open unit of work and closes the handles."""
+        if not self._open:
+            return
+        if self._puts or self._gets:
+            puts, gets = self._puts, self._gets
+            self._puts, self._gets = [], []
+            await self._qm._complete(self._finish_backout(puts, gets))
+        for h in list(self._handles):
+            await h.close()
+        self._open = False
+        self._qm._connections.discard(self)
+
+    # ------------------------------------------------------------ channels and DLQ
+
+    async def put_dead_letter(
+        self,
+        md: MQMD,
+        body: bytes,
+        reason: int,
+        dest_q_name: str,
+        dest_q_mgr_name: str = "",
+        *,
+        syncpoint: bool = False,
+    ) -> MQMD:
+        """Put a message on this queue manager's dead-letter queue behind an MQDLH.
+
+        What MQ's MCAs and the broker do with a message they cannot deliver (reference
+        §6.3); the context of the original message is kept. Fails with 2085 when the
+        queue manager has no DEADQ (the caller must then keep the message).
+        """
+        qm = self._qm
+        dlq = qm.catalogue.qmgr.dead_letter_q_name
+        if not dlq or qm.catalogue.get(dlq) is None:
+            raise MQError(
+                Reason.UNKNOWN_OBJECT_NAME,
+                f"queue manager {qm.name} has no dead-letter queue (DEADQ {dlq or 'blank'})",
+            )
+        dl_md, dl_body = wrap_for_dlq(
+            md, body, reason, dest_q_name, dest_q_mgr_name or qm.name, qm._context.appl_name,
+            qmgr_ccsid=qm.catalogue.qmgr.coded_char_set_id,
+        )
+        handle = await self.open(dlq, OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT)
+        try:
+            out = await handle.put(dl_md, dl_body, PutOptions(syncpoint=syncpoint,
+                                                              set_all_context=True))
+        finally:
+            await handle.close()
+        qm.stats.dead_lettered += 1
+        return out
+
+    async def deliver_transmission(
+        self, md: MQMD, body: bytes, *, syncpoint: bool = False
+    ) -> TransmissionDelivery:
+        """Deliver a transmission-queue message arriving here, as a receiving MCA does.
+
+        The MQXQH names are resolved as an application supplying both names would
+        (reference §7.3): a local queue receives the message, another queue manager's
+        transmission queue forwards it (multi-hop), and a failure (unknown queue 2085,
+        no route 2087, queue full 2053, put inhibited 2051, too big 2030, ...) puts it
+        on the dead-letter queue with an MQDLH carrying that reason, unless the message
+        asks for MQRO_DISCARD_MSG.
+        """
+        try:
+            xmit = unwrap_from_xmitq(md, body)
+        except WireError as exc:
+            await self.put_dead_letter(md, body, exc.reason, "", "", syncpoint=syncpoint)
+            return TransmissionDelivery("", "", dead_lettered=True, reason=exc.reason)
+        opts = PutOptions(syncpoint=syncpoint, set_all_context=True)
+        try:
+            handle = await self.open(
+                xmit.remote_q_name, OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT,
+                xmit.remote_q_mgr_name,
+                cluster_lookup=xmit.remote_q_mgr_name != self._qm.name,
+            )
+            try:
+                await handle.put(xmit.md, xmit.body, opts)
+                return TransmissionDelivery(handle.resolved_q_name, handle.resolved_q_mgr_name)
+            finally:
+                await handle.close()
+        except MQError as exc:
+            if exc.reason in (Reason.CONNECTION_BROKEN, Reason.HCONN_ERROR,
+                              Reason.Q_MGR_STOPPING, Reason.RESOURCE_PROBLEM):
+                raise
+            if xmit.md.report & _MQRO_DISCARD_MSG:
+                return TransmissionDelivery(xmit.remote_q_name, xmit.remote_q_mgr_name,
+                                discarded=True, reason=exc.reason)
+            await self.put_dead_letter(
+                xmit.md, xmit.body, exc.reason, xmit.remote_q_name, xmit.remote_q_mgr_name,
+                syncpoint=syncpoint,
+            )
+            return TransmissionDelivery(xmit.remote_q_name, xmit.remote_q_mgr_name,
+                            dead_lettered=True, reason=exc.reason)
+
+    # ------------------------------------------------------------ used by handles
+
+    def _track_put(self, q: LocalQueue, msg: QueuedMessage) -> None:
+        if self.uncommitted >= MAX_UNCOMMITTED_MSGS:
+            raise MQError(
+                Reason.SYNCPOINT_LIMIT_REACHED,
+                f"more than {MAX_UNCOMMITTED_MSGS} messages in one unit of work",
+            )
+        self._puts.append(_UowPut(q, msg))
+
+    def _track_get(self, q: LocalQueue, msg: QueuedMessage) -> None:
+        self._gets.append(_UowGet(q, msg))

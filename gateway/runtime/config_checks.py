@@ -1,0 +1,179 @@
+"""Checks of a configuration beyond its schema: numbers that pass ``gt=0`` but break the
+event loop (``.inf``, ``1e308``), routes to streams the broker does not service, and the
+paths the gateway must create or read. ``mqgw run --check`` and the start both run them
+(through :func:`gateway.runtime.config.load_config`), so a configuration that passes
+``--check`` does not die with a traceback at start.
+
+Why apart from ``config.py``: that module is the schema and the YAML loading; these are
+rules across keys and against the machine, each returning every problem it finds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway.runtime.errors import ConfigError
+
+__all__ = ["MAX_INTEGER", "MAX_NUMBER", "check_numbers", "check_paths", "check_streams"]
+
+#: Largest number a setting may hold: every float setting is a duration in seconds (or
+#: a share), and a bigger one overflows the event loop's clock arithmetic at run time.
+MAX_NUMBER = 1e7
+#: Largest integer a setting may hold (milliseconds and byte counts stay far below).
+MAX_INTEGER = 10**12
+
+
+def _numbers(value: Any, key: str) -> list[tuple[str, float | int]]:
+    """Every number in a validated model (or list/dict of them), with its key."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [(key, value)]
+    if isinstance(value, BaseModel):
+        out: list[tuple[str, float | int]] = []
+        for name in type(value).model_fields:
+            out += _numbers(getattr(value, name), f"{key}.{name}" if key else name)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [n for i, v in enumerate(value) for n in _numbers(v, f"{key}[{i}]")]
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in _numbers(v, f"{key}.{k}")]
+    return []
+
+
+def check_numbers(model: BaseModel, prefix: str, source: str) -> list[ConfigError]:
+    """``.inf``, ``.nan`` and absurdly large numbers (``1e308``) pass pydantic's ``gt=0``
+    and crash the gateway later; refuse them naming the key."""
+    problems: list[ConfigError] = []
+    for key, n in _numbers(model, prefix):
+        if isinstance(n, float) and not math.isfinite(n):
+            problems.append(
+                ConfigError(key, f"{n} is not a finite number", "write a number", source=source)
+            )
+        elif isinstance(n, float) and abs(n) > MAX_NUMBER:
+            problems.append(
+                ConfigError(
+                    key, f"{n:g} is too large", f"use at most {MAX_NUMBER:g}", source=source
+                )
+            )
+        elif isinstance(n, int) and abs(n) > MAX_INTEGER:
+            problems.append(
+                ConfigError(
+                    key, f"{n:g} is too large", f"use at most {MAX_INTEGER:g}", source=source
+                )
+            )
+    return problems
+
+
+def _streams_named(value: Any, key: str) -> list[tuple[str, str]]:
+    """(key, stream) of every stream a plugin section names: a ``stream`` field, or a
+    topic in unified form (``$SYS/STREAM/<stream>/...``)."""
+    if isinstance(value, BaseModel):
+        out: list[tuple[str, str]] = []
+        for name in type(value).model_fields:
+            field = getattr(value, name)
+            sub = f"{key}.{name}"
+            if name == "stream" and isinstance(field, str):
+                out.append((sub, field))
+            else:
+                out += _streams_named(field, sub)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [n for i, v in enumerate(value) for n in _streams_named(v, f"{key}[{i}]")]
+    if isinstance(value, str) and value.startswith("$SYS/STREAM/"):
+        return [(key, value[len("$SYS/STREAM/") :].split("/", 1)[0])]
+    return []
+
+
+def check_streams(
+    serviced: set[str], sections: Iterable[tuple[str, BaseModel]], source: str
+) -> list[ConfigError]:
+    """A route to or from a stream the broker does not service would never carry
+    anything (outbound) or fail at every put (inbound): refuse it naming the key.
+    ``sections`` are (key prefix, validated plugin config)."""
+    problems: list[ConfigError] = []
+    for prefix, cfg in sections:
+        for key, stream in _streams_named(cfg, prefix):
+            if stream not in serviced:
+                problems.append(
+                    ConfigError(
+                        key,
+                        f"stream {stream!r} is not serviced by the broker",
+                        f"add it to broker.streams or use one of {sorted(serviced)}",
+                        source=source,
+                    )
+                )
+    return problems
+
+
+def _creatable(path: Path) -> str:
+    """Why the directory ``path`` cannot be created ("" when it can or exists)."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return f"no existing parent of {path}"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return ""
+
+
+def check_paths(
+    *, data_dir: Path | None, mqsc_file: Path | None, store: Path, source: str = ""
+) -> list[ConfigError]:
+    """What the gateway must create or read at start, checked without creating it:
+    the embedded ``data_dir`` and the ``store`` creatable and writable, ``mqsc_file``
+    readable (paths already resolved against the config file)."""
+    problems: list[ConfigError] = []
+    fix_dir = "choose a directory the gateway may create and write"
+    if data_dir is not None:
+        why = _creatable(data_dir)
+        if why:
+            problems.append(
+                ConfigError(
+                    "queue_manager.data_dir", f"cannot be created: {why}", fix_dir, source=source
+                )
+            )
+    if mqsc_file is not None:
+        if not mqsc_file.is_file():
+            problems.append(
+                ConfigError(
+                    "queue_manager.mqsc_file",
+                    f"{mqsc_file} does not exist or is not a file",
+                    "correct the path (relative to the config file) or remove the key",
+                    source=source,
+                )
+            )
+        elif not os.access(mqsc_file, os.R_OK):
+            problems.append(
+                ConfigError(
+                    "queue_manager.mqsc_file",
+                    f"{mqsc_file} is not readable",
+                    "make it readable for the gateway's user",
+                    source=source,
+                )
+            )
+    if store.is_dir():
+        problems.append(
+            ConfigError("broker.store", f"{store} is a directory", "name a file", source=source)
+        )
+    elif store.exists():
+        if not os.access(store, os.R_OK | os.W_OK):
+            problems.append(
+                ConfigError("broker.store", f"{store} is not writable", fix_dir, source=source)
+            )
+    else:
+        why = _creatable(store.parent)
+        if why:
+            problems.append(
+                ConfigError("broker.store", f"cannot be created: {why}", fix_dir, source=source)
+            )
+    return problems

@@ -1,0 +1,156 @@
+"""Issue 12 item 5: a subscriber queue that is the broker's own is refused, and one that
+keeps failing is suspended (through the real service on the embedded queue manager)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.pubsub.records import Destination, SubFormat, Subscription
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.pubsub.store import UpsertSubscription
+from gateway.pubsub.topics import Scheme
+from gateway.runtime.metrics import GatewayMetrics
+from gateway.wire.constants import MsgType
+from gateway.wire.reasons import Reason
+from tests.support.gateway import STOCK, InProcessGateway, bridge_config, build_gateway
+from tests.support.pubsub_messages import CONTROL, rfh2_message
+from tests.support.service_client import drain, put, settle
+
+DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
+QUEUES = f"""
+DEFINE QLOCAL('{STOCK}') DEFPSIST(YES) REPLACE
+DEFINE QLOCAL('BULLETIN.STREAM') REPLACE
+DEFINE QLOCAL(SUB.OK) REPLACE
+DEFINE QLOCAL(REPLY.Q) REPLACE
+"""
+
+
+def reg_sub(queue: str, topic: str = "price/a") -> object:
+    return rfh2_message(
+        CONTROL,
+        [("Command", "RegSub"), ("Topic", topic), ("QName", queue)],
+        reply_to_q="REPLY.Q",
+        msg_type=MsgType.REQUEST,
+    )
+
+
+def publish(topic: str = "price/a", payload: bytes = b"1") -> object:
+    return rfh2_message(CONTROL, [("Command", "Publish"), ("Topic", topic)], payload)
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[InProcessGateway]:
+    gw = build_gateway(tmp_path, mqsc=QUEUES, config=bridge_config(suspend_subscription_after=3))
+    await gw.service.start()
+    try:
+        yield gw
+    finally:
+        await gw.close()
+
+
+@pytest.mark.parametrize("queue", [STOCK, CONTROL, DLQ, "SYSTEM.BROKER.DEFAULT.STREAM"])
+async def test_regsub_naming_a_broker_queue_is_refused_and_nothing_loops(
+    gateway: InProcessGateway, queue: str
+) -> None:
+    qm, service = gateway.qm, gateway.service
+    await put(qm, reg_sub(queue))  # type: ignore[arg-type]
+    await settle(qm, service)
+    [reply] = await drain(qm, "REPLY.Q")
+    assert reply.get("pscr/Completion") == "error"
+    assert reply.get("pscr/Response/Reason") == str(int(Reason.Q_NAME_ERROR))
+    assert not [s for s in service.engine.subscriptions if s.destination.queue == queue]
+    # A publication that would have matched reaches nobody, goes round no loop and
+    # leaves the DLQ empty (before: ~90 re-publications a second, or plain copies on the
+    # DLQ without an MQDLH).
+    await put(qm, reg_sub("SUB.OK"))  # type: ignore[arg-type]
+    await put(qm, publish())  # type: ignore[arg-type]
+    await settle(qm, service, timeout=5)
+    handled = service.counters.messages
+    assert handled <= 4
+    assert len(await drain(qm, "SUB.OK")) == 1
+    assert qm.queue_depth(DLQ) == 0
+
+
+async def test_a_stored_subscription_to_a_broker_queue_is_removed_at_start(
+    tmp_path: Path,
+) -> None:
+    # What a gateway before the fix left in its store: the loop survived restarts.
+    store = SqliteStore(tmp_path / "pubsub.db")
+    looping = Subscription(
+        "SYSTEM.BROKER.DEFAULT.STREAM",
+        "price/a",
+        Scheme.TOPIC,
+        Destination("QM1", STOCK),
+        SubFormat.RFH2,
+        created=1.0,
+    )
+    store.apply([UpsertSubscription(looping)])
+    store.close()
+    gw = build_gateway(tmp_path, mqsc=QUEUES)
+    try:
+        assert gw.service.engine.removed_broker_queue_subscriptions == 1
+        assert gw.service.engine.subscriptions == []
+        await gw.service.start()
+        await put(gw.qm, publish())  # type: ignore[arg-type]
+        await settle(gw.qm, gw.service, timeout=5)
+        assert gw.service.counters.messages == 1
+        assert gw.qm.queue_depth(STOCK) == 0
+    finally:
+        await gw.close()
+    again = SqliteStore(tmp_path / "pubsub.db")
+    try:
+        assert again.load().subscriptions == []  # removed for good, not only in memory
+    finally:
+        again.close()
+
+
+async def test_a_subscription_whose_queue_keeps_failing_is_suspended_then_resumed(
+    gateway: InProcessGateway,
+) -> None:
+    qm, service = gateway.qm, gateway.service
+    await put(qm, reg_sub("NO.SUCH.Q"))  # type: ignore[arg-type]
+    await settle(qm, service)
+    assert [r.get("pscr/Completion") for r in await drain(qm, "REPLY.Q")] == ["ok"]
+    for i in range(6):
+        await put(qm, publish(payload=str(i).encode()))  # type: ignore[arg-type]
+        await settle(qm, service)
+    # three dead-lettered with reason 2085, then suspended: no endless DLQ stream
+    assert qm.queue_depth(DLQ) == 3
+    assert service.engine.suspended_subscriptions == 1
+    assert service.engine.suspensions == 1
+    text = GatewayMetrics(service, gateway.host, dict, lambda: 0).exposition().decode()
+    assert "\nmqgw_suspended_subscriptions 1.0\n" in text
+    assert 'mqgw_errors_total{component="broker",kind="subscription_suspended"} 1.0' in text
+    # the queue is fixed and the subscriber registers again: resumed
+    qm.run_mqsc("DEFINE QLOCAL(NO.SUCH.Q) REPLACE", stop_on_error=True)
+    await put(qm, reg_sub("NO.SUCH.Q"))  # type: ignore[arg-type]
+    await put(qm, publish(payload=b"back"))  # type: ignore[arg-type]
+    await settle(qm, service)
+    assert service.engine.suspended_subscriptions == 0
+    assert [r.payload for r in await drain(qm, "NO.SUCH.Q")] == [b"back"]
+
+
+async def test_suspension_is_durable_across_a_restart(tmp_path: Path) -> None:
+    config = bridge_config(suspend_subscription_after=2)
+    gw = build_gateway(tmp_path, mqsc=QUEUES, config=config)
+    try:
+        await gw.service.start()
+        await put(gw.qm, reg_sub("NO.SUCH.Q"))  # type: ignore[arg-type]
+        for _ in range(3):
+            await put(gw.qm, publish())  # type: ignore[arg-type]
+            await settle(gw.qm, gw.service)
+        assert gw.service.engine.suspended_subscriptions == 1
+    finally:
+        await gw.close()
+    gw = build_gateway(tmp_path, mqsc="", config=config)
+    try:
+        assert gw.service.engine.suspended_subscriptions == 1
+        await gw.service.start()
+        await put(gw.qm, publish())  # type: ignore[arg-type]
+        await settle(gw.qm, gw.service)
+        assert gw.qm.queue_depth(DLQ) == 2
+    finally:
+        await gw.close()
