@@ -3,10 +3,13 @@
 ``mqgw run`` builds a :class:`GatewayApp` from a validated config and runs it until
 SIGTERM/SIGINT. Tasks: one per serviced queue (the broker service's), one per plugin
 instance (start with jittered retry, then watch), the embedded queue manager's expiry
-sweep, a queue-depth sampler and the HTTP endpoint. Shutdown order is what makes a stop
-lossless: the broker finishes (or backs out) the batches in flight — every sink send is
-awaited before its MQ commit — then each plugin flushes and stops (inbound units of work
-finish), then the queue manager and the store close.
+sweep, a queue-depth sampler and the HTTP endpoint; the broker service runs one
+forwarder per plugin instance from its backlog queue. Every route's subscription is
+registered before the first get (``DeclaresSubscriptions``). Shutdown order is what makes
+a stop lossless: the broker finishes (or backs out) the batches in flight — a sink
+delivery is committed onto its backlog queue with its publication, and a forwarder
+commits its get only after the sink acknowledged — then each plugin flushes and stops
+(inbound units of work finish), then the queue manager and the store close.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.mq.port import MQError, OpenOption, QueueAttr, QueueManager
-from gateway.plugin_api import PluginError, PluginInstance
+from gateway.plugin_api import DeclaresSubscriptions, PluginError, PluginInstance
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.config import (
@@ -174,6 +177,7 @@ class GatewayApp:
         host.observer = self.metrics.observe
         await self._sample_depths()
         try:
+            await self._register_planned_subscriptions(instances)
             await service.start()
         except BrokerError as exc:
             raise GatewayRuntimeError(str(exc)) from exc
@@ -198,6 +202,19 @@ class GatewayApp:
             len(service.serviced_queues) - 1,
             len(instances),
         )
+
+    async def _register_planned_subscriptions(self, instances: list[PluginInstance]) -> None:
+        """Every route's subscription exists before the first get (issue 12 item 9): what
+        a stream queue holds at the first start reaches the plugin's backlog even while
+        the plugin itself cannot start yet. Durable and idempotent, like the plugin's own
+        subscribe in start()."""
+        service = self.service
+        assert service is not None
+        for instance in instances:
+            if not isinstance(instance, DeclaresSubscriptions):
+                continue
+            for topic, scheme in instance.planned_subscriptions():
+                await service.subscribe_sink(instance.name, topic, scheme=scheme)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -317,8 +334,10 @@ class GatewayApp:
             await self._sample_depths()
 
     def _watched_queues(self) -> list[str]:
+        """Serviced queues, every sink's backlog queue and the dead-letter queue."""
         names = [q for q, _ in self.service.serviced_queues] if self.service else []
-        return [*names, self.config.broker.dead_letter_queue or DEAD_LETTER_QUEUE]
+        backlogs = list(self.service.backlogs.values()) if self.service else []
+        return [*names, *backlogs, self.config.broker.dead_letter_queue or DEAD_LETTER_QUEUE]
 
     def _current_depths(self) -> dict[str, int]:
         """Live depths for the embedded queue manager (no I/O); the last sample else."""

@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Envelope, PluginContext, PluginError
+from gateway.plugin_api import Envelope, PluginContext, PluginError, Scheme
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError, TopicCollisionError
 from plugins.kafka.mapping import TopicRouter
@@ -46,6 +46,13 @@ class KafkaInstance:
     @property
     def name(self) -> str:
         return self._name
+
+    def planned_subscriptions(self) -> list[tuple[str, Scheme]]:
+        """The outbound routes' subscriptions (what start() subscribes), for the runtime
+        to register before the first get (``DeclaresSubscriptions``)."""
+        if self.router is None:
+            return []
+        return [(route.unified_topic, Scheme.TOPIC) for route in self.config.outbound.routes]
 
     async def start(self, context: PluginContext) -> None:
         gateway_id = context.gateway_id

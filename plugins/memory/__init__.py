@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Envelope, PluginContext, PluginError
+from gateway.plugin_api import Envelope, PluginContext, PluginError, Scheme
 from plugins.memory.bus import MemoryBus, get_bus, reset_buses
 from plugins.memory.config import MemoryConfig
 from plugins.memory.mapping import Record
@@ -37,7 +37,7 @@ class MemoryInstance:
         self._name = name
         self.config = config
         self.bus = get_bus(config.bus)
-        self._sink = MemorySink(self.bus, config.record_file)
+        self._sink = MemorySink(self.bus, config.record_file, config.refuse_larger_than)
         self._source: MemorySource | None = None
         #: Set at the start of start(): subscribing already sends retained publications.
         self._started = False
@@ -45,6 +45,11 @@ class MemoryInstance:
     @property
     def name(self) -> str:
         return self._name
+
+    def planned_subscriptions(self) -> list[tuple[str, Scheme]]:
+        """What start() subscribes, for the runtime to register before the first get
+        (``DeclaresSubscriptions``)."""
+        return [(topic, Scheme.TOPIC) for topic in self.config.subscribe]
 
     async def start(self, context: PluginContext) -> None:
         self._started = True

@@ -24,5 +24,9 @@ class MemoryConfig(BaseModel):
     #: (stream, topic, payload as text or base64, properties, retained, deleted): a way
     #: to see what a configuration would send without a broker.
     record_file: Path | None = None
+    #: Refuse for good (DeliveryRefusedError, reason MQRC_MSG_TOO_BIG_FOR_Q 2030) any
+    #: outbound payload larger than this many bytes, as Kafka refuses a record over its
+    #: ``max.request.size``: a way to try a sink's dead-letter path without a broker.
+    refuse_larger_than: int | None = Field(default=None, ge=0)
     #: Most inbound publications put in one MQ unit of work.
     batch_size: int = Field(default=64, ge=1, le=5000)

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from gateway.plugin_api import Envelope, PluginContext, PluginError
+from gateway.plugin_api import Envelope, PluginContext, PluginError, Scheme
 from plugins.mqtt.config import MqttConfig
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Received
 from plugins.mqtt.mapping import echo_filters
@@ -48,6 +48,11 @@ class MqttInstance:
                     "Fix: narrow the filters, change outbound.prefix, use protocol '5', or set "
                     "allow_echo: true"
                 )
+
+    def planned_subscriptions(self) -> list[tuple[str, Scheme]]:
+        """The outbound topics (what start() subscribes), for the runtime to register
+        before the first get (``DeclaresSubscriptions``)."""
+        return [(topic, Scheme.TOPIC) for topic in self.config.outbound.topics]
 
     async def start(self, context: PluginContext) -> None:
         self.check_config()

@@ -42,9 +42,13 @@ class BrokerConfig(BaseModel):
     #: Pause after a backed-out batch before the next get (seconds, doubles up to 10 s).
     retry_delay: float = Field(default=0.2, ge=0.0)
     #: Longest pause between attempts to hand a batch to a sink that is down (seconds).
-    #: While a sink is down its batch stays uncommitted and retried in place: the MQ
-    #: messages wait on their queue (back-pressure) and their BackoutCount does not grow.
+    #: While a sink is down its deliveries wait on its backlog queue
+    #: (``SYSTEM.MQGW.SINK.<instance>``) and their BackoutCount does not grow.
     sink_retry_max_delay: float = Field(default=5.0, gt=0.0)
+    #: MAXDEPTH of each sink's backlog queue when the gateway defines it (embedded queue
+    #: manager). A full backlog holds the streams routed to that sink (back-pressure)
+    #: until the sink catches up; other sinks and MQ subscribers are not held.
+    sink_backlog_max_depth: int = Field(default=100_000, ge=1, le=999_999_999)
     #: Pause between attempts to reconnect a serviced queue after its connection broke
     #: (seconds).
     reconnect_delay: float = Field(default=2.0, ge=0.0)

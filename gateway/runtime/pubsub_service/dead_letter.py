@@ -16,9 +16,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.mq.port import Connection, MQError, OpenOption, PutOptions, QueueAttr, QueueHandle
-from gateway.runtime.pubsub_service.errors import CONNECTION_REASONS, AsideQueueError
+from gateway.runtime.pubsub_service.errors import (
+    CONNECTION_REASONS,
+    AsideQueueError,
+    BacklogFullError,
+)
 from gateway.wire.dlh import wrap_for_dlq
 from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
 
 __all__ = ["DeliveryReport", "Put", "dead_letter", "dead_letter_queue_of", "put_all"]
 
@@ -48,6 +53,8 @@ class Put:
     #: the queue the moved/dead-lettered message came from (for the log)
     source: str = ""
     backout_count: int = 0
+    #: a put to a sink's backlog queue: when the queue is full, BacklogFullError
+    backpressure: bool = False
 
 
 def dead_letter(
@@ -115,6 +122,8 @@ async def put_all(
             except MQError as exc:
                 if exc.reason in CONNECTION_REASONS:
                     raise
+                if p.backpressure and exc.reason == Reason.Q_FULL:
+                    raise BacklogFullError(p.queue, exc) from exc
                 if p.kind or not p.dead_letter_on_failure:
                     if p.kind:
                         raise AsideQueueError(p.queue, exc) from exc

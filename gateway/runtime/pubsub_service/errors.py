@@ -6,7 +6,12 @@ from gateway.mq.port import MQError
 from gateway.runtime.errors import GatewayRuntimeError
 from gateway.wire.reasons import Reason
 
-__all__ = ["CONNECTION_REASONS", "AsideQueueError", "BrokerError", "SinkYieldError"]
+__all__ = [
+    "CONNECTION_REASONS",
+    "AsideQueueError",
+    "BacklogFullError",
+    "BrokerError",
+]
 
 #: Reasons after which retrying the batch on this connection is pointless: reconnect.
 CONNECTION_REASONS = frozenset(
@@ -27,8 +32,13 @@ class BrokerError(GatewayRuntimeError):
         self.reason = reason
 
 
-class SinkYieldError(BrokerError):
-    """A batch held for a sink gives way to that sink's (un)subscription."""
+class BacklogFullError(BrokerError):
+    """A sink's backlog queue is full (MQRC 2053): the batch backs out (back-pressure,
+    not counted against BOTHRESH) and its stream waits until the sink catches up."""
+
+    def __init__(self, queue: str, exc: MQError) -> None:
+        super().__init__(f"backlog queue {queue} is full: batch backed out", exc.reason)
+        self.queue = queue
 
 
 class AsideQueueError(BrokerError):

@@ -14,21 +14,28 @@ and one connection (a connection owns one unit of work):
    queue, queue full, put inhibited — goes to the dead-letter queue with that reason,
    so a publication reaches every matching subscriber or the DLQ on its behalf);
 4. sink deliveries (the gateway's Kafka/MQTT plugins) are turned into envelopes
-   (``gateway.runtime.envelopes``) and handed to their sinks, and awaited;
+   (``gateway.runtime.envelopes``) and put, encoded (``gateway.runtime.backlog_format``),
+   onto each sink's backlog queue under the same unit of work — never awaited: one
+   ``SinkForwarder`` task per sink (``sink_forwarder.py``) takes them from there, so a
+   sink that is down holds only its own backlog;
 5. the engine's store mutations are committed, then the MQ unit of work.
 
 Anything failing in 1-5 backs the batch out (MQ and engine), so the messages come back
-with BackoutCount + 1. A crash between the store commit and the MQ commit re-delivers
-the batch; the store's idempotent upserts and command journal make that harmless
-(docs/pubsub.md, "Ordering of commits"). Sinks see at-least-once delivery.
+with BackoutCount + 1; a full backlog queue (MQRC 2053) is back-pressure, not poison:
+the batch backs out without counting against BOTHRESH and the stream waits. A crash
+between the store commit and the MQ commit re-delivers the batch; the store's idempotent
+upserts and command journal make that harmless (docs/pubsub.md, "Ordering of commits").
+Sinks see at-least-once delivery.
 
 Batches of all queues share the engine, so the engine part of a batch runs under one
 lock; waiting for messages does not hold it.
 
-A little over 500 lines on purpose: the batch loop, its sink hand-over and the sink
-(un)subscriptions share one lock and the yield/forgive bookkeeping between them; split,
-that bookkeeping would have to become a public seam. The put phase and setting messages
-aside live in ``dead_letter.py``, the settings in ``config.py``, the CLI in ``cli.py``.
+Over 500 lines on purpose: the serving loop, the batch (get, handle, put, commit, and
+the backout with its forgive bookkeeping for back-pressure) share the per-queue state
+and the engine lock; split, that bookkeeping would have to become a public seam. The put
+phase and setting messages aside live in ``dead_letter.py``, the sinks and their
+backlog queues in ``sink_backlogs.py``, forwarding to sinks in ``sink_forwarder.py``, the
+settings in ``config.py``, the CLI in ``cli.py``.
 """
 
 from __future__ import annotations
@@ -36,8 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -51,15 +56,15 @@ from gateway.mq.port import (
     QueueHandle,
     QueueManager,
 )
-from gateway.plugin_api import Envelope, Sink
+from gateway.plugin_api import Sink
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import Delivery, InboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.envelopes import envelope_of
 from gateway.runtime.pubsub_service.config import BrokerConfig
+from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import (
     Put,
     dead_letter,
@@ -69,29 +74,16 @@ from gateway.runtime.pubsub_service.dead_letter import (
 from gateway.runtime.pubsub_service.errors import (
     CONNECTION_REASONS,
     AsideQueueError,
+    BacklogFullError,
     BrokerError,
-    SinkYieldError,
 )
+from gateway.runtime.pubsub_service.sink_backlogs import SinkBacklogs
+from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters
 from gateway.wire.reasons import Reason
 
 __all__ = ["BrokerService", "ServiceCounters"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class ServiceCounters:
-    """Counters exported as metrics (no per-message logging)."""
-
-    batches: int = 0
-    messages: int = 0
-    backouts: int = 0
-    moved_to_backout_queue: int = 0
-    dead_lettered: int = 0
-    #: Batches backed out because a put to the DLQ or a backout queue failed.
-    dead_letter_failures: int = 0
-    sink_deliveries: int = 0
-    sink_retries: int = 0
 
 
 @dataclass(slots=True)
@@ -120,37 +112,59 @@ class BrokerService:
         self.qm = qm
         self.engine = engine
         self.config = config or BrokerConfig()
-        self.sinks: dict[str, Sink] = dict(sinks or {})
         self.counters = ServiceCounters()
         self._lock = asyncio.Lock()
-        #: Sinks whose (un)subscription is waiting for the lock: a batch held for one of
-        #: them backs out instead of waiting (else a plugin starting up would deadlock
-        #: against a batch waiting for that same plugin).
-        self._yield_for: set[str] = set()
-        #: Backouts caused by such yields, per MsgId: not held against the message when
-        #: checking its BackoutCount against the backout threshold.
+        #: Backouts caused by a full backlog queue, per MsgId: back-pressure, not held
+        #: against the message when checking its BackoutCount against BOTHRESH.
         self._forgiven: dict[bytes, int] = {}
+        #: the connection retained deliveries of a new sink subscription are put with
+        self._sub_conn: Connection | None = None
+        #: the dead-letter queue, once known (asked of the queue manager at start)
+        self._dlq = ""
         self._batch_ids: list[bytes] = []
         #: Messages got in the batch being processed (the batch's size if it fails).
         self._batch_got = 0
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self.sink_backlogs = SinkBacklogs(qm, self.config, self._stop, self.counters)
+        for name, sink in (sinks or {}).items():
+            self.register_sink(name, sink)
 
     # ---------------------------------------------------------------- lifecycle -----
 
     @property
     def busy(self) -> bool:
-        """True while a batch is being handled (health checks, tests, graceful stops)."""
-        return self._lock.locked()
+        """True while a batch is being handled, or a sink that is up has deliveries on
+        its backlog or in hand (health checks, tests, graceful stops)."""
+        return self._lock.locked() or self.sink_backlogs.busy
 
     @property
     def running(self) -> bool:
         """True between :meth:`start` and :meth:`stop` (health checks)."""
         return bool(self._tasks)
 
+    @property
+    def sinks(self) -> dict[str, Sink]:
+        """The registered sinks by name."""
+        return self.sink_backlogs.sinks
+
+    @property
+    def backlogs(self) -> dict[str, str]:
+        """The backlog queue of each registered sink."""
+        return self.sink_backlogs.queues
+
     def register_sink(self, name: str, sink: Sink) -> None:
-        """Make ``sink`` receive the deliveries of subscriptions whose destination is it."""
-        self.sinks[name] = sink
+        """Make ``sink`` receive the deliveries of subscriptions whose destination is it.
+
+        Its backlog queue is defined on the embedded queue manager when missing (on IBM
+        MQ the administrator defines it: :meth:`start` checks it exists)."""
+        self.sink_backlogs.register(name, sink)
+        if self._tasks and name not in self.sink_backlogs.forwarders:
+            self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
+
+    def forwarder_counters(self) -> dict[str, ForwarderCounters]:
+        """Per sink: its forwarder's figures (metrics)."""
+        return self.sink_backlogs.counters()
 
     async def subscribe_sink(
         self,
@@ -163,46 +177,45 @@ class BrokerService:
         """Subscribe a registered sink to ``topic`` (unified form: ``$SYS/STREAM/<s>/...``
         for a named stream), durably; the retained publications it matches are sent to
         the sink before this returns (unless NewPubsOnly/PubOnReqOnly)."""
-        target = self.sinks.get(sink)
-        if target is None:
+        if sink not in self.sinks:
             raise BrokerError(f"no sink called {sink!r} is registered")
-        self._yield_for.add(sink)
-        try:
-            await self._lock.acquire()
-        finally:
-            self._yield_for.discard(sink)
-        try:
+        async with self._lock:
             try:
                 sub, retained = self.engine.subscribe_sink(
                     sink, topic, scheme=scheme, reg_opts=reg_opts
                 )
+                conn = None
                 if retained:
-                    await target.send([envelope_of(d) for d in retained])
+                    # Through the backlog like every delivery: ordered with the live
+                    # ones, and never waiting for the sink (which may not run yet).
+                    conn = self._sub_conn = self._sub_conn or await self.qm.connect()
+                    puts = [self.sink_backlogs.put_of(sink, d) for d in retained]
+                    await put_all(conn, puts, self._dlq or self.config.dead_letter_queue)
                 self.engine.commit()
+                if conn is not None:
+                    await conn.commit()
             except BaseException:
                 self.engine.rollback()
+                if self._sub_conn is not None:
+                    conn, self._sub_conn = self._sub_conn, None
+                    with contextlib.suppress(MQError):
+                        await conn.backout()
+                    with contextlib.suppress(MQError):
+                        await conn.disconnect()
                 raise
-        finally:
-            self._lock.release()
         return sub
 
     async def unsubscribe_sink(
         self, sink: str, topic: str, *, scheme: Scheme = Scheme.TOPIC
     ) -> bool:
         """Remove a sink subscription durably; False when there was none."""
-        self._yield_for.add(sink)
-        try:
-            await self._lock.acquire()
-        finally:
-            self._yield_for.discard(sink)
-        try:
-            existed = self.engine.unsubscribe_sink(sink, topic, scheme=scheme)
-            self.engine.commit()
-        except BaseException:
-            self.engine.rollback()
-            raise
-        finally:
-            self._lock.release()
+        async with self._lock:
+            try:
+                existed = self.engine.unsubscribe_sink(sink, topic, scheme=scheme)
+                self.engine.commit()
+            except BaseException:
+                self.engine.rollback()
+                raise
         return existed
 
     @property
@@ -233,12 +246,23 @@ class BrokerService:
                 except BaseException:
                     await conn.disconnect()
                     raise
+            if opened:
+                self._dlq, _ = await dead_letter_queue_of(
+                    opened[0][1].handle, self.config.dead_letter_queue
+                )
+            await self.sink_backlogs.check_defined()
         except MQError as exc:
             for conn, _ in opened:
                 await conn.disconnect()
             raise BrokerError(f"cannot open serviced queue: {exc}", exc.reason) from exc
+        except BaseException:
+            for conn, _ in opened:
+                await conn.disconnect()
+            raise
         for conn, q in opened:
             self._tasks.append(asyncio.create_task(self._serve(conn, q), name=f"broker:{q.name}"))
+        for name in self.sinks:
+            self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (signal handlers); returns at once."""
@@ -250,6 +274,11 @@ class BrokerService:
         tasks, self._tasks = self._tasks, []
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        self.sink_backlogs.forwarders.clear()
+        conn, self._sub_conn = self._sub_conn, None
+        if conn is not None:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
 
     async def run(self) -> None:
         """Start and serve until :meth:`stop` is called (or the task is cancelled)."""
@@ -316,8 +345,11 @@ class BrokerService:
                         )
                     await self._pause(delay)
                     delay = min(10.0, max(delay * 2, 0.05))
-                except SinkYieldError as exc:
+                except BacklogFullError as exc:
+                    self.counters.backlog_full += 1
                     log.debug("%s", exc)
+                    await self._pause(delay)
+                    delay = min(2.0, max(delay * 2, 0.05))
                 except Exception:
                     log.exception("batch on %s backed out", q.name)
                     await self._pause(delay)
@@ -371,7 +403,7 @@ class BrokerService:
             except BaseException as exc:
                 self.engine.rollback()
                 self.counters.backouts += 1
-                if isinstance(exc, SinkYieldError):
+                if isinstance(exc, BacklogFullError):
                     for msg_id in self._batch_ids:
                         self._forgiven[msg_id] = self._forgiven.get(msg_id, 0) + 1
                 else:
@@ -415,8 +447,7 @@ class BrokerService:
                     if exc.reason != Reason.NO_MSG_AVAILABLE:
                         raise
         for name, deliveries in to_sinks.items():
-            sink = self.sinks.get(name)
-            if sink is None:
+            if name not in self.sinks:
                 # No such sink in this process (plugin not loaded): keep the data on the DLQ.
                 for d in deliveries:
                     puts.append(
@@ -430,12 +461,10 @@ class BrokerService:
                             q_mgr=q_mgr,
                         )
                     )
-        done = await put_all(conn, puts, dlq, self.engine)
-        for name, deliveries in to_sinks.items():
-            sink = self.sinks.get(name)
-            if sink is not None:
-                await self._send_to_sink(name, sink, [envelope_of(d) for d in deliveries])
+            else:
+                puts.extend(self.sink_backlogs.put_of(name, d) for d in deliveries)
                 self.counters.sink_deliveries += len(deliveries)
+        done = await put_all(conn, puts, dlq, self.engine)
         engine.commit()
         await conn.commit()
         self._account(done)
@@ -455,39 +484,6 @@ class BrokerService:
             elif p.kind == "dead_letter":
                 self.counters.dead_lettered += 1
                 log.warning("message from %s dead-lettered to %s", p.source, p.queue)
-
-    async def _send_to_sink(self, name: str, sink: Sink, envelopes: list[Envelope]) -> None:
-        """Hand ``envelopes`` to ``sink``, retrying in place while it is down.
-
-        A failure is *transient* when the exception says ``retriable = True`` (the
-        plugin API's ``PluginError(..., retriable=True)``): the unit of work stays
-        open and the send is retried with jittered backoff until it works or the service
-        stops (then the batch backs out). Anything else backs the batch out at once, so a
-        poison publication ends on the backout queue instead of blocking forever.
-        """
-        delay = max(self.config.retry_delay, 0.05)
-        failing_since = 0.0
-        while True:
-            try:
-                await sink.send(envelopes)
-            except Exception as exc:
-                if getattr(exc, "retriable", False) is not True or self._stop.is_set():
-                    raise
-                if name in self._yield_for:
-                    raise SinkYieldError(
-                        f"sink {name} is (un)subscribing: batch backed out"
-                    ) from exc
-                self.counters.sink_retries += 1
-                if not failing_since:
-                    failing_since = time.monotonic()
-                    log.warning("sink %s is unavailable (%s): holding its batch", name, exc)
-                await self._pause(delay * random.uniform(0.8, 1.2))
-                delay = min(self.config.sink_retry_max_delay, delay * 2)
-                continue
-            if failing_since:
-                down_for = time.monotonic() - failing_since
-                log.warning("sink %s is available again after %.1f s", name, down_for)
-            return
 
     def _handle_one(
         self,

@@ -131,7 +131,8 @@ async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(tmp_path: P
                 while gw.service.counters.sink_retries < 2:
                     await asyncio.sleep(0.1)
             assert not gw.instance.healthy()
-            assert gw.qm.queue_depth(STOCK) > 0, "publications must wait on their queue"
+            backlog = "SYSTEM.MQGW.SINK.kafka"  # the sink's backlog queue (docs/operations.md)
+            assert gw.qm.queue_depth(backlog) > 0, "publications must wait on the backlog"
             await asyncio.to_thread(broker.restart)
             records = await consume(broker.bootstrap, f"{p}.STOCK.STREAM", n, timeout=90)
             counters = gw.service.counters

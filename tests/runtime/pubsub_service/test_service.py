@@ -3,11 +3,14 @@ update, delete, negative cases, dead-lettering, backout threshold and sinks."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.plugin_api import Envelope
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.backlog_format import BACKLOG_FORMAT, backlog_queue_name
 from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.constants import MsgType, Persistence, Report
 from gateway.wire.dlh import unwrap_from_dlq
@@ -156,6 +159,7 @@ async def test_sink_subscribers_and_commit_after_ack(
     sink = RecordingSink()
     service.register_sink("kafka", sink)
     await service.subscribe_sink("kafka", "$SYS/STREAM/StreamX/#", scheme=Scheme.TOPIC)
+    await settle(qm, service)  # retained ones travel through the sink's backlog too
     assert [[d.payload for d in batch] for batch in sink.batches] == [[b"old"]]  # retained
     await put(qm, rfh_message("StreamX", [("MQPSCommand", "Publish"), ("MQPSTopic", "k/1")], b"v"))
     await settle(qm, service)
@@ -189,14 +193,18 @@ async def test_units_of_work_stay_under_the_put_limit(
     assert service.counters.batches - before == 4  # one publication per unit of work
 
 
-async def test_poison_message_moves_to_backout_queue_and_does_not_block(
+async def test_poison_sink_delivery_moves_to_backout_queue_and_does_not_block(
     qm: EmbeddedQueueManager, service: BrokerService
 ) -> None:
-    qm.run_mqsc("ALTER QLOCAL('StreamX') BOTHRESH(2) BOQNAME(PUB.BACKOUT)", stop_on_error=True)
-    await service.stop()
-    await service.start()  # re-reads BOTHRESH/BOQNAME
+    """A publication one sink keeps failing on is backed out on that sink's backlog queue
+    until its BOTHRESH, then moved as is to its BOQNAME; the stream and its MQ
+    subscribers are never held."""
     failing = RecordingSink(fail=True)
     service.register_sink("down", failing)
+    backlog = backlog_queue_name("down")
+    qm.run_mqsc(f"ALTER QLOCAL('{backlog}') BOTHRESH(2) BOQNAME(PUB.BACKOUT)", stop_on_error=True)
+    await service.stop()
+    await service.start()  # re-reads BOTHRESH/BOQNAME
     await service.subscribe_sink("down", "$SYS/STREAM/StreamX/poison")
     await put(
         qm,
@@ -211,16 +219,20 @@ async def test_poison_message_moves_to_backout_queue_and_does_not_block(
         ),
     )
     await settle(qm, service, CONTROL)
-    poison_id = await put(
+    await put(
         qm, rfh_message("StreamX", [("MQPSCommand", "Publish"), ("MQPSTopic", "poison")], b"p")
     )
     await put(qm, rfh_message("StreamX", [("MQPSCommand", "Publish"), ("MQPSTopic", "fine")], b"f"))
     await settle(qm, service, "StreamX", timeout=20)
+    assert [m.payload for m in await drain(qm, "SUB.Q")] == [b"f"]
+    deadline = time.monotonic() + 20
+    while service.counters.moved_to_backout_queue < 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     moved = await drain_raw(qm, "PUB.BACKOUT")
     assert len(moved) == 1 and moved[0].body.endswith(b"p")
-    assert moved[0].md.msg_id == poison_id  # moved as is (a put resets BackoutCount)
-    assert [m.payload for m in await drain(qm, "SUB.Q")] == [b"f"]
+    assert moved[0].md.format == BACKLOG_FORMAT  # moved as is (the backlog message)
     assert service.counters.backouts >= 2 and service.counters.moved_to_backout_queue == 1
+    assert qm.queue_depth(backlog) == 0
 
 
 async def test_datagram_with_nan_only_answers_failures(

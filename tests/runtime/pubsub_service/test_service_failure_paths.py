@@ -1,6 +1,6 @@
 """BrokerService failure paths: an unusable dead-letter queue, an idle port that never
-suspends, reconnect failures, bad stream queue names, the CLI's config errors and the
-order "sink acknowledged, then MQ commit"."""
+suspends, reconnect failures, bad stream queue names, the CLI's config errors and what a
+failing sink does (only its backlog message backs out)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gateway.mq.port import Connection, MQError, OpenOption, QueueHandle
 from gateway.plugin_api import Envelope
 from gateway.pubsub.errors import CommandError
 from gateway.pubsub.streams import resolve_stream
+from gateway.runtime.backlog_format import backlog_queue_name
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.runtime.pubsub_service.cli import main
 from gateway.wire.constants import MsgType
@@ -64,15 +65,17 @@ async def test_unusable_dlq_blocks_logs_and_counts_nothing_until_fixed(
 async def test_unusable_backout_queue_is_not_counted_as_a_move(
     qm: EmbeddedQueueManager, service: BrokerService
 ) -> None:
+    """A sink's poison backlog message cannot be moved while its BOQNAME refuses puts:
+    nothing is counted as moved until the operator fixes the queue, then exactly once."""
+    qm.run_mqsc("ALTER QLOCAL(PUB.BACKOUT) PUT(DISABLED)", stop_on_error=True)
+    failing = RaisingSink()
+    service.register_sink("bad", failing)  # defines its backlog queue
     qm.run_mqsc(
-        "ALTER QLOCAL('StreamX') BOTHRESH(1) BOQNAME(PUB.BACKOUT)\n"
-        "ALTER QLOCAL(PUB.BACKOUT) PUT(DISABLED)",
+        f"ALTER QLOCAL('{backlog_queue_name('bad')}') BOTHRESH(1) BOQNAME(PUB.BACKOUT)",
         stop_on_error=True,
     )
     await service.stop()
-    await service.start()
-    failing = RaisingSink()
-    service.register_sink("bad", failing)
+    await service.start()  # the forwarder re-reads BOTHRESH/BOQNAME
     await service.subscribe_sink("bad", "$SYS/STREAM/StreamX/poison")
     await put(qm, rfh_message("StreamX", [("MQPSCommand", "Publish"), ("MQPSTopic", "poison")]))
     deadline = time.monotonic() + 5
@@ -81,9 +84,12 @@ async def test_unusable_backout_queue_is_not_counted_as_a_move(
     assert service.counters.dead_letter_failures >= 1
     assert service.counters.moved_to_backout_queue == 0
     qm.run_mqsc("ALTER QLOCAL(PUB.BACKOUT) PUT(ENABLED)", stop_on_error=True)
-    await settle(qm, service, "StreamX", timeout=20)
+    deadline = time.monotonic() + 20
+    while service.counters.moved_to_backout_queue < 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     assert len(await drain_raw(qm, "PUB.BACKOUT")) == 1
     assert service.counters.moved_to_backout_queue == 1
+    assert qm.queue_depth("StreamX") == 0  # the stream itself never waited
 
 
 async def test_start_logs_the_dlq_and_its_origin(
@@ -220,21 +226,27 @@ def _regsub_streamx(topic: str) -> object:
     return rfh_message(CONTROL, pairs)
 
 
-async def test_raising_sink_backs_the_message_out_with_backout_count_plus_one(
+async def test_raising_sink_backs_its_backlog_message_out_not_the_stream(
     qm: EmbeddedQueueManager, service: BrokerService
 ) -> None:
+    """A sink raising (not retriably) backs out its own backlog message (BackoutCount
+    + 1); the publication's MQ delivery is committed once, the stream is not held."""
     await put(qm, _regsub_streamx("bad/1"))  # type: ignore[arg-type]
     await settle(qm, service, CONTROL)
     sink = RaisingSink()
     service.register_sink("bad", sink)
     await service.subscribe_sink("bad", "$SYS/STREAM/StreamX/bad/1")
     service.config.retry_delay = 5.0  # hold the next attempt while we look
+    await service.stop()
+    await service.start()  # the forwarder takes the new retry_delay
     await put(
         qm, rfh_message("StreamX", [("MQPSCommand", "Publish"), ("MQPSTopic", "bad/1")], b"b")
     )
     await asyncio.wait_for(sink.failed.wait(), 5)
+    await asyncio.sleep(0.1)
     await service.stop()
     assert sink.calls == 1
-    [back] = await drain_raw(qm, "StreamX")
+    assert await drain_raw(qm, "StreamX") == []
+    [back] = await drain_raw(qm, backlog_queue_name("bad"))
     assert back.md.backout_count == 1 and back.body.endswith(b"b")
-    assert await drain(qm, "SUB.Q") == []  # its MQ delivery was backed out too
+    assert [m.payload for m in await drain(qm, "SUB.Q")] == [b"b"]  # delivered once

@@ -1,0 +1,134 @@
+"""The message a sink delivery is while it waits on its sink's backlog queue (sans-I/O).
+
+Each sink has a backlog queue (``SYSTEM.MQGW.SINK.<instance>``), the gateway's
+transmission queue towards that sink: the publish/subscribe service puts every delivery
+for the sink onto it in the unit of work of the publication, and the sink's forwarder
+gets it from there (``gateway.runtime.pubsub_service.sink_forwarder``). The envelope is
+encoded once, so the plugin sees exactly what it would have seen directly.
+
+Format (version 1), MQMD Format ``MQGWENV1``, documented in docs/operations.md::
+
+    b"MQGWENV1"   8 bytes, magic and version
+    length        4 bytes, big-endian: size of the header that follows
+    header        UTF-8 JSON object: every Envelope field but ``payload`` (bytes as hex)
+    payload       the rest of the message, as is
+
+An unknown magic, a header that does not parse or a field of the wrong type raises
+:class:`BacklogFormatError` (reason MQRC_FORMAT_ERROR for the MQDLH).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import fields
+from typing import Any
+
+from gateway.plugin_api import Envelope
+from gateway.wire.reasons import Reason
+
+__all__ = [
+    "BACKLOG_FORMAT",
+    "BACKLOG_QUEUE_PREFIX",
+    "BacklogFormatError",
+    "backlog_queue_name",
+    "decode_backlog_message",
+    "encode_backlog_message",
+]
+
+#: MQMD Format of a backlog message (8 characters, as MQ format names are).
+BACKLOG_FORMAT = "MQGWENV1"
+_MAGIC = BACKLOG_FORMAT.encode("ascii")
+_LENGTH = struct.Struct(">I")
+#: A sink's backlog queue is this prefix and the instance name (``backlog_queue_name``).
+BACKLOG_QUEUE_PREFIX = "SYSTEM.MQGW.SINK."
+_MQ_NAME = re.compile(r"^[A-Za-z0-9._/%]{1,48}$")
+
+_BYTES_FIELDS = frozenset({"correl_id", "msg_id"})
+_MAP_FIELDS = frozenset({"properties", "property_types"})
+#: tuples of (name, value) string pairs
+_PAIR_FIELDS = frozenset({"name_value_pairs", "property_list"})
+_FIELDS = {f.name: f for f in fields(Envelope)}
+
+
+class BacklogFormatError(ValueError):
+    """A backlog message cannot be decoded; ``reason`` goes into its MQDLH."""
+
+    reason = Reason.FORMAT_ERROR
+
+
+def backlog_queue_name(instance: str) -> str:
+    """The backlog queue of plugin instance ``instance``.
+
+    Instance names allow ``-``, MQ names do not: it becomes ``%`` (which instance names
+    never contain, so two instances never share a queue). A name too long for MQ's 48
+    characters raises ValueError (config validation names the instance).
+    """
+    name = BACKLOG_QUEUE_PREFIX + instance.replace("-", "%")
+    if not _MQ_NAME.match(name):
+        raise ValueError(
+            f"plugin instance {instance!r}: its backlog queue name {name!r} is not a valid "
+            f"MQ queue name (at most {48 - len(BACKLOG_QUEUE_PREFIX)} characters)"
+        )
+    return name
+
+
+def encode_backlog_message(envelope: Envelope) -> bytes:
+    """The backlog message body of ``envelope`` (see module docstring)."""
+    header: dict[str, Any] = {}
+    for name in _FIELDS:
+        if name == "payload":
+            continue
+        value = getattr(envelope, name)
+        if name in _BYTES_FIELDS:
+            value = value.hex()
+        elif name in _MAP_FIELDS:
+            value = [[k, v] for k, v in value.items()]
+        elif name in _PAIR_FIELDS:
+            value = [list(p) for p in value]
+        header[name] = value
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return b"".join((_MAGIC, _LENGTH.pack(len(raw)), raw, envelope.payload))
+
+
+def _pairs(value: object, name: str) -> list[tuple[str, str]]:
+    if not isinstance(value, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in value
+    ):
+        raise BacklogFormatError(f"backlog message field {name!r} is not a list of pairs")
+    return [(p[0], p[1]) for p in value]
+
+
+def decode_backlog_message(body: bytes) -> Envelope:
+    """The envelope a backlog message carries; BacklogFormatError when it is not one."""
+    head = len(_MAGIC) + _LENGTH.size
+    if len(body) < head or body[: len(_MAGIC)] != _MAGIC:
+        raise BacklogFormatError("not a backlog message (no MQGWENV1 header)")
+    (size,) = _LENGTH.unpack_from(body, len(_MAGIC))
+    if head + size > len(body):
+        raise BacklogFormatError("backlog message header longer than the message")
+    try:
+        header = json.loads(body[head : head + size].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BacklogFormatError(f"backlog message header does not parse: {exc}") from exc
+    if not isinstance(header, dict):
+        raise BacklogFormatError("backlog message header is not an object")
+    values: dict[str, Any] = {"payload": body[head + size :]}
+    for name, value in header.items():
+        if name not in _FIELDS or name == "payload":
+            continue  # a later version's field: ignored (the version says what must be)
+        try:
+            if name in _BYTES_FIELDS:
+                value = bytes.fromhex(value)
+            elif name in _MAP_FIELDS:
+                value = dict(_pairs(value, name))
+            elif name in _PAIR_FIELDS:
+                value = tuple(_pairs(value, name))
+        except (TypeError, ValueError) as exc:
+            raise BacklogFormatError(f"backlog message field {name!r}: {exc}") from exc
+        values[name] = value
+    for required in ("stream", "topic"):
+        if not isinstance(values.get(required), str):
+            raise BacklogFormatError(f"backlog message has no {required!r}")
+    return Envelope(**values)

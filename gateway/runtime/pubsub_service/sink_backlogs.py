@@ -1,0 +1,167 @@
+"""The sinks of the publish/subscribe service and their backlog queues.
+
+Each registered sink (plugin instance) gets a backlog queue,
+``SYSTEM.MQGW.SINK.<instance>`` (``gateway.runtime.backlog_format``): the stream batches
+put its deliveries there (:meth:`SinkBacklogs.put_of`) and one
+:class:`~gateway.runtime.pubsub_service.sink_forwarder.SinkForwarder` per sink takes
+them to the sink. On the embedded queue manager a missing backlog queue is defined when
+the sink is registered; on IBM MQ the administrator defines it and :meth:`check_defined`
+fails the start with the ``DEFINE`` to run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from gateway.mq.port import MQError, OpenOption, QueueManager
+from gateway.plugin_api import Sink
+from gateway.pubsub.outcome import Delivery
+from gateway.runtime.backlog_format import (
+    BACKLOG_FORMAT,
+    backlog_queue_name,
+    encode_backlog_message,
+)
+from gateway.runtime.envelopes import envelope_of
+from gateway.runtime.pubsub_service.config import BrokerConfig
+from gateway.runtime.pubsub_service.counters import ServiceCounters
+from gateway.runtime.pubsub_service.dead_letter import Put
+from gateway.runtime.pubsub_service.errors import BrokerError
+from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters, SinkForwarder
+from gateway.wire.constants import Persistence
+from gateway.wire.mqmd import MQMD
+
+__all__ = ["BACKLOG_MAXMSGL", "SinkBacklogs"]
+
+log = logging.getLogger(__name__)
+
+#: MAXMSGL of a backlog queue the gateway defines: MQ's largest, so a publication MQ
+#: accepted always fits with its envelope header.
+BACKLOG_MAXMSGL = 104_857_600
+
+
+class SinkBacklogs:
+    """Registered sinks, their backlog queues and forwarders (see module docstring)."""
+
+    def __init__(
+        self,
+        qm: QueueManager,
+        config: BrokerConfig,
+        stopping: asyncio.Event,
+        totals: ServiceCounters,
+    ) -> None:
+        self.qm = qm
+        self.config = config
+        self._stop = stopping
+        self._totals = totals
+        self.sinks: dict[str, Sink] = {}
+        #: backlog queue of each registered sink
+        self.queues: dict[str, str] = {}
+        self.forwarders: dict[str, SinkForwarder] = {}
+
+    def _define_statement(self, queue: str, name: str) -> str:
+        return (
+            f"DEFINE QLOCAL('{queue}') DEFPSIST(YES) USAGE(NORMAL) "
+            f"MAXDEPTH({self.config.sink_backlog_max_depth}) MAXMSGL({BACKLOG_MAXMSGL}) "
+            f"DESCR('mqgw backlog of sink {name[:40]}')"
+        )
+
+    def register(self, name: str, sink: Sink) -> None:
+        """Add (or replace) sink ``name``; defines its backlog queue on the embedded
+        queue manager when missing. BrokerError when its name cannot make a queue name."""
+        try:
+            queue = backlog_queue_name(name)
+        except ValueError as exc:
+            raise BrokerError(str(exc)) from exc
+        for other, q in self.queues.items():
+            if q == queue and other != name:
+                raise BrokerError(f"sinks {other!r} and {name!r} would share backlog {queue}")
+        self.sinks[name] = sink
+        self.queues[name] = queue
+        define = getattr(self.qm, "run_mqsc", None)
+        catalogue = getattr(self.qm, "catalogue", None)
+        if define is not None and catalogue is not None and queue not in catalogue.queues:
+            define(self._define_statement(queue, name), stop_on_error=True)
+            log.info("defined backlog queue %s for sink %s", queue, name)
+
+    def put_of(self, name: str, d: Delivery) -> Put:
+        """The put of delivery ``d`` onto sink ``name``'s backlog queue (a full queue is
+        back-pressure: BacklogFullError; any other failure dead-letters it)."""
+        md = MQMD(
+            format=BACKLOG_FORMAT,
+            persistence=(
+                Persistence.PERSISTENT
+                if d.md.persistence == Persistence.PERSISTENT
+                else Persistence.NOT_PERSISTENT
+            ),
+            priority=max(d.md.priority, 0),
+            expiry=d.md.expiry,
+            put_appl_type=d.md.put_appl_type,
+            put_appl_name=d.md.put_appl_name,
+            put_date=d.md.put_date,
+            put_time=d.md.put_time,
+            user_identifier=d.md.user_identifier,
+        )
+        body = encode_backlog_message(envelope_of(d))
+        return Put("", self.queues[name], md, body, backpressure=True)
+
+    async def check_defined(self) -> None:
+        """Every sink's backlog queue must exist (IBM MQ: the administrator defines it)."""
+        if not self.queues:
+            return
+        conn = await self.qm.connect()
+        try:
+            for name, queue in self.queues.items():
+                try:
+                    handle = await conn.open(queue, OpenOption.OUTPUT)
+                except MQError as exc:
+                    raise BrokerError(
+                        f"backlog queue {queue} of sink {name!r} cannot be opened "
+                        f"(reason {exc.reason}); define it: {self._define_statement(queue, name)}",
+                        exc.reason,
+                    ) from exc
+                await handle.close()
+        finally:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+
+    def start_forwarder(self, name: str, dlq: str) -> asyncio.Task[None]:
+        """Start the forwarder of sink ``name``; its task (the service owns it)."""
+        cfg = self.config
+        fw = SinkForwarder(
+            self.qm,
+            name,
+            lambda: self.sinks.get(name),
+            self.queues[name],
+            dead_letter_queue=dlq or cfg.dead_letter_queue,
+            batch_size=cfg.batch_size,
+            wait_ms=cfg.wait_ms,
+            default_backout_threshold=cfg.default_backout_threshold,
+            retry_delay=cfg.retry_delay,
+            retry_max_delay=cfg.sink_retry_max_delay,
+            stopping=self._stop,
+            totals=self._totals,
+        )
+        self.forwarders[name] = fw
+        return asyncio.create_task(fw.run(), name=f"sink:{name}")
+
+    @property
+    def busy(self) -> bool:
+        """A sink that is up has deliveries on its backlog or in hand. A sink that is
+        down does not count: its backlog waits for it."""
+        depth_of = getattr(self.qm, "queue_depth", None)
+        for name, fw in self.forwarders.items():
+            if fw.counters.down:
+                continue
+            if fw.busy:
+                return True
+            if depth_of is not None:
+                with contextlib.suppress(MQError):
+                    if depth_of(self.queues[name]):
+                        return True
+        return False
+
+    def counters(self) -> dict[str, ForwarderCounters]:
+        """Per sink: its forwarder's figures (metrics)."""
+        return {name: fw.counters for name, fw in self.forwarders.items()}

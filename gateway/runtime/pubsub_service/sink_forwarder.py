@@ -1,0 +1,344 @@
+"""One sink's forwarder: its backlog queue → the sink, like an MQ sender channel.
+
+The publish/subscribe service never waits for a sink: it puts each sink delivery onto
+the sink's backlog queue (``gateway.runtime.backlog_format``) in the unit of work of the
+publication. Per sink, one :class:`SinkForwarder` task gets a batch from that queue
+under syncpoint, decodes the envelopes, hands them to ``sink.send`` and commits after
+the acknowledgement. So a sink that is down or slow holds only its own backlog; MQ
+subscribers, the other sinks and every stream keep flowing (docs/operations.md,
+"Delivery guarantees per path").
+
+What happens on a failure of ``send``:
+
+* *retriable* (``retriable = True``: target down, not started): the unit of work stays
+  open and the same envelopes are sent again after a jittered backoff. Never a backout,
+  so an outage — however long, however many gateway restarts — never dead-letters.
+* :class:`~gateway.plugin_api.DeliveryRefusedError` (``index``, ``reason``): exactly that
+  backlog message goes to the dead-letter queue behind an MQDLH with ``reason``
+  (DestQName = the backlog queue), counted per reason; the rest of the batch is sent
+  again (nothing of a refused batch counts as delivered: sinks check before sending).
+* anything else: backout (BackoutCount + 1). A message whose BackoutCount reached the
+  backlog queue's BOTHRESH is then sent alone, and moved aside (its BOQNAME, or the DLQ
+  with MQRC_BACKED_OUT) only if it fails *again* with such an error. A BackoutCount
+  raised by restarts (a restart rolls back the held unit of work) therefore only
+  isolates a message, it never dead-letters it: no state needs to be kept for that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.mq.port import (
+    Connection,
+    GetOptions,
+    Message,
+    MQError,
+    OpenOption,
+    QueueAttr,
+    QueueHandle,
+    QueueManager,
+)
+from gateway.plugin_api import DeliveryRefusedError, Envelope, Sink
+from gateway.runtime.backlog_format import BacklogFormatError, decode_backlog_message
+from gateway.runtime.pubsub_service.counters import ServiceCounters
+from gateway.runtime.pubsub_service.dead_letter import Put, dead_letter, put_all
+from gateway.runtime.pubsub_service.errors import AsideQueueError
+from gateway.wire.reasons import Reason
+
+__all__ = ["ForwarderCounters", "SinkForwarder"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ForwarderCounters:
+    """One sink's forwarding figures (exported as metrics)."""
+
+    batches: int = 0
+    delivered: int = 0
+    retries: int = 0
+    backouts: int = 0
+    #: backlog messages dead-lettered, per MQ reason (refusals, format errors, poison)
+    dead_lettered: dict[int, int] = field(default_factory=dict)
+    #: 1 while the sink refuses retriably (down), else 0
+    down: int = 0
+
+
+class SinkForwarder:
+    """Forwards one backlog queue to one sink (see module docstring)."""
+
+    def __init__(
+        self,
+        qm: QueueManager,
+        sink_name: str,
+        sink: Callable[[], Sink | None],
+        queue: str,
+        *,
+        dead_letter_queue: str,
+        batch_size: int,
+        wait_ms: int,
+        default_backout_threshold: int,
+        retry_delay: float,
+        retry_max_delay: float,
+        stopping: asyncio.Event,
+        totals: ServiceCounters | None = None,
+    ) -> None:
+        self.qm = qm
+        self.sink_name = sink_name
+        self._sink = sink
+        self.queue = queue
+        self.dlq = dead_letter_queue
+        self.batch_size = batch_size
+        self.wait_ms = wait_ms
+        self.default_backout_threshold = default_backout_threshold
+        self.retry_delay = max(retry_delay, 0.01)
+        self.retry_max_delay = retry_max_delay
+        self._stop = stopping
+        self.counters = ForwarderCounters()
+        self._isolate = 0
+        #: True from a get until its commit or backout (tests, graceful stops)
+        self.busy = False
+        #: the service's counters, which count the forwarder's work too
+        self.totals = totals or ServiceCounters()
+
+    async def run(self) -> None:
+        """Forward until the service stops; reconnects after connection failures."""
+        delay = self.retry_delay
+        while not self._stop.is_set():
+            try:
+                conn = await self.qm.connect()
+            except MQError as exc:
+                log.error("sink %s: cannot connect (%s)", self.sink_name, exc)
+                await self._pause(delay)
+                delay = min(10.0, delay * 2)
+                continue
+            try:
+                handle = await conn.open(self.queue, OpenOption.INPUT_SHARED | OpenOption.INQUIRE)
+                threshold, boq = await self._backout_settings(handle)
+                while not self._stop.is_set():
+                    try:
+                        got = await self.forward_batch(conn, handle, threshold, boq)
+                    except MQError:
+                        raise
+                    except asyncio.CancelledError:
+                        raise
+                    except AsideQueueError as exc:
+                        self.totals.dead_letter_failures += 1
+                        log.error(
+                            "sink %s: cannot put to dead-letter/backout queue %s (reason %d): "
+                            "its backlog waits until that queue is usable",
+                            self.sink_name,
+                            exc.queue,
+                            exc.reason,
+                        )
+                        with contextlib.suppress(MQError):
+                            await conn.backout()
+                        await self._pause(delay)
+                        delay = min(10.0, max(delay * 2, 0.05))
+                        continue
+                    except Exception:
+                        log.exception("sink %s: batch backed out", self.sink_name)
+                        self.counters.backouts += 1
+                        self.totals.backouts += 1
+                        self._isolate = max(self._isolate, self.batch_size)
+                        with contextlib.suppress(MQError):
+                            await conn.backout()
+                        await self._pause(delay)
+                        delay = min(10.0, max(delay * 2, 0.05))
+                        continue
+                    delay = self.retry_delay
+                    if not got:
+                        await self._pause(0.01)
+            except MQError as exc:
+                log.error(
+                    "sink %s: backlog %s failed (%s): reopening", self.sink_name, self.queue, exc
+                )
+                await self._pause(delay)
+                delay = min(10.0, max(delay * 2, 0.05))
+            finally:
+                with contextlib.suppress(MQError):
+                    await conn.backout()
+                with contextlib.suppress(MQError):
+                    await conn.disconnect()
+
+    async def _backout_settings(self, handle: QueueHandle) -> tuple[int, str]:
+        threshold, boq = 0, ""
+        try:
+            attrs = await handle.inquire(QueueAttr.BACKOUT_THRESHOLD, QueueAttr.BACKOUT_REQ_Q_NAME)
+            threshold = int(attrs.get(QueueAttr.BACKOUT_THRESHOLD, 0))
+            boq = str(attrs.get(QueueAttr.BACKOUT_REQ_Q_NAME, "")).strip()
+        except MQError:
+            pass
+        return (threshold if threshold > 0 else self.default_backout_threshold), boq
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+
+    async def forward_batch(
+        self, conn: Connection, handle: QueueHandle, threshold: int, boq: str
+    ) -> int:
+        """Get, send, commit one batch; the number of backlog messages got."""
+        try:
+            first = await handle.get(GetOptions(wait_ms=self.wait_ms, syncpoint=True))
+        except MQError as exc:
+            if exc.reason == Reason.NO_MSG_AVAILABLE:
+                return 0
+            raise
+        self.busy = True
+        try:
+            return await self._forward(conn, handle, threshold, boq, first)
+        finally:
+            self.busy = False
+
+    async def _forward(
+        self, conn: Connection, handle: QueueHandle, threshold: int, boq: str, first: Message
+    ) -> int:
+        msgs = [first]
+        isolated = self._isolate > 0 or first.md.backout_count >= threshold
+        limit = 1 if isolated else self.batch_size
+        while len(msgs) < limit:
+            try:
+                m = await handle.get(GetOptions(wait_ms=0, syncpoint=True))
+            except MQError as exc:
+                if exc.reason != Reason.NO_MSG_AVAILABLE:
+                    raise
+                break
+            msgs.append(m)
+        q_mgr = conn.q_mgr_name
+        puts: list[Put] = []
+        reasons: list[int] = []
+        pending: list[tuple[Message, Envelope]] = []
+        for m in msgs:
+            try:
+                pending.append((m, decode_backlog_message(m.body)))
+            except BacklogFormatError as exc:
+                log.error(
+                    "sink %s: backlog message not decodable (%s): dead-lettered",
+                    self.sink_name,
+                    exc,
+                )
+                puts.append(self._dead_letter(m, exc.reason, q_mgr))
+                reasons.append(exc.reason)
+        try:
+            await self._send(pending, puts, reasons, q_mgr)
+        except Exception:
+            if not self._stop.is_set() and isolated and msgs[0].md.backout_count >= threshold:
+                # Failed again alone at BOTHRESH: poison for this sink, set aside.
+                puts, reasons = [self._aside(msgs[0], boq, q_mgr)], [Reason.BACKED_OUT]
+                log.error(
+                    "sink %s: backlog message backed out %d times: moved to %s",
+                    self.sink_name,
+                    msgs[0].md.backout_count,
+                    puts[0].queue,
+                )
+            else:
+                raise
+        if puts:
+            await put_all(conn, puts, self.dlq)
+        await conn.commit()
+        for p, reason in zip(puts, reasons, strict=True):
+            self.counters.dead_lettered[reason] = self.counters.dead_lettered.get(reason, 0) + 1
+            if p.kind == "backout_queue":
+                self.totals.moved_to_backout_queue += 1
+            else:
+                self.totals.dead_lettered += 1
+        self._isolate = max(self._isolate - 1, 0)
+        self.counters.batches += 1
+        return len(msgs)
+
+    async def _send(
+        self,
+        pending: list[tuple[Message, Envelope]],
+        puts: list[Put],
+        reasons: list[int],
+        q_mgr: str,
+    ) -> None:
+        """Send until the sink has all of ``pending`` but what it refused for good."""
+        delay = self.retry_delay
+        failing_since = 0.0
+        while pending:
+            sink = self._sink()
+            try:
+                if sink is None:
+                    raise _NoSinkError(f"no sink {self.sink_name} in this process")
+                await sink.send([e for _, e in pending])
+            except DeliveryRefusedError as exc:
+                if not 0 <= exc.index < len(pending):
+                    raise
+                m, env = pending.pop(exc.index)
+                log.error(
+                    "sink %s refused the publication on %s/%s (reason %d): %s; dead-lettered",
+                    self.sink_name,
+                    env.stream,
+                    env.topic,
+                    exc.reason,
+                    exc,
+                )
+                puts.append(self._dead_letter(m, exc.reason, q_mgr))
+                reasons.append(exc.reason)
+                continue
+            except Exception as exc:
+                if getattr(exc, "retriable", False) is not True or self._stop.is_set():
+                    raise
+                self.counters.retries += 1
+                self.totals.sink_retries += 1
+                if not failing_since:
+                    failing_since = time.monotonic()
+                    self.counters.down = 1
+                    log.warning(
+                        "sink %s is unavailable (%s): its backlog waits on %s",
+                        self.sink_name,
+                        exc,
+                        self.queue,
+                    )
+                await self._pause(delay * random.uniform(0.8, 1.2))
+                delay = min(self.retry_max_delay, delay * 2)
+                continue
+            if failing_since:
+                self.counters.down = 0
+                log.warning(
+                    "sink %s is available again after %.1f s",
+                    self.sink_name,
+                    time.monotonic() - failing_since,
+                )
+            self.counters.delivered += len(pending)
+            return
+
+    def _dead_letter(self, m: Message, reason: int, q_mgr: str) -> Put:
+        return dead_letter(
+            m.md,
+            m.body,
+            reason,
+            dlq=self.dlq,
+            dest_queue=self.queue,
+            dest_q_mgr=q_mgr,
+            q_mgr=q_mgr,
+            source=f"sink {self.sink_name}",
+        )
+
+    def _aside(self, m: Message, boq: str, q_mgr: str) -> Put:
+        if boq:
+            return Put("", boq, m.md, m.body, True, "backout_queue", self.queue, m.md.backout_count)
+        return dead_letter(
+            m.md,
+            m.body,
+            Reason.BACKED_OUT,
+            dlq=self.dlq,
+            dest_queue=self.queue,
+            dest_q_mgr=q_mgr,
+            q_mgr=q_mgr,
+            kind="backout_queue",
+        )
+
+
+class _NoSinkError(Exception):
+    """The sink is not registered (yet): wait for it like a sink that is down."""
+
+    retriable = True
