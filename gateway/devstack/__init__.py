@@ -14,7 +14,7 @@ from gateway.devstack.errors import (
     StateError,
 )
 from gateway.devstack.jars import kafka_broker_jars, spark_kafka_jars
-from gateway.devstack.kafka import KafkaBroker, KafkaOptions
+from gateway.devstack.kafka import KafkaBroker, KafkaOptions, console_tool_command
 from gateway.devstack.mosquitto import MosquittoBroker, MosquittoOptions
 from gateway.devstack.spark import spark_session_conf
 
@@ -28,6 +28,7 @@ __all__ = [
     "MosquittoOptions",
     "ServiceStartError",
     "StateError",
+    "console_tool_command",
     "kafka_broker_jars",
     "spark_kafka_jars",
     "spark_session_conf",

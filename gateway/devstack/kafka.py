@@ -124,6 +124,24 @@ async def _metadata_brokers(bootstrap: str, timeout_ms: int) -> list[int]:
         await client.close()
 
 
+#: Kafka's command-line tools (the kafka-tools jar on the devstack's classpath), by the
+#: name of their shell script in a Kafka distribution.
+CONSOLE_TOOLS = {
+    "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
+    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+}
+
+
+def console_tool_command(tool: str, *args: str) -> list[str]:
+    """The command line that runs one of Kafka's own console tools (``CONSOLE_TOOLS``)
+    from the devstack's jars, as a separate process: clients this project did not write,
+    for end-to-end tests and for trying the gateway by hand."""
+    if tool not in CONSOLE_TOOLS:
+        raise ValueError(f"unknown Kafka tool {tool!r}: one of {sorted(CONSOLE_TOOLS)}")
+    classpath = str(kafka_broker_jars()[0].parent / "*")
+    return [find_java(), "-Xmx256m", "-cp", classpath, CONSOLE_TOOLS[tool], *args]
+
+
 def metadata_brokers(bootstrap: str, timeout: float = 5.0) -> list[int]:
     """Node ids from a real Metadata request to ``bootstrap`` (raises on failure).
 
