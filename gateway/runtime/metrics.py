@@ -161,13 +161,31 @@ class _Collector(Collector):
             ["broker", "broker_queue_subscription_removed"],
             engine.removed_broker_queue_subscriptions,
         )
+        sink_dead = CounterMetricFamily(
+            "mqgw_sink_dead_lettered",
+            "Backlog messages a sink's forwarder moved to the dead-letter queue, by MQ reason "
+            "(a refusal by the target for good, an undecodable or poison backlog message)",
+            labels=["plugin", "reason"],
+        )
+        sink_down = GaugeMetricFamily(
+            "mqgw_sink_down", "1 while a sink's target refuses retriably (down)", labels=["plugin"]
+        )
+        for name, fc in self.service.forwarder_counters().items():
+            for code, n in fc.dead_lettered.items():
+                sink_dead.add_metric([name, str(code)], n)
+            sink_down.add_metric([name], fc.down)
+            errors.add_metric([name, "sink_retry"], fc.retries)
+            errors.add_metric([name, "sink_backout"], fc.backouts)
         depth = GaugeMetricFamily("mqgw_queue_depth", "Current depth of a queue", labels=["queue"])
         try:
             for q, n in self.queue_depths().items():
                 depth.add_metric([q], n)
         except Exception:  # a scrape must not fail because one queue cannot be asked
             log.debug("queue depth unavailable", exc_info=True)
-        yield from (out, inbound, refused, handled, errors, dead, suspended, depth, up, stats)
+        yield from (
+            out, inbound, refused, handled, errors, dead, sink_dead, sink_down, suspended, depth,
+            up, stats,
+        )
 
 
 class HealthServer:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gateway.mq.port import OpenOption, PutOptions
 from gateway.runtime.backlog_format import backlog_queue_name, decode_backlog_message
+from gateway.runtime.metrics import GatewayMetrics
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.reasons import Reason
 from plugins.memory import MemoryConfig, MemoryInstance, get_bus, reset_buses
@@ -134,6 +135,10 @@ async def test_a_refused_publication_is_dead_lettered_for_that_sink_only(tmp_pat
         assert gw.service.forwarder_counters()["picky"].dead_lettered == {
             int(Reason.MSG_TOO_BIG_FOR_Q): 1
         }
+        # ... and on /metrics, per sink and reason.
+        text = GatewayMetrics(gw.service, gw.host, lambda: {}, lambda: 0).exposition().decode()
+        assert 'mqgw_sink_dead_lettered_total{plugin="picky",reason="2030"} 1.0' in text
+        assert 'mqgw_sink_dead_lettered_total{plugin="up"' not in text
     finally:
         await gw.close()
         reset_buses()
