@@ -109,3 +109,49 @@ async def test_a_route_whose_plugin_cannot_start_yet_holds_its_deliveries(
         assert not ok and detail["queue_depths"][backlog_queue_name("kafka")] == n  # type: ignore[index]
     finally:
         await app.shutdown()
+
+
+async def test_a_retained_publication_reaches_a_route_once_per_start(tmp_path: Path) -> None:
+    """The route's planned subscription (made before the first get) and the plugin's own
+    subscribe at start are one subscription: its retained publication is handed over once
+    per start, as to an MQ subscriber that registers again — not once for each."""
+    reset_buses()
+    qm_dir = tmp_path / "data" / "qm"
+    qm = EmbeddedQueueManager("QM1", qm_dir)
+    try:
+        qm.run_mqsc(f"DEFINE QLOCAL('{STOCK}') DEFPSIST(YES) REPLACE")
+        conn = await qm.connect()
+        stream = await conn.open(STOCK, OpenOption.OUTPUT)
+        msg = rfh_message(
+            STOCK,
+            [("MQPSCommand", "Publish"), ("MQPSTopic", "IBM"), ("MQPSPubOpts", "RetainPub")],
+            b"retained",
+        )
+        await stream.put(msg.md, msg.body, PutOptions(syncpoint=True))
+        await conn.commit()
+        await conn.disconnect()
+    finally:
+        await qm.close()
+    registry = PluginRegistry.from_entry_points()
+    data = {
+        "broker": {"streams": [{"name": STOCK}], "wait_ms": 50},
+        "metrics": {"enabled": False},
+        "plugins": [
+            {
+                "name": "mem",
+                "plugin": "memory",
+                "config": {"bus": "mem", "subscribe": [f"$SYS/STREAM/{STOCK}/#"]},
+            }
+        ],
+    }
+    for start in (1, 2):
+        app = GatewayApp(parse_config(data, registry, base_dir=tmp_path), registry)
+        await app.start()
+        try:
+            bus = get_bus("mem")
+            await bus.wait_for(start, timeout=20)
+            await asyncio.sleep(1.0)  # a second hand-over would arrive within this
+            assert [r.payload for r in bus.records] == [b"retained"] * start
+        finally:
+            await app.shutdown()
+    reset_buses()

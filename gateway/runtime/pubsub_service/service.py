@@ -119,6 +119,9 @@ class BrokerService:
         self._forgiven: dict[bytes, int] = {}
         #: the connection retained deliveries of a new sink subscription are put with
         self._sub_conn: Connection | None = None
+        #: sink subscriptions made since this process started: subscribing again within
+        #: a run changes nothing (no second replay of the retained publications)
+        self._sink_subs: dict[tuple[str, str, Scheme, RegOpt], Subscription] = {}
         #: the dead-letter queue, once known (asked of the queue manager at start)
         self._dlq = ""
         self._batch_ids: list[bytes] = []
@@ -179,6 +182,12 @@ class BrokerService:
         the sink before this returns (unless NewPubsOnly/PubOnReqOnly)."""
         if sink not in self.sinks:
             raise BrokerError(f"no sink called {sink!r} is registered")
+        key = (sink, topic, scheme, reg_opts)
+        made = self._sink_subs.get(key)
+        if made is not None:
+            # Already made in this run (a route's planned subscription, then the
+            # plugin's own subscribe at start): its retained ones are already queued.
+            return made
         async with self._lock:
             try:
                 sub, retained = self.engine.subscribe_sink(
@@ -194,6 +203,7 @@ class BrokerService:
                 self.engine.commit()
                 if conn is not None:
                     await conn.commit()
+                self._sink_subs[key] = sub
             except BaseException:
                 self.engine.rollback()
                 if self._sub_conn is not None:
@@ -209,6 +219,8 @@ class BrokerService:
         self, sink: str, topic: str, *, scheme: Scheme = Scheme.TOPIC
     ) -> bool:
         """Remove a sink subscription durably; False when there was none."""
+        for key in [k for k in self._sink_subs if k[:3] == (sink, topic, scheme)]:
+            del self._sink_subs[key]
         async with self._lock:
             try:
                 existed = self.engine.unsubscribe_sink(sink, topic, scheme=scheme)
