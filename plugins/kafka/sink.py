@@ -1,14 +1,19 @@
 """Outbound: MQ publications to Kafka records (idempotent producer, acks=all).
 
 ``send`` is awaited by the broker before the MQ unit of work commits, so it returns only
-once Kafka acknowledged every record of the batch; any failure raises and the unit of
-work backs out (the messages wait on their MQ queue and are offered again).
+once Kafka acknowledged every record of the batch. A transient failure raises retriably
+(the messages wait on their MQ queue and are offered again). A producer whose own state
+Kafka no longer accepts (e.g. ``OutOfOrderSequenceNumber`` after the broker restarted)
+is replaced by a new one before the retry, so a broker restart never wedges the stream.
+A record Kafka can never accept raises :class:`DeliveryRefusedError` for its envelope
+only, after every other envelope of the batch was delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,16 +21,30 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
     InvalidTopicError,
     KafkaError,
     MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+    ProducerClosed,
+    ProducerFenced,
     RecordTooLargeError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    TransactionCoordinatorFenced,
+    UnknownProducerId,
 )
 
-from gateway.plugin_api import Envelope
+from gateway.plugin_api import DeliveryRefusedError, Envelope
 from plugins.kafka.config import KafkaPluginConfig
-from plugins.kafka.errors import KafkaPluginError, KafkaSendError
+from plugins.kafka.errors import (
+    MQRC_MSG_TOO_BIG_FOR_Q,
+    MQRC_NOT_AUTHORIZED,
+    MQRC_UNKNOWN_OBJECT_NAME,
+    KafkaPluginError,
+    KafkaSendError,
+)
 from plugins.kafka.mapping import (
     OutboundRecord,
     TopicRouter,
@@ -36,9 +55,62 @@ from plugins.kafka.mapping import (
 log = logging.getLogger(__name__)
 
 _TOPIC_ALREADY_EXISTS = 36
-#: Kafka refuses these records whatever the retry: holding the MQ batch would block the
-#: stream for ever, so the batch backs out and MQ's backout handling moves it aside.
-_REFUSALS = (MessageSizeTooLargeError, RecordTooLargeError, InvalidTopicError)
+#: Kafka refuses these records whatever the retry: the envelope goes to the sink's
+#: dead-letter destination (DeliveryRefusedError) with the MQ reason code of its kind.
+_REFUSALS: dict[type[KafkaError], int] = {
+    MessageSizeTooLargeError: MQRC_MSG_TOO_BIG_FOR_Q,
+    RecordTooLargeError: MQRC_MSG_TOO_BIG_FOR_Q,
+    InvalidTopicError: MQRC_UNKNOWN_OBJECT_NAME,
+    TopicAuthorizationFailedError: MQRC_NOT_AUTHORIZED,
+}
+_REFUSAL_TYPES = tuple(_REFUSALS)
+#: The producer's id, epoch or sequence numbers no longer match the broker's (e.g. the
+#: broker restarted while batches were in flight): no retry by this producer can
+#: succeed, a new producer (new producer id) can.
+_FATAL_PRODUCER_ERRORS = (
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    ProducerFenced,
+    TransactionCoordinatorFenced,
+    ProducerClosed,
+)
+#: Longest wait for a replaced producer to close (its broker may be the one that is down).
+_CLOSE_TIMEOUT_S = 5.0
+#: Envelopes remembered as delivered after a refusal, so a resend skips them.
+_DELIVERED_MEMORY = 10_000
+
+
+def refusal_reason(exc: BaseException) -> int | None:
+    """The MQ reason code for a record Kafka can never accept; None if ``exc`` is not one."""
+    for kind, reason in _REFUSALS.items():
+        if isinstance(exc, kind):
+            return reason
+    return None
+
+
+def producer_state_is_broken(exc: BaseException) -> bool:
+    """True when only a new producer can send again (fatal for this producer's state)."""
+    if isinstance(exc, _FATAL_PRODUCER_ERRORS):
+        return True
+    return isinstance(exc, KafkaError) and not exc.retriable and refusal_reason(exc) is None
+
+
+def _envelope_key(envelope: Envelope) -> tuple[object, ...] | None:
+    """What identifies one delivery of one publication (None: nothing reliable)."""
+    if not envelope.msg_id:
+        return None
+    return (
+        envelope.msg_id,
+        envelope.subscription_stream,
+        envelope.subscription_filter,
+        envelope.stream,
+        envelope.topic,
+        envelope.sequence_number,
+        envelope.from_retained_store,
+        len(envelope.payload),
+    )
 
 
 def client_args(config: KafkaPluginConfig, client_id: str) -> dict[str, Any]:
@@ -147,15 +219,23 @@ class KafkaSink:
         self.producer: AIOKafkaProducer | None = None
         self.sent = 0
         self.failed_batches = 0
+        #: Producers replaced after a fatal producer error.
+        self.producers_replaced = 0
+        #: Envelopes refused for good (DeliveryRefusedError raised for them).
+        self.refused = 0
         self._healthy = False
+        self._started = False
+        self._replace = False
+        self._delivered: set[tuple[object, ...]] = set()
+        self._delivered_order: deque[tuple[object, ...]] = deque()
 
     @property
     def healthy(self) -> bool:
         return self.producer is not None and self._healthy
 
-    async def start(self) -> None:
+    def _new_producer(self) -> AIOKafkaProducer:
         args = client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}")
-        producer = AIOKafkaProducer(
+        return AIOKafkaProducer(
             **args,
             acks="all",
             enable_idempotence=True,
@@ -163,6 +243,9 @@ class KafkaSink:
             max_request_size=self.config.max_request_size,
             compression_type=self.config.compression_type,
         )
+
+    async def start(self) -> None:
+        producer = self._new_producer()
         try:
             await producer.start()
             await self.topics.ensure(self.router.static_topics())
@@ -179,54 +262,85 @@ class KafkaSink:
             await producer.stop()
             raise
         self.producer = producer
+        self._started = True
         self._healthy = True
 
+    async def _replace_producer(self) -> AIOKafkaProducer:
+        """Close the broken producer (bounded wait) and start a new one."""
+        old, self.producer = self.producer, None
+        if old is not None:
+            try:
+                await asyncio.wait_for(old.stop(), _CLOSE_TIMEOUT_S)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                log.debug("kafka instance %r: old producer did not close: %r", self.instance, exc)
+        producer = self._new_producer()
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            await producer.stop()
+            raise KafkaSendError(
+                f"kafka instance {self.instance!r}: cannot start a new producer: {exc!r}"
+            ) from exc
+        self.producer = producer
+        self._replace = False
+        self.producers_replaced += 1
+        log.warning("kafka instance %r: producer replaced after a fatal error", self.instance)
+        return producer
+
     async def send(self, envelopes: Sequence[Envelope]) -> None:
-        """Produce every record of ``envelopes`` in order; return once all are acked."""
-        producer = self.producer
-        if producer is None:
+        """Produce every record of ``envelopes`` in order; return once all are acked.
+
+        Raises :class:`DeliveryRefusedError` for the first envelope Kafka can never
+        accept, after every other envelope was acknowledged; those are remembered, so a
+        resend of the batch (or of its rest) does not produce them again.
+        """
+        if not self._started:
             raise KafkaSendError(f"kafka instance {self.instance!r} is not started")
-        records: list[OutboundRecord] = []
-        for d in envelopes:
+        records: list[tuple[int, OutboundRecord]] = []
+        for index, d in enumerate(envelopes):
             if is_from_origin(d, self.instance):
                 continue  # came in from this instance's Kafka: never echo it back
-            records.extend(outbound_records(d, self.router, self.gateway_id))
+            key = _envelope_key(d)
+            if key is not None and key in self._delivered:
+                continue  # delivered before a refusal in the same batch
+            records.extend((index, r) for r in outbound_records(d, self.router, self.gateway_id))
         if not records:
             return
+        refused: dict[int, BaseException] = {}
         try:
             async with asyncio.timeout(self.config.send_timeout_s):
-                await self.topics.ensure({r.topic: r.compacted for r in records})
-                futures = [
-                    await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
-                    for r in records
-                ]
-                results = await asyncio.gather(*futures, return_exceptions=True)
-        except _REFUSALS as exc:
-            raise KafkaSendError(
-                f"kafka instance {self.instance!r}: Kafka refuses a record ({exc!r}); raise "
-                "max_request_size and the topic's max.message.bytes",
-                failed=1,
-                retriable=False,
-            ) from exc
+                producer = self.producer
+                if self._replace or producer is None:
+                    producer = await self._replace_producer()
+                await self.topics.ensure({r.topic: r.compacted for _, r in records})
+                sent: list[tuple[int, asyncio.Future[object]]] = []
+                for index, r in records:
+                    if index in refused:
+                        continue
+                    try:
+                        future = await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
+                    except _REFUSAL_TYPES as exc:  # checked by the client before sending
+                        refused[index] = exc
+                        continue
+                    sent.append((index, future))
+                results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
         except (KafkaError, TimeoutError) as exc:
-            self._fail()
+            self._fail(exc)
             raise KafkaSendError(
                 f"kafka instance {self.instance!r}: batch of {len(records)} records not "
                 f"acknowledged: {exc!r}",
                 failed=len(records),
             ) from exc
-        errors = [r for r in results if isinstance(r, BaseException)]
+        errors: list[BaseException] = []
+        for (index, _), result in zip(sent, results, strict=True):
+            if not isinstance(result, BaseException):
+                continue
+            if refusal_reason(result) is not None:
+                refused.setdefault(index, result)
+            else:
+                errors.append(result)
         if errors:
-            refused = [e for e in errors if isinstance(e, _REFUSALS)]
-            if refused:
-                raise KafkaSendError(
-                    f"kafka instance {self.instance!r}: Kafka refuses {len(refused)} of "
-                    f"{len(records)} records ({refused[0]!r}); raise max_request_size and the "
-                    "topic's max.message.bytes, or the MQ messages go to the backout queue",
-                    failed=len(refused),
-                    retriable=False,
-                ) from refused[0]
-            self._fail()
+            self._fail(errors[0])
             raise KafkaSendError(
                 f"kafka instance {self.instance!r}: {len(errors)} of {len(records)} records "
                 f"not acknowledged: {errors[0]!r}",
@@ -235,10 +349,47 @@ class KafkaSink:
         if not self._healthy:
             log.warning("kafka instance %r: sending again", self.instance)
         self._healthy = True
-        self.sent += len(records)
+        self.sent += sum(1 for index, _ in records if index not in refused)
+        if refused:
+            self._remember_delivered(envelopes, refused)
+            first = min(refused)
+            cause = refused[first]
+            reason = refusal_reason(cause) or MQRC_MSG_TOO_BIG_FOR_Q
+            self.refused += 1
+            raise DeliveryRefusedError(
+                f"kafka instance {self.instance!r}: Kafka refuses the publication on "
+                f"{envelopes[first].stream}/{envelopes[first].topic} ({cause!r}); raise "
+                "max_request_size and the topic's max.message.bytes to accept it",
+                index=first,
+                reason=reason,
+            ) from cause
+        self._forget_delivered()
 
-    def _fail(self) -> None:
+    def _remember_delivered(
+        self, envelopes: Sequence[Envelope], refused: dict[int, BaseException]
+    ) -> None:
+        first = min(refused)
+        for index, d in enumerate(envelopes):
+            if index == first:
+                continue  # the runtime dead-letters it; any later refusal raises then
+            if index in refused:
+                continue  # refused too: raised for when the rest is sent again
+            key = _envelope_key(d)
+            if key is not None and key not in self._delivered:
+                self._delivered.add(key)
+                self._delivered_order.append(key)
+        while len(self._delivered_order) > _DELIVERED_MEMORY:
+            self._delivered.discard(self._delivered_order.popleft())
+
+    def _forget_delivered(self) -> None:
+        if self._delivered:
+            self._delivered.clear()
+            self._delivered_order.clear()
+
+    def _fail(self, exc: BaseException) -> None:
         self.failed_batches += 1
+        if producer_state_is_broken(exc):
+            self._replace = True  # the next attempt starts with a new producer
         if self._healthy:
             log.error("kafka instance %r: sends failing; MQ units of work back out", self.instance)
         self._healthy = False
@@ -250,5 +401,6 @@ class KafkaSink:
     async def stop(self) -> None:
         producer, self.producer = self.producer, None
         self._healthy = False
+        self._started = False
         if producer is not None:
             await producer.stop()  # flushes what is pending
