@@ -78,6 +78,8 @@ _FATAL_PRODUCER_ERRORS = (
 )
 #: Longest wait for a replaced producer to close (its broker may be the one that is down).
 _CLOSE_TIMEOUT_S = 5.0
+#: Attempts within one send when a broker-side refusal breaks the producer's sequence.
+_REFUSAL_ROUNDS = 3
 #: Envelopes remembered as delivered after a refusal, so a resend skips them.
 _DELIVERED_MEMORY = 10_000
 
@@ -99,7 +101,7 @@ def producer_state_is_broken(exc: BaseException) -> bool:
 
 def _envelope_key(envelope: Envelope) -> tuple[object, ...] | None:
     """What identifies one delivery of one publication (None: nothing reliable)."""
-    if not envelope.msg_id:
+    if not envelope.msg_id.strip(b"\x00"):
         return None
     return (
         envelope.msg_id,
@@ -307,6 +309,50 @@ class KafkaSink:
         if not records:
             return
         refused: dict[int, BaseException] = {}
+        todo = records
+        for _round in range(_REFUSAL_ROUNDS):
+            errors = await self._produce(todo, refused)
+            if not errors:
+                break
+            if not refused or _round == _REFUSAL_ROUNDS - 1:
+                self._fail(errors[0][1])
+                raise KafkaSendError(
+                    f"kafka instance {self.instance!r}: {len(errors)} of {len(records)} "
+                    f"records not acknowledged: {errors[0][1]!r}",
+                    failed=len(errors),
+                ) from errors[0][1]
+            # A record the broker refused used up a sequence number of the idempotent
+            # producer: what followed it on that partition fails OutOfOrderSequence.
+            # Resend those (only those) with a new producer.
+            failed = {index for index, _ in errors}
+            todo = [(i, r) for i, r in todo if i in failed and i not in refused]
+        if not self._healthy:
+            log.warning("kafka instance %r: sending again", self.instance)
+        self._healthy = True
+        self.sent += sum(1 for index, _ in records if index not in refused)
+        if refused:
+            self._remember_delivered(envelopes, refused)
+            first = min(refused)
+            cause = refused[first]
+            reason = refusal_reason(cause) or MQRC_MSG_TOO_BIG_FOR_Q
+            self.refused += 1
+            raise DeliveryRefusedError(
+                f"kafka instance {self.instance!r}: Kafka refuses the publication on "
+                f"{envelopes[first].stream}/{envelopes[first].topic} ({cause!r}); raise "
+                "max_request_size and the topic's max.message.bytes to accept it",
+                index=first,
+                reason=reason,
+            ) from cause
+        self._forget_delivered()
+
+    async def _produce(
+        self, records: list[tuple[int, OutboundRecord]], refused: dict[int, BaseException]
+    ) -> list[tuple[int, BaseException]]:
+        """Send ``records`` (envelope index, record) and wait for every ack.
+
+        Adds the envelopes Kafka refuses for good to ``refused``; returns the other
+        failures per record. Raises KafkaSendError when the batch as a whole fails.
+        """
         try:
             async with asyncio.timeout(self.config.send_timeout_s):
                 producer = self.producer
@@ -331,39 +377,17 @@ class KafkaSink:
                 f"acknowledged: {exc!r}",
                 failed=len(records),
             ) from exc
-        errors: list[BaseException] = []
+        errors: list[tuple[int, BaseException]] = []
         for (index, _), result in zip(sent, results, strict=True):
             if not isinstance(result, BaseException):
                 continue
             if refusal_reason(result) is not None:
                 refused.setdefault(index, result)
+                # The broker refused it after the producer gave it a sequence number.
+                self._replace = True
             else:
-                errors.append(result)
-        if errors:
-            self._fail(errors[0])
-            raise KafkaSendError(
-                f"kafka instance {self.instance!r}: {len(errors)} of {len(records)} records "
-                f"not acknowledged: {errors[0]!r}",
-                failed=len(errors),
-            ) from errors[0]
-        if not self._healthy:
-            log.warning("kafka instance %r: sending again", self.instance)
-        self._healthy = True
-        self.sent += sum(1 for index, _ in records if index not in refused)
-        if refused:
-            self._remember_delivered(envelopes, refused)
-            first = min(refused)
-            cause = refused[first]
-            reason = refusal_reason(cause) or MQRC_MSG_TOO_BIG_FOR_Q
-            self.refused += 1
-            raise DeliveryRefusedError(
-                f"kafka instance {self.instance!r}: Kafka refuses the publication on "
-                f"{envelopes[first].stream}/{envelopes[first].topic} ({cause!r}); raise "
-                "max_request_size and the topic's max.message.bytes to accept it",
-                index=first,
-                reason=reason,
-            ) from cause
-        self._forget_delivered()
+                errors.append((index, result))
+        return errors
 
     def _remember_delivered(
         self, envelopes: Sequence[Envelope], refused: dict[int, BaseException]
