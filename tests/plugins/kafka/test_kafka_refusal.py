@@ -23,7 +23,7 @@ def _envelope(i: int, payload: bytes) -> Envelope:
         stream=STOCK,
         topic=f"T{i}",
         payload=payload,
-        msg_id=i.to_bytes(24, "big"),
+        msg_id=(i + 1).to_bytes(24, "big"),  # all-zero: no MsgId
         subscription_stream=STOCK,
         subscription_filter="#",
     )
