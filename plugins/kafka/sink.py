@@ -25,6 +25,7 @@ from aiokafka.errors import (
     InvalidProducerIdMapping,
     InvalidTopicError,
     KafkaError,
+    KafkaTimeoutError,
     MessageSizeTooLargeError,
     OutOfOrderSequenceNumber,
     ProducerClosed,
@@ -96,6 +97,8 @@ def producer_state_is_broken(exc: BaseException) -> bool:
     """True when only a new producer can send again (fatal for this producer's state)."""
     if isinstance(exc, _FATAL_PRODUCER_ERRORS):
         return True
+    if isinstance(exc, KafkaTimeoutError):
+        return False  # Kafka did not answer in time: an outage, the producer is sound
     return isinstance(exc, KafkaError) and not exc.retriable and refusal_reason(exc) is None
 
 
