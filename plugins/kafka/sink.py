@@ -46,6 +46,7 @@ from plugins.kafka.errors import (
     KafkaPluginError,
     KafkaSendError,
 )
+from plugins.kafka.exactly_once import CommittedLedger, envelope_identity
 from plugins.kafka.mapping import (
     OutboundRecord,
     TopicRouter,
@@ -100,22 +101,6 @@ def producer_state_is_broken(exc: BaseException) -> bool:
     if isinstance(exc, KafkaTimeoutError):
         return False  # Kafka did not answer in time: an outage, the producer is sound
     return isinstance(exc, KafkaError) and not exc.retriable and refusal_reason(exc) is None
-
-
-def _envelope_key(envelope: Envelope) -> tuple[object, ...] | None:
-    """What identifies one delivery of one publication (None: nothing reliable)."""
-    if not envelope.msg_id.strip(b"\x00"):
-        return None
-    return (
-        envelope.msg_id,
-        envelope.subscription_stream,
-        envelope.subscription_filter,
-        envelope.stream,
-        envelope.topic,
-        envelope.sequence_number,
-        envelope.from_retained_store,
-        len(envelope.payload),
-    )
 
 
 def client_args(config: KafkaPluginConfig, client_id: str) -> dict[str, Any]:
@@ -222,6 +207,14 @@ class KafkaSink:
         self.gateway_id = gateway_id
         self.topics = TopicCreator(config, f"mqgw.{gateway_id}.{instance}")
         self.producer: AIOKafkaProducer | None = None
+        #: Exactly-once: what earlier transactions committed (None: at-least-once).
+        self.ledger: CommittedLedger | None = (
+            CommittedLedger(config.exactly_once_topic(gateway_id, instance))
+            if config.delivery == "exactly_once"
+            else None
+        )
+        #: Exactly-once: envelopes offered again that a transaction had already committed.
+        self.already_committed = 0
         self.sent = 0
         self.failed_batches = 0
         #: Producers replaced after a fatal producer error.
@@ -231,8 +224,9 @@ class KafkaSink:
         self._healthy = False
         self._started = False
         self._replace = False
-        self._delivered: set[tuple[object, ...]] = set()
-        self._delivered_order: deque[tuple[object, ...]] = deque()
+        self._delivered: set[bytes] = set()
+        self._round_keys: dict[int, bytes] = {}
+        self._delivered_order: deque[bytes] = deque()
 
     @property
     def healthy(self) -> bool:
@@ -244,6 +238,9 @@ class KafkaSink:
             **args,
             acks="all",
             enable_idempotence=True,
+            transactional_id=(
+                f"mqgw.{self.gateway_id}.{self.instance}" if self.ledger is not None else None
+            ),
             linger_ms=self.config.linger_ms,
             max_request_size=self.config.max_request_size,
             compression_type=self.config.compression_type,
@@ -254,6 +251,12 @@ class KafkaSink:
         try:
             await producer.start()
             await self.topics.ensure(self.router.static_topics())
+            if self.ledger is not None:
+                await self.topics.ensure({self.ledger.topic: True})
+                known = await self.ledger.load(
+                    client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}-eos")
+                )
+                log.info("kafka instance %r: %d committed envelopes known", self.instance, known)
         except KafkaError as exc:
             await producer.stop()
             raise KafkaPluginError(
@@ -305,13 +308,19 @@ class KafkaSink:
         for index, d in enumerate(envelopes):
             if is_from_origin(d, self.instance):
                 continue  # came in from this instance's Kafka: never echo it back
-            key = _envelope_key(d)
+            key = envelope_identity(d)
             if key is not None and key in self._delivered:
                 continue  # delivered before a refusal in the same batch
+            if key is not None and self.ledger is not None and key in self.ledger:
+                self.already_committed += 1
+                continue  # a transaction committed it before MQ could commit
             records.extend((index, r) for r in outbound_records(d, self.router, self.gateway_id))
         if not records:
             return
         refused: dict[int, BaseException] = {}
+        self._round_keys = {
+            i: k for i, d in enumerate(envelopes) if (k := envelope_identity(d)) is not None
+        }
         todo = records
         for _round in range(_REFUSAL_ROUNDS):
             errors = await self._produce(todo, refused)
@@ -362,6 +371,8 @@ class KafkaSink:
                 if self._replace or producer is None:
                     producer = await self._replace_producer()
                 await self.topics.ensure({r.topic: r.compacted for _, r in records})
+                if self.ledger is not None:
+                    return await self._produce_in_transaction(producer, records, refused)
                 sent: list[tuple[int, asyncio.Future[object]]] = []
                 for index, r in records:
                     if index in refused:
@@ -392,6 +403,62 @@ class KafkaSink:
                 errors.append((index, result))
         return errors
 
+    async def _produce_in_transaction(
+        self,
+        producer: AIOKafkaProducer,
+        records: list[tuple[int, OutboundRecord]],
+        refused: dict[int, BaseException],
+    ) -> list[tuple[int, BaseException]]:
+        """One Kafka transaction: the records plus a committed-marker per envelope.
+
+        A refusal or failure aborts it; every envelope not refused is then reported
+        as failed so the caller sends them again (in a new transaction).
+        """
+        assert self.ledger is not None
+        keys = self._round_keys
+        await producer.begin_transaction()
+        sent: list[tuple[int, asyncio.Future[object]]] = []
+        marked: list[bytes] = []
+        try:
+            for index, r in records:
+                if index in refused:
+                    continue
+                try:
+                    future = await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
+                except _REFUSAL_TYPES as exc:
+                    refused[index] = exc
+                    continue
+                sent.append((index, future))
+            for index in sorted({i for i, _ in records} - set(refused)):
+                key = keys.get(index)
+                if key is not None:
+                    marked.append(key)
+                    sent.append((index, await producer.send(self.ledger.topic, b"1", key=key)))
+            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+            failures = [
+                (i, r)
+                for (i, _), r in zip(sent, results, strict=True)
+                if isinstance(r, BaseException)
+            ]
+            if failures:
+                await producer.abort_transaction()
+            else:
+                await producer.commit_transaction()
+                self.ledger.add(marked)
+                return []
+        except BaseException:
+            self._replace = True  # the transaction's state is unknown: a new producer
+            raise
+        errors: list[tuple[int, BaseException]] = []
+        for index, result in failures:
+            if refusal_reason(result) is not None:
+                refused.setdefault(index, result)
+                self._replace = True
+        first_error = next((r for _, r in failures if refusal_reason(r) is None), failures[0][1])
+        for index in sorted({i for i, _ in records} - set(refused)):
+            errors.append((index, first_error))  # aborted with the transaction
+        return errors
+
     def _remember_delivered(
         self, envelopes: Sequence[Envelope], refused: dict[int, BaseException]
     ) -> None:
@@ -401,7 +468,7 @@ class KafkaSink:
                 continue  # the runtime dead-letters it; any later refusal raises then
             if index in refused:
                 continue  # refused too: raised for when the rest is sent again
-            key = _envelope_key(d)
+            key = envelope_identity(d)
             if key is not None and key not in self._delivered:
                 self._delivered.add(key)
                 self._delivered_order.append(key)
