@@ -32,6 +32,7 @@ _FIXED_CLIENT_OPTIONS = frozenset(
         "request_timeout_ms",
         "compression_type",
         "auto_offset_reset",
+        "transactional_id",
     }
 )
 
@@ -192,10 +193,23 @@ class KafkaPluginConfig(BaseModel):
     request_timeout_ms: int = Field(default=30_000, ge=1000)
     #: Longest a batch may wait for acks before the MQ unit of work backs out.
     send_timeout_s: float = Field(default=60.0, gt=0)
+    #: ``exactly_once``: each MQ unit of work is one Kafka transaction that also records
+    #: its envelopes as committed (docs/kafka-plugin.md, "Exactly-once"); readers need
+    #: isolation.level=read_committed. Default at-least-once.
+    delivery: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    #: Compacted topic of the committed-envelope markers; default
+    #: ``mqgw-eos.<gateway id>.<instance>``.
+    exactly_once_topic_name: str | None = Field(
+        default=None, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
+    )
     #: Passed to aiokafka as is (security_protocol, sasl_*, ssl_context is not YAML-able).
     client_options: dict[str, Any] = Field(default_factory=dict)
     outbound: OutboundConfig = Field(default_factory=OutboundConfig)
     inbound: InboundConfig = Field(default_factory=InboundConfig)
+
+    def exactly_once_topic(self, gateway_id: str, instance: str) -> str:
+        """The marker topic of exactly-once delivery for this instance."""
+        return self.exactly_once_topic_name or f"mqgw-eos.{gateway_id}.{instance}"
 
     @field_validator("client_options")
     @classmethod

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from gateway.plugin_api import PluginError
 
+#: MQ reason codes given with an envelope Kafka refuses for good (DeliveryRefusedError):
+#: larger than max_request_size / message.max.bytes, a topic name Kafka refuses, a topic
+#: the credentials may not write.
+MQRC_MSG_TOO_BIG_FOR_Q = 2030
+MQRC_UNKNOWN_OBJECT_NAME = 2085
+MQRC_NOT_AUTHORIZED = 2035
+
 
 class KafkaPluginError(PluginError):
     """Root of the Kafka plugin's errors (a :class:`PluginError` for the runtime)."""
@@ -46,8 +53,8 @@ class TopicCollisionError(KafkaPluginError):
 
 class KafkaSendError(KafkaPluginError):
     """Kafka did not acknowledge a batch. ``retriable``: Kafka is unavailable, the broker
-    service holds the MQ unit of work and retries; otherwise Kafka refuses a record (too
-    large, invalid topic) and the unit of work backs out."""
+    service holds the MQ unit of work and retries. (A record Kafka refuses for good is a
+    ``DeliveryRefusedError`` for its envelope instead.)"""
 
     def __init__(
         self, message: str, *, topic: str = "", failed: int = 0, retriable: bool = True

@@ -1,14 +1,19 @@
 """Outbound: MQ publications to Kafka records (idempotent producer, acks=all).
 
 ``send`` is awaited by the broker before the MQ unit of work commits, so it returns only
-once Kafka acknowledged every record of the batch; any failure raises and the unit of
-work backs out (the messages wait on their MQ queue and are offered again).
+once Kafka acknowledged every record of the batch. A transient failure raises retriably
+(the messages wait on their MQ queue and are offered again). A producer whose own state
+Kafka no longer accepts (e.g. ``OutOfOrderSequenceNumber`` after the broker restarted)
+is replaced by a new one before the retry, so a broker restart never wedges the stream.
+A record Kafka can never accept raises :class:`DeliveryRefusedError` for its envelope
+only, after every other envelope of the batch was delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,16 +21,32 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
     InvalidTopicError,
     KafkaError,
+    KafkaTimeoutError,
     MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+    ProducerClosed,
+    ProducerFenced,
     RecordTooLargeError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    TransactionCoordinatorFenced,
+    UnknownProducerId,
 )
 
-from gateway.plugin_api import Envelope
+from gateway.plugin_api import DeliveryRefusedError, Envelope
 from plugins.kafka.config import KafkaPluginConfig
-from plugins.kafka.errors import KafkaPluginError, KafkaSendError
+from plugins.kafka.errors import (
+    MQRC_MSG_TOO_BIG_FOR_Q,
+    MQRC_NOT_AUTHORIZED,
+    MQRC_UNKNOWN_OBJECT_NAME,
+    KafkaPluginError,
+    KafkaSendError,
+)
+from plugins.kafka.exactly_once import CommittedLedger, envelope_identity
 from plugins.kafka.mapping import (
     OutboundRecord,
     TopicRouter,
@@ -36,9 +57,50 @@ from plugins.kafka.mapping import (
 log = logging.getLogger(__name__)
 
 _TOPIC_ALREADY_EXISTS = 36
-#: Kafka refuses these records whatever the retry: holding the MQ batch would block the
-#: stream for ever, so the batch backs out and MQ's backout handling moves it aside.
-_REFUSALS = (MessageSizeTooLargeError, RecordTooLargeError, InvalidTopicError)
+#: Kafka refuses these records whatever the retry: the envelope goes to the sink's
+#: dead-letter destination (DeliveryRefusedError) with the MQ reason code of its kind.
+_REFUSALS: dict[type[KafkaError], int] = {
+    MessageSizeTooLargeError: MQRC_MSG_TOO_BIG_FOR_Q,
+    RecordTooLargeError: MQRC_MSG_TOO_BIG_FOR_Q,
+    InvalidTopicError: MQRC_UNKNOWN_OBJECT_NAME,
+    TopicAuthorizationFailedError: MQRC_NOT_AUTHORIZED,
+}
+_REFUSAL_TYPES = tuple(_REFUSALS)
+#: The producer's id, epoch or sequence numbers no longer match the broker's (e.g. the
+#: broker restarted while batches were in flight): no retry by this producer can
+#: succeed, a new producer (new producer id) can.
+_FATAL_PRODUCER_ERRORS = (
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    ProducerFenced,
+    TransactionCoordinatorFenced,
+    ProducerClosed,
+)
+#: Longest wait for a replaced producer to close (its broker may be the one that is down).
+_CLOSE_TIMEOUT_S = 5.0
+#: Attempts within one send when a broker-side refusal breaks the producer's sequence.
+_REFUSAL_ROUNDS = 3
+#: Envelopes remembered as delivered after a refusal, so a resend skips them.
+_DELIVERED_MEMORY = 10_000
+
+
+def refusal_reason(exc: BaseException) -> int | None:
+    """The MQ reason code for a record Kafka can never accept; None if ``exc`` is not one."""
+    for kind, reason in _REFUSALS.items():
+        if isinstance(exc, kind):
+            return reason
+    return None
+
+
+def producer_state_is_broken(exc: BaseException) -> bool:
+    """True when only a new producer can send again (fatal for this producer's state)."""
+    if isinstance(exc, _FATAL_PRODUCER_ERRORS):
+        return True
+    if isinstance(exc, KafkaTimeoutError):
+        return False  # Kafka did not answer in time: an outage, the producer is sound
+    return isinstance(exc, KafkaError) and not exc.retriable and refusal_reason(exc) is None
 
 
 def client_args(config: KafkaPluginConfig, client_id: str) -> dict[str, Any]:
@@ -145,27 +207,56 @@ class KafkaSink:
         self.gateway_id = gateway_id
         self.topics = TopicCreator(config, f"mqgw.{gateway_id}.{instance}")
         self.producer: AIOKafkaProducer | None = None
+        #: Exactly-once: what earlier transactions committed (None: at-least-once).
+        self.ledger: CommittedLedger | None = (
+            CommittedLedger(config.exactly_once_topic(gateway_id, instance))
+            if config.delivery == "exactly_once"
+            else None
+        )
+        #: Exactly-once: envelopes offered again that a transaction had already committed.
+        self.already_committed = 0
         self.sent = 0
         self.failed_batches = 0
+        #: Producers replaced after a fatal producer error.
+        self.producers_replaced = 0
+        #: Envelopes refused for good (DeliveryRefusedError raised for them).
+        self.refused = 0
         self._healthy = False
+        self._started = False
+        self._replace = False
+        self._delivered: set[bytes] = set()
+        self._round_keys: dict[int, bytes] = {}
+        self._delivered_order: deque[bytes] = deque()
 
     @property
     def healthy(self) -> bool:
         return self.producer is not None and self._healthy
 
-    async def start(self) -> None:
+    def _new_producer(self) -> AIOKafkaProducer:
         args = client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}")
-        producer = AIOKafkaProducer(
+        return AIOKafkaProducer(
             **args,
             acks="all",
             enable_idempotence=True,
+            transactional_id=(
+                f"mqgw.{self.gateway_id}.{self.instance}" if self.ledger is not None else None
+            ),
             linger_ms=self.config.linger_ms,
             max_request_size=self.config.max_request_size,
             compression_type=self.config.compression_type,
         )
+
+    async def start(self) -> None:
+        producer = self._new_producer()
         try:
             await producer.start()
             await self.topics.ensure(self.router.static_topics())
+            if self.ledger is not None:
+                await self.topics.ensure({self.ledger.topic: True})
+                known = await self.ledger.load(
+                    client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}-eos")
+                )
+                log.info("kafka instance %r: %d committed envelopes known", self.instance, known)
         except KafkaError as exc:
             await producer.stop()
             raise KafkaPluginError(
@@ -179,66 +270,220 @@ class KafkaSink:
             await producer.stop()
             raise
         self.producer = producer
+        self._started = True
         self._healthy = True
 
+    async def _replace_producer(self) -> AIOKafkaProducer:
+        """Close the broken producer (bounded wait) and start a new one."""
+        old, self.producer = self.producer, None
+        if old is not None:
+            try:
+                await asyncio.wait_for(old.stop(), _CLOSE_TIMEOUT_S)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                log.debug("kafka instance %r: old producer did not close: %r", self.instance, exc)
+        producer = self._new_producer()
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            await producer.stop()
+            raise KafkaSendError(
+                f"kafka instance {self.instance!r}: cannot start a new producer: {exc!r}"
+            ) from exc
+        self.producer = producer
+        self._replace = False
+        self.producers_replaced += 1
+        log.warning("kafka instance %r: producer replaced after a fatal error", self.instance)
+        return producer
+
     async def send(self, envelopes: Sequence[Envelope]) -> None:
-        """Produce every record of ``envelopes`` in order; return once all are acked."""
-        producer = self.producer
-        if producer is None:
+        """Produce every record of ``envelopes`` in order; return once all are acked.
+
+        Raises :class:`DeliveryRefusedError` for the first envelope Kafka can never
+        accept, after every other envelope was acknowledged; those are remembered, so a
+        resend of the batch (or of its rest) does not produce them again.
+        """
+        if not self._started:
             raise KafkaSendError(f"kafka instance {self.instance!r} is not started")
-        records: list[OutboundRecord] = []
-        for d in envelopes:
+        records: list[tuple[int, OutboundRecord]] = []
+        for index, d in enumerate(envelopes):
             if is_from_origin(d, self.instance):
                 continue  # came in from this instance's Kafka: never echo it back
-            records.extend(outbound_records(d, self.router, self.gateway_id))
+            key = envelope_identity(d)
+            if key is not None and key in self._delivered:
+                continue  # delivered before a refusal in the same batch
+            if key is not None and self.ledger is not None and key in self.ledger:
+                self.already_committed += 1
+                continue  # a transaction committed it before MQ could commit
+            records.extend((index, r) for r in outbound_records(d, self.router, self.gateway_id))
         if not records:
             return
+        refused: dict[int, BaseException] = {}
+        self._round_keys = {
+            i: k for i, d in enumerate(envelopes) if (k := envelope_identity(d)) is not None
+        }
+        todo = records
+        for _round in range(_REFUSAL_ROUNDS):
+            errors = await self._produce(todo, refused)
+            if not errors:
+                break
+            if not refused or _round == _REFUSAL_ROUNDS - 1:
+                self._fail(errors[0][1])
+                raise KafkaSendError(
+                    f"kafka instance {self.instance!r}: {len(errors)} of {len(records)} "
+                    f"records not acknowledged: {errors[0][1]!r}",
+                    failed=len(errors),
+                ) from errors[0][1]
+            # A record the broker refused used up a sequence number of the idempotent
+            # producer: what followed it on that partition fails OutOfOrderSequence.
+            # Resend those (only those) with a new producer.
+            failed = {index for index, _ in errors}
+            todo = [(i, r) for i, r in todo if i in failed and i not in refused]
+        if not self._healthy:
+            log.warning("kafka instance %r: sending again", self.instance)
+        self._healthy = True
+        self.sent += sum(1 for index, _ in records if index not in refused)
+        if refused:
+            self._remember_delivered(envelopes, refused)
+            first = min(refused)
+            cause = refused[first]
+            reason = refusal_reason(cause) or MQRC_MSG_TOO_BIG_FOR_Q
+            self.refused += 1
+            raise DeliveryRefusedError(
+                f"kafka instance {self.instance!r}: Kafka refuses the publication on "
+                f"{envelopes[first].stream}/{envelopes[first].topic} ({cause!r}); raise "
+                "max_request_size and the topic's max.message.bytes to accept it",
+                index=first,
+                reason=reason,
+            ) from cause
+        self._forget_delivered()
+
+    async def _produce(
+        self, records: list[tuple[int, OutboundRecord]], refused: dict[int, BaseException]
+    ) -> list[tuple[int, BaseException]]:
+        """Send ``records`` (envelope index, record) and wait for every ack.
+
+        Adds the envelopes Kafka refuses for good to ``refused``; returns the other
+        failures per record. Raises KafkaSendError when the batch as a whole fails.
+        """
         try:
             async with asyncio.timeout(self.config.send_timeout_s):
-                await self.topics.ensure({r.topic: r.compacted for r in records})
-                futures = [
-                    await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
-                    for r in records
-                ]
-                results = await asyncio.gather(*futures, return_exceptions=True)
-        except _REFUSALS as exc:
-            raise KafkaSendError(
-                f"kafka instance {self.instance!r}: Kafka refuses a record ({exc!r}); raise "
-                "max_request_size and the topic's max.message.bytes",
-                failed=1,
-                retriable=False,
-            ) from exc
+                producer = self.producer
+                if self._replace or producer is None:
+                    producer = await self._replace_producer()
+                await self.topics.ensure({r.topic: r.compacted for _, r in records})
+                if self.ledger is not None:
+                    return await self._produce_in_transaction(producer, records, refused)
+                sent: list[tuple[int, asyncio.Future[object]]] = []
+                for index, r in records:
+                    if index in refused:
+                        continue
+                    try:
+                        future = await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
+                    except _REFUSAL_TYPES as exc:  # checked by the client before sending
+                        refused[index] = exc
+                        continue
+                    sent.append((index, future))
+                results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
         except (KafkaError, TimeoutError) as exc:
-            self._fail()
+            self._fail(exc)
             raise KafkaSendError(
                 f"kafka instance {self.instance!r}: batch of {len(records)} records not "
                 f"acknowledged: {exc!r}",
                 failed=len(records),
             ) from exc
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            refused = [e for e in errors if isinstance(e, _REFUSALS)]
-            if refused:
-                raise KafkaSendError(
-                    f"kafka instance {self.instance!r}: Kafka refuses {len(refused)} of "
-                    f"{len(records)} records ({refused[0]!r}); raise max_request_size and the "
-                    "topic's max.message.bytes, or the MQ messages go to the backout queue",
-                    failed=len(refused),
-                    retriable=False,
-                ) from refused[0]
-            self._fail()
-            raise KafkaSendError(
-                f"kafka instance {self.instance!r}: {len(errors)} of {len(records)} records "
-                f"not acknowledged: {errors[0]!r}",
-                failed=len(errors),
-            ) from errors[0]
-        if not self._healthy:
-            log.warning("kafka instance %r: sending again", self.instance)
-        self._healthy = True
-        self.sent += len(records)
+        errors: list[tuple[int, BaseException]] = []
+        for (index, _), result in zip(sent, results, strict=True):
+            if not isinstance(result, BaseException):
+                continue
+            if refusal_reason(result) is not None:
+                refused.setdefault(index, result)
+                # The broker refused it after the producer gave it a sequence number.
+                self._replace = True
+            else:
+                errors.append((index, result))
+        return errors
 
-    def _fail(self) -> None:
+    async def _produce_in_transaction(
+        self,
+        producer: AIOKafkaProducer,
+        records: list[tuple[int, OutboundRecord]],
+        refused: dict[int, BaseException],
+    ) -> list[tuple[int, BaseException]]:
+        """One Kafka transaction: the records plus a committed-marker per envelope.
+
+        A refusal or failure aborts it; every envelope not refused is then reported
+        as failed so the caller sends them again (in a new transaction).
+        """
+        assert self.ledger is not None
+        keys = self._round_keys
+        await producer.begin_transaction()
+        sent: list[tuple[int, asyncio.Future[object]]] = []
+        marked: list[bytes] = []
+        try:
+            for index, r in records:
+                if index in refused:
+                    continue
+                try:
+                    future = await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
+                except _REFUSAL_TYPES as exc:
+                    refused[index] = exc
+                    continue
+                sent.append((index, future))
+            for index in sorted({i for i, _ in records} - set(refused)):
+                key = keys.get(index)
+                if key is not None:
+                    marked.append(key)
+                    sent.append((index, await producer.send(self.ledger.topic, b"1", key=key)))
+            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+            failures = [
+                (i, r)
+                for (i, _), r in zip(sent, results, strict=True)
+                if isinstance(r, BaseException)
+            ]
+            if failures:
+                await producer.abort_transaction()
+            else:
+                await producer.commit_transaction()
+                self.ledger.add(marked)
+                return []
+        except BaseException:
+            self._replace = True  # the transaction's state is unknown: a new producer
+            raise
+        errors: list[tuple[int, BaseException]] = []
+        for index, result in failures:
+            if refusal_reason(result) is not None:
+                refused.setdefault(index, result)
+                self._replace = True
+        first_error = next((r for _, r in failures if refusal_reason(r) is None), failures[0][1])
+        for index in sorted({i for i, _ in records} - set(refused)):
+            errors.append((index, first_error))  # aborted with the transaction
+        return errors
+
+    def _remember_delivered(
+        self, envelopes: Sequence[Envelope], refused: dict[int, BaseException]
+    ) -> None:
+        first = min(refused)
+        for index, d in enumerate(envelopes):
+            if index == first:
+                continue  # the runtime dead-letters it; any later refusal raises then
+            if index in refused:
+                continue  # refused too: raised for when the rest is sent again
+            key = envelope_identity(d)
+            if key is not None and key not in self._delivered:
+                self._delivered.add(key)
+                self._delivered_order.append(key)
+        while len(self._delivered_order) > _DELIVERED_MEMORY:
+            self._delivered.discard(self._delivered_order.popleft())
+
+    def _forget_delivered(self) -> None:
+        if self._delivered:
+            self._delivered.clear()
+            self._delivered_order.clear()
+
+    def _fail(self, exc: BaseException) -> None:
         self.failed_batches += 1
+        if producer_state_is_broken(exc):
+            self._replace = True  # the next attempt starts with a new producer
         if self._healthy:
             log.error("kafka instance %r: sends failing; MQ units of work back out", self.instance)
         self._healthy = False
@@ -250,5 +495,6 @@ class KafkaSink:
     async def stop(self) -> None:
         producer, self.producer = self.producer, None
         self._healthy = False
+        self._started = False
         if producer is not None:
             await producer.stop()  # flushes what is pending
