@@ -41,6 +41,7 @@ from gateway.runtime.pubsub_service import (
     BrokerError,
     BrokerService,
 )
+from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.registry import PluginRegistry
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,9 @@ class GatewayApp:
             broker_queues=broker.broker_queues,
             suspend_after=broker.suspend_subscription_after,
         )
-        self.service = service = BrokerService(qm, engine, broker)
+        self.service = service = BrokerService(
+            qm, engine, broker, forgiven=ForgivenBackouts(store_path)
+        )
         self.host = host = PluginHost(qm, service, self.config.gateway_id)
         instances: list[PluginInstance] = []
         for inst_cfg in self.config.plugins:
@@ -278,6 +281,7 @@ class GatewayApp:
         if self.store is not None:
             self.store.close()
         if self.service is not None:
+            self.service.forgiven.close()
             log.info("gateway %s stopped", self.config.gateway_id)
 
     # ---------------------------------------------------------------- tasks ----------

@@ -22,6 +22,7 @@ from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 
 STOCK = "STOCK.STREAM"
 BULLETIN = "BULLETIN.STREAM"
@@ -88,6 +89,7 @@ class InProcessGateway:
         finally:
             await self.qm.close()
             self.store.close()
+            self.service.forgiven.close()
 
 
 def build_gateway(
@@ -116,7 +118,9 @@ def build_gateway(
         broker_queues=config.broker_queues,
         suspend_after=config.suspend_subscription_after,
     )
-    service = BrokerService(port, engine, config)
+    service = BrokerService(
+        port, engine, config, forgiven=ForgivenBackouts(path / "pubsub.db")
+    )
     return InProcessGateway(qmgr, store, service, PluginHost(port, service, gateway_id))
 
 

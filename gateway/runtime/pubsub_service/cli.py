@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from gateway.pubsub.engine import PubSubEngine
 from gateway.runtime.pubsub_service.config import BrokerConfig, StreamQueueConfig
 from gateway.runtime.pubsub_service.errors import BrokerError
+from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.pubsub_service.service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def run_command(args: argparse.Namespace) -> int:
             broker_queues=config.broker_queues,
             suspend_after=config.suspend_subscription_after,
         )
-        service = BrokerService(qm, engine, config)
+        service = BrokerService(qm, engine, config, forgiven=ForgivenBackouts(args.store))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, service.request_stop)
@@ -85,6 +86,7 @@ def run_command(args: argparse.Namespace) -> int:
         finally:
             await qm.close()
             store.close()
+            service.forgiven.close()
 
     try:
         asyncio.run(main())

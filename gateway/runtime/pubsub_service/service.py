@@ -77,6 +77,7 @@ from gateway.runtime.pubsub_service.errors import (
     BacklogFullError,
     BrokerError,
 )
+from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.pubsub_service.sink_backlogs import SinkBacklogs
 from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters
 from gateway.wire.reasons import Reason
@@ -108,6 +109,7 @@ class BrokerService:
         engine: PubSubEngine,
         config: BrokerConfig | None = None,
         sinks: Mapping[str, Sink] | None = None,
+        forgiven: ForgivenBackouts | None = None,
     ) -> None:
         self.qm = qm
         self.engine = engine
@@ -115,8 +117,9 @@ class BrokerService:
         self.counters = ServiceCounters()
         self._lock = asyncio.Lock()
         #: Backouts caused by a full backlog queue, per MsgId: back-pressure, not held
-        #: against the message when checking its BackoutCount against BOTHRESH.
-        self._forgiven: dict[bytes, int] = {}
+        #: against the message when checking its BackoutCount against BOTHRESH (durable
+        #: when the caller gives a database: restarts keep them).
+        self.forgiven = forgiven if forgiven is not None else ForgivenBackouts()
         #: the connection retained deliveries of a new sink subscription are put with
         self._sub_conn: Connection | None = None
         #: sink subscriptions made since this process started: subscribing again within
@@ -416,8 +419,7 @@ class BrokerService:
                 self.engine.rollback()
                 self.counters.backouts += 1
                 if isinstance(exc, BacklogFullError):
-                    for msg_id in self._batch_ids:
-                        self._forgiven[msg_id] = self._forgiven.get(msg_id, 0) + 1
+                    self.forgiven.forgive(self._batch_ids)
                 else:
                     q.isolate = max(q.isolate - 1, self._batch_got)
                 with contextlib.suppress(MQError):
@@ -425,8 +427,7 @@ class BrokerService:
                 raise
             finally:
                 ids, self._batch_ids = self._batch_ids, []
-        for msg_id in ids:
-            self._forgiven.pop(msg_id, None)
+        self.forgiven.settle(ids)
         q.isolate = max(q.isolate - 1, 0)
         self.counters.batches += 1
         self.counters.messages += count
@@ -507,7 +508,7 @@ class BrokerService:
         to_sinks: dict[str, list[Delivery]],
     ) -> None:
         engine = self.engine
-        backouts = m.md.backout_count - self._forgiven.get(m.md.msg_id, 0)
+        backouts = m.md.backout_count - self.forgiven.get(m.md.msg_id)
         if backouts >= q.backout_threshold:
             # Poison message: move it aside untouched, never process it again.
             if q.backout_queue:

@@ -171,3 +171,44 @@ async def test_restarts_during_an_outage_never_dead_letter(tmp_path: Path) -> No
         finally:
             await gw.close()
     reset_buses()
+
+
+async def test_restarts_while_a_backlog_is_full_never_set_a_publication_aside(
+    tmp_path: Path,
+) -> None:
+    """A full backlog backs the stream batch out again and again (back-pressure, each
+    one forgiven). Those forgiven backouts are durable: restarted in the middle, with the
+    publications' BackoutCount far past BOTHRESH, the gateway still sets none aside and
+    delivers all of them once the sink is back (issue 12 item 8)."""
+    reset_buses()
+    first, second = [b"a", b"b", b"c"], [b"d", b"e", b"f"]
+
+    def small_backlog() -> InProcessGateway:
+        config = bridge_config(
+            retry_delay=0.01, sink_retry_max_delay=0.1, sink_backlog_max_depth=3
+        )
+        return build_gateway(tmp_path, config=config)
+
+    for restart in range(3):
+        gw = small_backlog()
+        get_bus("down").down = restart < 2
+        await gw.start(_memory("down"))
+        try:
+            if restart == 0:
+                await _publish(gw, first)  # fills the backlog (the sink holds them)
+                await _wait(lambda: gw.qm.queue_depth(backlog_queue_name("down")) == 3)  # noqa: B023
+                await _publish(gw, second)  # cannot fit: backed out, forgiven, again
+            if restart < 2:
+                await _wait(lambda: gw.service.counters.backlog_full >= 8, 20)  # noqa: B023
+                assert gw.service.counters.backlog_full >= 8  # past BOTHRESH 5, each run
+                assert gw.qm.queue_depth(STOCK) == 3
+            else:
+                records = await get_bus("down").wait_for(6)
+                await settle(gw.qm, gw.service)
+                assert [r.payload for r in records] == first + second
+                assert await drain_raw(gw.qm, DLQ) == []
+                assert gw.service.counters.moved_to_backout_queue == 0
+                assert len(gw.service.forgiven) == 0  # settled once committed
+        finally:
+            await gw.close()
+    reset_buses()
