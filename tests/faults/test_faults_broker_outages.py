@@ -43,6 +43,10 @@ STOP_AFTER_S = 2.0
 MID_LOAD = 1000
 #: How long the running gateway gets, after the restart, to deliver the whole backlog.
 RECOVERY_S = 90.0
+#: Most log lines the gateway may write while a broker is down (issue 12 item 6: the
+#: client library alone wrote ~5,000 a second; the limiter keeps one line per kind, a
+#: periodic summary and one "back" line, plus the gateway's own few state changes).
+MAX_OUTAGE_LOG_LINES = 200
 
 
 async def _outage(
@@ -59,6 +63,7 @@ async def _outage(
     began = stopped_at = time.monotonic()
     at_stop: dict[str, int] = {}
     recovered_running: float | None = None
+    outage_log_lines = -1
     try:
         async with asyncio.timeout(30):
             await mqtt_reader.ready.wait()
@@ -72,9 +77,11 @@ async def _outage(
         feeds.start()
         await wait_until(lambda: len(ledger.paths[watched].received) >= MID_LOAD, STOP_AFTER_S)
         at_stop = {name: len(p.received) for name, p in ledger.paths.items()}
+        logged_before = len(gw.log_since_start().splitlines())
         stop_broker()
         stopped_at = time.monotonic()
         await asyncio.sleep(OUTAGE_S)
+        outage_log_lines = len(gw.log_since_start().splitlines()) - logged_before
         start_broker()
         restarted_at = time.monotonic()
         await asyncio.sleep(5.0)  # inbound traffic after the restart too
@@ -100,6 +107,7 @@ async def _outage(
         recovered_after_restart_s=None if recovered_running is None
         else round(recovered_running, 1),
         feed_failures=dict(feeds.failures),
+        log_lines_during_outage=outage_log_lines,
     )
     assert 0 < at_stop.get(watched, 0) < BACKLOG, f"not stopped mid-load: {at_stop}"
     assert recovered_running is not None, (
@@ -107,6 +115,10 @@ async def _outage(
         f"of the {name} restart\n{table}\n{gw.log_tail(60)}"
     )
     assert_nothing_lost(ledger, table)
+    assert 0 <= outage_log_lines <= MAX_OUTAGE_LOG_LINES, (
+        f"{outage_log_lines} log lines in {OUTAGE_S:.0f} s of {name} outage (log flood)\n"
+        f"{gw.log_tail(60)}"
+    )
 
 
 async def test_kafka_stopped_30s_mid_load(
