@@ -17,11 +17,15 @@ from tests.support.names import unique
 
 
 class KafkaReader:
-    """Reads the outbound topic from the beginning for the whole run (no group)."""
+    """Reads an outbound topic (default the at-least-once one) from the beginning for the
+    whole run (no group); ``read_committed`` for the exactly-once topic."""
 
-    def __init__(self, world: FaultWorld, ledger: PathLedger) -> None:
+    def __init__(self, world: FaultWorld, ledger: PathLedger, topic: str | None = None,
+                 read_committed: bool = False) -> None:
         self.world = world
         self.ledger = ledger
+        self.topic = topic or world.kafka_out
+        self.isolation_level = "read_committed" if read_committed else "read_uncommitted"
         self.task: asyncio.Task[None] | None = None
         self.stop = asyncio.Event()
 
@@ -31,10 +35,11 @@ class KafkaReader:
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             metadata_max_age_ms=1000,
+            isolation_level=self.isolation_level,
         )
         await consumer.start()
         try:
-            consumer.subscribe([self.world.kafka_out])
+            consumer.subscribe([self.topic])
             while not self.stop.is_set():
                 batches = await consumer.getmany(timeout_ms=200)
                 for records in batches.values():

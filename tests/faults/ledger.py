@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: The path held to 0 duplicates (the kafka plugin's ``delivery: exactly_once``).
+EXACTLY_ONCE_PATH = "MQ->Kafka (exactly-once)"
 PATHS = ("MQ->Kafka", "MQ->MQTT", "Kafka->MQ", "MQTT->MQ")
 
 
@@ -42,6 +44,11 @@ class Ledger:
         default_factory=lambda: {p: PathLedger() for p in PATHS}
     )
 
+    @classmethod
+    def with_exactly_once(cls) -> Ledger:
+        """The four paths plus :data:`EXACTLY_ONCE_PATH`."""
+        return cls({p: PathLedger() for p in (*PATHS, EXACTLY_ONCE_PATH)})
+
     def table(self, trials: int) -> list[dict[str, Any]]:
         return [
             {
@@ -59,8 +66,11 @@ class Ledger:
     @staticmethod
     def render(rows: list[dict[str, Any]]) -> str:
         cols = ("path", "trials", "sent", "received", "lost", "duplicated", "unexpected")
-        lines = ["  ".join(f"{c:>10}" for c in cols)]
-        lines += ["  ".join(f"{row[c]!s:>10}" for c in cols) for row in rows]
+        lines = ["  ".join(f"{c:>24}" if c == "path" else f"{c:>10}" for c in cols)]
+        lines += [
+            "  ".join(f"{row[c]!s:>24}" if c == "path" else f"{row[c]!s:>10}" for c in cols)
+            for row in rows
+        ]
         return "\n".join(lines)
 
 
@@ -78,3 +88,9 @@ def report(path: Path, title: str, ledger: Ledger, trials: int, **extra: Any) ->
 def assert_nothing_lost(ledger: Ledger, table: str) -> None:
     lost = {name: p.lost[:10] for name, p in ledger.paths.items() if p.lost}
     assert not lost, f"lost (first ten ids per path): {lost}\n{table}"
+
+
+def assert_nothing_duplicated(path: PathLedger, table: str) -> None:
+    """The exactly-once guarantee: every sent id received exactly once."""
+    twice = sorted((i, n) for i, n in path.received.items() if i in path.sent and n > 1)
+    assert not twice, f"duplicated (first ten id, times): {twice[:10]}\n{table}"

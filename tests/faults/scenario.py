@@ -9,6 +9,9 @@ Paths (each message's payload is its unique id):
 - ``MQ->Kafka`` and ``MQ->MQTT``: MQRFH publications on ``STOCK.STREAM``, put by the
   test process while the gateway is down (the data directory is locked while it runs);
   read by an aiokafka consumer and an MQTT subscriber that stay connected throughout.
+- ``MQ->Kafka (exactly-once)`` (``FaultWorld(exactly_once=True)``): the same
+  publications through a second kafka plugin instance ``kafka-eos`` with ``delivery:
+  exactly_once`` to its own topic, read with ``isolation_level="read_committed"``.
 - ``Kafka->MQ`` and ``MQTT->MQ``: records / QoS 1 messages produced by outside clients
   while the gateway runs, published by it on ``BULLETIN.STREAM`` to the MQ subscriber
   queue ``FAULT.SUB`` (an MQRFH2 RegSub registered on the first start), which the test
@@ -42,8 +45,10 @@ SUB_Q = "FAULT.SUB"
 REPLY_Q = "FAULT.REPLY"
 #: The line ``mqgw run`` logs when the queue manager and broker service are up.
 STARTED = "INFO gateway.runtime.app: gateway "
-#: Both plugin instances' start lines (they start concurrently, in either order).
+#: The plugin instances' start lines (they start concurrently, in either order).
 READY = ("plugin instance kafka started", "plugin instance mqtt started")
+#: The exactly-once kafka plugin instance of ``FaultWorld(exactly_once=True)``.
+EOS_INSTANCE = "kafka-eos"
 
 
 @dataclass
@@ -58,6 +63,8 @@ class FaultWorld:
     kafka_extra: dict[str, Any] = field(default_factory=dict)
     #: The embedded queue manager's directory (default ``work/qm``).
     qm_dir: Path | None = None
+    #: Also route the outbound stream through an exactly-once kafka instance.
+    exactly_once: bool = False
 
     @property
     def data_dir(self) -> Path:
@@ -66,6 +73,16 @@ class FaultWorld:
     @property
     def kafka_out(self) -> str:
         return f"{self.tag}.out"
+
+    @property
+    def kafka_eos_out(self) -> str:
+        return f"{self.tag}.eos"
+
+    @property
+    def ready_lines(self) -> tuple[str, ...]:
+        """The start lines of every plugin instance of :meth:`config`."""
+        eos = (f"plugin instance {EOS_INSTANCE} started",) if self.exactly_once else ()
+        return READY + eos
 
     @property
     def kafka_in(self) -> str:
@@ -80,6 +97,29 @@ class FaultWorld:
         return f"{self.tag}/in"
 
     def config(self) -> dict[str, Any]:
+        config = self._config()
+        if self.exactly_once:
+            config["plugins"].append(self._exactly_once_plugin())
+        return config
+
+    def _exactly_once_plugin(self) -> dict[str, Any]:
+        """Outbound only (nothing consumed in, so every count stays on one path)."""
+        return {
+            "name": EOS_INSTANCE,
+            "plugin": "kafka",
+            "config": {
+                "bootstrap_servers": self.bootstrap,
+                **self.kafka_extra,
+                "delivery": "exactly_once",
+                "outbound": {
+                    "routes": [
+                        {"stream": OUT_STREAM, "topic": "#", "kafka_topic": self.kafka_eos_out}
+                    ]
+                },
+            },
+        }
+
+    def _config(self) -> dict[str, Any]:
         return {
             "id": f"mqgw-{self.tag}",
             "queue_manager": {"name": QM_NAME, "data_dir": str(self.data_dir)},
@@ -246,10 +286,12 @@ async def wait_until(predicate: Any, timeout: float, step: float = 0.1) -> bool:
     return bool(predicate())
 
 
-async def wait_ready(gw: GatewayProcess, timeout: float = 60) -> bool:
-    """Until both plugin instances logged their start (False: it died or timed out)."""
-    await wait_until(lambda: all(gw.has_logged(r) for r in READY) or not gw.running, timeout)
-    return gw.running and all(gw.has_logged(r) for r in READY)
+async def wait_ready(
+    gw: GatewayProcess, timeout: float = 60, lines: tuple[str, ...] = READY
+) -> bool:
+    """Until every plugin instance logged its start (False: it died or timed out)."""
+    await wait_until(lambda: all(gw.has_logged(r) for r in lines) or not gw.running, timeout)
+    return gw.running and all(gw.has_logged(r) for r in lines)
 
 
 async def first_start(world: FaultWorld, gw: GatewayProcess) -> None:
@@ -258,7 +300,7 @@ async def first_start(world: FaultWorld, gw: GatewayProcess) -> None:
     traffic (the first-start gap of issue 12 item 9 is not what this suite measures)."""
     await prepare_queue_manager(world)
     gw.start()
-    assert await wait_ready(gw), gw.log_tail()
+    assert await wait_ready(gw, lines=world.ready_lines), gw.log_tail()
     await asyncio.sleep(1.0)
     assert gw.terminate() == 0, gw.log_tail()
     assert await regsub_answer(world) == "ok"
@@ -267,14 +309,15 @@ async def first_start(world: FaultWorld, gw: GatewayProcess) -> None:
 async def recover_and_count(
     world: FaultWorld, gw: GatewayProcess, ledger: Ledger, rounds: int = 4
 ) -> None:
-    """Clean runs until every outbound id is out and the MQ subscriber queue holds every
-    inbound id (drained after each clean stop), at most ``rounds`` runs."""
-    outbound = (ledger.paths["MQ->Kafka"], ledger.paths["MQ->MQTT"])
+    """Clean runs until every outbound id (every ``MQ->`` path of the ledger) is out and
+    the MQ subscriber queue holds every inbound id (drained after each clean stop), at
+    most ``rounds`` runs."""
+    outbound = [p for name, p in ledger.paths.items() if name.startswith("MQ->")]
     inbound = (ledger.paths["Kafka->MQ"], ledger.paths["MQTT->MQ"])
     for _ in range(rounds):
         if not gw.running:
             gw.start()
-        assert await wait_ready(gw), gw.log_tail()
+        assert await wait_ready(gw, lines=world.ready_lines), gw.log_tail()
         await wait_until(lambda: all(p.complete for p in outbound), timeout=60)
         await asyncio.sleep(5.0)  # the inbound backlog: Kafka records, the MQTT session
         assert gw.terminate() == 0, gw.log_tail()
