@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "analytics.cli",
     "gateway.runtime.pubsub_service.cli",
     "gateway.runtime.run",
+    "gateway.runtime.subscriptions_cli",
 )
 
 

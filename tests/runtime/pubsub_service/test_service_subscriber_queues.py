@@ -3,6 +3,9 @@ keeps failing is suspended (through the real service on the embedded queue manag
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -154,3 +157,43 @@ async def test_suspension_is_durable_across_a_restart(tmp_path: Path) -> None:
         assert gw.qm.queue_depth(DLQ) == 2
     finally:
         await gw.close()
+
+
+async def test_mqgw_subscriptions_lists_the_suspended_one(tmp_path: Path) -> None:
+    """What `/metrics` counts, the operator can name: `mqgw subscriptions --suspended`
+    (a separate process, reading the store) lists the suspended subscription and its
+    queue, and exits 1 while any is suspended; the healthy one is not listed."""
+    gw = build_gateway(tmp_path, mqsc=QUEUES, config=bridge_config(suspend_subscription_after=2))
+    try:
+        await gw.service.start()
+        await put(gw.qm, reg_sub("SUB.OK", "price/ok"))  # type: ignore[arg-type]
+        await put(gw.qm, reg_sub("NO.SUCH.Q"))  # type: ignore[arg-type]
+        for _ in range(2):
+            await put(gw.qm, publish())  # type: ignore[arg-type]
+            await settle(gw.qm, gw.service)
+        assert gw.service.engine.suspended_subscriptions == 1
+    finally:
+        await gw.close()
+    cli = [sys.executable, "-m", "gateway.runtime.cli", "subscriptions"]
+    store = str(tmp_path / "pubsub.db")
+    suspended = subprocess.run(
+        [*cli, "--store", store, "--suspended"], capture_output=True, text=True, timeout=60
+    )
+    assert suspended.returncode == 1, suspended.stderr
+    [row, total] = suspended.stdout.strip().splitlines()
+    assert row.startswith("SUSPENDED") and "price/a" in row and "NO.SUCH.Q" in row
+    assert total == "2 subscription(s), 1 suspended"
+    everything = subprocess.run(
+        [*cli, "--store", store, "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert everything.returncode == 0, everything.stderr
+    rows = [json.loads(line) for line in everything.stdout.splitlines()]
+    assert sorted((r["topic"], r["suspended"]) for r in rows) == [
+        ("price/a", True),
+        ("price/ok", False),
+    ]
+    missing = subprocess.run(
+        [*cli, "--store", str(tmp_path / "nothing.db")], capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "no pub/sub store" in missing.stderr
+    assert "Traceback" not in missing.stderr
