@@ -94,7 +94,8 @@ def publish_command_of(
 #: the queue manager: the publication is refused (the plugin dead-letters it and moves
 #: on). Every other reason (Q_FULL 2053, PUT_INHIBITED 2051, a broken or quiescing
 #: connection 2009/2059/2161/2162/2202, UNKNOWN_OBJECT_NAME or NOT_AUTHORIZED from a
-#: configuration still being fixed, ...) is back-pressure: retried, never dead-lettered.
+#: configuration still being fixed, PERSISTENT_NOT_ALLOWED 2048 — a queue setting, not
+#: the message's fault ...) is back-pressure: retried, never dead-lettered.
 REFUSED_PUT_REASONS: frozenset[int] = frozenset(
     {
         Reason.MSG_TOO_BIG_FOR_Q,
@@ -106,7 +107,6 @@ REFUSED_PUT_REASONS: frozenset[int] = frozenset(
         Reason.MSG_TYPE_ERROR,
         Reason.MISSING_REPLY_TO_Q,
         Reason.PERSISTENCE_ERROR,
-        Reason.PERSISTENT_NOT_ALLOWED,
         Reason.PRIORITY_ERROR,
         Reason.REPORT_OPTIONS_ERROR,
         Reason.FORMAT_ERROR,

@@ -41,7 +41,6 @@ from gateway.plugin_api import DeliveryRefusedError, Envelope
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import (
     MQRC_MSG_TOO_BIG_FOR_Q,
-    MQRC_NOT_AUTHORIZED,
     MQRC_UNKNOWN_OBJECT_NAME,
     KafkaPluginError,
     KafkaSendError,
@@ -63,8 +62,10 @@ _REFUSALS: dict[type[KafkaError], int] = {
     MessageSizeTooLargeError: MQRC_MSG_TOO_BIG_FOR_Q,
     RecordTooLargeError: MQRC_MSG_TOO_BIG_FOR_Q,
     InvalidTopicError: MQRC_UNKNOWN_OBJECT_NAME,
-    TopicAuthorizationFailedError: MQRC_NOT_AUTHORIZED,
 }
+#: The target is there but will not take anything yet (an ACL being fixed): an outage
+#: that holds the backlog, never a reason to dead-letter every publication meanwhile.
+_NOT_YET = (TopicAuthorizationFailedError,)
 _REFUSAL_TYPES = tuple(_REFUSALS)
 #: The producer's id, epoch or sequence numbers no longer match the broker's (e.g. the
 #: broker restarted while batches were in flight): no retry by this producer can
@@ -98,8 +99,8 @@ def producer_state_is_broken(exc: BaseException) -> bool:
     """True when only a new producer can send again (fatal for this producer's state)."""
     if isinstance(exc, _FATAL_PRODUCER_ERRORS):
         return True
-    if isinstance(exc, KafkaTimeoutError):
-        return False  # Kafka did not answer in time: an outage, the producer is sound
+    if isinstance(exc, (KafkaTimeoutError, *_NOT_YET)):
+        return False  # an outage (no answer in time, no permission yet): the producer is sound
     return isinstance(exc, KafkaError) and not exc.retriable and refusal_reason(exc) is None
 
 

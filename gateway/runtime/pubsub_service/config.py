@@ -46,8 +46,9 @@ class BrokerConfig(BaseModel):
     #: (``SYSTEM.MQGW.SINK.<instance>``) and their BackoutCount does not grow.
     sink_retry_max_delay: float = Field(default=5.0, gt=0.0)
     #: MAXDEPTH of each sink's backlog queue when the gateway defines it (embedded queue
-    #: manager). A full backlog holds the streams routed to that sink (back-pressure)
-    #: until the sink catches up; other sinks and MQ subscribers are not held.
+    #: manager). A full backlog holds the streams routed to that sink (back-pressure),
+    #: and with them those streams' MQ subscribers and other sinks, until the sink
+    #: catches up; streams not routed to it are not held.
     sink_backlog_max_depth: int = Field(default=100_000, ge=1, le=999_999_999)
     #: Pause between attempts to reconnect a serviced queue after its connection broke
     #: (seconds).

@@ -202,7 +202,21 @@ class BrokerService:
                     # ones, and never waiting for the sink (which may not run yet).
                     conn = self._sub_conn = self._sub_conn or await self.qm.connect()
                     puts = [self.sink_backlogs.put_of(sink, d) for d in retained]
-                    await put_all(conn, puts, self._dlq or self.config.dead_letter_queue)
+                    try:
+                        await put_all(conn, puts, self._dlq or self.config.dead_letter_queue)
+                    except BacklogFullError:
+                        # The backlog is full (its sink has been away a while, and has
+                        # had these before): subscribe now, hand the retained over at
+                        # the next subscription rather than fail the start.
+                        with contextlib.suppress(MQError):
+                            await conn.backout()
+                        conn = None
+                        log.warning(
+                            "%d retained publication(s) for sink %s not handed over now: "
+                            "its backlog queue is full",
+                            len(puts),
+                            sink,
+                        )
                 self.engine.commit()
                 if conn is not None:
                     await conn.commit()
@@ -418,16 +432,22 @@ class BrokerService:
             except BaseException as exc:
                 self.engine.rollback()
                 self.counters.backouts += 1
-                if isinstance(exc, BacklogFullError):
-                    self.forgiven.forgive(self._batch_ids)
-                else:
-                    q.isolate = max(q.isolate - 1, self._batch_got)
+                try:
+                    if isinstance(exc, BacklogFullError):
+                        self.forgiven.forgive(self._batch_ids)
+                    else:
+                        q.isolate = max(q.isolate - 1, self._batch_got)
+                except Exception:  # the backout below must happen whatever this does
+                    log.exception("cannot record the forgiven backouts of %s", q.name)
                 with contextlib.suppress(MQError):
                     await conn.backout()
                 raise
             finally:
                 ids, self._batch_ids = self._batch_ids, []
-        self.forgiven.settle(ids)
+        try:
+            self.forgiven.settle(ids)
+        except Exception:  # committed already: a stale entry only forgives too much once
+            log.exception("cannot clear the forgiven backouts of %s", q.name)
         q.isolate = max(q.isolate - 1, 0)
         self.counters.batches += 1
         self.counters.messages += count

@@ -95,7 +95,11 @@ class SinkBacklogs:
                 if d.md.persistence == Persistence.PERSISTENT
                 else Persistence.NOT_PERSISTENT
             ),
-            priority=max(d.md.priority, 0),
+            # One priority for the whole backlog: the queue manager gets by priority
+            # first, and the sink must see the stream's order (a later retained
+            # publication never overtaken by an earlier one). The envelope keeps the
+            # publication's own priority.
+            priority=0,
             expiry=d.md.expiry,
             put_appl_type=d.md.put_appl_type,
             put_appl_name=d.md.put_appl_name,

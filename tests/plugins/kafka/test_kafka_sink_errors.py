@@ -14,6 +14,7 @@ from aiokafka.errors import (
     OutOfOrderSequenceNumber,
     ProducerFenced,
     RecordTooLargeError,
+    TopicAuthorizationFailedError,
     UnknownProducerId,
 )
 
@@ -31,7 +32,15 @@ def test_fatal_producer_errors_replace_the_producer(exc: Exception) -> None:
 
 
 @pytest.mark.parametrize(
-    "exc", [KafkaConnectionError(), KafkaTimeoutError(), NotLeaderForPartitionError()]
+    "exc",
+    [
+        KafkaConnectionError(),
+        KafkaTimeoutError(),
+        NotLeaderForPartitionError(),
+        # No permission yet (an ACL being fixed): an outage, never a dead-letter of
+        # every publication meanwhile.
+        TopicAuthorizationFailedError(),
+    ],
 )
 def test_transient_errors_keep_the_producer(exc: Exception) -> None:
     assert not producer_state_is_broken(exc)

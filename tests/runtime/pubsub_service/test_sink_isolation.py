@@ -212,3 +212,42 @@ async def test_restarts_while_a_backlog_is_full_never_set_a_publication_aside(
         finally:
             await gw.close()
     reset_buses()
+
+
+async def test_a_full_backlog_does_not_stop_the_gateway_starting(tmp_path: Path) -> None:
+    """At each start a sink's subscription hands it the retained publications again,
+    through its backlog. A backlog that is full (its sink away for a while) must not fail
+    that subscription, and so the start: the hand-over waits, the gateway runs, and once
+    the sink is back what the backlog holds arrives."""
+    reset_buses()
+
+    def small_backlog() -> InProcessGateway:
+        config = bridge_config(
+            retry_delay=0.01, sink_retry_max_delay=0.1, sink_backlog_max_depth=2
+        )
+        return build_gateway(tmp_path, config=config)
+
+    retained = rfh_message(
+        STOCK, [("MQPSCommand", "Publish"), ("MQPSTopic", "R"), ("MQPSPubOpts", "RetainPub")], b"r"
+    )
+    gw = small_backlog()
+    get_bus("away").down = True
+    await gw.start(_memory("away"))
+    try:
+        await put(gw.qm, retained)
+        await _publish(gw, [b"n"])
+        await _wait(lambda: gw.qm.queue_depth(backlog_queue_name("away")) == 2)
+        assert gw.qm.queue_depth(backlog_queue_name("away")) == 2  # full
+    finally:
+        await gw.close()
+    gw = small_backlog()
+    await gw.start(_memory("away"))  # raised BacklogFullError before the fix
+    try:
+        get_bus("away").down = False
+        records = await get_bus("away").wait_for(2)
+        assert [r.payload for r in records] == [b"r", b"n"]
+        await settle(gw.qm, gw.service)
+        assert await drain_raw(gw.qm, DLQ) == []
+    finally:
+        await gw.close()
+        reset_buses()
