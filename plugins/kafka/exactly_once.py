@@ -16,6 +16,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from gateway.plugin_api import Envelope
+from plugins.kafka.errors import KafkaPluginError
+
+#: UNKNOWN_TOPIC_OR_PARTITION: no marker topic yet, so nothing was ever committed.
+_UNKNOWN_TOPIC = 3
 
 #: Longest the start-up read of the marker topic may take.
 LOAD_TIMEOUT_S = 60.0
@@ -59,6 +63,16 @@ class CommittedLedger:
             described = await admin.describe_topics([self.topic])
         finally:
             await admin.close()
+        for t in described:
+            code = t.get("error_code") if t.get("topic") == self.topic else 0
+            if code and code != _UNKNOWN_TOPIC:
+                # e.g. no leader while the broker recovers: reading nothing here would
+                # forget what was committed and send it again. Fail; start is retried.
+                raise KafkaPluginError(
+                    f"cannot read the exactly-once markers of {self.topic!r} "
+                    f"(Kafka error {code}); retrying",
+                    retriable=True,
+                )
         partitions = [
             int(p["partition"])
             for t in described

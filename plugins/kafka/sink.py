@@ -12,6 +12,7 @@ only, after every other envelope of the batch was delivered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -285,8 +286,11 @@ class KafkaSink:
         producer = self._new_producer()
         try:
             await producer.start()
-        except KafkaError as exc:
-            await producer.stop()
+        except BaseException as exc:  # a timeout cancels start(): close it all the same
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), _CLOSE_TIMEOUT_S)
+            if not isinstance(exc, KafkaError):
+                raise
             raise KafkaSendError(
                 f"kafka instance {self.instance!r}: cannot start a new producer: {exc!r}"
             ) from exc
