@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from gateway.plugin_api import Envelope, Publisher, PublishRefusedError
+from gateway.plugin_api import Envelope, PluginError, Publisher, PublishRefusedError
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.mapping import (
@@ -31,7 +31,7 @@ from plugins.kafka.mapping import (
     SkippedRecord,
     inbound_publication,
 )
-from plugins.kafka.sink import TopicCreator, client_args
+from plugins.kafka.sink import TopicCreator, client_args, producer_state_is_broken
 
 log = logging.getLogger(__name__)
 
@@ -237,8 +237,14 @@ class KafkaSource:
                     for r in refused
                 ]
                 await asyncio.gather(*futures)
-            except KafkaError as exc:
+            except (KafkaError, PluginError) as exc:
+                # Whatever fails here (topic creation refused, a stuck producer), the
+                # batch is already in MQ: retry the dead-letter write, never rewind.
                 self.counters.dead_letter_failures += 1
+                if producer_state_is_broken(exc) and self._dead_letter_producer is not None:
+                    stale, self._dead_letter_producer = self._dead_letter_producer, None
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(stale.stop(), 5.0)
                 log.error(
                     "kafka instance %r: cannot write %d record(s) to dead-letter topic %r: %s",
                     self.instance,
