@@ -34,6 +34,7 @@ from gateway.mq.port import (
     QueueManager,
 )
 from gateway.plugin_api import (
+    DeliveryRefusedError,
     Envelope,
     PluginError,
     PluginInstance,
@@ -347,6 +348,7 @@ class _CountingSink:
             if (
                 self.subscribing
                 and not getattr(exc, "retriable", False)
+                and not isinstance(exc, DeliveryRefusedError)  # the forwarder DLQs it
                 and all(d.from_retained_store for d in items)
             ):
                 items = await self._send_retained_one_by_one(items, exc)
