@@ -13,9 +13,11 @@ import pytest
 
 from gateway.devstack import KafkaBroker
 from gateway.pubsub.outcome import InboundMessage
+from gateway.wire.dlh import unwrap_from_dlq
 from plugins.kafka import KafkaPluginConfig
 from tests.plugins.kafka.kafka_harness import STOCK, consume, send_command, start_gateway, unique
 from tests.support.pubsub_messages import rfh2_message
+from tests.support.service_client import drain_raw
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -156,8 +158,9 @@ async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(tmp_path: P
 async def test_a_record_kafka_refuses_does_not_block_the_stream(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    """Too large for max_request_size: the batch backs out (not held for ever), MQ's
-    backout handling moves the message aside, later publications flow."""
+    """Too large for max_request_size: the Kafka sink refuses that envelope for good, so
+    its copy goes to the dead-letter queue with reason 2030 (not held for ever, not a
+    backout), and later publications flow."""
     p = unique("big")
     gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p))
     try:
@@ -170,11 +173,14 @@ async def test_a_record_kafka_refuses_does_not_block_the_stream(
             ),
         )
         async with asyncio.timeout(60):
-            while gw.service.counters.moved_to_backout_queue < 1:
+            while not gw.service.forwarder_counters()["kafka"].dead_lettered:
                 await asyncio.sleep(0.05)
         await send_command(gw.qm, _publication(1))
         records = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", 1)
-        assert gw.qm.queue_depth("SYSTEM.DEAD.LETTER.QUEUE") == 1  # kept, not dropped
+        [dead] = await drain_raw(gw.qm, "SYSTEM.DEAD.LETTER.QUEUE")  # kept, not dropped
+        dlh, _md, _body = unwrap_from_dlq(dead.md, dead.body)
     finally:
         await gw.close()
     assert [r.value for r in records] == [b"1"]
+    assert dlh.reason == 2030  # MQRC_MSG_TOO_BIG_FOR_Q, the sink's reason
+    assert gw.service.counters.moved_to_backout_queue == 0
