@@ -110,6 +110,9 @@ class SteadyFeeds:
         self.kafka = ledger.paths["Kafka->MQ"]
         self.mqtt = ledger.paths["MQTT->MQ"]
         self.period = 1.0 / rate
+        #: Bytes of padding after each id (``id|....``): a test that must make the
+        #: queue manager's store grow sets it for a while.
+        self.pad = 0
         self.stop = asyncio.Event()
         self.failures: Counter[str] = Counter()
         self.tasks: list[asyncio.Task[None]] = []
@@ -121,6 +124,9 @@ class SteadyFeeds:
         self.stop.set()
         async with asyncio.timeout(30):
             await asyncio.gather(*self.tasks)
+
+    def _payload(self, i: str) -> bytes:
+        return i.encode() + (b"|" + b"." * self.pad if self.pad else b"")
 
     async def _kafka(self) -> None:
         n = 0
@@ -134,7 +140,7 @@ class SteadyFeeds:
                     i = f"k-{n}"
                     n += 1
                     await asyncio.wait_for(
-                        producer.send_and_wait(self.world.kafka_in, i.encode(),
+                        producer.send_and_wait(self.world.kafka_in, self._payload(i),
                                                key=f"F/{i}".encode()), 5)
                     self.kafka.sent.add(i)
                     await asyncio.sleep(self.period)
@@ -157,7 +163,7 @@ class SteadyFeeds:
                         i = f"m-{n}"
                         n += 1
                         await asyncio.wait_for(
-                            client.publish(f"{self.world.mqtt_in_prefix}/F/{i}", i.encode(),
+                            client.publish(f"{self.world.mqtt_in_prefix}/F/{i}", self._payload(i),
                                            qos=1), 5)
                         self.mqtt.sent.add(i)
                         await asyncio.sleep(self.period)

@@ -248,13 +248,15 @@ async def put_publications(world: FaultWorld, ids: list[str]) -> None:
 
 
 async def drain_subscriber(world: FaultWorld) -> list[str]:
-    """Ids of every publication on the MQ subscriber queue (destructive; gateway down)."""
+    """Ids of every publication on the MQ subscriber queue (destructive; gateway down);
+    padding after an id (``id|...``, see ``SteadyFeeds.pad``) is cut off."""
     qm = EmbeddedQueueManager(QM_NAME, world.data_dir)
     try:
         got = await _drain(qm, SUB_Q)
     finally:
         await qm.close()
-    return [decode(md, body).payload.decode("utf-8", "replace") for md, body in got]
+    return [decode(md, body).payload.decode("utf-8", "replace").partition("|")[0]
+            for md, body in got]
 
 
 async def _drain(qm: EmbeddedQueueManager, queue: str) -> list[tuple[Any, bytes]]:

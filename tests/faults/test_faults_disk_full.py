@@ -37,6 +37,11 @@ DISK_MB = 64
 BACKLOG = 2000
 MID_LOAD = 200
 FULL_S = 10.0
+#: Padding on every inbound feed message while the disk is full: 40 messages a second of
+#: 64 KB need new pages within the window, whatever free pages and WAL room the store
+#: already has (without it the store may fit the small messages in its own free space and
+#: never meet the full disk).
+FULL_PAD = 64 * 1024
 #: What SQLite and the OS call a full disk; the log must name it.
 FULL_WORDS = ("disk is full", "No space left", "SQLITE_FULL", "disk full")
 
@@ -103,9 +108,11 @@ async def test_queue_manager_disk_full_then_space_back(
         await wait_until(lambda: len(ledger.paths["MQ->Kafka"].received) >= MID_LOAD, 60)
         before = len(gw.log_since_start())
         filled = await asyncio.to_thread(fill, filler)
+        feeds.pad = FULL_PAD
         await asyncio.sleep(FULL_S)
         log_while_full = gw.log_since_start()[before:]
         assert gw.running or gw.exit_code() is not None
+        feeds.pad = 0
         filler.unlink()
         await asyncio.sleep(5.0)
         await feeds.close()
