@@ -42,7 +42,9 @@ and then one MQCFST per name, with these parameter identifiers:
 Decoding is lenient where a real broker may differ: names may come as MQCFST repeated or
 as one MQCFSL, trailing blanks are stripped, unknown extra parameters are ignored
 (IBM warns the format may change), MQPUBO_IS_RETAINED_PUBLICATION also counts as
-retained. Anything else that is not such a publication raises WireError.
+retained, and MQRFH/MQRFH2 headers before the PCF (a broker delivering the publication to
+an RFH subscriber) are skipped. Anything else that is not such a publication raises
+WireError.
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ from typing import Literal, get_args
 
 from gateway.pubsub.streams import ADMIN_STREAM, INTER_BROKER_QUEUE
 from gateway.wire.ccsid import DEFAULT_STRUCTURE_CCSID
+from gateway.wire.chain import parse_message
 from gateway.wire.constants import ENC_NATIVE, Q_MGR_NAME_LENGTH, MsgType, Persistence
 from gateway.wire.errors import WireError
-from gateway.wire.formats import FMT_ADMIN, FMT_PCF
+from gateway.wire.formats import FMT_ADMIN, FMT_PCF, FMT_RF_HEADER, FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
 from gateway.wire.pcf import (
     MQCA_Q_MGR_NAME,
@@ -85,6 +88,7 @@ from gateway.wire.reasons import Reason
 __all__ = [
     "ADMIN_STREAM",
     "INTER_BROKER_QUEUE",
+    "LEAVES",
     "NAME_PARAMETERS",
     "AdminKind",
     "AdminPublication",
@@ -216,12 +220,18 @@ def encode_admin_publication(
 
 
 def decode_admin_publication(md: MQMD, body: bytes | bytearray | memoryview) -> AdminPublication:
-    """Read a broker administration publication; WireError when it is not one."""
-    if md.format not in (FMT_ADMIN, FMT_PCF):
-        raise WireError(
-            Reason.FORMAT_ERROR, f"MQMD.Format is {md.format!r}, expected {FMT_ADMIN!r}"
-        )
-    header, params = decode_pcf(body, md.encoding, ccsid=md.coded_char_set_id)
+    """Read a broker administration publication; WireError when it is not one.
+
+    The PCF is the message data (Format MQADMIN, or MQPCF) or follows MQRFH / MQRFH2
+    headers (a broker that delivers the publication to an RFH subscriber prefixes one).
+    """
+    fmt, encoding, ccsid = md.format, md.encoding, md.coded_char_set_id
+    if fmt in (FMT_RF_HEADER, FMT_RF_HEADER_2):
+        parsed = parse_message(md, body)
+        body, fmt, encoding, ccsid = parsed.payload, parsed.format, parsed.encoding, parsed.ccsid
+    if fmt not in (FMT_ADMIN, FMT_PCF):
+        raise WireError(Reason.FORMAT_ERROR, f"Format is {fmt!r}, expected {FMT_ADMIN!r}")
+    header, params = decode_pcf(body, encoding, ccsid=ccsid)
     if header.type != MQCFT_COMMAND or header.command != MQCMD_PUBLISH:
         raise WireError(
             RCCF_CFH_TYPE_ERROR,

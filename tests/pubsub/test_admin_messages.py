@@ -24,6 +24,7 @@ from gateway.pubsub.admin_messages import (
     parse_admin_topic,
     publish_timestamp,
 )
+from gateway.wire.chain import build_message
 from gateway.wire.errors import WireError
 from gateway.wire.mqmd import MQMD
 from gateway.wire.pcf import (
@@ -43,6 +44,8 @@ from gateway.wire.pcf import (
     encode_pcf,
 )
 from gateway.wire.reasons import Reason
+from gateway.wire.rfh import MQRFH
+from gateway.wire.rfh2 import MQRFH2
 
 PROPS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KINDS: tuple[AdminKind, ...] = get_args(AdminKind)
@@ -223,6 +226,32 @@ def test_what_is_not_an_admin_publication_is_refused(
     with pytest.raises(WireError) as info:
         decode_admin_publication(MQMD(format=md_format), body)
     assert info.value.reason == reason
+
+
+@pytest.mark.parametrize("header", [MQRFH(), MQRFH2()])
+def test_publication_behind_an_rfh_header_is_read(header: MQRFH | MQRFH2) -> None:
+    pub = AdminPublication("Children", "BROKERB", ("C1", "C2"), True, "2026112319203245")
+    md, body = encode_admin_publication(pub, encoding=273)
+    if isinstance(header, MQRFH):
+        header.name_values = [("MQPSCommand", "Publish")]
+    fmt, encoding, ccsid, data = build_message(
+        [header],
+        body,
+        md.format,
+        payload_encoding=md.encoding,
+        payload_ccsid=md.coded_char_set_id,
+        header_encoding=546,
+        header_ccsid=819,
+    )
+    assert fmt in ("MQHRF", "MQHRF2") and data.endswith(body)
+    wrapped = MQMD(format=fmt, encoding=encoding, coded_char_set_id=ccsid)
+    assert decode_admin_publication(wrapped, data) == pub
+    fmt, encoding, ccsid, data = build_message(
+        [header], body, "MQSTR", payload_encoding=273, payload_ccsid=819
+    )
+    with pytest.raises(WireError) as info:
+        decode_admin_publication(MQMD(format=fmt, encoding=encoding, coded_char_set_id=ccsid), data)
+    assert info.value.reason == Reason.FORMAT_ERROR
 
 
 def test_parent_publication_names_exactly_one_queue_manager() -> None:
