@@ -102,6 +102,7 @@ MQCFH_STRUC_LENGTH = 36
 MQCFH_VERSION_1 = 1
 MQCFH_VERSION_2 = 2
 MQCFH_VERSION_3 = 3
+_VERSIONS = (MQCFH_VERSION_1, MQCFH_VERSION_2, MQCFH_VERSION_3)
 MQCFIN_STRUC_LENGTH = 16
 MQCFST_STRUC_LENGTH_FIXED = 20
 MQCFSL_STRUC_LENGTH_FIXED = 24
@@ -196,7 +197,8 @@ class StringParam:
 
 @dataclass(frozen=True, slots=True)
 class StringListParam:
-    """MQCFSL: strings of one common length (shorter ones blank padded on encode)."""
+    """MQCFSL: strings of one common length (shorter ones blank padded on encode, so
+    trailing blanks do not survive a round trip)."""
 
     parameter: int
     values: list[str]
@@ -239,6 +241,11 @@ def encode_pcf(
     """
     order = byte_order(encoding, field="PCF target encoding", decoding=False)
     big = order == BIG
+    if header.type not in HEADER_TYPES or header.version not in _VERSIONS:
+        raise WireError(
+            RCCF_CFH_TYPE_ERROR,
+            f"MQCFH Type {header.type} / Version {header.version} cannot start a message",
+        )
     parts = [
         _pack(
             _CFH[order],
@@ -340,7 +347,7 @@ def decode_pcf(
         raise WireError(
             RCCF_CFH_LENGTH_ERROR, f"MQCFH StrucLength {length} is not {MQCFH_STRUC_LENGTH}", 4
         )
-    if version not in (MQCFH_VERSION_1, MQCFH_VERSION_2, MQCFH_VERSION_3):
+    if version not in _VERSIONS:
         raise WireError(RCCF_CFH_VERSION_ERROR, f"MQCFH Version {version} is not 1, 2 or 3", 8)
     if count < 0:
         raise WireError(RCCF_CFH_PARM_COUNT_ERROR, f"MQCFH ParameterCount {count} is negative", 32)

@@ -196,6 +196,10 @@ def test_unsupported_encoding_and_out_of_range_values() -> None:
     with pytest.raises(WireError) as info:
         encode_pcf(PCFHeader(), [StringParam(3031, "€", ccsid=819)])
     assert info.value.reason == Reason.TARGET_CCSID_ERROR
+    for bad in (PCFHeader(type=3), PCFHeader(version=4)):
+        with pytest.raises(WireError) as info:
+            encode_pcf(bad, [])
+        assert info.value.reason == RCCF_CFH_TYPE_ERROR
 
 
 # --- properties -------------------------------------------------------------------------
