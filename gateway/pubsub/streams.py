@@ -25,6 +25,10 @@ from gateway.wire.reasons import Reason
 
 DEFAULT_STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
 CONTROL_QUEUE = "SYSTEM.BROKER.CONTROL.QUEUE"
+#: The stream of the brokers' own administration publications (PCF, topics ``MQ/...``).
+ADMIN_STREAM = "SYSTEM.BROKER.ADMIN.STREAM"
+#: Where a broker receives its neighbours' responses and administration publications.
+INTER_BROKER_QUEUE = "SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS"
 STREAM_PREFIX = "$SYS/STREAM/"
 #: MQ object names are at most 48 characters (MQ_Q_NAME_LENGTH).
 MAX_STREAM_NAME = 48
