@@ -49,7 +49,7 @@ from gateway.pubsub.topics import (
     uses_topic_wildcards,
 )
 from gateway.pubsub.working_set import WorkingSet
-from gateway.wire.constants import CI_NONE, CompCode
+from gateway.wire.constants import CI_NONE, MI_NONE, CompCode
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
@@ -237,6 +237,8 @@ class CommandHandlers:
                 if known is None or known.reg_opts != reg.reg_opts:
                     state.upsert_publisher(reg, outcome.mutations)
         now = self.clock()
+        if cmd.pub_opts & PubOpt.RETAIN_PUBLICATION and self._is_retained_replay(pub):
+            return
         if cmd.pub_opts & PubOpt.RETAIN_PUBLICATION:
             for t in pub.topics:
                 one = dataclasses.replace(
@@ -249,6 +251,34 @@ class CommandHandlers:
         outcome.deliveries.extend(
             self.fanout.publication_deliveries(pub, exclude, outcome.mutations)
         )
+
+    def _is_retained_replay(self, pub: Publication) -> bool:
+        """A neighbour's retained publication this broker already holds: same MsgId
+        (forwarded publications keep their first one) and same data.
+
+        A neighbour sends its retained publications to every new proxy subscription
+        (with RetainPub), including ones this broker forwarded to it or already got:
+        every local subscriber matching the topic has that copy already (when it came,
+        or from this broker's own retained copy at registration), so fanning it out
+        again would deliver it twice (docs/neighbours.md). A publisher repeating a
+        publication puts a new MsgId, so a repeat is never taken for a replay.
+        """
+        if not pub.publisher_queue or pub.publisher_q_mgr not in self.fanout.neighbours:
+            return False
+        if not pub.msg_id or pub.msg_id == MI_NONE:
+            return False
+        bucket = self.state.retained.get(pub.stream)
+        if not bucket:
+            return False
+        for topic in pub.topics:
+            held = bucket.get(topic)
+            if (
+                held is None
+                or held.publication.msg_id != pub.msg_id
+                or not _same_content(held.publication, pub)
+            ):
+                return False
+        return True
 
     def delete_pub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
         scheme, patterns = self._command_patterns(msg, parsed.command)
@@ -410,6 +440,27 @@ class CommandHandlers:
             raise CommandRefusedError(Reason.NOT_REGISTERED, "publisher not registered")
         for k in keys:
             self.state.delete_publisher(k, outcome.mutations)
+
+
+def _same_content(held: Publication, new: Publication) -> bool:
+    """Same publication data (payload, its format, the publisher's PubTime/SeqNum and
+    data), whichever broker forwarded it or header generation carried it."""
+    same = (
+        held.payload == new.payload
+        and held.payload_format == new.payload_format
+        and held.payload_encoding == new.payload_encoding
+        and held.payload_ccsid == new.payload_ccsid
+        and held.pub_time == new.pub_time
+        and held.seq_num == new.seq_num
+    )
+    if same and held.header == new.header:
+        same = (
+            held.user_pairs == new.user_pairs
+            and held.extra_folders == new.extra_folders
+            and held.int_data == new.int_data
+            and held.string_data == new.string_data
+        )
+    return same
 
 
 def _check_owner(existing: Subscription, user_id: str, cmd: Command) -> None:
