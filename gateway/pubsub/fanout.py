@@ -86,6 +86,8 @@ class Fanout:
                 continue
             if d.sink and d.sink == pub.origin:
                 continue  # never back to the plugin instance it came from
+            if pub.local and not d.sink and d.q_mgr in self.neighbours:
+                continue  # published with RegOpt Local: not for other brokers
             ident: object = key if opts & _DUPS_OK else (d, sub.correl_id)
             if ident not in chosen:
                 chosen[ident] = sub
@@ -107,6 +109,8 @@ class Fanout:
             if match_pattern(sub.scheme, pattern, topic):
                 ret = bucket[topic]
                 if sub.destination.sink and sub.destination.sink == ret.publication.origin:
+                    continue
+                if ret.publication.local and sub.destination.q_mgr in self.neighbours:
                     continue
                 held = max(0.0, now - ret.stored_at)
                 if ret.publication.expiry > 0 and held * 10 >= ret.publication.expiry:

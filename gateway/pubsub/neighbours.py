@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from gateway.pubsub.deliveries import escape_char_topic
+from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import OutboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import (
@@ -54,6 +55,7 @@ __all__ = [
     "ProxyKey",
     "admin_subscription",
     "char_pattern_of",
+    "delete_publication",
     "local_topic",
     "neighbour_topic",
     "probe_publication",
@@ -67,6 +69,7 @@ __all__ = [
 #: the broker administration metatopics and the gateway's loop probes.
 METATOPIC_PREFIX = "MQ/"
 PROBE_PREFIX = "MQGW/Probe/"
+_LOCAL = int(RegOpt.LOCAL)
 #: CCSID the command headers' own text is written in.
 _HEADER_CCSID = 1208
 
@@ -220,7 +223,8 @@ def wanted_proxies(
     Counted: every subscription (MQ applications, sinks, and other neighbours' proxy
     subscriptions, so interest crosses several hops) whose destination is not the
     neighbour itself, on a stream the neighbour shares, not suspended, not on the admin
-    stream, not on a metatopic (``MQ/``) or a probe topic (``MQGW/Probe/``).
+    stream, not on a metatopic (``MQ/``) or a probe topic (``MQGW/Probe/``), not
+    registered with RegOpt Local (documented as "not distributed to other brokers").
     ``neighbours`` are the queue managers of every known neighbour: their
     administrative subscriptions (to the inter-broker queue) never count, whatever
     their stream. Patterns are in the neighbour's scheme (module docstring).
@@ -234,6 +238,8 @@ def wanted_proxies(
         if d.q_mgr == own and not d.sink:
             continue
         if sub.suspended or sub.stream == ADMIN_STREAM or sub.stream not in streams:
+            continue
+        if sub.reg_opts & _LOCAL:  # RegOpt Local: not distributed to other brokers
             continue
         if sub.topic.startswith(METATOPIC_PREFIX) or sub.topic.startswith(PROBE_PREFIX):
             continue
@@ -360,3 +366,17 @@ def probe_publication(to_q_mgr: str, topic: str, *, self_q_mgr: str) -> Outbound
         ("MQPSTopic", escape_char_topic(topic)),
     ]
     return OutboundMessage(to_q_mgr, ADMIN_STREAM, md, _rfh_body(pairs))
+
+
+def delete_publication(
+    to_q_mgr: str, stream: str, topics: list[str], *, self_q_mgr: str, persistence: int = 1
+) -> OutboundMessage:
+    """The MQRFH DeletePub of character-scheme ``topics`` of ``stream`` passed on to
+    ``to_q_mgr``'s stream queue, with this broker's identity (so the neighbour does not
+    send it back here)."""
+    md = _command_md(False, MsgType.DATAGRAM, self_q_mgr, b"")
+    md.persistence = persistence
+    pairs = [("MQPSCommand", "DeletePub"), ("MQPSStreamName", stream)]
+    pairs += [("MQPSTopic", t) for t in topics]
+    pairs += [("MQPSQMgrName", self_q_mgr), ("MQPSQName", stream)]
+    return OutboundMessage(to_q_mgr, stream, md, _rfh_body(pairs))

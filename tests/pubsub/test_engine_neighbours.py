@@ -390,3 +390,171 @@ def test_engine_takes_neighbours_at_construction() -> None:
     n = nb("QMB", NeighbourKind.GATEWAY)
     engine = PubSubEngine("QMA", MemoryStore(), neighbours={"QMB": n})
     assert dict(engine.neighbours) == {"QMB": n}
+
+
+# ------------------------------------------------------------------ DeletePub --------
+
+
+def line_with_retained(kind: NeighbourKind = NeighbourKind.MQPUBSUB) -> Net:
+    """A - G - B; B's subscriber pulls A's retained publication to G and B."""
+    net = Net()
+    for q_mgr in ("QMA", "QMG", "QMB"):
+        net.add(q_mgr)
+    net.link("QMA", "QMG", kind_of_b=kind, kind_of_a=kind)
+    net.link("QMG", "QMB", kind_of_b=kind, kind_of_a=kind)
+    subscribe(net, "QMB", "LOCAL.B", "news/*")
+    publish(net, "QMA", "news/today", b"held", retain=True)
+    publish(net, "QMA", "news/older", b"old", retain=True)
+    for q_mgr in ("QMA", "QMG", "QMB"):
+        assert {r.topic for r in net.engines[q_mgr].retained(BULLETIN)} == {
+            "news/today",
+            "news/older",
+        }, q_mgr
+    assert payloads(net, "QMB", "LOCAL.B") == [b"held", b"old"]
+    return net
+
+
+def delete_at(net: Net, q_mgr: str, topic: str, *, local: bool = False) -> Outcome:
+    pairs = [("MQPSCommand", "DeletePub"), ("MQPSStreamName", BULLETIN), ("MQPSTopic", topic)]
+    if local:
+        pairs.append(("MQPSDelOpts", "Local"))
+    return net.handle(q_mgr, rfh_message(BULLETIN, pairs, reply_to_q_mgr=q_mgr))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_delete_publication_reaches_every_broker_holding_it_and_never_goes_back(
+    kind: NeighbourKind,
+) -> None:
+    net = line_with_retained(kind)
+    before = net.put_to.copy()
+
+    out = delete_at(net, "QMA", "news/today")
+
+    [forward] = out.forwards
+    assert (forward.q_mgr, forward.queue) == ("QMG", BULLETIN)
+    cmd = decode_command_message(forward.md, forward.body).command
+    assert cmd.name is CommandName.DELETE_PUB
+    assert (cmd.stream, cmd.topics, cmd.q_mgr_name, cmd.q_name) == (
+        BULLETIN,
+        ["news/today"],
+        "QMA",
+        BULLETIN,
+    )
+    for q_mgr in ("QMA", "QMG", "QMB"):
+        assert [r.topic for r in net.engines[q_mgr].retained(BULLETIN)] == ["news/older"], q_mgr
+    sent = net.put_to - before
+    assert sent == Counter({("QMG", BULLETIN): 1, ("QMB", BULLETIN): 1})  # none back to A
+
+
+def test_delete_publication_from_the_far_end_travels_the_other_way() -> None:
+    net = line_with_retained()
+    before = net.put_to.copy()
+    delete_at(net, "QMB", "news/*")
+    for q_mgr in ("QMA", "QMG", "QMB"):
+        assert net.engines[q_mgr].retained(BULLETIN) == [], q_mgr
+    assert net.put_to - before == Counter({("QMG", BULLETIN): 1, ("QMA", BULLETIN): 1})
+
+
+def test_delete_publication_skips_neighbours_without_the_stream_and_local_deletes() -> None:
+    net = line_with_retained()
+    net.add("QMC")
+    net.link("QMG", "QMC", streams=frozenset({DEFAULT_STREAM}))
+    out = delete_at(net, "QMG", "news/today")
+    assert sorted(f.q_mgr for f in out.forwards) == ["QMA", "QMB"]
+
+    out = delete_at(net, "QMA", "news/older", local=True)
+    assert out.forwards == []
+    assert net.engines["QMA"].retained(BULLETIN) == []
+    assert [r.topic for r in net.engines["QMB"].retained(BULLETIN)] == ["news/older"]
+
+
+def test_mqrfh2_wildcard_delete_is_passed_on_as_the_topics_it_deleted() -> None:
+    net = line_with_retained(NeighbourKind.GATEWAY)
+    out = net.handle(
+        "QMA",
+        rfh2_message(
+            CONTROL_QUEUE,
+            [("Command", "DeletePub"), ("Topic", "$SYS/STREAM/BULLETIN.STREAM/news/#")],
+            reply_to_q_mgr="QMA",
+        ),
+    )
+    assert out.comp_code == CompCode.OK
+    [forward] = out.forwards
+    cmd = decode_command_message(forward.md, forward.body).command
+    assert sorted(cmd.topics) == ["news/older", "news/today"]
+    for q_mgr in ("QMA", "QMG", "QMB"):
+        assert net.engines[q_mgr].retained(BULLETIN) == [], q_mgr
+
+
+# ------------------------------------------------------------------ Local ------------
+
+
+def test_local_subscriptions_and_local_publications_stay_at_their_broker() -> None:
+    net = Net()
+    net.add("QMA")
+    net.add("QMB")
+    net.link("QMA", "QMB")
+    out = net.handle(
+        "QMB",
+        rfh_message(
+            CONTROL_QUEUE,
+            [
+                ("MQPSCommand", "RegSub"),
+                ("MQPSRegOpts", "Local"),
+                ("MQPSStreamName", BULLETIN),
+                ("MQPSTopic", "news"),
+                ("MQPSQName", "LOCAL.B"),
+            ],
+            reply_to_q_mgr="QMB",
+        ),
+    )
+    assert out.reason == 0
+    assert net.engines["QMA"].subscriptions == []  # no proxy for a Local subscription
+
+    subscribe(net, "QMB", "GLOBAL.B", "news")
+    out = net.handle(
+        "QMA",
+        rfh_message(
+            BULLETIN,
+            [
+                ("MQPSCommand", "Publish"),
+                ("MQPSRegOpts", "Local"),
+                ("MQPSStreamName", BULLETIN),
+                ("MQPSTopic", "news"),
+            ],
+            b"stays",
+            reply_to_q="PUB.Q",
+            reply_to_q_mgr="QMA",
+        ),
+    )
+    assert out.deliveries == []
+    publish(net, "QMA", "news", b"travels")
+    assert payloads(net, "QMB", "GLOBAL.B") == [b"travels"]
+    assert payloads(net, "QMB", "LOCAL.B") == [b"travels"]
+
+
+def test_a_local_retained_publication_is_not_replayed_to_a_new_proxy() -> None:
+    net = Net()
+    net.add("QMA")
+    net.add("QMB")
+    net.link("QMA", "QMB")
+    for topic, opts in (("local", [("MQPSRegOpts", "Local")]), ("global", [])):
+        net.handle(
+            "QMA",
+            rfh_message(
+                BULLETIN,
+                [
+                    ("MQPSCommand", "Publish"),
+                    *opts,
+                    ("MQPSPubOpts", "RetainPub"),
+                    ("MQPSStreamName", BULLETIN),
+                    ("MQPSTopic", topic),
+                ],
+                topic.encode(),
+                reply_to_q="PUB.Q",
+                reply_to_q_mgr="QMA",
+            ),
+        )
+    subscribe(net, "QMB", "ALL.B", "*")
+    assert payloads(net, "QMB", "ALL.B") == [b"global"]
+    assert [r.topic for r in net.engines["QMB"].retained(BULLETIN)] == ["global"]
