@@ -371,6 +371,8 @@ class PubSubEngine:
                 Reason.INCORRECT_Q,
                 f"MQRFH {cmd.name} belongs on a stream queue, not {CONTROL_QUEUE}",
             )
+        if self.supported_streams is not None:
+            self._check_supported(msg, parsed)
         recorded = None
         if cmd.name is not CommandName.PUBLISH and msg.md.msg_id != bytes(24):
             recorded = self.store.recorded_result(msg.queue, msg.md.msg_id)
@@ -395,6 +397,25 @@ class PubSubEngine:
             outcome.mutations.append(
                 RecordCommand(msg.queue, msg.md.msg_id, int(outcome.comp_code), int(outcome.reason))
             )
+
+    def _check_supported(self, msg: InboundMessage, parsed: ParsedCommand) -> None:
+        """Legacy profile: refuse a command on a stream this broker does not support,
+        or arriving on such a stream's queue, with MQRCCF_STREAM_ERROR (the V6 broker)."""
+        supported = self.supported_streams
+        assert supported is not None
+        cmd = parsed.command
+        rfh = cmd.header is HeaderKind.RFH
+        streams = self._handlers.command_streams(msg, cmd)
+        if msg.queue != CONTROL_QUEUE:
+            streams.add(msg.queue.strip())
+        for stream in sorted(streams):
+            if stream not in supported:
+                raise CommandRefusedError(
+                    Reason.STREAM_ERROR,
+                    f"stream {stream} is not supported by this broker",
+                    parm_id="MQPSStreamName" if rfh else "Topic",
+                    value=stream if rfh else next(iter(cmd.topics), stream),
+                )
 
     # ---------------------------------------------------------------- responses -----
 

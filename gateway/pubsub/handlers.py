@@ -145,6 +145,13 @@ class CommandHandlers:
             is_stream_command=cmd.name in STREAM_COMMANDS,
         )
 
+    def command_streams(self, msg: InboundMessage, cmd: Command) -> set[str]:
+        """The streams a command names: MQRFH's stream (MQPSStreamName, the queue, or
+        the default stream), MQRFH2's ``$SYS/STREAM/<stream>/`` topic prefixes."""
+        if cmd.header is HeaderKind.RFH:
+            return {self._command_stream(msg, cmd)}
+        return {split_topic(t).stream for t in cmd.topics} or {DEFAULT_STREAM}
+
     def _command_patterns(
         self, msg: InboundMessage, cmd: Command
     ) -> tuple[Scheme, list[tuple[str, StreamTopic]]]:
