@@ -177,9 +177,11 @@ def test_two_topic_patterns_with_one_char_form_share_one_counted_proxy() -> None
 
 
 _level = st.sampled_from(["a", "b", "c", "", "x*y", "q%"])
-_topic = st.lists(_level, min_size=1, max_size=4).map("/".join)
-_tpattern = st.lists(st.sampled_from(["a", "b", "", "+", "#", "x*y"]), min_size=1, max_size=4).map(
-    "/".join
+_topic = st.lists(_level, min_size=1, max_size=4).map("/".join).filter(bool)
+_tpattern = (
+    st.lists(st.sampled_from(["a", "b", "", "+", "#", "x*y"]), min_size=1, max_size=4)
+    .map("/".join)
+    .filter(bool)
 )
 _cpattern = st.lists(
     st.sampled_from(["a", "b", "/", "*", "?", "%*", "#", "+"]), min_size=1, max_size=6
