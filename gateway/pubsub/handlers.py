@@ -16,11 +16,10 @@ import dataclasses
 from collections.abc import Callable
 
 from gateway.pubsub.commands import STREAM_COMMANDS, Command, CommandName, HeaderKind
-from gateway.pubsub.deliveries import escape_char_topic
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
 from gateway.pubsub.inbound import ParsedCommand
-from gateway.pubsub.neighbours import delete_publication
+from gateway.pubsub.neighbours import delete_forwards
 from gateway.pubsub.options import DelOpt, PubOpt, RegOpt
 from gateway.pubsub.origin import split_origin
 from gateway.pubsub.outcome import Counters, InboundMessage, Outcome
@@ -302,49 +301,19 @@ class CommandHandlers:
                 self.state.delete_retained(st.stream, topic, outcome.mutations)
                 outcome.deliveries.extend(self.fanout.deletion_deliveries(deleted, topic, origin))
             if self.fanout.neighbours and not cmd.del_opts & DelOpt.LOCAL:
-                self._propagate_delete(msg, cmd, scheme, st, deleted_topics, outcome)
-
-    def _propagate_delete(
-        self,
-        msg: InboundMessage,
-        cmd: Command,
-        scheme: Scheme,
-        st: StreamTopic,
-        deleted_topics: list[str],
-        outcome: Outcome,
-    ) -> None:
-        """Send the DeletePub on to every neighbour sharing the stream except the one
-        it came from (its MQPSQMgrName, else the MQMD ReplyToQMgr): a hierarchy has no
-        cycles, so it reaches every broker holding the retained publication once.
-
-        The MQRFH DeletePub names character-scheme topics: a topic-scheme pattern
-        without wildcards is sent as its literal; one with wildcards cannot be expressed
-        exactly (a wider pattern would delete too much), so the topics it deleted here
-        are sent instead.
-        """
-        came_from = (
-            cmd.q_mgr_name if cmd.q_mgr_name is not None else msg.md.reply_to_q_mgr
-        ).strip()
-        if scheme is Scheme.CHAR:
-            topics = [st.topic]
-        elif not uses_topic_wildcards(st.topic):
-            topics = [escape_char_topic(st.topic)]
-        else:
-            topics = [escape_char_topic(t) for t in deleted_topics]
-        if not topics:
-            return
-        for neighbour in self.fanout.neighbours.values():
-            if neighbour.q_mgr == came_from or st.stream not in neighbour.streams:
-                continue
-            outcome.forwards.append(
-                delete_publication(
-                    neighbour.q_mgr,
-                    st.stream,
-                    topics,
-                    self_q_mgr=self.broker_q_mgr,
-                    persistence=msg.md.persistence,
+                came_from = cmd.q_mgr_name if cmd.q_mgr_name is not None else msg.md.reply_to_q_mgr
+                outcome.forwards.extend(
+                    delete_forwards(
+                        self.fanout.neighbours.values(),
+                        came_from=came_from.strip(),
+                        stream=st.stream,
+                        scheme=scheme,
+                        pattern=st.topic,
+                        deleted_topics=deleted_topics,
+                        self_q_mgr=self.broker_q_mgr,
+                        persistence=msg.md.persistence,
+                    )
                 )
-            )
 
     # ---------------------------------------------------------------- subscriptions -
 

@@ -40,7 +40,7 @@ from gateway.pubsub.streams import (
     prefixed_topic,
     split_topic,
 )
-from gateway.pubsub.topics import Scheme
+from gateway.pubsub.topics import Scheme, uses_topic_wildcards
 from gateway.wire.constants import ENC_NATIVE, MsgType, Persistence, PutApplType
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
@@ -55,6 +55,7 @@ __all__ = [
     "ProxyKey",
     "admin_subscription",
     "char_pattern_of",
+    "delete_forwards",
     "delete_publication",
     "local_topic",
     "neighbour_topic",
@@ -380,3 +381,38 @@ def delete_publication(
     pairs += [("MQPSTopic", t) for t in topics]
     pairs += [("MQPSQMgrName", self_q_mgr), ("MQPSQName", stream)]
     return OutboundMessage(to_q_mgr, stream, md, _rfh_body(pairs))
+
+
+def delete_forwards(
+    neighbours: Iterable[Neighbour],
+    *,
+    came_from: str,
+    stream: str,
+    scheme: Scheme,
+    pattern: str,
+    deleted_topics: list[str],
+    self_q_mgr: str,
+    persistence: int,
+) -> list[OutboundMessage]:
+    """A processed DeletePub (``pattern`` within ``stream``) passed on to every
+    neighbour sharing the stream except ``came_from`` (its MQPSQMgrName, else its
+    ReplyToQMgr): a hierarchy has no cycles, so it reaches every broker holding the
+    retained publication once.
+
+    MQRFH DeletePubs name character-scheme topics: a topic-scheme pattern without
+    wildcards goes as its literal; one with wildcards cannot be expressed exactly (a
+    wider pattern would delete too much), so the topics it deleted here go instead.
+    """
+    if scheme == Scheme.CHAR:
+        topics = [pattern]
+    elif not uses_topic_wildcards(pattern):
+        topics = [escape_char_topic(pattern)]
+    else:
+        topics = [escape_char_topic(t) for t in deleted_topics]
+    if not topics:
+        return []
+    return [
+        delete_publication(n.q_mgr, stream, topics, self_q_mgr=self_q_mgr, persistence=persistence)
+        for n in neighbours
+        if n.q_mgr != came_from and stream in n.streams
+    ]
