@@ -377,3 +377,29 @@ _ltopic = st.lists(st.sampled_from(["a", "b", "x y", "", "STOCK"]), min_size=1, 
 def test_local_topic_inverts_neighbour_topic(kind: NeighbourKind, stream: str, topic: str) -> None:
     mapped = neighbour_topic(kind, stream, topic)
     assert local_topic(kind, mapped, streams={BULLETIN, SPORTS}) == (stream, topic)
+
+
+_text_topic = st.text(alphabet='ab /*?%"=#+é', min_size=1, max_size=12).filter(
+    lambda t: t.strip() == t and not t.startswith("MQ")
+)
+
+
+@given(
+    st.sampled_from(list(NeighbourKind)), st.sampled_from([DEFAULT_STREAM, BULLETIN]), _text_topic
+)
+def test_a_proxy_registered_at_a_neighbour_matches_what_the_local_subscriber_wants(
+    kind: NeighbourKind, stream: str, topic: str
+) -> None:
+    """Round trip through the wire: local subscription -> proxy key -> RegSub bytes ->
+    the neighbour's subscription, which must match every topic the local one does."""
+    local = sub(topic, stream=stream, scheme=Scheme.TOPIC, sink="mqtt-1")
+    [key] = wanted_proxies([local], neighbour(kind=kind), set())
+    msg = proxy_command(neighbour(kind=kind), key, register=True, self_q_mgr="GW", msg_id=b"H")
+    remote = PubSubEngine("BROKERA", MemoryStore())
+    out = remote.handle(InboundMessage(CONTROL_QUEUE, msg.md, msg.body))
+    assert (out.comp_code, out.reason) == (0, 0), out.reason
+    [registered] = remote.subscriptions
+    assert registered.stream == stream
+    assert registered.destination == Destination("GW", stream)
+    if "#" not in topic.split("/") and "+" not in topic.split("/"):
+        assert match_pattern(registered.scheme, registered.topic, topic)
