@@ -8,6 +8,14 @@ other folders; sinks get the bare payload. The MQMD is the broker's: DATAGRAM, n
 MsgId, CorrelId = the subscriber's with CorrelAsId (else a stable non-zero value derived
 from the subscription), persistence per Pers/NonPers/PersAsQueue/PersAsPub, the
 subscriber's registration identity context, PutApplType MQAT_BROKER.
+
+A neighbour broker's proxy subscription gets a *forwarded Publish command* instead
+(docs/neighbours.md): the same header generation the neighbour's kind speaks, with this
+broker's identity (``QMgrName`` = our queue manager, ``QName`` = the stream) and
+``OtherSubsOnly``, so the neighbour never sends it back to us, plus ``RetainPub`` when
+the publication is a retained one, so the neighbour keeps a copy, and the MsgId the
+publication was first put with (how a neighbour recognises a retained publication it
+already holds when it is replayed to a new proxy subscription).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import functools
 import hashlib
 import re
 
-from gateway.pubsub.options import RegOpt
+from gateway.pubsub.options import PubOpt, RegOpt
 from gateway.pubsub.records import Publication, SubFormat, SubKey, Subscription
 from gateway.pubsub.streams import DEFAULT_STREAM, prefixed_topic
 from gateway.wire.constants import ENC_NATIVE, MI_NONE, MsgType, PutApplType
@@ -39,6 +47,7 @@ _PERS_AS_Q = int(RegOpt.PERSISTENT_AS_Q)
 _INFORM = int(RegOpt.INFORM_IF_RETAINED)
 _INCL_STREAM = int(RegOpt.INCLUDE_STREAM_NAME)
 _CORREL_AS_ID = int(RegOpt.CORREL_ID_AS_IDENTITY)
+_RETAIN = int(PubOpt.RETAIN_PUBLICATION)
 
 
 def _usr_pairs(pub: Publication) -> list[tuple[str, str]]:
@@ -87,14 +96,29 @@ def delivery_persistence(sub: Subscription, pub: Publication) -> int:
     return pub.persistence
 
 
-def _rfh_body(pub: Publication, topic: str, informed_retained: bool, include_stream: bool) -> bytes:
+def _rfh_body(
+    pub: Publication,
+    topic: str,
+    informed_retained: bool,
+    include_stream: bool,
+    forwarder: str = "",
+    retain: bool = False,
+) -> bytes:
+    """``forwarder``: this broker's queue manager when the body is a Publish forwarded
+    to a neighbour (identity forwarder/stream, OtherSubsOnly, RetainPub if ``retain``)."""
     pairs: list[tuple[str, str]] = [("MQPSCommand", "Publish")]
     if informed_retained:
         pairs.append(("MQPSPubOpts", "IsRetainedPub"))
     if include_stream:
         pairs.append(("MQPSStreamName", pub.stream))
     pairs.append(("MQPSTopic", escape_char_topic(topic)))
-    if pub.direct_requests and pub.publisher_queue:
+    if forwarder:
+        pairs.append(("MQPSQMgrName", forwarder))
+        pairs.append(("MQPSQName", pub.stream))
+        pairs.append(("MQPSPubOpts", "OtherSubsOnly"))
+        if retain:
+            pairs.append(("MQPSPubOpts", "RetainPub"))
+    elif pub.direct_requests and pub.publisher_queue:
         pairs.append(("MQPSQMgrName", pub.publisher_q_mgr))
         pairs.append(("MQPSQName", pub.publisher_queue))
     if pub.pub_time:
@@ -114,13 +138,22 @@ def _rfh_body(pub: Publication, topic: str, informed_retained: bool, include_str
     return encode_rfh(rfh, ENC_NATIVE, ccsid=HEADER_CCSID) + pub.payload
 
 
-def _rfh2_body(pub: Publication, topic: str, informed_retained: bool) -> bytes:
+def _rfh2_body(
+    pub: Publication, topic: str, informed_retained: bool, forwarder: str = "", retain: bool = False
+) -> bytes:
+    """``forwarder``/``retain`` as for :func:`_rfh_body`."""
     psc = Element("psc")
     psc.add("Command", "Publish")
     psc.add("Topic", prefixed_topic(pub.stream, topic))
     if informed_retained:
         psc.add("PubOpt", "IsRetainedPub")
-    if pub.direct_requests and pub.publisher_queue:
+    if forwarder:
+        psc.add("QMgrName", forwarder)
+        psc.add("QName", pub.stream)
+        psc.add("PubOpt", "OtherSubsOnly")
+        if retain:
+            psc.add("PubOpt", "RetainPub")
+    elif pub.direct_requests and pub.publisher_queue:
         psc.add("QMgrName", pub.publisher_q_mgr)
         psc.add("QName", pub.publisher_queue)
     if pub.pub_time:
@@ -152,18 +185,33 @@ def build_delivery(
     held_for: float = 0.0,
     body_cache: dict[tuple[object, ...], bytes] | None = None,
     stamp: tuple[str, str] | None = None,
+    forward_as: SubFormat | None = None,
 ) -> tuple[MQMD, bytes]:
     """The MQMD and body of ``pub`` (matched on ``topic``, inside its stream) for ``sub``.
 
     ``body_cache`` lets one publication's many deliveries share the encoded header:
     the body depends only on the subscriber format and a few flags, not on the
-    subscriber itself.
+    subscriber itself. ``forward_as`` (RFH or RFH2): ``sub`` is a neighbour broker's
+    proxy subscription, so the delivery is a forwarded Publish command in that header.
     """
     opts = sub.reg_opts
     informed = retained and bool(opts & _INFORM)
-    if sub.fmt is SubFormat.RFH:
+    if forward_as is not None:
+        retain = retained or bool(pub.pub_opts & _RETAIN)
+        rfh2 = forward_as is SubFormat.RFH2
+        ck: tuple[object, ...] = (5 if rfh2 else 4, topic, retain)
+        body = body_cache.get(ck) if body_cache is not None else None
+        if body is None:
+            body = (
+                _rfh2_body(pub, topic, False, broker_q_mgr, retain)
+                if rfh2
+                else _rfh_body(pub, topic, False, True, broker_q_mgr, retain)
+            )
+        fmt = FMT_RF_HEADER_2 if rfh2 else FMT_RF_HEADER
+        encoding, ccsid = ENC_NATIVE, HEADER_CCSID
+    elif sub.fmt is SubFormat.RFH:
         include_stream = pub.stream != DEFAULT_STREAM or bool(opts & _INCL_STREAM)
-        ck: tuple[object, ...] = (1, topic, informed, include_stream)
+        ck = (1, topic, informed, include_stream)
         body = body_cache.get(ck) if body_cache is not None else None
         if body is None:
             body = _rfh_body(pub, topic, informed, include_stream)
@@ -207,4 +255,8 @@ def build_delivery(
         put_time=put_time,
         appl_origin_data="",
     )
+    if forward_as is not None and pub.msg_id and pub.msg_id != MI_NONE:
+        # The publication keeps its first MsgId across the network: a neighbour tells a
+        # retained publication replayed to a new proxy from a new one by it.
+        md.msg_id = pub.msg_id
     return md, body

@@ -27,13 +27,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
 
 from gateway.pubsub.commands import STREAM_COMMANDS, CommandName, HeaderKind
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
 from gateway.pubsub.handlers import CommandHandlers
 from gateway.pubsub.inbound import ParsedCommand, decode_command_message
+from gateway.pubsub.neighbours import Neighbour
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import (
     Counters,
@@ -53,7 +55,12 @@ from gateway.pubsub.records import (
 )
 from gateway.pubsub.responses import ResponseDetail, build_response
 from gateway.pubsub.store import Mutation, PubSubStore, RecordCommand
-from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM, split_subscription_topic
+from gateway.pubsub.streams import (
+    ADMIN_STREAM,
+    CONTROL_QUEUE,
+    DEFAULT_STREAM,
+    split_subscription_topic,
+)
 from gateway.pubsub.topics import Scheme
 from gateway.pubsub.working_set import WorkingSet
 from gateway.wire.constants import CompCode, MsgType
@@ -82,6 +89,13 @@ class PubSubEngine:
     queue would be published again, for ever). Subscriptions to them found in the store
     are removed at construction. ``suspend_after`` consecutive failed puts to a
     subscriber queue suspend its subscriptions (docs/pubsub.md).
+
+    ``neighbours`` (queue manager -> :class:`Neighbour`, replaced at run time with
+    :meth:`set_neighbours`) are the brokers this one exchanges publications with:
+    deliveries to their subscriptions are forwarded Publish commands and DeletePubs
+    propagate to them (docs/neighbours.md). ``supported_streams`` set is the legacy
+    profile: commands on any other stream (the admin and default streams are always
+    supported) are refused with MQRCCF_STREAM_ERROR, as the V6 broker did.
     """
 
     def __init__(
@@ -92,6 +106,8 @@ class PubSubEngine:
         clock: Callable[[], float] = time.time,
         broker_queues: Collection[str] = (),
         suspend_after: int = 10,
+        neighbours: Mapping[str, Neighbour] | None = None,
+        supported_streams: frozenset[str] | None = None,
     ) -> None:
         if suspend_after < 1:
             raise ValueError(f"suspend_after must be at least 1, not {suspend_after}")
@@ -101,6 +117,11 @@ class PubSubEngine:
         self.counters = Counters()
         self.broker_queues = frozenset(q.strip() for q in broker_queues)
         self.suspend_after = suspend_after
+        self.supported_streams = (
+            None
+            if supported_streams is None
+            else frozenset(supported_streams) | {DEFAULT_STREAM, ADMIN_STREAM}
+        )
         #: Subscriptions to broker queues removed from the store at construction.
         self.removed_broker_queue_subscriptions = 0
         #: Times a subscriber queue's subscriptions were suspended.
@@ -108,7 +129,7 @@ class PubSubEngine:
         #: Consecutive failed puts per subscriber queue (q_mgr, queue), in memory.
         self._failures: dict[tuple[str, str], int] = {}
         self._state = WorkingSet.load(store)
-        self._fanout = Fanout(self._state, q_mgr_name, clock)
+        self._fanout = Fanout(self._state, q_mgr_name, clock, dict(neighbours or {}))
         self._handlers = CommandHandlers(
             self._state, self._fanout, q_mgr_name, clock, self.counters, self.is_broker_queue
         )
@@ -139,6 +160,19 @@ class PubSubEngine:
             self.removed_broker_queue_subscriptions += len(out)
             self._state.pending.extend(out)
             self.commit()
+
+    # ---------------------------------------------------------------- neighbours ----
+
+    @property
+    def neighbours(self) -> Mapping[str, Neighbour]:
+        """The neighbour brokers by queue manager (read-only view)."""
+        return MappingProxyType(self._fanout.neighbours)
+
+    def set_neighbours(self, neighbours: Mapping[str, Neighbour]) -> None:
+        """Replace the neighbours (a join or clear). Subscriptions a cleared neighbour
+        registered stay until it deregisters them; its deliveries are then plain
+        publications, no longer forwarded Publish commands."""
+        self._fanout.neighbours = dict(neighbours)
 
     # ---------------------------------------------------------------- delivery fate --
 
@@ -310,6 +344,7 @@ class PubSubEngine:
         # A failed command changes nothing (its in-memory effects were undone already).
         outcome.mutations.clear()
         outcome.deliveries.clear()
+        outcome.forwards.clear()
         outcome.comp_code = comp
         outcome.reason = reason
         outcome.detail = detail
@@ -336,6 +371,8 @@ class PubSubEngine:
                 Reason.INCORRECT_Q,
                 f"MQRFH {cmd.name} belongs on a stream queue, not {CONTROL_QUEUE}",
             )
+        if self.supported_streams is not None:
+            self._check_supported(msg, parsed)
         recorded = None
         if cmd.name is not CommandName.PUBLISH and msg.md.msg_id != bytes(24):
             recorded = self.store.recorded_result(msg.queue, msg.md.msg_id)
@@ -360,6 +397,25 @@ class PubSubEngine:
             outcome.mutations.append(
                 RecordCommand(msg.queue, msg.md.msg_id, int(outcome.comp_code), int(outcome.reason))
             )
+
+    def _check_supported(self, msg: InboundMessage, parsed: ParsedCommand) -> None:
+        """Legacy profile: refuse a command on a stream this broker does not support,
+        or arriving on such a stream's queue, with MQRCCF_STREAM_ERROR (the V6 broker)."""
+        supported = self.supported_streams
+        assert supported is not None
+        cmd = parsed.command
+        rfh = cmd.header is HeaderKind.RFH
+        streams = self._handlers.command_streams(msg, cmd)
+        if msg.queue != CONTROL_QUEUE:
+            streams.add(msg.queue.strip())
+        for stream in sorted(streams):
+            if stream not in supported:
+                raise CommandRefusedError(
+                    Reason.STREAM_ERROR,
+                    f"stream {stream} is not supported by this broker",
+                    parm_id="MQPSStreamName" if rfh else "Topic",
+                    value=stream if rfh else next(iter(cmd.topics), stream),
+                )
 
     # ---------------------------------------------------------------- responses -----
 

@@ -4,7 +4,9 @@ Why its own module: matching (the topic index, lapsed subscriptions, one copy pe
 subscriber identity unless DupsOK, never back to the originating sink) is the hot path
 and is the same for a new publication, for retained publications replayed to a new
 subscriber and for a DeletePub told to sinks; the command handlers only say which.
-Formatting one delivery's MQMD and body is :mod:`gateway.pubsub.deliveries`.
+Formatting one delivery's MQMD and body is :mod:`gateway.pubsub.deliveries`; a
+subscription whose queue manager is a neighbour broker gets a forwarded Publish command
+(one dict lookup per delivery: ``neighbours`` is keyed by queue manager).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 
 from gateway.pubsub.deliveries import build_delivery
+from gateway.pubsub.neighbours import Neighbour, uses_rfh2
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import Delivery
 from gateway.pubsub.records import Publication, SubFormat, SubKey, Subscription
@@ -32,15 +35,23 @@ class Fanout:
     """Builds the deliveries of publications from the subscriptions in ``state``.
 
     ``broker_q_mgr`` is the broker's queue manager (forwarded publications carry it);
-    ``clock`` returns seconds since the epoch.
+    ``clock`` returns seconds since the epoch; ``neighbours`` maps a neighbour
+    broker's queue manager to it (the engine replaces it on join/clear).
     """
 
-    __slots__ = ("broker_q_mgr", "clock", "state")
+    __slots__ = ("broker_q_mgr", "clock", "neighbours", "state")
 
-    def __init__(self, state: WorkingSet, broker_q_mgr: str, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        state: WorkingSet,
+        broker_q_mgr: str,
+        clock: Callable[[], float],
+        neighbours: dict[str, Neighbour] | None = None,
+    ) -> None:
         self.state = state
         self.broker_q_mgr = broker_q_mgr
         self.clock = clock
+        self.neighbours: dict[str, Neighbour] = neighbours if neighbours is not None else {}
 
     def publication_deliveries(
         self, pub: Publication, exclude: tuple[str, str, bytes] | None, out: list[Mutation]
@@ -75,6 +86,8 @@ class Fanout:
                 continue
             if d.sink and d.sink == pub.origin:
                 continue  # never back to the plugin instance it came from
+            if pub.local and not d.sink and d.q_mgr in self.neighbours:
+                continue  # published with RegOpt Local: not for other brokers
             ident: object = key if opts & _DUPS_OK else (d, sub.correl_id)
             if ident not in chosen:
                 chosen[ident] = sub
@@ -96,6 +109,8 @@ class Fanout:
             if match_pattern(sub.scheme, pattern, topic):
                 ret = bucket[topic]
                 if sub.destination.sink and sub.destination.sink == ret.publication.origin:
+                    continue
+                if ret.publication.local and sub.destination.q_mgr in self.neighbours:
                     continue
                 held = max(0.0, now - ret.stored_at)
                 if ret.publication.expiry > 0 and held * 10 >= ret.publication.expiry:
@@ -142,7 +157,14 @@ class Fanout:
         cache: dict[tuple[object, ...], bytes] | None = None,
         stamp: tuple[str, str] | None = None,
     ) -> Delivery:
-        """``pub`` (matched on ``topic``) formatted for ``sub``."""
+        """``pub`` (matched on ``topic``) formatted for ``sub``: a forwarded Publish
+        command when ``sub`` belongs to a neighbour broker."""
+        forward_as: SubFormat | None = None
+        d = sub.destination
+        if not d.sink and self.neighbours:
+            neighbour = self.neighbours.get(d.q_mgr)
+            if neighbour is not None:
+                forward_as = SubFormat.RFH2 if uses_rfh2(neighbour.kind) else SubFormat.RFH
         md, body = build_delivery(
             pub,
             sub,
@@ -153,8 +175,10 @@ class Fanout:
             held_for=held_for,
             body_cache=cache,
             stamp=stamp,
+            forward_as=forward_as,
         )
-        seen_topic = topic if sub.fmt is SubFormat.RFH else prefixed_topic(pub.stream, topic)
+        seen_fmt = sub.fmt if forward_as is None else forward_as
+        seen_topic = topic if seen_fmt is SubFormat.RFH else prefixed_topic(pub.stream, topic)
         if sub.fmt is SubFormat.SINK and pub.msg_id:
             # Sinks see the publication as its publisher put it (Kafka contract: mq.msgId,
             # mq.correlId, mq.putTime, mq.userId), not the broker's forwarding identity.

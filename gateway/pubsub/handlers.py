@@ -19,7 +19,8 @@ from gateway.pubsub.commands import STREAM_COMMANDS, Command, CommandName, Heade
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
 from gateway.pubsub.inbound import ParsedCommand
-from gateway.pubsub.options import PubOpt, RegOpt
+from gateway.pubsub.neighbours import delete_forwards
+from gateway.pubsub.options import DelOpt, PubOpt, RegOpt
 from gateway.pubsub.origin import split_origin
 from gateway.pubsub.outcome import Counters, InboundMessage, Outcome
 from gateway.pubsub.records import (
@@ -49,7 +50,7 @@ from gateway.pubsub.topics import (
     uses_topic_wildcards,
 )
 from gateway.pubsub.working_set import WorkingSet
-from gateway.wire.constants import CI_NONE, CompCode
+from gateway.wire.constants import CI_NONE, MI_NONE, CompCode
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
@@ -143,6 +144,13 @@ class CommandHandlers:
             is_stream_command=cmd.name in STREAM_COMMANDS,
         )
 
+    def command_streams(self, msg: InboundMessage, cmd: Command) -> set[str]:
+        """The streams a command names: MQRFH's stream (MQPSStreamName, the queue, or
+        the default stream), MQRFH2's ``$SYS/STREAM/<stream>/`` topic prefixes."""
+        if cmd.header is HeaderKind.RFH:
+            return {self._command_stream(msg, cmd)}
+        return {split_topic(t).stream for t in cmd.topics} or {DEFAULT_STREAM}
+
     def _command_patterns(
         self, msg: InboundMessage, cmd: Command
     ) -> tuple[Scheme, list[tuple[str, StreamTopic]]]:
@@ -220,6 +228,7 @@ class CommandHandlers:
             publisher_q_mgr=q_mgr if queue else "",
             publisher_queue=queue,
             direct_requests=bool(cmd.reg_opts & RegOpt.DIRECT_REQUESTS),
+            local=bool(cmd.reg_opts & RegOpt.LOCAL),
             put_date=md.put_date,
             put_time=md.put_time,
             msg_id=md.msg_id,
@@ -237,6 +246,8 @@ class CommandHandlers:
                 if known is None or known.reg_opts != reg.reg_opts:
                     state.upsert_publisher(reg, outcome.mutations)
         now = self.clock()
+        if cmd.pub_opts & PubOpt.RETAIN_PUBLICATION and self._is_retained_replay(pub):
+            return
         if cmd.pub_opts & PubOpt.RETAIN_PUBLICATION:
             for t in pub.topics:
                 one = dataclasses.replace(
@@ -250,15 +261,59 @@ class CommandHandlers:
             self.fanout.publication_deliveries(pub, exclude, outcome.mutations)
         )
 
+    def _is_retained_replay(self, pub: Publication) -> bool:
+        """A neighbour's retained publication this broker already holds: same MsgId
+        (forwarded publications keep their first one) and same data.
+
+        A neighbour sends its retained publications to every new proxy subscription
+        (with RetainPub), including ones this broker forwarded to it or already got:
+        every local subscriber matching the topic has that copy already (when it came,
+        or from this broker's own retained copy at registration), so fanning it out
+        again would deliver it twice (docs/neighbours.md). A publisher repeating a
+        publication puts a new MsgId, so a repeat is never taken for a replay.
+        """
+        if not pub.publisher_queue or pub.publisher_q_mgr not in self.fanout.neighbours:
+            return False
+        if not pub.msg_id or pub.msg_id == MI_NONE:
+            return False
+        bucket = self.state.retained.get(pub.stream)
+        if not bucket:
+            return False
+        for topic in pub.topics:
+            held = bucket.get(topic)
+            if (
+                held is None
+                or held.publication.msg_id != pub.msg_id
+                or not _same_content(held.publication, pub)
+            ):
+                return False
+        return True
+
     def delete_pub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
-        scheme, patterns = self._command_patterns(msg, parsed.command)
+        cmd = parsed.command
+        scheme, patterns = self._command_patterns(msg, cmd)
         origin, _ = split_origin(parsed.extra_folders)
         for _raw, st in patterns:
             bucket = self.state.retained.get(st.stream, {})
-            for topic in [t for t in bucket if match_pattern(scheme, st.topic, t)]:
+            deleted_topics = [t for t in bucket if match_pattern(scheme, st.topic, t)]
+            for topic in deleted_topics:
                 deleted = bucket[topic].publication
                 self.state.delete_retained(st.stream, topic, outcome.mutations)
                 outcome.deliveries.extend(self.fanout.deletion_deliveries(deleted, topic, origin))
+            if self.fanout.neighbours and not cmd.del_opts & DelOpt.LOCAL:
+                came_from = cmd.q_mgr_name if cmd.q_mgr_name is not None else msg.md.reply_to_q_mgr
+                outcome.forwards.extend(
+                    delete_forwards(
+                        self.fanout.neighbours.values(),
+                        came_from=came_from.strip(),
+                        stream=st.stream,
+                        scheme=scheme,
+                        pattern=st.topic,
+                        deleted_topics=deleted_topics,
+                        self_q_mgr=self.broker_q_mgr,
+                        persistence=msg.md.persistence,
+                    )
+                )
 
     # ---------------------------------------------------------------- subscriptions -
 
@@ -410,6 +465,27 @@ class CommandHandlers:
             raise CommandRefusedError(Reason.NOT_REGISTERED, "publisher not registered")
         for k in keys:
             self.state.delete_publisher(k, outcome.mutations)
+
+
+def _same_content(held: Publication, new: Publication) -> bool:
+    """Same publication data (payload, its format, the publisher's PubTime/SeqNum and
+    data), whichever broker forwarded it or header generation carried it."""
+    same = (
+        held.payload == new.payload
+        and held.payload_format == new.payload_format
+        and held.payload_encoding == new.payload_encoding
+        and held.payload_ccsid == new.payload_ccsid
+        and held.pub_time == new.pub_time
+        and held.seq_num == new.seq_num
+    )
+    if same and held.header == new.header:
+        same = (
+            held.user_pairs == new.user_pairs
+            and held.extra_folders == new.extra_folders
+            and held.int_data == new.int_data
+            and held.string_data == new.string_data
+        )
+    return same
 
 
 def _check_owner(existing: Subscription, user_id: str, cmd: Command) -> None:

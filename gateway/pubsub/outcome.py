@@ -80,7 +80,11 @@ class DeadLetter:
 
 @dataclass(slots=True)
 class Outcome:
-    """What handling one inbound message produced."""
+    """What handling one inbound message produced.
+
+    ``forwards`` are command messages for neighbour brokers (a propagated DeletePub):
+    the service puts them in the same unit of work as the deliveries.
+    """
 
     command: Command | None = None
     comp_code: int = CompCode.OK
@@ -90,6 +94,7 @@ class Outcome:
     response: OutboundMessage | None = None
     dead_letter: DeadLetter | None = None
     mutations: list[Mutation] = field(default_factory=list)
+    forwards: list[OutboundMessage] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -125,6 +125,8 @@ class Publication:
     publisher_q_mgr: str = ""
     publisher_queue: str = ""
     direct_requests: bool = False
+    #: Published with RegOpt Local: not forwarded to neighbour brokers.
+    local: bool = False
     #: The gateway plugin instance (sink name) this publication came in through, from
     #: its ``mqgw`` folder; that sink never gets it back (no bridging loops).
     origin: str = ""
