@@ -428,8 +428,10 @@ def load_config(path: Path | str, registry: PluginRegistry) -> LoadedConfig:
         store=loaded.path(cfg.broker.store),
         source=str(p),
     )
+    if problems:
+        raise ConfigErrors(problems)
     serviced = {s.name for s in cfg.broker.streams}
-    problems += check_migrated_streams(loaded.path(cfg.broker.store), serviced, str(p))
+    problems = check_migrated_streams(loaded.path(cfg.broker.store), serviced, str(p))
     if problems:
         raise ConfigErrors(problems)
     return loaded

@@ -58,8 +58,10 @@ def read_migration(path: Path) -> MigrationRecord | None:
     """The record at ``path``; None when there is none. ValueError when unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
     try:
         return MigrationRecord.model_validate(json.loads(text))
     except (ValueError, ValidationError) as exc:
