@@ -172,12 +172,18 @@ async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
                     f"(or run again with --write-config):\n{streams_yaml(unserviced)}"
                 )
         if args.replay_dlq:
-            report = await collect_report(conn, loaded)
+            if args.fix:  # queues defined since the first look
+                report = await collect_report(conn, loaded)
             present = [f.stream for f in report.streams if f.queue_exists]
             items = await browse_dead_lettered(conn, report.dead_letter_queue, present)
-            moved = await replay_dead_lettered(conn, report.dead_letter_queue, items)
+            moved, error = await replay_dead_lettered(conn, report.dead_letter_queue, items)
             for stream, n in sorted(moved.items()):
                 notes.append(f"replayed {n} publication(s) from the dead-letter queue to {stream}")
+            if error is not None:
+                notes.append(
+                    f"replay stopped: {error} (that batch was backed out: its publications "
+                    "are still on the dead-letter queue; repair and run again)"
+                )
         if args.fix or args.replay_dlq:
             report = await collect_report(conn, loaded)
         path = migration_path(loaded.path(loaded.gateway.broker.store))

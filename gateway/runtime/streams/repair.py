@@ -11,6 +11,7 @@ neither.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ from gateway.runtime.streams.observe import DeadLettered
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.errors import WireError
 from gateway.wire.reasons import Reason
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "REPLAY_BATCH",
@@ -85,10 +88,11 @@ async def replay_dead_lettered(
     items: Sequence[DeadLettered],
     *,
     batch: int = REPLAY_BATCH,
-) -> Counter[str]:
+) -> tuple[Counter[str], MQError | None]:
     """Move ``items`` from ``dlq`` back to their stream queue: the MQDLH stripped, the
     MQMD's Format/Encoding/CodedCharSetId restored from it, context kept. Streams whose
-    queue cannot be opened are left on the DLQ. Returns the count moved per stream."""
+    queue cannot be opened are left on the DLQ. Returns the count moved per stream (in
+    committed batches) and the MQ error that stopped it, if any (its batch backed out)."""
     moved: Counter[str] = Counter()
     src = await conn.open(dlq, OpenOption.INPUT_SHARED)
     outs: dict[str, QueueHandle | None] = {}
@@ -130,6 +134,11 @@ async def replay_dead_lettered(
                 done[item.stream] += 1
             await conn.commit()
             moved.update(done)
+            log.info("replay: committed a batch of %d (%d so far)", done.total(), moved.total())
+    except MQError as exc:
+        with contextlib.suppress(MQError):
+            await conn.backout()
+        return moved, exc
     except BaseException:
         with contextlib.suppress(MQError):
             await conn.backout()
@@ -138,4 +147,4 @@ async def replay_dead_lettered(
         for h in [src, *(h for h in outs.values() if h is not None)]:
             with contextlib.suppress(MQError):
                 await h.close()
-    return moved
+    return moved, None

@@ -43,9 +43,14 @@ def prepare(
                         format=FMT_RF_HEADER, encoding=546, coded_char_set_id=819, persistence=1
                     )
                     out = await conn.put_dead_letter(
-                        md, b"RFH publication %d" % i, Reason.UNKNOWN_OBJECT_NAME, stream
+                        md,
+                        b"RFH publication %d" % i,
+                        Reason.UNKNOWN_OBJECT_NAME,
+                        stream,
+                        syncpoint=True,
                     )
                     ids.setdefault(stream, []).append(out.msg_id)
+            await conn.commit()
             for q, n in waiting.items():
                 h = await conn.open(q, OpenOption.OUTPUT)
                 for i in range(n):
