@@ -71,6 +71,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     m.add_argument("--from-streams", help="the legacy broker's streams: S1,S2,...")
     m.add_argument("--from-broker", metavar="QM", help="the legacy broker's queue manager")
     m.add_argument("--restart", action="store_true", help="discard the recorded migration first")
+    m.add_argument(
+        "--copy-retained",
+        action="store_true",
+        help="with --from-broker: copy the broker's retained publications (needs the "
+        "gateway stopped and channels both ways in queue_manager.mqsc_file)",
+    )
+    m.add_argument(
+        "--listen",
+        type=int,
+        metavar="PORT",
+        help="port of our listener for the broker's channel back to us (default: "
+        "queue_manager.listener_port)",
+    )
+    m.add_argument("--timeout", type=float, default=10.0, help="seconds per broker answer")
     m.set_defaults(func=run_migrate)
 
 
@@ -315,13 +329,26 @@ def run_migrate(args: argparse.Namespace) -> int:
         "messages only when it publishes the MQ/SA/<qm>/Subscribers/AllIdentities "
         "metatopic; reading it is not implemented)",
     ]
-    if args.from_broker:
+    copied = 0
+    if args.copy_retained:
+        if not args.from_broker:
+            return _err("migrate", "--copy-retained needs --from-broker QM")
+        outcome = _copy_retained(args, loaded, streams)
+        if isinstance(outcome, str):
+            return _err("migrate", outcome)
+        for stream, n in sorted(outcome.copied.items()):
+            copied += n
+            notes.append(f"retained publications on {stream}: {n} copied from {args.from_broker}")
+        for stream, why in sorted(outcome.failed.items()):
+            notes.append(f"retained publications on {stream}: not copied: {why}")
+    elif args.from_broker:
         notes.append(
-            "retained publications: not copied (RegSub on topic '*' with InformIfRet on each "
-            "stream at the broker is not implemented yet); publish them again or let the "
-            "publishers republish"
+            "retained publications: not copied (run again with --restart --copy-retained "
+            "while the broker is reachable, or let the publishers republish)"
         )
-    record = MigrationRecord(from_q_mgr=args.from_broker or "", streams=streams, notes=notes)
+    record = MigrationRecord(
+        from_q_mgr=args.from_broker or "", streams=streams, notes=notes, retained_copied=copied
+    )
     write_migration(path, record)
     print(f"migration recorded in {path}: streams {', '.join(streams)}")
     for n in notes:
@@ -335,6 +362,49 @@ def run_migrate(args: argparse.Namespace) -> int:
         )
         return PROBLEM
     return OK
+
+
+def _copy_retained(args: argparse.Namespace, loaded: Any, streams: list[str]) -> Any:
+    """Run our queue manager as a network node (listener + the channels of its
+    mqsc_file), define the stream queues and the migration queue, copy the retained
+    publications. The result, or an error text."""
+    from gateway.mq.embedded.network import QueueManagerNode
+    from gateway.mq.port import MQError
+    from gateway.runtime.config import EmbeddedQueueManagerConfig
+    from gateway.runtime.streams.repair import define_stream_queue
+    from gateway.runtime.streams.retained_copy import MIGRATION_QUEUE, copy_retained
+
+    qmc = loaded.gateway.queue_manager
+    if not isinstance(qmc, EmbeddedQueueManagerConfig):
+        return "--copy-retained works with the embedded queue manager only"
+    port = args.listen if args.listen is not None else getattr(qmc, "listener_port", None)
+    if port is None:
+        return (
+            "--copy-retained needs our listener's port (the broker answers over its channel "
+            "back to us): give --listen PORT or queue_manager.listener_port"
+        )
+    mqsc = loaded.path(qmc.mqsc_file).read_text(encoding="utf-8") if qmc.mqsc_file else ""
+
+    async def run() -> Any:
+        node = QueueManagerNode(qmc.name, loaded.path(qmc.data_dir), mqsc=mqsc, port=port)
+        try:
+            await node.start()
+        except MQError as exc:
+            return f"cannot open the queue manager (is the gateway running?): {exc}"
+        try:
+            qm = node.qm
+            for name in [*streams, MIGRATION_QUEUE]:
+                if name not in qm.catalogue.queues:
+                    define_stream_queue(qm, name)
+            conn = await qm.connect()
+            try:
+                return await copy_retained(conn, args.from_broker, streams, timeout=args.timeout)
+            finally:
+                await conn.disconnect()
+        finally:
+            await node.stop()
+
+    return asyncio.run(run())
 
 
 def _store_of(config: Path) -> Path | str:
