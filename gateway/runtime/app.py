@@ -44,7 +44,7 @@ from gateway.runtime.pubsub_service import (
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.registry import PluginRegistry
 from gateway.runtime.streams.check import StreamReport
-from gateway.runtime.streams.health import collect_report
+from gateway.runtime.streams.health import DeadLetterCache, collect_report
 from gateway.runtime.streams.repair import define_stream_queue
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ class GatewayApp:
         self._depths: dict[str, int] = {}
         #: the stream union's health (docs/neighbours.md), sampled with the depths
         self.stream_report: StreamReport | None = None
+        self._dead_letters = DeadLetterCache()
         self._started = False
 
     # ---------------------------------------------------------------- building -------
@@ -373,7 +374,9 @@ class GatewayApp:
         except MQError:
             return
         try:
-            self.stream_report = await collect_report(conn, self.loaded, browse_limit=1)
+            self.stream_report = await collect_report(
+                conn, self.loaded, browse_limit=1, dead_letters=self._dead_letters
+            )
         except MQError as exc:
             log.debug("stream report unavailable: %s", exc)
         finally:

@@ -52,6 +52,8 @@ class StreamReport:
     migrated_from: str | None = None
     #: migrated streams not serviced yet (the migration is incomplete while any is)
     migration_pending: tuple[str, ...] = ()
+    #: why the dead-letter counts may be stale ("" when just counted)
+    dead_letter_note: str = ""
 
     @property
     def problems(self) -> list[str]:
@@ -71,6 +73,7 @@ class StreamReport:
         return {
             "ok": self.ok,
             "dead_letter_queue": self.dead_letter_queue,
+            "dead_letter_note": self.dead_letter_note,
             "migration": None
             if self.migrated_from is None
             else {
@@ -97,6 +100,8 @@ class StreamReport:
         if self.migrated_from is not None:
             state = "incomplete" if self.migration_pending else "complete"
             lines.append(f"migration from {self.migrated_from}: {state}")
+        if self.dead_letter_note:
+            lines.append(self.dead_letter_note)
         problems = self.problems
         lines.append("all well" if not problems else f"{len(problems)} problem(s):")
         lines += [f"  {p}" for p in problems]
@@ -113,6 +118,7 @@ def build_report(
     dead_letter_queue: str,
     migrated_from: str | None = None,
     migrated: frozenset[str] = frozenset(),
+    dead_letter_note: str = "",
 ) -> StreamReport:
     """The report for the streams in ``wanted`` (stream → who needs it)."""
     facts: list[StreamFacts] = []
@@ -149,4 +155,4 @@ def build_report(
             )
         )
     pending = tuple(sorted(s for s in migrated if s not in serviced))
-    return StreamReport(tuple(facts), dead_letter_queue, migrated_from, pending)
+    return StreamReport(tuple(facts), dead_letter_queue, migrated_from, pending, dead_letter_note)

@@ -9,7 +9,9 @@ of :func:`stream_metric_families`.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
@@ -17,10 +19,16 @@ from prometheus_client.core import GaugeMetricFamily
 from gateway.mq.port import Connection
 from gateway.runtime.streams.check import StreamReport, build_report
 from gateway.runtime.streams.migration import migration_path, read_migration
-from gateway.runtime.streams.observe import BROWSE_LIMIT, dead_letter_queue, observe_streams
+from gateway.runtime.streams.observe import (
+    BROWSE_LIMIT,
+    browse_dead_lettered,
+    dead_letter_queue,
+    observe_queue,
+    observe_streams,
+)
 from gateway.runtime.streams.union import neighbour_streams, serviced_streams
 
-__all__ = ["collect_report", "stream_metric_families", "wanted_streams"]
+__all__ = ["DeadLetterCache", "collect_report", "stream_metric_families", "wanted_streams"]
 
 
 def wanted_streams(loaded: Any) -> tuple[dict[str, tuple[str, ...]], str | None, frozenset[str]]:
@@ -43,15 +51,56 @@ def wanted_streams(loaded: Any) -> tuple[dict[str, tuple[str, ...]], str | None,
     return {s: tuple(w) for s, w in who.items()}, origin, migrated
 
 
+@dataclass(slots=True)
+class DeadLetterCache:
+    """The running gateway's DLQ scan: redone only when the DLQ's depth changed, and only
+    while the DLQ is at most ``max_depth`` deep (browsing the embedded queue manager
+    costs more than linearly with the depth, and the scan runs in the gateway's event
+    loop); a deeper DLQ keeps the last counts and the report says so."""
+
+    max_depth: int = 1000
+    depth: int = -1
+    streams: frozenset[str] = frozenset()
+    counts: dict[str, int] = field(default_factory=dict)
+
+    async def counts_for(self, conn: Connection, dlq: str, streams: list[str]) -> str:
+        """Refresh ``counts`` if needed; a note when they could not be refreshed."""
+        state = await observe_queue(conn, dlq, 0)
+        wanted = frozenset(streams)
+        if state.depth == self.depth and wanted == self.streams:
+            return ""
+        if state.depth > self.max_depth:
+            return (
+                f"{dlq} holds {state.depth} messages, more than the running gateway scans "
+                f"({self.max_depth}): counts from the last scan; `mqgw streams check` with "
+                "the gateway stopped counts them all"
+            )
+        found = await browse_dead_lettered(conn, dlq, streams)
+        self.counts = dict(Counter(d.stream for d in found))
+        self.depth, self.streams = state.depth, wanted
+        return ""
+
+
 async def collect_report(
-    conn: Connection, loaded: Any, *, browse_limit: int = BROWSE_LIMIT
+    conn: Connection,
+    loaded: Any,
+    *,
+    browse_limit: int = BROWSE_LIMIT,
+    dead_letters: DeadLetterCache | None = None,
 ) -> StreamReport:
     """Look at every stream of the union on ``conn``'s queue manager and judge
     (``browse_limit``: messages browsed per stream queue for the oldest one; the running
-    gateway browses only the first, which is the oldest unless priorities differ)."""
+    gateway browses only the first, which is the oldest unless priorities differ, and
+    keeps its DLQ counts in ``dead_letters``)."""
     wanted, origin, migrated = wanted_streams(loaded)
     dlq = await dead_letter_queue(conn, loaded.gateway.broker.dead_letter_queue)
-    queues, dead = await observe_streams(conn, list(wanted), dlq, browse_limit)
+    note = ""
+    if dead_letters is None:
+        queues, dead = await observe_streams(conn, list(wanted), dlq, browse_limit)
+    else:
+        queues = {s: await observe_queue(conn, s, browse_limit) for s in wanted}
+        note = await dead_letters.counts_for(conn, dlq, list(wanted))
+        dead = dead_letters.counts
     return build_report(
         wanted,
         serviced_streams(loaded),
@@ -61,6 +110,7 @@ async def collect_report(
         dead_letter_queue=dlq,
         migrated_from=origin,
         migrated=migrated,
+        dead_letter_note=note,
     )
 
 
