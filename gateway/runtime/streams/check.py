@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 __all__ = ["QueueState", "StreamFacts", "StreamReport", "build_report"]
 
@@ -87,6 +88,31 @@ class StreamReport:
             ],
             "problems": self.problems,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StreamReport:
+        """Inverse of :meth:`to_json` (the report a running gateway's /healthz carries);
+        KeyError/TypeError/ValueError on anything else."""
+        migration = data.get("migration") or {}
+        return cls(
+            tuple(
+                StreamFacts(
+                    str(f["stream"]),
+                    tuple(f["wanted_by"]),
+                    bool(f["queue_exists"]),
+                    bool(f["serviced"]),
+                    int(f["depth"]),
+                    None if f["oldest_age_s"] is None else float(f["oldest_age_s"]),
+                    int(f["dead_lettered"]),
+                    tuple(f["problems"]),
+                )
+                for f in data["streams"]
+            ),
+            str(data["dead_letter_queue"]),
+            migration.get("from"),
+            tuple(migration.get("pending", ())),
+            str(data.get("dead_letter_note", "")),
+        )
 
     def text(self) -> str:
         head = f"{'STREAM':36} {'QUEUE':7} {'SERVICED':8} {'DEPTH':>7} {'OLDEST':>9} {'DLQ':>5}"

@@ -243,22 +243,14 @@ def _check_running(args: argparse.Namespace, loaded: Any, why: str) -> int:
     streams = detail.get("streams") if isinstance(detail, dict) else None
     if not isinstance(streams, dict):
         return _err("streams check", f"{why}\nand {url} carries no streams report yet")
-    notes = [f"the gateway is running: report from {url}"]
-    problems = list(streams.get("problems", []))
-    text = "\n".join(
-        [
-            *(
-                f"{s['stream']}: queue {'yes' if s['queue_exists'] else 'MISSING'}, serviced "
-                f"{'yes' if s['serviced'] else 'NO'}, depth {s['depth']}, dead-lettered "
-                f"{s['dead_lettered']}"
-                for s in streams.get("streams", [])
-            ),
-            "all well" if not problems else f"{len(problems)} problem(s):",
-            *(f"  {p}" for p in problems),
-        ]
-    )
-    _print(args, streams, text, notes)
-    return OK if not problems else PROBLEM
+    from gateway.runtime.streams.check import StreamReport
+
+    try:
+        report = StreamReport.from_json(streams)
+    except (KeyError, TypeError, ValueError) as exc:
+        return _err("streams check", f"{why}\nand {url} carries an unreadable report ({exc!r})")
+    _print(args, report.to_json(), report.text(), [f"the gateway is running: report from {url}"])
+    return OK if report.ok else PROBLEM
 
 
 # ------------------------------------------------------------------ migrate ---------

@@ -3,6 +3,7 @@ migration's fixed stream set."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -85,6 +86,7 @@ def test_migration_incomplete_until_every_migrated_stream_serviced() -> None:
     assert r.migration_pending == (S,)
     assert r.problems[-1].startswith("migration incomplete (from OLDQM)")
     assert r.to_json()["migration"] == {"from": "OLDQM", "complete": False, "pending": [S]}
+    assert StreamReport.from_json(json.loads(json.dumps(r.to_json()))) == r
 
 
 def test_metric_families_carry_the_same_facts() -> None:
