@@ -43,6 +43,9 @@ from gateway.runtime.pubsub_service import (
 )
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.registry import PluginRegistry
+from gateway.runtime.streams.check import StreamReport
+from gateway.runtime.streams.health import DeadLetterCache, collect_report
+from gateway.runtime.streams.repair import define_stream_queue
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,9 @@ class GatewayApp:
         #: Unexpected (non-PluginError) exceptions from plugin start, all retried.
         self.plugin_start_errors = 0
         self._depths: dict[str, int] = {}
+        #: the stream union's health (docs/neighbours.md), sampled with the depths
+        self.stream_report: StreamReport | None = None
+        self._dead_letters = DeadLetterCache()
         self._started = False
 
     # ---------------------------------------------------------------- building -------
@@ -100,7 +106,7 @@ class GatewayApp:
                     s.name for s in self.config.broker.streams if s.name not in qm.catalogue.queues
                 ]
                 for name in missing:
-                    qm.run_mqsc(f"DEFINE QLOCAL('{name}') DEFPSIST(YES)", stop_on_error=True)
+                    define_stream_queue(qm, name)
                     log.info("defined stream queue %s", name)
             return qm
         assert isinstance(qmc, IBMMQQueueManagerConfig)
@@ -175,7 +181,11 @@ class GatewayApp:
             host.attach(instance)  # sinks exist before the first batch is served
             instances.append(instance)
         self.metrics = GatewayMetrics(
-            service, host, self._current_depths, lambda: self.plugin_start_errors
+            service,
+            host,
+            self._current_depths,
+            lambda: self.plugin_start_errors,
+            lambda: self.stream_report,
         )
         host.observer = self.metrics.observe
         await self._sample_depths()
@@ -354,10 +364,30 @@ class GatewayApp:
                 out[q] = int(depth_of(q))
         return out
 
+    async def _sample_streams(self) -> None:
+        """The stream union's report for /healthz and /metrics (issue 13 item 5)."""
+        qm = self.qm
+        if qm is None:
+            return
+        try:
+            conn = await qm.connect()
+        except MQError:
+            return
+        try:
+            self.stream_report = await collect_report(
+                conn, self.loaded, browse_limit=1, dead_letters=self._dead_letters
+            )
+        except MQError as exc:
+            log.debug("stream report unavailable: %s", exc)
+        finally:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+
     async def _sample_depths(self) -> None:
         qm = self.qm
         if qm is None:
             return
+        await self._sample_streams()
         depth_of = getattr(qm, "queue_depth", None)
         if depth_of is not None:  # embedded: in memory, no I/O
             for q in self._watched_queues():
@@ -397,6 +427,7 @@ class GatewayApp:
             ),
             "plugins": plugins,
             "queue_depths": self._current_depths(),
+            "streams": self.stream_report.to_json() if self.stream_report else None,
         }
 
 

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.runtime.pubsub_service.cli",
     "gateway.runtime.run",
     "gateway.runtime.subscriptions_cli",
+    "gateway.runtime.streams.cli",
 )
 
 

@@ -21,7 +21,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gateway.pubsub.streams import DEFAULT_STREAM
-from gateway.runtime.config_checks import check_numbers, check_paths, check_streams
+from gateway.runtime.config_checks import (
+    check_migrated_streams,
+    check_numbers,
+    check_paths,
+    check_streams,
+)
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
 from gateway.runtime.pubsub_service import BrokerConfig
 from gateway.runtime.registry import PluginRegistry
@@ -423,6 +428,10 @@ def load_config(path: Path | str, registry: PluginRegistry) -> LoadedConfig:
         store=loaded.path(cfg.broker.store),
         source=str(p),
     )
+    if problems:
+        raise ConfigErrors(problems)
+    serviced = {s.name for s in cfg.broker.streams}
+    problems = check_migrated_streams(loaded.path(cfg.broker.store), serviced, str(p))
     if problems:
         raise ConfigErrors(problems)
     return loaded

@@ -20,7 +20,14 @@ from pydantic import BaseModel
 
 from gateway.runtime.errors import ConfigError
 
-__all__ = ["MAX_INTEGER", "MAX_NUMBER", "check_numbers", "check_paths", "check_streams"]
+__all__ = [
+    "MAX_INTEGER",
+    "MAX_NUMBER",
+    "check_migrated_streams",
+    "check_numbers",
+    "check_paths",
+    "check_streams",
+]
 
 #: Largest number a setting may hold: every float setting is a duration in seconds (or
 #: a share), and a bigger one overflows the event loop's clock arithmetic at run time.
@@ -109,6 +116,50 @@ def check_streams(
                         source=source,
                     )
                 )
+    return problems
+
+
+def check_migrated_streams(store: Path, serviced: set[str], source: str) -> list[ConfigError]:
+    """After ``mqgw migrate`` the stream set is fixed (the seed's migration paragraph):
+    refuse a serviced stream the migrated broker did not have, and, once the migration
+    is complete, a migrated stream no longer serviced (``store``: the pub/sub store)."""
+    from gateway.runtime.streams.migration import (
+        migration_path,
+        read_migration,
+        stream_set_changes,
+    )
+
+    path = migration_path(store)
+    try:
+        record = read_migration(path)
+    except ValueError as exc:
+        return [ConfigError("broker.streams", str(exc), "repair or remove it", source=source)]
+    if record is None:
+        return []
+    added, removed = stream_set_changes(record, serviced)
+    origin = record.from_q_mgr or "the migrated stream set"
+    fix = (
+        "the stream set is fixed after a migration: start a new migration with "
+        "`mqgw migrate --restart --from-broker QM` (or --from-streams S1,S2)"
+    )
+    problems = [
+        ConfigError(
+            "broker.streams",
+            f"stream {s!r} was added after the migration from {origin}",
+            fix,
+            source=source,
+        )
+        for s in added
+    ]
+    problems += [
+        ConfigError(
+            "broker.streams",
+            f"stream {s!r} of the migration from {origin} was removed",
+            fix,
+            source=source,
+        )
+        for s in removed
+    ]
     return problems
 
 

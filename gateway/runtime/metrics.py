@@ -23,6 +23,8 @@ from prometheus_client.registry import Collector
 from gateway.plugin_api import Envelope, ReportsStats
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerService
+from gateway.runtime.streams.check import StreamReport
+from gateway.runtime.streams.health import stream_metric_families
 from gateway.wire.put_time import put_time_ms
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ class GatewayMetrics:
         host: PluginHost,
         queue_depths: Callable[[], dict[str, int]],
         start_errors: Callable[[], int] = lambda: 0,
+        stream_report: Callable[[], StreamReport | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = Histogram(
@@ -55,6 +58,7 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.registry.register(_Collector(service, host, queue_depths, start_errors))
+        self.registry.register(_StreamCollector(stream_report))
 
     def observe(self, plugin: str, envelopes: Sequence[Envelope]) -> None:
         """Record end-to-end latency of acknowledged envelopes (sink observer)."""
@@ -186,6 +190,16 @@ class _Collector(Collector):
             out, inbound, refused, handled, errors, dead, sink_dead, sink_down, suspended, depth,
             up, stats,
         )
+
+
+class _StreamCollector(Collector):
+    """The stream union's facts (gateway.runtime.streams.health) as gauges."""
+
+    def __init__(self, report: Callable[[], StreamReport | None]) -> None:
+        self.report = report
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from stream_metric_families(self.report())
 
 
 class HealthServer:

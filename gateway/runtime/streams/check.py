@@ -1,0 +1,184 @@
+"""The report of ``mqgw streams check`` (pure): the stream union against what the queue
+manager holds and what the broker services, with every problem named.
+
+Why pure: the same facts feed the command's table and JSON, ``/healthz`` and
+``/metrics``; only :mod:`gateway.runtime.streams.observe` talks to the queue manager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["QueueState", "StreamFacts", "StreamReport", "build_report"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """What the queue manager says about one stream queue."""
+
+    exists: bool
+    depth: int = 0
+    #: PutDate/PutTime of the oldest message browsed, seconds since the epoch
+    oldest_put: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFacts:
+    """One stream of the union: provisioning, backlog and dead-lettered publications."""
+
+    stream: str
+    #: who needs it: "gateway", "neighbour <QM>", "migration <QM>"
+    wanted_by: tuple[str, ...]
+    queue_exists: bool
+    serviced: bool
+    depth: int
+    oldest_age_s: float | None
+    #: messages on the DLQ with MQDLH reason 2085 whose DestQName is this stream
+    dead_lettered: int
+    problems: tuple[str, ...]
+
+    @property
+    def unserviced_depth(self) -> int:
+        """Messages piling up on a queue nothing services (0 when serviced)."""
+        return 0 if self.serviced else self.depth
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReport:
+    streams: tuple[StreamFacts, ...]
+    dead_letter_queue: str
+    #: the migrated legacy broker's queue manager, when a migration is recorded
+    migrated_from: str | None = None
+    #: migrated streams not serviced yet (the migration is incomplete while any is)
+    migration_pending: tuple[str, ...] = ()
+    #: why the dead-letter counts may be stale ("" when just counted)
+    dead_letter_note: str = ""
+
+    @property
+    def problems(self) -> list[str]:
+        out = [f"{f.stream}: {p}" for f in self.streams for p in f.problems]
+        if self.migration_pending:
+            out.append(
+                f"migration incomplete (from {self.migrated_from}): not serviced yet: "
+                + ", ".join(self.migration_pending)
+            )
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "dead_letter_queue": self.dead_letter_queue,
+            "dead_letter_note": self.dead_letter_note,
+            "migration": None
+            if self.migrated_from is None
+            else {
+                "from": self.migrated_from,
+                "complete": not self.migration_pending,
+                "pending": list(self.migration_pending),
+            },
+            "streams": [
+                {**asdict(f), "wanted_by": list(f.wanted_by), "problems": list(f.problems)}
+                for f in self.streams
+            ],
+            "problems": self.problems,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StreamReport:
+        """Inverse of :meth:`to_json` (the report a running gateway's /healthz carries);
+        KeyError/TypeError/ValueError on anything else."""
+        migration = data.get("migration") or {}
+        return cls(
+            tuple(
+                StreamFacts(
+                    str(f["stream"]),
+                    tuple(f["wanted_by"]),
+                    bool(f["queue_exists"]),
+                    bool(f["serviced"]),
+                    int(f["depth"]),
+                    None if f["oldest_age_s"] is None else float(f["oldest_age_s"]),
+                    int(f["dead_lettered"]),
+                    tuple(f["problems"]),
+                )
+                for f in data["streams"]
+            ),
+            str(data["dead_letter_queue"]),
+            migration.get("from"),
+            tuple(migration.get("pending", ())),
+            str(data.get("dead_letter_note", "")),
+        )
+
+    def text(self) -> str:
+        head = f"{'STREAM':36} {'QUEUE':7} {'SERVICED':8} {'DEPTH':>7} {'OLDEST':>9} {'DLQ':>5}"
+        lines = [head]
+        for f in self.streams:
+            age = "-" if f.oldest_age_s is None else f"{f.oldest_age_s:.0f}s"
+            lines.append(
+                f"{f.stream:36} {'yes' if f.queue_exists else 'MISSING':7} "
+                f"{'yes' if f.serviced else 'NO':8} {f.depth:>7} {age:>9} {f.dead_lettered:>5}"
+            )
+        if self.migrated_from is not None:
+            state = "incomplete" if self.migration_pending else "complete"
+            lines.append(f"migration from {self.migrated_from}: {state}")
+        if self.dead_letter_note:
+            lines.append(self.dead_letter_note)
+        problems = self.problems
+        lines.append("all well" if not problems else f"{len(problems)} problem(s):")
+        lines += [f"  {p}" for p in problems]
+        return "\n".join(lines)
+
+
+def build_report(
+    wanted: Mapping[str, tuple[str, ...]],
+    serviced: set[str],
+    queues: Mapping[str, QueueState],
+    dead_lettered: Mapping[str, int],
+    *,
+    now: float,
+    dead_letter_queue: str,
+    migrated_from: str | None = None,
+    migrated: frozenset[str] = frozenset(),
+    dead_letter_note: str = "",
+) -> StreamReport:
+    """The report for the streams in ``wanted`` (stream → who needs it)."""
+    facts: list[StreamFacts] = []
+    for stream in sorted(wanted):
+        state = queues.get(stream, QueueState(False))
+        dlq = dead_lettered.get(stream, 0)
+        problems: list[str] = []
+        if not state.exists:
+            problems.append(
+                f"stream queue {stream} is missing: a neighbour's publications go to the "
+                f"dead-letter queue"
+            )
+        if stream not in serviced:
+            problems.append(
+                f"stream queue {stream} is not serviced: add it to broker.streams"
+                + (f" ({state.depth} message(s) waiting)" if state.depth else "")
+            )
+        if dlq:
+            problems.append(
+                f"{dlq} publication(s) for {stream} on {dead_letter_queue} (reason 2085): "
+                "`mqgw streams check --fix --replay-dlq` puts them back"
+            )
+        age = None if state.oldest_put is None else max(0.0, now - state.oldest_put)
+        facts.append(
+            StreamFacts(
+                stream,
+                wanted[stream],
+                state.exists,
+                stream in serviced,
+                state.depth,
+                age,
+                dlq,
+                tuple(problems),
+            )
+        )
+    pending = tuple(sorted(s for s in migrated if s not in serviced))
+    return StreamReport(tuple(facts), dead_letter_queue, migrated_from, pending, dead_letter_note)
