@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS neighbours (
     state TEXT NOT NULL, refusal TEXT NOT NULL DEFAULT '',
     last_heard REAL NOT NULL DEFAULT 0, joined_at REAL NOT NULL,
     probe_timeout REAL NOT NULL DEFAULT 5.0,
-    clear_requested INTEGER NOT NULL DEFAULT 0
+    clear_requested INTEGER NOT NULL DEFAULT 0, last_error TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS proxies (
     q_mgr TEXT NOT NULL, stream TEXT NOT NULL, topic TEXT NOT NULL, scheme INTEGER NOT NULL,
@@ -76,6 +76,8 @@ class NeighbourRow:
     joined_at: float
     probe_timeout: float
     clear_requested: bool
+    #: The last refusal of one of our commands by this neighbour (reason and text).
+    last_error: str = ""
 
     @property
     def common_streams(self) -> frozenset[str]:
@@ -149,7 +151,8 @@ class NeighbourState:
                 "joined_at, probe_timeout) VALUES (?, ?, ?, ?, 'joining', ?, ?) "
                 "ON CONFLICT(q_mgr) DO UPDATE SET kind = excluded.kind, role = excluded.role, "
                 "configured_streams = excluded.configured_streams, state = 'joining', "
-                "refusal = '', probe_timeout = excluded.probe_timeout, clear_requested = 0",
+                "refusal = '', probe_timeout = excluded.probe_timeout, clear_requested = 0, "
+                "last_error = ''",
                 (
                     cfg.q_mgr,
                     str(cfg.kind),
@@ -174,7 +177,7 @@ class NeighbourState:
     def neighbours(self) -> list[NeighbourRow]:
         rows = self._db.execute(
             "SELECT q_mgr, kind, role, configured_streams, learnt_streams, state, refusal, "
-            "last_heard, joined_at, probe_timeout, clear_requested FROM neighbours "
+            "last_heard, joined_at, probe_timeout, clear_requested, last_error FROM neighbours "
             "ORDER BY q_mgr"
         ).fetchall()
         return [
@@ -190,6 +193,7 @@ class NeighbourState:
                 float(r[8]),
                 float(r[9]),
                 bool(r[10]),
+                r[11],
             )
             for r in rows
         ]
@@ -206,6 +210,10 @@ class NeighbourState:
                 "UPDATE neighbours SET state = ?, refusal = ? WHERE q_mgr = ?",
                 (state, refusal, q_mgr),
             )
+
+    def set_last_error(self, q_mgr: str, text: str) -> None:
+        with self._db:
+            self._db.execute("UPDATE neighbours SET last_error = ? WHERE q_mgr = ?", (text, q_mgr))
 
     def set_learnt_streams(self, q_mgr: str, streams: Iterable[str]) -> None:
         with self._db:
