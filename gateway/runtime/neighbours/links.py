@@ -336,7 +336,8 @@ class NeighbourLinks:
 
     def wanted(self, neighbour: Neighbour) -> Counter[ProxyKey]:
         """Proxy subscriptions wanted at ``neighbour``: local interest, plus the probe
-        subscriptions of other neighbours to relay (module docstring)."""
+        subscriptions other brokers hold here, to relay (module docstring); a probe
+        comes from a broker that is joining and so is not a neighbour yet."""
         subs = list(self._subscriptions())
         want = wanted_proxies(subs, neighbour, self._active.keys())
         for s in subs:
@@ -344,8 +345,7 @@ class NeighbourLinks:
             if (
                 s.stream == ADMIN_STREAM
                 and s.topic.startswith(PROBE_PREFIX)
-                and q != neighbour.q_mgr
-                and q in self._active
+                and q not in ("", self.q_mgr, neighbour.q_mgr)
             ):
                 want[ProxyKey(ADMIN_STREAM, s.topic, int(Scheme.TOPIC))] += 1
         return want

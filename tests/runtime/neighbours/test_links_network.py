@@ -12,8 +12,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
@@ -176,8 +174,16 @@ async def test_proxy_subscription_follows_the_far_subscriber(
             await wait_for(lambda: a.state.proxies("GW") == [], 10)
             await wait_for(lambda: g.subscribers_from("A") == [], 10)
 
+            # Clear: every proxy at GW withdrawn, GW forgotten by A.
+            await command(a.qm, subscribe(True))
+            await wait_for(lambda: g.subscribers_from("A") == [(BULLETIN, "news")], 10)
+            assert a.state.request_clear("GW")
+            await wait_for(lambda: a.state.neighbour("GW") is None, 10)
+            await wait_for(lambda: g.subscribers_from("A") == [], 10)
+            assert "GW" not in a.links.active
+            assert a.state.proxies() == []
 
-@pytest.mark.slow
+
 async def test_redundant_link_is_refused_by_the_probe(
     make_network: NetworkFactory, tmp_path: Path
 ) -> None:
