@@ -209,3 +209,32 @@ async def test_redundant_link_is_refused_by_the_probe(
             lambda: not [s for s in b.engine.subscriptions if s.destination.q_mgr == "GW"], 10
         )
         assert "B" not in g.links.active
+
+
+async def test_a_proxy_registered_just_before_a_crash_does_not_leak(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """A was killed after its RegSub reached GW's control queue but before any answer:
+    neighbours.db holds the unanswered intent. Restarted without that interest, A
+    withdraws the proxy at GW."""
+    async with make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net:
+        before = NeighbourState(tmp_path / "A.neighbours.db")
+        before.request_join(gw("GW"), 0.0)
+        before.set_state("GW", "active")
+        before.intend("GW", ProxyKey(BULLETIN, "news", 1), b"R" * 24, register=True)
+        before.close()
+        async with broker(net["GW"].qm, tmp_path, [gw("A")]) as g:
+            await command(
+                g.qm,
+                [
+                    ("MQPSCommand", "RegSub"),
+                    ("MQPSStreamName", BULLETIN),
+                    ("MQPSTopic", "news"),
+                    ("MQPSQMgrName", "A"),
+                    ("MQPSQName", BULLETIN),
+                ],
+            )
+            await wait_for(lambda: g.subscribers_from("A") == [(BULLETIN, "news")], 10)
+            async with broker(net["A"].qm, tmp_path, [gw("GW")]) as a:
+                await wait_for(lambda: g.subscribers_from("A") == [], 10)
+                await wait_for(lambda: a.state.proxies("GW") == [], 10)
