@@ -27,15 +27,18 @@ from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.runtime.neighbours.config import NeighbourConfig
 
 __all__ = [
+    "DB_NAME",
     "SCHEMA_VERSION",
     "LinkState",
     "NeighbourRow",
     "NeighbourState",
     "NeighbourStateError",
     "ProxyRow",
+    "neighbours_db_of",
 ]
 
 SCHEMA_VERSION = 1
+DB_NAME = "neighbours.db"
 LinkState = Literal["joining", "active", "inactive", "refused"]
 
 _SCHEMA = """
@@ -103,6 +106,11 @@ class ProxyRow:
     msg_id: bytes
     acknowledged: bool
     withdrawing: bool
+
+
+def neighbours_db_of(pubsub_store: Path) -> Path:
+    """``neighbours.db`` lives next to the pub/sub store (same data directory)."""
+    return pubsub_store.parent / DB_NAME
 
 
 def _streams(text: str | None) -> tuple[str, ...] | None:
