@@ -14,7 +14,10 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.runtime.neighbours.state import NeighbourState
 
 __all__ = ["mqsc_for", "register"]
 
@@ -149,36 +152,26 @@ def run_command(args: argparse.Namespace) -> int:
         state.close()
 
 
-def _list(state: Any, *, as_json: bool) -> None:
-    now = time.time()
-    rows = state.neighbours()
-    for row in rows:
-        proxies = len([p for p in state.proxies(row.q_mgr) if not p.withdrawing])
-        shown = "joining" if row.state == "joining" else row.state
-        item = {
-            "q_mgr": row.q_mgr,
-            "state": shown,
-            "kind": str(row.kind),
-            "role": str(row.role),
-            "last_heard": row.last_heard or None,
-            "common_streams": sorted(row.common_streams),
-            "proxy_subscriptions": proxies,
-            "refusal": row.refusal,
-            "last_error": row.last_error,
-        }
+def _list(state: NeighbourState, *, as_json: bool) -> None:
+    from gateway.runtime.neighbours.status import neighbour_status
+
+    items = neighbour_status(state, time.time())
+    for item in items:
         if as_json:
             print(json.dumps(item))
             continue
-        heard = f"{now - row.last_heard:.0f}s ago" if row.last_heard else "never"
+        age = item["last_heard_age"]
+        heard = "never" if age is None else f"{age:.0f}s ago"
         print(
-            f"{row.q_mgr:16} {shown:8} {row.kind!s:8} {row.role!s:6} heard {heard:10} "
-            f"proxies {proxies:<4} streams {', '.join(item['common_streams'])}"
+            f"{item['q_mgr']:16} {item['state']:8} {item['kind']:8} {item['role']:6} "
+            f"heard {heard:10} proxies {item['proxy_subscriptions']:<4} "
+            f"streams {', '.join(item['common_streams'])}"
         )
-        for note in (row.refusal, row.last_error):
+        for note in (item["refusal"], item["last_error"]):
             if note:
                 print(f"{'':16} {note}")
     if not as_json:
-        print(f"{len(rows)} neighbour(s)")
+        print(f"{len(items)} neighbour(s)")
 
 
 def mqsc_for(
