@@ -35,7 +35,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.mq.port import (
     Connection,
@@ -83,12 +83,9 @@ def stream_support_topic(q_mgr: str) -> str:
 
 @dataclass(slots=True)
 class LinkCounters:
-    """Commands per neighbour and result (``sent``, ``ok``, ``failed``) for /metrics."""
+    """Commands per (neighbour, result): ``sent``, ``put_failed``, ``ok``, ``failed``."""
 
-    commands: Counter[tuple[str, str]]
-
-    def __init__(self) -> None:
-        self.commands = Counter()
+    commands: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 @dataclass(slots=True)
@@ -175,11 +172,11 @@ class NeighbourLinks:
         now = self._clock()
         for cfg in self._configured:
             row = self.state.neighbour(cfg.q_mgr)
-            if row is None or _differs(row, cfg):
+            if row is None or not row.configured_as(cfg):
                 self.state.request_join(cfg, now)
         for row in self.state.neighbours():
             if row.state == "active":
-                self._active[row.q_mgr] = _neighbour(row)
+                self._active[row.q_mgr] = row.neighbour
             elif row.state == "inactive":
                 self.state.set_state(row.q_mgr, "joining")
         self._publish_neighbours()
@@ -246,7 +243,7 @@ class NeighbourLinks:
             if parents:
                 self._refuse(row.q_mgr, f"a broker has one parent: {parents[0]} is the parent")
                 return
-        n = _neighbour(row)
+        n = row.neighbour
         support_id, probe_id = os.urandom(24), os.urandom(24)
         probe_topic = f"{PROBE_PREFIX}{self.q_mgr}/{os.urandom(8).hex()}"
         others = tuple(q for q in self._active if q != row.q_mgr)
@@ -276,7 +273,7 @@ class NeighbourLinks:
                 await self._withdraw_probe(join)
                 row = self.state.neighbour(q_mgr)
                 if row is not None:
-                    n = _neighbour(row)
+                    n = row.neighbour
                     await self._put([self._admin_sub(n, stream_support_topic(q_mgr), False)])
                 continue
             if now < join.deadline:
@@ -307,14 +304,14 @@ class NeighbourLinks:
         row = self.state.neighbour(join.q_mgr)
         if row is None or not join.probed:
             return
-        await self._put([self._admin_sub(_neighbour(row), join.probe_topic, False)])
+        await self._put([self._admin_sub(row.neighbour, join.probe_topic, False)])
         join.probed = ()
 
     def _activate(self, row: NeighbourRow) -> None:
         self.state.set_state(row.q_mgr, "active")
         fresh = self.state.neighbour(row.q_mgr)
         assert fresh is not None
-        self._active[row.q_mgr] = _neighbour(fresh)
+        self._active[row.q_mgr] = fresh.neighbour
         self._publish_neighbours()
         log.info(
             "neighbour %s is active; common streams %s",
@@ -416,7 +413,7 @@ class NeighbourLinks:
 
     async def _clear(self, row: NeighbourRow) -> None:
         """DeregSub every proxy and the admin subscription at ``row``, then forget it."""
-        n = _neighbour(row)
+        n = row.neighbour
         join = self._joins.pop(row.q_mgr, None)
         if join is not None:
             await self._withdraw_probe(join)
@@ -492,8 +489,6 @@ class NeighbourLinks:
         if join is not None and correl_id == join.support_msg_id:
             join.answered = True
             self._wake.set()
-        elif join is None and q_mgr in self._active:
-            pass  # a refresh of an active neighbour's StreamSupport subscription
 
     def _on_probe(self, r: Received) -> None:
         for join in self._joins.values():
@@ -502,17 +497,3 @@ class NeighbourLinks:
                 join.loop_via = via
                 self._refuse(join.q_mgr, f"loop: {join.q_mgr} is already reachable through {via}")
                 return
-
-
-def _neighbour(row: NeighbourRow) -> Neighbour:
-    return Neighbour(row.q_mgr, row.kind, row.role, row.common_streams)
-
-
-def _differs(row: NeighbourRow, cfg: NeighbourConfig) -> bool:
-    configured = None if cfg.streams is None else tuple(cfg.streams)
-    return (row.kind, row.role, row.configured_streams, row.probe_timeout) != (
-        cfg.kind,
-        cfg.role,
-        configured,
-        cfg.probe_timeout,
-    )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gateway.pubsub.neighbours import NeighbourKind, NeighbourRole, ProxyKey
+from gateway.pubsub.neighbours import Neighbour, NeighbourKind, NeighbourRole, ProxyKey
 from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.runtime.neighbours.config import NeighbourConfig
 
@@ -95,6 +95,21 @@ class NeighbourRow:
         else:
             streams = set(self.configured_streams) & set(self.learnt_streams)
         return frozenset(streams | {DEFAULT_STREAM})
+
+    @property
+    def neighbour(self) -> Neighbour:
+        """The neighbour as the engine and the command builders know it."""
+        return Neighbour(self.q_mgr, self.kind, self.role, self.common_streams)
+
+    def configured_as(self, cfg: NeighbourConfig) -> bool:
+        """True when ``cfg`` says what this row was joined with (no new join due)."""
+        streams = None if cfg.streams is None else tuple(cfg.streams)
+        return (self.kind, self.role, self.configured_streams, self.probe_timeout) == (
+            cfg.kind,
+            cfg.role,
+            streams,
+            cfg.probe_timeout,
+        )
 
 
 @dataclass(frozen=True, slots=True)
