@@ -23,7 +23,12 @@ which this module defines (embedded queue manager) and services.
   put is committed and settled by the response that correlates on it; unanswered ones
   are sent again (at start too: RegSub and DeregSub are idempotent), so a SIGKILL
   neither registers twice nor leaks a proxy.
-* **Clear**: DeregSub every proxy and the admin subscription at N, forget N.
+* **Clear**: DeregSub every proxy and the admin subscription at N, forget N (only once
+  they are put: a clear that cannot reach N is tried again).
+
+Slightly over 500 lines on purpose: join, probe, sync and the reading of answers share
+the in-memory joins and the MsgIds awaiting answers; the pure parts live beside it
+(``responses.py`` reads answers, ``state.py`` keeps the durable rows).
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ log = logging.getLogger(__name__)
 PROBE_PREFIX = "MQGW/Probe/"
 #: An unanswered proxy command is sent again after this long (seconds).
 RESEND_AFTER = 30.0
+#: A command whose put failed is tried again after this long (seconds).
+RETRY_PUT_AFTER = 5.0
 
 
 def stream_support_topic(q_mgr: str) -> str:
@@ -262,7 +269,8 @@ class NeighbourLinks:
         if others:
             msgs.append(self._admin_sub(n, probe_topic, True, probe_id))
         log.info("joining neighbour %s (%s, %s)", row.q_mgr, row.kind, row.role)
-        await self._put(msgs)
+        if await self._put(msgs):
+            del self._joins[row.q_mgr]  # not sent: the next tick begins again
 
     async def _progress_joins(self) -> None:
         now = self._clock()
@@ -387,27 +395,37 @@ class NeighbourLinks:
         self.state.intend(n.q_mgr, key, msg_id, register=register)
         return proxy_command(n, key, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id)
 
-    async def _put(self, msgs: Sequence[OutboundMessage]) -> None:
-        if not msgs:
-            return
+    async def _put(self, msgs: Sequence[OutboundMessage]) -> set[str]:
+        """Put ``msgs``, one unit of work per neighbour, so one that cannot be reached
+        (no route, transmission queue full) holds back only its own commands. Returns
+        the neighbours whose unit failed (their commands are sent again later)."""
         conn = self._send_conn
         if conn is None:
             raise MQError(Reason.HCONN_ERROR, "neighbour links are not started")
         now = self._clock()
-        try:
-            for m in msgs:
-                await conn.put1(m.queue, m.md, m.body, PutOptions(syncpoint=True), m.q_mgr)
-            await conn.commit()
-        except MQError:
-            with contextlib.suppress(MQError):
-                await conn.backout()
-            for m in msgs:
-                self._sent.pop(m.md.msg_id, None)
-                self.counters.commands[(m.q_mgr, "put_failed")] += 1
-            raise
-        for m in msgs:
-            self._sent[m.md.msg_id] = now
-            self.counters.commands[(m.q_mgr, "sent")] += 1
+        failed: set[str] = set()
+        for q_mgr in dict.fromkeys(m.q_mgr for m in msgs):
+            unit = [m for m in msgs if m.q_mgr == q_mgr]
+            try:
+                for m in unit:
+                    await conn.put1(m.queue, m.md, m.body, PutOptions(syncpoint=True), m.q_mgr)
+                await conn.commit()
+            except MQError as exc:
+                with contextlib.suppress(MQError):
+                    await conn.backout()
+                failed.add(q_mgr)
+                text = f"cannot put to {q_mgr}: {exc}"
+                log.warning("neighbour links: %s (trying again)", text)
+                self.state.set_last_error(q_mgr, text)
+                for m in unit:
+                    # Tried again after RETRY_PUT_AFTER, not on every tick.
+                    self._sent[m.md.msg_id] = now - RESEND_AFTER + RETRY_PUT_AFTER
+                    self.counters.commands[(q_mgr, "put_failed")] += 1
+                continue
+            for m in unit:
+                self._sent[m.md.msg_id] = now
+                self.counters.commands[(q_mgr, "sent")] += 1
+        return failed
 
     # ------------------------------------------------------------- clear ---------
 
@@ -422,7 +440,8 @@ class NeighbourLinks:
             for p in self.state.proxies(row.q_mgr)
         ]
         msgs.append(self._admin_sub(n, stream_support_topic(n.q_mgr), False))
-        await self._put(msgs)
+        if await self._put(msgs):
+            return  # cannot reach it now: the request stays, tried again next tick
         self.state.forget(row.q_mgr)
         self._active.pop(row.q_mgr, None)
         self._publish_neighbours()

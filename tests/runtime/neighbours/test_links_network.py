@@ -238,3 +238,19 @@ async def test_a_proxy_registered_just_before_a_crash_does_not_leak(
             async with broker(net["A"].qm, tmp_path, [gw("GW")]) as a:
                 await wait_for(lambda: g.subscribers_from("A") == [], 10)
                 await wait_for(lambda: a.state.proxies("GW") == [], 10)
+
+
+async def test_an_unreachable_neighbour_holds_back_only_itself(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    async with (
+        make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net,
+        broker(net["GW"].qm, tmp_path, [gw("NOWHERE"), gw("A")]) as g,
+        broker(net["A"].qm, tmp_path, [gw("GW")]),
+    ):
+        await wait_for(lambda: g.link_state("A") == "active", 15)
+        row = g.state.neighbour("NOWHERE")
+        assert row is not None and row.state == "joining"
+        assert row.last_error.startswith("cannot put to NOWHERE")
+        assert g.links.counters.commands[("NOWHERE", "put_failed")] >= 1
+        assert g.links.counters.commands[("A", "sent")] >= 1
