@@ -140,6 +140,8 @@ class NeighbourLinks:
         self._interval = sync_interval
         self._wait_ms = wait_ms
         self._joins: dict[str, _Join] = {}
+        #: neighbours whose join could not be put: not begun again before this time
+        self._join_after: dict[str, float] = {}
         #: admin-stream commands awaiting an answer: MsgId -> neighbour
         self._admin: dict[bytes, str] = {}
         #: proxy commands sent: MsgId -> when (resent after RESEND_AFTER)
@@ -235,7 +237,11 @@ class NeighbourLinks:
             for row in self.state.neighbours():
                 if row.clear_requested:
                     await self._clear(row)
-                elif row.state == "joining" and row.q_mgr not in self._joins:
+                elif (
+                    row.state == "joining"
+                    and row.q_mgr not in self._joins
+                    and self._join_after.get(row.q_mgr, 0.0) <= self._clock()
+                ):
                     await self._begin_join(row)
             await self._progress_joins()
             await self._sync()
@@ -270,7 +276,9 @@ class NeighbourLinks:
             msgs.append(self._admin_sub(n, probe_topic, True, probe_id))
         log.info("joining neighbour %s (%s, %s)", row.q_mgr, row.kind, row.role)
         if await self._put(msgs):
-            del self._joins[row.q_mgr]  # not sent: the next tick begins again
+            # Not sent: begun again after RETRY_PUT_AFTER.
+            del self._joins[row.q_mgr]
+            self._join_after[row.q_mgr] = self._clock() + RETRY_PUT_AFTER
 
     async def _progress_joins(self) -> None:
         now = self._clock()
