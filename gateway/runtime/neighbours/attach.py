@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.pubsub.neighbours import ADMIN_STREAM
+from gateway.pubsub.streams import ADMIN_STREAM
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import NeighbourState, neighbours_db_of

@@ -53,8 +53,6 @@ from gateway.mq.port import (
     QueueManager,
 )
 from gateway.pubsub.neighbours import (
-    ADMIN_STREAM,
-    INTER_BROKER_QUEUE,
     Neighbour,
     NeighbourRole,
     ProxyKey,
@@ -65,6 +63,7 @@ from gateway.pubsub.neighbours import (
 )
 from gateway.pubsub.outcome import OutboundMessage
 from gateway.pubsub.records import Subscription
+from gateway.pubsub.streams import ADMIN_STREAM, INTER_BROKER_QUEUE
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.responses import Received, read_received

@@ -15,9 +15,9 @@ from pathlib import Path
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
-from gateway.pubsub.neighbours import ADMIN_STREAM, NeighbourKind, ProxyKey
+from gateway.pubsub.neighbours import NeighbourKind, ProxyKey
 from gateway.pubsub.store import MemoryStore
-from gateway.pubsub.streams import CONTROL_QUEUE
+from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import NeighbourState
