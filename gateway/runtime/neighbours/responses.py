@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.pubsub.streams import split_topic
 from gateway.wire.constants import CompCode
 from gateway.wire.errors import WireError
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
@@ -70,7 +71,9 @@ def read_received(md: MQMD, body: bytes) -> Received | None:
                     reason_text(reason) if reason else "",
                 )
             if rfh2.get("psc", "Command") == "Publish":
-                return Received(sender, False, topic=rfh2.get("psc", "Topic") or "")
+                # MQRFH2 topics carry the stream as $SYS/STREAM/<stream>/ (streams.py).
+                st = split_topic(rfh2.get("psc", "Topic") or "")
+                return Received(sender, False, topic=st.topic, stream=st.stream)
             return None
     except (WireError, ValueError):
         return None

@@ -15,9 +15,10 @@ from pathlib import Path
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
-from gateway.pubsub.neighbours import NeighbourKind, ProxyKey
+from gateway.pubsub.neighbours import NeighbourKind, ProxyKey, proxy_command
 from gateway.pubsub.store import MemoryStore
 from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
+from gateway.pubsub.topics import Scheme
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import NeighbourState
@@ -218,22 +219,18 @@ async def test_a_proxy_registered_just_before_a_crash_does_not_leak(
     neighbours.db holds the unanswered intent. Restarted without that interest, A
     withdraws the proxy at GW."""
     async with make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net:
+        key = ProxyKey(BULLETIN, "news", int(Scheme.TOPIC))
         before = NeighbourState(tmp_path / "A.neighbours.db")
         before.request_join(gw("GW"), 0.0)
         before.set_state("GW", "active")
-        before.intend("GW", ProxyKey(BULLETIN, "news", 1), b"R" * 24, register=True)
+        before.intend("GW", key, b"R" * 24, register=True)
+        row = before.neighbour("GW")
+        assert row is not None
+        regsub = proxy_command(row.neighbour, key, register=True, self_q_mgr="A", msg_id=b"R" * 24)
         before.close()
         async with broker(net["GW"].qm, tmp_path, [gw("A")]) as g:
-            await command(
-                g.qm,
-                [
-                    ("MQPSCommand", "RegSub"),
-                    ("MQPSStreamName", BULLETIN),
-                    ("MQPSTopic", "news"),
-                    ("MQPSQMgrName", "A"),
-                    ("MQPSQName", BULLETIN),
-                ],
-            )
+            async with await g.qm.connect() as conn:
+                await conn.put1(regsub.queue, regsub.md, regsub.body)
             await wait_for(lambda: g.subscribers_from("A") == [(BULLETIN, "news")], 10)
             async with broker(net["A"].qm, tmp_path, [gw("GW")]) as a:
                 await wait_for(lambda: g.subscribers_from("A") == [], 10)
