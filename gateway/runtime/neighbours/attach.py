@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.pubsub.streams import ADMIN_STREAM
+from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import NeighbourState, neighbours_db_of
@@ -27,21 +27,24 @@ def with_admin_stream(config: BrokerConfig) -> BrokerConfig:
 
 
 def links_for(
-    service: BrokerService, pubsub_store: Path, configured: Sequence[NeighbourConfig]
+    service: BrokerService,
+    pubsub_store: Path,
+    configured: Sequence[NeighbourConfig],
+    *,
+    sync_interval: float = 1.0,
 ) -> NeighbourLinks:
     """Links for ``service`` with ``neighbours.db`` next to ``pubsub_store``, synced
     after every unit the service commits. The caller starts and stops them and closes
     ``links.state``."""
     engine = service.engine
-    # TODO(issue 13, merge with helper P): PubSubEngine.set_neighbours arrives with P's
-    # engine; until then the engine is not told (deliveries stay plain publications).
-    set_neighbours = getattr(engine, "set_neighbours", None)
     links = NeighbourLinks(
         service.qm,
         NeighbourState(neighbours_db_of(pubsub_store)),
         subscriptions=lambda: engine.subscriptions,
-        set_neighbours=set_neighbours,
+        set_neighbours=engine.set_neighbours,
         configured=configured,
+        own_streams=[q for q, _ in service.serviced_queues if q != CONTROL_QUEUE],
+        sync_interval=sync_interval,
     )
     service.after_commit.append(links.wake)
     return links

@@ -23,12 +23,16 @@ which this module defines (embedded queue manager) and services.
   put is committed and settled by the response that correlates on it; unanswered ones
   are sent again (at start too: RegSub and DeregSub are idempotent), so a SIGKILL
   neither registers twice nor leaks a proxy.
+* **StreamSupport**: our own retained ``MQ/<own>/StreamSupport`` (own serviced streams
+  ∪ the streams shared with active neighbours) is published at start and whenever that
+  union changes; a neighbour's narrows the common streams and counts as its answer.
 * **Clear**: DeregSub every proxy and the admin subscription at N, forget N (only once
   they are put: a clear that cannot reach N is tried again).
 
-Slightly over 500 lines on purpose: join, probe, sync and the reading of answers share
-the in-memory joins and the MsgIds awaiting answers; the pure parts live beside it
-(``responses.py`` reads answers, ``state.py`` keeps the durable rows).
+Over 500 lines on purpose: join, probe, sync, StreamSupport and the reading of answers
+share the in-memory joins, the active set and the MsgIds awaiting answers; the pure
+parts live beside it (``responses.py`` reads answers, ``stream_support.py`` the
+administration publication, ``state.py`` keeps the durable rows).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from gateway.mq.port import (
     QueueHandle,
     QueueManager,
 )
+from gateway.pubsub.admin_messages import admin_topic
 from gateway.pubsub.neighbours import (
     Neighbour,
     NeighbourRole,
@@ -68,9 +73,10 @@ from gateway.pubsub.topics import Scheme
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.responses import Received, read_received
 from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
+from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
 from gateway.wire.reasons import Reason
 
-__all__ = ["PROBE_PREFIX", "LinkCounters", "NeighbourLinks", "stream_support_topic"]
+__all__ = ["PROBE_PREFIX", "LinkCounters", "NeighbourLinks"]
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +85,6 @@ PROBE_PREFIX = "MQGW/Probe/"
 RESEND_AFTER = 30.0
 #: A command whose put failed is tried again after this long (seconds).
 RETRY_PUT_AFTER = 5.0
-
-
-def stream_support_topic(q_mgr: str) -> str:
-    """``MQ/<q_mgr padded to 48>/StreamSupport``: the broker administration metatopic
-    on which a broker publishes the streams it supports."""
-    return f"MQ/{q_mgr:<48}/StreamSupport"
 
 
 @dataclass(slots=True)
@@ -124,6 +124,7 @@ class NeighbourLinks:
         subscriptions: Callable[[], Iterable[Subscription]],
         set_neighbours: Callable[[Mapping[str, Neighbour]], None] | None = None,
         configured: Sequence[NeighbourConfig] = (),
+        own_streams: Collection[str] = (),
         clock: Callable[[], float] = time.time,
         sync_interval: float = 1.0,
         wait_ms: int = 200,
@@ -135,6 +136,9 @@ class NeighbourLinks:
         self._subscriptions = subscriptions
         self._set_neighbours = set_neighbours
         self._configured = list(configured)
+        self._own_streams = frozenset(own_streams)
+        #: the stream set of our last StreamSupport publication
+        self._published: frozenset[str] | None = None
         self._clock = clock
         self._interval = sync_interval
         self._wait_ms = wait_ms
@@ -188,9 +192,6 @@ class NeighbourLinks:
             elif row.state == "inactive":
                 self.state.set_state(row.q_mgr, "joining")
         self._publish_neighbours()
-        # TODO(issue 13, helper W): publish our own retained MQ/<own>/StreamSupport (and
-        # Parent/Children) on SYSTEM.BROKER.ADMIN.STREAM with
-        # gateway.pubsub.admin_messages.encode_admin_publication once it is merged.
         self._stop.clear()
         self._tasks = [
             asyncio.create_task(self._read_loop(reader, handle), name="neighbours:read"),
@@ -244,6 +245,7 @@ class NeighbourLinks:
                     await self._begin_join(row)
             await self._progress_joins()
             await self._sync()
+            await self._publish_stream_support()
 
     async def _begin_join(self, row: NeighbourRow) -> None:
         if row.role is NeighbourRole.PARENT:
@@ -270,7 +272,7 @@ class NeighbourLinks:
         self._joins[row.q_mgr] = join
         self._admin[support_id] = row.q_mgr
         self._admin[probe_id] = row.q_mgr
-        msgs = [self._admin_sub(n, stream_support_topic(n.q_mgr), True, support_id)]
+        msgs = [self._admin_sub(n, admin_topic("StreamSupport", n.q_mgr), True, support_id)]
         if others:
             msgs.append(self._admin_sub(n, probe_topic, True, probe_id))
         log.info("joining neighbour %s (%s, %s)", row.q_mgr, row.kind, row.role)
@@ -289,7 +291,9 @@ class NeighbourLinks:
                 row = self.state.neighbour(q_mgr)
                 if row is not None:
                     n = row.neighbour
-                    await self._put([self._admin_sub(n, stream_support_topic(q_mgr), False)])
+                    await self._put(
+                        [self._admin_sub(n, admin_topic("StreamSupport", q_mgr), False)]
+                    )
                 continue
             if now < join.deadline:
                 # Published on every tick of the window: the probe subscription needs
@@ -339,6 +343,27 @@ class NeighbourLinks:
         self._active.pop(q_mgr, None)
         self._publish_neighbours()
         log.error("join of neighbour %s refused: %s", q_mgr, text)
+
+    @property
+    def supported_streams(self) -> frozenset[str]:
+        """What we tell our neighbours we support: our own serviced streams and every
+        stream we share with an active neighbour (the seed's stream union)."""
+        union = set(self._own_streams)
+        for n in self._active.values():
+            union |= n.streams
+        return frozenset(union)
+
+    async def _publish_stream_support(self) -> None:
+        """Our retained StreamSupport, at start and whenever the union changes."""
+        streams = self.supported_streams
+        if streams == self._published:
+            return
+        msg = stream_support_command(self.q_mgr, streams, self._clock())
+        conn = self._send_conn
+        assert conn is not None
+        await conn.put1(msg.queue, msg.md, msg.body)
+        self._published = streams
+        log.info("published StreamSupport: %s", ", ".join(sorted(streams)))
 
     def _publish_neighbours(self) -> None:
         if self._set_neighbours is not None:
@@ -446,7 +471,7 @@ class NeighbourLinks:
             proxy_command(n, p.key, register=False, self_q_mgr=self.q_mgr, msg_id=os.urandom(24))
             for p in self.state.proxies(row.q_mgr)
         ]
-        msgs.append(self._admin_sub(n, stream_support_topic(n.q_mgr), False))
+        msgs.append(self._admin_sub(n, admin_topic("StreamSupport", n.q_mgr), False))
         if await self._put(msgs):
             return  # cannot reach it now: the request stays, tried again next tick
         self.state.forget(row.q_mgr)
@@ -491,9 +516,10 @@ class NeighbourLinks:
             self._on_response(m.md.correl_id, r)
         elif r.topic.startswith(PROBE_PREFIX):
             self._on_probe(r)
-        # TODO(issue 13, helper W): StreamSupport publications (MQ/<N>/StreamSupport)
-        # decoded with gateway.pubsub.admin_messages.decode_admin_publication ->
-        # state.set_learnt_streams + answered, once that module is merged.
+        else:
+            support = read_stream_support(m.md, m.body)
+            if support is not None:
+                self._on_stream_support(*support)
         self._wake.set()
 
     def _on_response(self, correl_id: bytes, r: Received) -> None:
@@ -515,6 +541,21 @@ class NeighbourLinks:
         if join is not None and correl_id == join.support_msg_id:
             join.answered = True
             self._wake.set()
+
+    def _on_stream_support(self, q_mgr: str, streams: tuple[str, ...]) -> None:
+        """A neighbour said which streams it supports: they narrow (or, unconfigured,
+        make) the common streams, and count as its answer to a join."""
+        if self.state.neighbour(q_mgr) is None:
+            return
+        self.state.set_learnt_streams(q_mgr, streams)
+        join = self._joins.get(q_mgr)
+        if join is not None:
+            join.answered = True
+        row = self.state.neighbour(q_mgr)
+        if row is not None and q_mgr in self._active:
+            self._active[q_mgr] = row.neighbour
+            self._publish_neighbours()
+        log.info("neighbour %s supports %s", q_mgr, ", ".join(streams) or "no stream")
 
     def _on_probe(self, r: Received) -> None:
         for join in self._joins.values():

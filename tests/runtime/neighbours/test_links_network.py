@@ -19,6 +19,7 @@ from gateway.pubsub.neighbours import NeighbourKind, ProxyKey, proxy_command
 from gateway.pubsub.store import MemoryStore
 from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.neighbours.attach import links_for, with_admin_stream
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import NeighbourState
@@ -69,22 +70,11 @@ async def broker(
     qm: EmbeddedQueueManager, tmp_path: Path, neighbours: list[NeighbourConfig]
 ) -> AsyncIterator[Broker]:
     engine = PubSubEngine(qm.name, MemoryStore())
-    config = BrokerConfig(
-        streams=[StreamQueueConfig(name=BULLETIN), StreamQueueConfig(name=ADMIN_STREAM)],
-        wait_ms=50,
-        retry_delay=0.01,
-    )
-    service = BrokerService(qm, engine, config)
-    state = NeighbourState(tmp_path / f"{qm.name}.neighbours.db")
-    links = NeighbourLinks(
-        qm,
-        state,
-        subscriptions=lambda: engine.subscriptions,
-        configured=neighbours,
-        sync_interval=0.1,
-        wait_ms=50,
-    )
-    service.after_commit.append(links.wake)
+    config = BrokerConfig(streams=[StreamQueueConfig(name=BULLETIN)], wait_ms=50, retry_delay=0.01)
+    service = BrokerService(qm, engine, with_admin_stream(config))
+    (tmp_path / qm.name).mkdir(exist_ok=True)
+    links = links_for(service, tmp_path / qm.name / "pubsub.db", neighbours, sync_interval=0.1)
+    state = links.state
     await service.start()
     await links.start()
     try:
@@ -220,7 +210,8 @@ async def test_a_proxy_registered_just_before_a_crash_does_not_leak(
     withdraws the proxy at GW."""
     async with make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net:
         key = ProxyKey(BULLETIN, "news", int(Scheme.TOPIC))
-        before = NeighbourState(tmp_path / "A.neighbours.db")
+        (tmp_path / "A").mkdir()
+        before = NeighbourState(tmp_path / "A" / "neighbours.db")
         before.request_join(gw("GW"), 0.0)
         before.set_state("GW", "active")
         before.intend("GW", key, b"R" * 24, register=True)
@@ -251,3 +242,27 @@ async def test_an_unreachable_neighbour_holds_back_only_itself(
         assert row.last_error.startswith("cannot put to NOWHERE")
         assert g.links.counters.commands[("NOWHERE", "put_failed")] >= 1
         assert g.links.counters.commands[("A", "sent")] >= 1
+
+
+async def test_streams_are_learnt_from_the_neighbours_stream_support(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """No streams configured: each side learns the other's from its retained
+    StreamSupport publication (PCF) and shares them; the engine is told."""
+    async with (
+        make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net,
+        broker(net["GW"].qm, tmp_path, [gw("A", streams=None)]) as g,
+        broker(net["A"].qm, tmp_path, [gw("GW", streams=None)]) as a,
+    ):
+
+        def learnt() -> bool:
+            row = g.state.neighbour("A")
+            return row is not None and row.learnt_streams is not None
+
+        await wait_for(lambda: learnt() and g.link_state("A") == "active", 15)
+        row = g.state.neighbour("A")
+        assert row is not None and row.learnt_streams is not None
+        assert {BULLETIN, ADMIN_STREAM} <= set(row.learnt_streams)
+        assert BULLETIN in row.common_streams
+        await wait_for(lambda: BULLETIN in g.engine.neighbours["A"].streams, 10)
+        assert a.links.supported_streams >= {BULLETIN, ADMIN_STREAM}

@@ -10,17 +10,21 @@ import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Message
+from gateway.pubsub.admin_messages import admin_topic
 from gateway.pubsub.neighbours import ProxyKey
+from gateway.pubsub.streams import ADMIN_STREAM
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.responses import read_received
 from gateway.runtime.neighbours.state import NeighbourState
+from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
 from gateway.wire.constants import MsgType
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
 from gateway.wire.rfh import MQRFH, encode_rfh
 from gateway.wire.rfh2 import MQRFH2, encode_rfh2
+from tests.support.pubsub_messages import decode
 
 KEY = ProxyKey("SPORTS.STREAM", "football", 2)
 
@@ -110,3 +114,15 @@ def test_read_received_kinds() -> None:
 
 def _parts(m: Message) -> tuple[MQMD, bytes]:
     return m.md, m.body
+
+
+def test_our_stream_support_is_a_retained_publish_of_the_pcf() -> None:
+    msg = stream_support_command("GW", ["S2", "S1", "S2"], now=0.0)
+    assert (msg.q_mgr, msg.queue) == ("", ADMIN_STREAM)
+    r = decode(msg.md, msg.body)
+    assert r.get("MQPSCommand") == "Publish"
+    assert r.get("MQPSTopic") == admin_topic("StreamSupport", "GW")
+    assert "RetainPub" in r.get_all("MQPSPubOpts")
+    assert r.get("MQPSStreamName") == ADMIN_STREAM
+    assert read_stream_support(msg.md, msg.body) == ("GW", ("S1", "S2"))
+    assert read_stream_support(MQMD(format="MQSTR"), b"not PCF") is None
