@@ -22,7 +22,7 @@ def with_admin_stream(config: BrokerConfig) -> BrokerConfig:
     on it names its stream)."""
     if any(s.name == ADMIN_STREAM for s in config.streams):
         return config
-    admin = StreamQueueConfig.model_construct(name=ADMIN_STREAM, implicit_stream_naming=True)
+    admin = StreamQueueConfig(name=ADMIN_STREAM, implicit_stream_naming=True)
     return config.model_copy(update={"streams": [*config.streams, admin]})
 
 
