@@ -150,6 +150,9 @@ class NeighbourLinks:
         #: proxy commands sent: MsgId -> when (resent after RESEND_AFTER)
         self._sent: dict[bytes, float] = {}
         self._active: dict[str, Neighbour] = {}
+        #: when each neighbour was last heard from, written to the state once a tick
+        #: (never an fsync on the broker service's path)
+        self._heard: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -214,8 +217,14 @@ class NeighbourLinks:
         now = self._clock()
         for q_mgr in heard:
             if q_mgr in self._active or q_mgr in self._joins:
-                self.state.heard(q_mgr, now)
+                self._heard[q_mgr] = now
         self._wake.set()
+
+    def flush_heard(self) -> None:
+        """Write when each neighbour was last heard from to the state (every tick)."""
+        heard, self._heard = self._heard, {}
+        for q_mgr, when in heard.items():
+            self.state.heard(q_mgr, when)
 
     # ------------------------------------------------------------- the ticker ----
 
@@ -234,6 +243,7 @@ class NeighbourLinks:
     async def tick(self) -> None:
         """One round: CLI requests, joins in progress, proxy sync (also for tests)."""
         async with self._lock:
+            self.flush_heard()
             for row in self.state.neighbours():
                 if row.clear_requested:
                     await self._clear(row)
@@ -511,7 +521,7 @@ class NeighbourLinks:
             log.warning("ignored a message on %s that is no pub/sub message", INTER_BROKER_QUEUE)
             return
         if r.q_mgr:
-            self.state.heard(r.q_mgr, self._clock())
+            self._heard[r.q_mgr] = self._clock()
         if r.is_response:
             self._on_response(m.md.correl_id, r)
         elif r.topic.startswith(PROBE_PREFIX):
@@ -529,7 +539,7 @@ class NeighbourLinks:
             q_mgr = row.q_mgr
         if q_mgr is None:
             return  # a late answer to a command we no longer wait for
-        self.state.heard(q_mgr, self._clock())
+        self._heard[q_mgr] = self._clock()
         self.counters.commands[(q_mgr, "ok" if r.ok else "failed")] += 1
         join = self._joins.get(q_mgr)
         if not r.ok:

@@ -73,6 +73,7 @@ def test_failed_regsub_is_named_in_the_log_and_in_list(
     links.state.intend("BROKERA", KEY, b"R" * 24, register=True)
     with caplog.at_level(logging.WARNING):
         links.received(rfh_response(b"R" * 24, 2, 3071, "MQRCCF_STREAM_ERROR"))
+    links.flush_heard()
     row = links.state.neighbour("BROKERA")
     assert row is not None
     assert "reason 3071 MQRCCF_STREAM_ERROR" in row.last_error
