@@ -34,6 +34,10 @@ from gateway.runtime.config import (
 )
 from gateway.runtime.errors import GatewayRuntimeError
 from gateway.runtime.metrics import GatewayMetrics, HealthServer
+from gateway.runtime.neighbours.attach import links_for, with_admin_stream
+from gateway.runtime.neighbours.links import NeighbourLinks
+from gateway.runtime.neighbours.state import neighbours_db_of
+from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import (
     DEAD_LETTER_QUEUE,
@@ -75,6 +79,7 @@ class GatewayApp:
         self.qm: QueueManager | None = None
         self.store: SqliteStore | None = None
         self.service: BrokerService | None = None
+        self.links: NeighbourLinks | None = None
         self.host: PluginHost | None = None
         self.metrics: GatewayMetrics | None = None
         self.http: HealthServer | None = None
@@ -165,9 +170,21 @@ class GatewayApp:
             broker_queues=broker.broker_queues,
             suspend_after=broker.suspend_subscription_after,
         )
-        self.service = service = BrokerService(
-            qm, engine, broker, forgiven=ForgivenBackouts(store_path)
+        # Neighbour links run on the embedded queue manager (it defines their queues),
+        # and on IBM MQ once neighbours are configured or joined (docs/neighbours.md).
+        linked = (
+            isinstance(self.config.queue_manager, EmbeddedQueueManagerConfig)
+            or bool(self.config.neighbours)
+            or neighbours_db_of(store_path).is_file()
         )
+        self.service = service = BrokerService(
+            qm,
+            engine,
+            with_admin_stream(broker) if linked else broker,
+            forgiven=ForgivenBackouts(store_path),
+        )
+        if linked:
+            self.links = links_for(service, store_path, self.config.neighbours)
         self.host = host = PluginHost(qm, service, self.config.gateway_id)
         instances: list[PluginInstance] = []
         for inst_cfg in self.config.plugins:
@@ -186,14 +203,22 @@ class GatewayApp:
             self._current_depths,
             lambda: self.plugin_start_errors,
             lambda: self.stream_report,
+            neighbours=self.links,
         )
         host.observer = self.metrics.observe
         await self._sample_depths()
         try:
             await self._register_planned_subscriptions(instances)
             await service.start()
+            if self.links is not None:
+                await self.links.start()
         except BrokerError as exc:
             raise GatewayRuntimeError(str(exc)) from exc
+        except MQError as exc:
+            raise GatewayRuntimeError(
+                f"cannot start the neighbour links: {exc} (define "
+                "SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS, docs/neighbours.md)"
+            ) from exc
         mc = self.config.metrics
         if mc.enabled:
             self.http = HealthServer(self.metrics, self.health, mc.host, mc.port)
@@ -258,6 +283,8 @@ class GatewayApp:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
+            if self.links is not None:
+                await self.links.stop()
             if self.service is not None:
                 # The drain gets a share of the budget so plugins are always stopped
                 # (flushed, disconnected) in the time that remains.
@@ -290,6 +317,8 @@ class GatewayApp:
                     await close()
         if self.store is not None:
             self.store.close()
+        if self.links is not None:
+            self.links.state.close()
         if self.service is not None:
             self.service.forgiven.close()
             log.info("gateway %s stopped", self.config.gateway_id)
@@ -428,6 +457,9 @@ class GatewayApp:
             "plugins": plugins,
             "queue_depths": self._current_depths(),
             "streams": self.stream_report.to_json() if self.stream_report else None,
+            "neighbours": (
+                neighbour_status(self.links.state, time.time()) if self.links is not None else []
+            ),
         }
 
 

@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.mq.embedded.cli",
     "analytics.cli",
     "gateway.runtime.pubsub_service.cli",
+    "gateway.runtime.neighbours.cli",
     "gateway.runtime.run",
     "gateway.runtime.subscriptions_cli",
     "gateway.runtime.streams.cli",

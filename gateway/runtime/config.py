@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.runtime.config_checks import (
@@ -28,6 +35,7 @@ from gateway.runtime.config_checks import (
     check_streams,
 )
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
+from gateway.runtime.neighbours.config import NeighbourConfig, unique_neighbours
 from gateway.runtime.pubsub_service import BrokerConfig
 from gateway.runtime.registry import PluginRegistry
 
@@ -120,6 +128,24 @@ class GatewayConfig(_Strict):
     expiry_sweep_interval: float = Field(default=5.0, gt=0.0)
     #: Seconds a SIGTERM waits for in-flight work before giving up.
     shutdown_timeout: float = Field(default=30.0, gt=0.0)
+    #: Neighbour brokers (docs/neighbours.md); ``broker.neighbours`` is accepted too,
+    #: but not both.
+    neighbours: list[NeighbourConfig] = Field(default_factory=list)
+
+    @field_validator("neighbours")
+    @classmethod
+    def _one_neighbour_each(cls, value: list[NeighbourConfig]) -> list[NeighbourConfig]:
+        return unique_neighbours(value)
+
+    @model_validator(mode="after")
+    def _neighbours_in_one_place(self) -> GatewayConfig:
+        if self.neighbours and self.broker.neighbours:
+            raise ValueError(
+                "neighbours are listed both at the top level and under broker: keep one list"
+            )
+        if self.broker.neighbours:
+            self.neighbours = list(self.broker.neighbours)
+        return self
 
     @field_validator("queue_manager", mode="before")
     @classmethod

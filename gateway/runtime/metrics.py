@@ -21,6 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.plugin_api import Envelope, ReportsStats
+from gateway.runtime.neighbours.links import NeighbourLinks
+from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerService
 from gateway.runtime.streams.check import StreamReport
@@ -48,6 +50,7 @@ class GatewayMetrics:
         queue_depths: Callable[[], dict[str, int]],
         start_errors: Callable[[], int] = lambda: 0,
         stream_report: Callable[[], StreamReport | None] = lambda: None,
+        neighbours: NeighbourLinks | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = Histogram(
@@ -59,6 +62,8 @@ class GatewayMetrics:
         )
         self.registry.register(_Collector(service, host, queue_depths, start_errors))
         self.registry.register(_StreamCollector(stream_report))
+        if neighbours is not None:
+            self.registry.register(NeighbourCollector(neighbours))
 
     def observe(self, plugin: str, envelopes: Sequence[Envelope]) -> None:
         """Record end-to-end latency of acknowledged envelopes (sink observer)."""
@@ -200,6 +205,49 @@ class _StreamCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from stream_metric_families(self.report())
+
+
+class NeighbourCollector(Collector):
+    """Per neighbour: active, seconds since last heard, proxy subscriptions registered
+    there, commands sent and answered (docs/neighbours.md)."""
+
+    def __init__(self, links: NeighbourLinks, clock: Callable[[], float] = time.time) -> None:
+        self.links = links
+        self.clock = clock
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        active = GaugeMetricFamily(
+            "mqgw_neighbour_active",
+            "1 while the neighbour is active (answered, no loop), 0 otherwise",
+            labels=["neighbour"],
+        )
+        heard = GaugeMetricFamily(
+            "mqgw_neighbour_last_heard_seconds",
+            "Seconds since the last message from the neighbour (absent: never heard)",
+            labels=["neighbour"],
+        )
+        proxies = GaugeMetricFamily(
+            "mqgw_neighbour_proxy_subscriptions",
+            "Proxy subscriptions registered at the neighbour",
+            labels=["neighbour"],
+        )
+        commands = CounterMetricFamily(
+            "mqgw_neighbour_commands",
+            "Commands put to the neighbour (sent, put_failed) and its answers (ok, failed)",
+            labels=["neighbour", "result"],
+        )
+        try:
+            for item in neighbour_status(self.links.state, self.clock()):
+                q = item["q_mgr"]
+                active.add_metric([q], 1.0 if item["state"] == "active" else 0.0)
+                if item["last_heard_age"] is not None:
+                    heard.add_metric([q], item["last_heard_age"])
+                proxies.add_metric([q], item["proxy_subscriptions"])
+        except Exception:  # a scrape must not fail because the database is busy
+            log.debug("neighbour status unavailable", exc_info=True)
+        for (q, result), n in sorted(self.links.counters.commands.items()):
+            commands.add_metric([q, result], n)
+        yield from (active, heard, proxies, commands)
 
 
 class HealthServer:

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gateway.pubsub.engine import PubSubEngine
+from gateway.runtime.neighbours.config import parse_neighbour_spec
 from gateway.runtime.pubsub_service.config import BrokerConfig, StreamQueueConfig
 from gateway.runtime.pubsub_service.errors import BrokerError
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
@@ -46,6 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="serviced stream queue; ':noimplicit' turns Implicit Stream Naming off",
     )
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument(
+        "--neighbour",
+        action="append",
+        default=[],
+        metavar="QM[:kind[:role[:S1,S2]]]",
+        help="neighbour broker to join (kind mqpubsub|mqv7|gateway, role child|parent, "
+        "streams to share); repeatable",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
@@ -53,7 +62,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     for spec in args.stream:
         name, _, flag = str(spec).partition(":")
         streams.append(StreamQueueConfig(name=name, implicit_stream_naming=flag != "noimplicit"))
-    return BrokerConfig(streams=streams, batch_size=args.batch_size)
+    neighbours = [parse_neighbour_spec(spec) for spec in args.neighbour]
+    return BrokerConfig(streams=streams, batch_size=args.batch_size, neighbours=neighbours)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -67,8 +77,13 @@ def run_command(args: argparse.Namespace) -> int:
         where = ".".join(str(x) for x in first["loc"]) or "config"
         print(f"mqgw broker: invalid setting {where}: {first['msg']}", file=sys.stderr)
         return 2
+    except ValueError as exc:
+        print(f"mqgw broker: {exc}", file=sys.stderr)
+        return 2
 
     async def main() -> None:
+        from gateway.runtime.neighbours.attach import links_for, with_admin_stream
+
         qm = EmbeddedQueueManager(args.qmgr, args.qmgr_path)
         store = SqliteStore(args.store)
         engine = PubSubEngine(
@@ -77,16 +92,24 @@ def run_command(args: argparse.Namespace) -> int:
             broker_queues=config.broker_queues,
             suspend_after=config.suspend_subscription_after,
         )
-        service = BrokerService(qm, engine, config, forgiven=ForgivenBackouts(args.store))
+        service = BrokerService(
+            qm, engine, with_admin_stream(config), forgiven=ForgivenBackouts(args.store)
+        )
+        links = links_for(service, args.store, config.neighbours)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, service.request_stop)
         try:
+            await service.start()
+            await links.start()
             await service.run()
         finally:
+            await links.stop()
+            await service.stop()
             await qm.close()
             store.close()
             service.forgiven.close()
+            links.state.close()
 
     try:
         asyncio.run(main())

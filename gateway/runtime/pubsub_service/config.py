@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.runtime.neighbours.config import NeighbourConfig, unique_neighbours
 
 __all__ = ["DEAD_LETTER_QUEUE", "BrokerConfig", "StreamQueueConfig"]
 
@@ -56,6 +58,14 @@ class BrokerConfig(BaseModel):
     #: Consecutive failed puts to a subscriber queue (unknown, put inhibited, ...) after
     #: which its subscriptions are suspended until registered again (docs/pubsub.md).
     suspend_subscription_after: int = Field(default=10, ge=1)
+    #: Neighbour brokers joined at start (docs/neighbours.md); ``mqgw broker
+    #: --neighbour``. The gateway's YAML names them at the top level (``neighbours:``).
+    neighbours: list[NeighbourConfig] = Field(default_factory=list)
+
+    @field_validator("neighbours")
+    @classmethod
+    def _one_per_q_mgr(cls, value: list[NeighbourConfig]) -> list[NeighbourConfig]:
+        return unique_neighbours(value)
 
     @property
     def broker_queues(self) -> frozenset[str]:

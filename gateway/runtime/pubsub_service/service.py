@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from gateway.mq.port import (
@@ -130,6 +130,11 @@ class BrokerService:
         self._batch_ids: list[bytes] = []
         #: Messages got in the batch being processed (the batch's size if it fails).
         self._batch_got = 0
+        #: ReplyToQMgr of the messages of the batch being processed (who we heard from).
+        self._batch_heard: set[str] = set()
+        #: Called after every committed unit of work with the queue managers its
+        #: messages came from: the neighbour links sync their proxy subscriptions then.
+        self.after_commit: list[Callable[[Collection[str]], None]] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.sink_backlogs = SinkBacklogs(qm, self.config, self._stop, self.counters)
@@ -221,6 +226,7 @@ class BrokerService:
                 if conn is not None:
                     await conn.commit()
                 self._sink_subs[key] = sub
+                self._committed(())
             except BaseException:
                 self.engine.rollback()
                 if self._sub_conn is not None:
@@ -242,6 +248,7 @@ class BrokerService:
             try:
                 existed = self.engine.unsubscribe_sink(sink, topic, scheme=scheme)
                 self.engine.commit()
+                self._committed(())
             except BaseException:
                 self.engine.rollback()
                 raise
@@ -444,6 +451,8 @@ class BrokerService:
                 raise
             finally:
                 ids, self._batch_ids = self._batch_ids, []
+                heard, self._batch_heard = self._batch_heard, set()
+        self._committed(heard)
         try:
             self.forgiven.settle(ids)
         except Exception:  # committed already: a stale entry only forgives too much once
@@ -471,6 +480,8 @@ class BrokerService:
             self._batch_got = count
             if m.md.msg_id != bytes(24):
                 self._batch_ids.append(m.md.msg_id)
+            if m.md.reply_to_q_mgr.strip():
+                self._batch_heard.add(m.md.reply_to_q_mgr.strip())
             self._handle_one(q, dlq, q_mgr, m, puts, to_sinks)
             m = None
             if count < limit and len(puts) < self.config.max_puts_per_unit:
@@ -502,6 +513,13 @@ class BrokerService:
         await conn.commit()
         self._account(done)
         return count
+
+    def _committed(self, heard: Collection[str]) -> None:
+        for hook in self.after_commit:
+            try:
+                hook(heard)
+            except Exception:  # committed already: a hook never undoes it
+                log.exception("after-commit hook %r failed", hook)
 
     def _account(self, done: list[Put]) -> None:
         """Count and log moves and dead-letters once they are committed (never before)."""

@@ -1,0 +1,50 @@
+"""Wiring the neighbour links to a broker service (``mqgw run``, ``mqgw broker``): one
+home for what both commands do, so they cannot drift apart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
+from gateway.runtime.neighbours.config import NeighbourConfig
+from gateway.runtime.neighbours.links import NeighbourLinks
+from gateway.runtime.neighbours.state import NeighbourState, neighbours_db_of
+from gateway.runtime.pubsub_service.config import BrokerConfig, StreamQueueConfig
+from gateway.runtime.pubsub_service.service import BrokerService
+
+__all__ = ["links_for", "with_admin_stream"]
+
+
+def with_admin_stream(config: BrokerConfig) -> BrokerConfig:
+    """``config`` servicing SYSTEM.BROKER.ADMIN.STREAM too: probes and the neighbours'
+    admin publications are published there (without Implicit Stream Naming: a command
+    on it names its stream)."""
+    if any(s.name == ADMIN_STREAM for s in config.streams):
+        return config
+    admin = StreamQueueConfig(name=ADMIN_STREAM, implicit_stream_naming=True)
+    return config.model_copy(update={"streams": [*config.streams, admin]})
+
+
+def links_for(
+    service: BrokerService,
+    pubsub_store: Path,
+    configured: Sequence[NeighbourConfig],
+    *,
+    sync_interval: float = 1.0,
+) -> NeighbourLinks:
+    """Links for ``service`` with ``neighbours.db`` next to ``pubsub_store``, synced
+    after every unit the service commits. The caller starts and stops them and closes
+    ``links.state``."""
+    engine = service.engine
+    links = NeighbourLinks(
+        service.qm,
+        NeighbourState(neighbours_db_of(pubsub_store)),
+        subscriptions=lambda: engine.subscriptions,
+        set_neighbours=engine.set_neighbours,
+        configured=configured,
+        own_streams=[q for q, _ in service.serviced_queues if q != CONTROL_QUEUE],
+        sync_interval=sync_interval,
+    )
+    service.after_commit.append(links.wake)
+    return links

@@ -1,0 +1,576 @@
+"""The links to neighbour brokers: join, stream negotiation, loop probe, proxy
+subscriptions, clear (net13-spec.md; docs/neighbours.md).
+
+Everything said to a neighbour is a documented queued pub/sub command put to its queue
+manager (RegSub/DeregSub to its SYSTEM.BROKER.CONTROL.QUEUE, Publish to its
+SYSTEM.BROKER.ADMIN.STREAM), so a legacy broker or an MQ V7+ queue manager can stand on
+the other side. Answers come back to our SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS queue,
+which this module defines (embedded queue manager) and services.
+
+* **Join** (CLI request or configuration): RegSub at N on the admin stream topic
+  ``MQ/<N>/StreamSupport``; its OK response (or N's StreamSupport publication) is N's
+  answer. At the same time a *loop probe*: a RegSub at N on ``MQGW/Probe/<own>/<nonce>``
+  and, during the probe window, that topic published at every other active neighbour.
+  If it comes back through N, N is already reachable: the join is refused. After the
+  window N is *active* when it answered, *inactive* until it does.
+* **Probe relay**: a probe subscription another neighbour X holds here is registered in
+  turn at our other neighbours (identity: our queue manager, our admin stream queue),
+  so a probe travels as far as the network reaches, as interest does.
+* **Proxy sync** (after every committed unit of the broker service, see :meth:`wake`,
+  and every ``sync_interval``): wanted = ``wanted_proxies`` over the engine's
+  subscriptions, registered = the rows of :mod:`.state`; the difference becomes RegSub /
+  DeregSub commands. Each command is written to the state (with its MsgId) before its
+  put is committed and settled by the response that correlates on it; unanswered ones
+  are sent again (at start too: RegSub and DeregSub are idempotent), so a SIGKILL
+  neither registers twice nor leaks a proxy.
+* **StreamSupport**: our own retained ``MQ/<own>/StreamSupport`` (own serviced streams
+  ∪ the streams shared with active neighbours) is published at start and whenever that
+  union changes; a neighbour's narrows the common streams and counts as its answer.
+* **Clear**: DeregSub every proxy and the admin subscription at N, forget N (only once
+  they are put: a clear that cannot reach N is tried again).
+
+Over 500 lines on purpose: join, probe, sync, StreamSupport and the reading of answers
+share the in-memory joins, the active set and the MsgIds awaiting answers; the pure
+parts live beside it (``responses.py`` reads answers, ``stream_support.py`` the
+administration publication, ``state.py`` keeps the durable rows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.mq.port import (
+    Connection,
+    GetOptions,
+    Message,
+    MQError,
+    OpenOption,
+    PutOptions,
+    QueueHandle,
+    QueueManager,
+)
+from gateway.pubsub.admin_messages import admin_topic
+from gateway.pubsub.neighbours import (
+    Neighbour,
+    NeighbourRole,
+    ProxyKey,
+    admin_subscription,
+    probe_publication,
+    proxy_command,
+    wanted_proxies,
+)
+from gateway.pubsub.outcome import OutboundMessage
+from gateway.pubsub.records import Subscription
+from gateway.pubsub.streams import ADMIN_STREAM, INTER_BROKER_QUEUE
+from gateway.pubsub.topics import Scheme
+from gateway.runtime.neighbours.config import NeighbourConfig
+from gateway.runtime.neighbours.responses import Received, read_received
+from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
+from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
+from gateway.wire.reasons import Reason
+
+__all__ = ["PROBE_PREFIX", "LinkCounters", "NeighbourLinks"]
+
+log = logging.getLogger(__name__)
+
+PROBE_PREFIX = "MQGW/Probe/"
+#: An unanswered proxy command is sent again after this long (seconds).
+RESEND_AFTER = 30.0
+#: A command whose put failed is tried again after this long (seconds).
+RETRY_PUT_AFTER = 5.0
+
+
+@dataclass(slots=True)
+class LinkCounters:
+    """Commands per (neighbour, result): ``sent``, ``put_failed``, ``ok``, ``failed``."""
+
+    commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class _Join:
+    """A join in progress: the answer and the loop probe."""
+
+    q_mgr: str
+    support_msg_id: bytes
+    probe_topic: str
+    probe_msg_id: bytes
+    deadline: float
+    probed: tuple[str, ...] = ()
+    answered: bool = False
+    loop_via: str = ""
+
+
+class NeighbourLinks:
+    """The gateway's links to its neighbours (see module docstring).
+
+    ``subscriptions`` returns the engine's subscriptions; ``set_neighbours`` is told the
+    active neighbours (``engine.set_neighbours``) after each change; ``configured`` are
+    the neighbours of the configuration, joined at start unless already known.
+    """
+
+    def __init__(
+        self,
+        qm: QueueManager,
+        state: NeighbourState,
+        *,
+        subscriptions: Callable[[], Iterable[Subscription]],
+        set_neighbours: Callable[[Mapping[str, Neighbour]], None] | None = None,
+        configured: Sequence[NeighbourConfig] = (),
+        own_streams: Collection[str] = (),
+        clock: Callable[[], float] = time.time,
+        sync_interval: float = 1.0,
+        wait_ms: int = 200,
+    ) -> None:
+        self.qm = qm
+        self.q_mgr = qm.name
+        self.state = state
+        self.counters = LinkCounters()
+        self._subscriptions = subscriptions
+        self._set_neighbours = set_neighbours
+        self._configured = list(configured)
+        self._own_streams = frozenset(own_streams)
+        #: the stream set of our last StreamSupport publication
+        self._published: frozenset[str] | None = None
+        self._clock = clock
+        self._interval = sync_interval
+        self._wait_ms = wait_ms
+        self._joins: dict[str, _Join] = {}
+        #: neighbours whose join could not be put: not begun again before this time
+        self._join_after: dict[str, float] = {}
+        #: admin-stream commands awaiting an answer: MsgId -> neighbour
+        self._admin: dict[bytes, str] = {}
+        #: proxy commands sent: MsgId -> when (resent after RESEND_AFTER)
+        self._sent: dict[bytes, float] = {}
+        self._active: dict[str, Neighbour] = {}
+        #: when each neighbour was last heard from, written to the state once a tick
+        #: (never an fsync on the broker service's path)
+        self._heard: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._send_conn: Connection | None = None
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------- lifecycle -----
+
+    @property
+    def active(self) -> Mapping[str, Neighbour]:
+        """The active neighbours, as the engine knows them."""
+        return self._active
+
+    async def start(self) -> None:
+        """Define and open the inter-broker queue, apply the configuration, resend
+        what was not answered before the last stop, and start serving."""
+        define = getattr(self.qm, "run_mqsc", None)
+        catalogue = getattr(self.qm, "catalogue", None)
+        if (
+            define is not None
+            and catalogue is not None
+            and INTER_BROKER_QUEUE not in (catalogue.queues)
+        ):
+            define(f"DEFINE QLOCAL('{INTER_BROKER_QUEUE}') DEFPSIST(YES)", stop_on_error=True)
+        reader = await self.qm.connect()
+        try:
+            handle = await reader.open(INTER_BROKER_QUEUE, OpenOption.INPUT_SHARED)
+        except BaseException:
+            await reader.disconnect()
+            raise
+        self._send_conn = await self.qm.connect()
+        now = self._clock()
+        for cfg in self._configured:
+            row = self.state.neighbour(cfg.q_mgr)
+            if row is None or not row.configured_as(cfg):
+                self.state.request_join(cfg, now)
+        for row in self.state.neighbours():
+            if row.state == "active":
+                self._active[row.q_mgr] = row.neighbour
+            elif row.state == "inactive":
+                self.state.set_state(row.q_mgr, "joining")
+        self._publish_neighbours()
+        self._stop.clear()
+        self._tasks = [
+            asyncio.create_task(self._read_loop(reader, handle), name="neighbours:read"),
+            asyncio.create_task(self._tick_loop(), name="neighbours:tick"),
+        ]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        tasks, self._tasks = self._tasks, []
+        await asyncio.gather(*tasks, return_exceptions=True)
+        conn, self._send_conn = self._send_conn, None
+        if conn is not None:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+
+    def wake(self, heard: Collection[str] = ()) -> None:
+        """Hook of the broker service after each committed unit: ``heard`` are the
+        queue managers its messages came from (ReplyToQMgr). Syncs soon."""
+        now = self._clock()
+        for q_mgr in heard:
+            if q_mgr in self._active or q_mgr in self._joins:
+                self._heard[q_mgr] = now
+        self._wake.set()
+
+    def flush_heard(self) -> None:
+        """Write when each neighbour was last heard from to the state (every tick)."""
+        heard, self._heard = self._heard, {}
+        for q_mgr, when in heard.items():
+            self.state.heard(q_mgr, when)
+
+    # ------------------------------------------------------------- the ticker ----
+
+    async def _tick_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.tick()
+            except MQError as exc:
+                log.warning("neighbour links: %s (trying again)", exc)
+            except Exception:
+                log.exception("neighbour links: tick failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
+            self._wake.clear()
+
+    async def tick(self) -> None:
+        """One round: CLI requests, joins in progress, proxy sync (also for tests)."""
+        async with self._lock:
+            self.flush_heard()
+            for row in self.state.neighbours():
+                if row.clear_requested:
+                    await self._clear(row)
+                elif (
+                    row.state == "joining"
+                    and row.q_mgr not in self._joins
+                    and self._join_after.get(row.q_mgr, 0.0) <= self._clock()
+                ):
+                    await self._begin_join(row)
+            await self._progress_joins()
+            await self._sync()
+            await self._publish_stream_support()
+
+    async def _begin_join(self, row: NeighbourRow) -> None:
+        if row.role is NeighbourRole.PARENT:
+            parents = [
+                r.q_mgr
+                for r in self.state.neighbours()
+                if r.role is NeighbourRole.PARENT and r.q_mgr != row.q_mgr and r.state != "refused"
+            ]
+            if parents:
+                self._refuse(row.q_mgr, f"a broker has one parent: {parents[0]} is the parent")
+                return
+        n = row.neighbour
+        support_id, probe_id = os.urandom(24), os.urandom(24)
+        probe_topic = f"{PROBE_PREFIX}{self.q_mgr}/{os.urandom(8).hex()}"
+        others = tuple(q for q in self._active if q != row.q_mgr)
+        join = _Join(
+            row.q_mgr,
+            support_id,
+            probe_topic,
+            probe_id,
+            self._clock() + (row.probe_timeout if others else 0.0),
+            others,
+        )
+        self._joins[row.q_mgr] = join
+        self._admin[support_id] = row.q_mgr
+        self._admin[probe_id] = row.q_mgr
+        msgs = [self._admin_sub(n, admin_topic("StreamSupport", n.q_mgr), True, support_id)]
+        if others:
+            msgs.append(self._admin_sub(n, probe_topic, True, probe_id))
+        log.info("joining neighbour %s (%s, %s)", row.q_mgr, row.kind, row.role)
+        if await self._put(msgs):
+            # Not sent: begun again after RETRY_PUT_AFTER.
+            del self._joins[row.q_mgr]
+            self._join_after[row.q_mgr] = self._clock() + RETRY_PUT_AFTER
+
+    async def _progress_joins(self) -> None:
+        now = self._clock()
+        for q_mgr, join in list(self._joins.items()):
+            if join.loop_via:
+                # Refused (see _on_probe): withdraw what the join registered at N.
+                del self._joins[q_mgr]
+                await self._withdraw_probe(join)
+                row = self.state.neighbour(q_mgr)
+                if row is not None:
+                    n = row.neighbour
+                    await self._put(
+                        [self._admin_sub(n, admin_topic("StreamSupport", q_mgr), False)]
+                    )
+                continue
+            if now < join.deadline:
+                # Published on every tick of the window: the probe subscription needs
+                # time to be relayed through the network (a hop per sync).
+                await self._put(
+                    [
+                        probe_publication(m, join.probe_topic, self_q_mgr=self.q_mgr)
+                        for m in join.probed
+                        if m in self._active
+                    ]
+                )
+                continue
+            if join.probed:
+                await self._withdraw_probe(join)
+            row = self.state.neighbour(q_mgr)
+            if row is None:
+                del self._joins[q_mgr]
+                continue
+            if join.answered:
+                del self._joins[q_mgr]
+                self._activate(row)
+            elif row.state != "inactive":
+                self.state.set_state(q_mgr, "inactive")
+                log.info("neighbour %s has not answered yet: inactive", q_mgr)
+
+    async def _withdraw_probe(self, join: _Join) -> None:
+        row = self.state.neighbour(join.q_mgr)
+        if row is None or not join.probed:
+            return
+        await self._put([self._admin_sub(row.neighbour, join.probe_topic, False)])
+        join.probed = ()
+
+    def _activate(self, row: NeighbourRow) -> None:
+        self.state.set_state(row.q_mgr, "active")
+        fresh = self.state.neighbour(row.q_mgr)
+        assert fresh is not None
+        self._active[row.q_mgr] = fresh.neighbour
+        self._publish_neighbours()
+        log.info(
+            "neighbour %s is active; common streams %s",
+            row.q_mgr,
+            ", ".join(sorted(fresh.common_streams)),
+        )
+
+    def _refuse(self, q_mgr: str, text: str) -> None:
+        self.state.set_state(q_mgr, "refused", text)
+        self._active.pop(q_mgr, None)
+        self._publish_neighbours()
+        log.error("join of neighbour %s refused: %s", q_mgr, text)
+
+    @property
+    def supported_streams(self) -> frozenset[str]:
+        """What we tell our neighbours we support: our own serviced streams and every
+        stream we share with an active neighbour (the seed's stream union)."""
+        union = set(self._own_streams)
+        for n in self._active.values():
+            union |= n.streams
+        return frozenset(union)
+
+    async def _publish_stream_support(self) -> None:
+        """Our retained StreamSupport, at start and whenever the union changes."""
+        streams = self.supported_streams
+        if streams == self._published:
+            return
+        msg = stream_support_command(self.q_mgr, streams, self._clock())
+        conn = self._send_conn
+        assert conn is not None
+        await conn.put1(msg.queue, msg.md, msg.body)
+        self._published = streams
+        log.info("published StreamSupport: %s", ", ".join(sorted(streams)))
+
+    def _publish_neighbours(self) -> None:
+        if self._set_neighbours is not None:
+            self._set_neighbours(dict(self._active))
+
+    # ------------------------------------------------------------- proxy sync ----
+
+    def wanted(self, neighbour: Neighbour) -> Counter[ProxyKey]:
+        """Proxy subscriptions wanted at ``neighbour``: local interest, plus the probe
+        subscriptions other brokers hold here, to relay (module docstring); a probe
+        comes from a broker that is joining and so is not a neighbour yet."""
+        subs = list(self._subscriptions())
+        want = wanted_proxies(subs, neighbour, self._active.keys())
+        for s in subs:
+            q = s.destination.q_mgr
+            if (
+                s.stream == ADMIN_STREAM
+                and s.topic.startswith(PROBE_PREFIX)
+                and q not in ("", self.q_mgr, neighbour.q_mgr)
+            ):
+                want[ProxyKey(ADMIN_STREAM, s.topic, int(Scheme.TOPIC))] += 1
+        return want
+
+    async def _sync(self) -> None:
+        now = self._clock()
+        msgs: list[OutboundMessage] = []
+        for q_mgr, n in self._active.items():
+            want = self.wanted(n)
+            have = {p.key: p for p in self.state.proxies(q_mgr)}
+            for key in sorted(want):
+                p = have.get(key)
+                if p is None or p.withdrawing:
+                    msgs.append(self._proxy(n, key, register=True))
+            for key, p in have.items():
+                if key not in want and not p.withdrawing:
+                    msgs.append(self._proxy(n, key, register=False))
+        for p in self.state.proxies():
+            n_ = self._active.get(p.q_mgr)
+            sent = self._sent.get(p.msg_id)
+            if n_ is None or p.acknowledged or (sent is not None and now - sent < RESEND_AFTER):
+                continue
+            if any(m.md.msg_id == p.msg_id for m in msgs):
+                continue
+            # Not answered (or never put: a crash, a failed put): send it again.
+            msg = proxy_command(
+                n_, p.key, register=not p.withdrawing, self_q_mgr=self.q_mgr, msg_id=p.msg_id
+            )
+            msgs.append(msg)
+        await self._put(msgs)
+
+    def _admin_sub(
+        self, n: Neighbour, topic: str, register: bool, msg_id: bytes | None = None
+    ) -> OutboundMessage:
+        return admin_subscription(
+            n, topic, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id or os.urandom(24)
+        )
+
+    def _proxy(self, n: Neighbour, key: ProxyKey, *, register: bool) -> OutboundMessage:
+        msg_id = os.urandom(24)
+        # The intent is durable before the put is committed (module docstring).
+        self.state.intend(n.q_mgr, key, msg_id, register=register)
+        return proxy_command(n, key, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id)
+
+    async def _put(self, msgs: Sequence[OutboundMessage]) -> set[str]:
+        """Put ``msgs``, one unit of work per neighbour, so one that cannot be reached
+        (no route, transmission queue full) holds back only its own commands. Returns
+        the neighbours whose unit failed (their commands are sent again later)."""
+        conn = self._send_conn
+        if conn is None:
+            raise MQError(Reason.HCONN_ERROR, "neighbour links are not started")
+        now = self._clock()
+        failed: set[str] = set()
+        for q_mgr in dict.fromkeys(m.q_mgr for m in msgs):
+            unit = [m for m in msgs if m.q_mgr == q_mgr]
+            try:
+                for m in unit:
+                    await conn.put1(m.queue, m.md, m.body, PutOptions(syncpoint=True), m.q_mgr)
+                await conn.commit()
+            except MQError as exc:
+                with contextlib.suppress(MQError):
+                    await conn.backout()
+                failed.add(q_mgr)
+                text = f"cannot put to {q_mgr}: {exc}"
+                log.warning("neighbour links: %s (trying again)", text)
+                self.state.set_last_error(q_mgr, text)
+                for m in unit:
+                    # Tried again after RETRY_PUT_AFTER, not on every tick.
+                    self._sent[m.md.msg_id] = now - RESEND_AFTER + RETRY_PUT_AFTER
+                    self.counters.commands[(q_mgr, "put_failed")] += 1
+                continue
+            for m in unit:
+                self._sent[m.md.msg_id] = now
+                self.counters.commands[(q_mgr, "sent")] += 1
+        return failed
+
+    # ------------------------------------------------------------- clear ---------
+
+    async def _clear(self, row: NeighbourRow) -> None:
+        """DeregSub every proxy and the admin subscription at ``row``, then forget it."""
+        n = row.neighbour
+        join = self._joins.pop(row.q_mgr, None)
+        if join is not None:
+            await self._withdraw_probe(join)
+        msgs = [
+            proxy_command(n, p.key, register=False, self_q_mgr=self.q_mgr, msg_id=os.urandom(24))
+            for p in self.state.proxies(row.q_mgr)
+        ]
+        msgs.append(self._admin_sub(n, admin_topic("StreamSupport", n.q_mgr), False))
+        if await self._put(msgs):
+            return  # cannot reach it now: the request stays, tried again next tick
+        self.state.forget(row.q_mgr)
+        self._active.pop(row.q_mgr, None)
+        self._publish_neighbours()
+        log.info(
+            "neighbour %s cleared (%d proxy subscriptions withdrawn)", row.q_mgr, len(msgs) - 1
+        )
+
+    # ------------------------------------------------------------- reading -------
+
+    async def _read_loop(self, conn: Connection, handle: QueueHandle) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    m = await handle.get(GetOptions(wait_ms=self._wait_ms))
+                except MQError as exc:
+                    if exc.reason != Reason.NO_MSG_AVAILABLE:
+                        log.warning("reading %s: %s", INTER_BROKER_QUEUE, exc)
+                        await asyncio.sleep(0.5)
+                    continue
+                try:
+                    self.received(m)
+                except Exception:
+                    log.exception("cannot handle a message on %s", INTER_BROKER_QUEUE)
+        finally:
+            with contextlib.suppress(MQError):
+                await handle.close()
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+
+    def received(self, m: Message) -> None:
+        """Handle one message from the inter-broker queue: a response to one of our
+        commands, a probe that came back, an admin publication."""
+        r = read_received(m.md, m.body)
+        if r is None:
+            log.warning("ignored a message on %s that is no pub/sub message", INTER_BROKER_QUEUE)
+            return
+        if r.q_mgr:
+            self._heard[r.q_mgr] = self._clock()
+        if r.is_response:
+            self._on_response(m.md.correl_id, r)
+        elif r.topic.startswith(PROBE_PREFIX):
+            self._on_probe(r)
+        else:
+            support = read_stream_support(m.md, m.body)
+            if support is not None:
+                self._on_stream_support(*support)
+        self._wake.set()
+
+    def _on_response(self, correl_id: bytes, r: Received) -> None:
+        q_mgr = self._admin.pop(correl_id, None)
+        row = self.state.settle(correl_id, r.ok) if q_mgr is None else None
+        if row is not None:
+            q_mgr = row.q_mgr
+        if q_mgr is None:
+            return  # a late answer to a command we no longer wait for
+        self._heard[q_mgr] = self._clock()
+        self.counters.commands[(q_mgr, "ok" if r.ok else "failed")] += 1
+        join = self._joins.get(q_mgr)
+        if not r.ok:
+            what = "proxy " + f"{row.key.stream} {row.key.topic!r}" if row else "admin"
+            text = f"{what} command refused: reason {r.reason} {r.reason_text}".strip()
+            log.warning("neighbour %s: %s", q_mgr, text)
+            self.state.set_last_error(q_mgr, text)
+            return
+        if join is not None and correl_id == join.support_msg_id:
+            join.answered = True
+            self._wake.set()
+
+    def _on_stream_support(self, q_mgr: str, streams: tuple[str, ...]) -> None:
+        """A neighbour said which streams it supports: they narrow (or, unconfigured,
+        make) the common streams, and count as its answer to a join."""
+        if self.state.neighbour(q_mgr) is None:
+            return
+        self.state.set_learnt_streams(q_mgr, streams)
+        join = self._joins.get(q_mgr)
+        if join is not None:
+            join.answered = True
+        row = self.state.neighbour(q_mgr)
+        if row is not None and q_mgr in self._active:
+            self._active[q_mgr] = row.neighbour
+            self._publish_neighbours()
+        log.info("neighbour %s supports %s", q_mgr, ", ".join(streams) or "no stream")
+
+    def _on_probe(self, r: Received) -> None:
+        for join in self._joins.values():
+            if r.topic == join.probe_topic and not join.loop_via:
+                via = ", ".join(join.probed) or "another neighbour"
+                join.loop_via = via
+                self._refuse(join.q_mgr, f"loop: {join.q_mgr} is already reachable through {via}")
+                return

@@ -1,0 +1,309 @@
+"""What the gateway knows about its neighbours, durably: ``neighbours.db`` (SQLite).
+
+Why a database and not memory: the proxy subscriptions registered at a neighbour must
+survive a SIGKILL, or a restart would register them again (harmless: RegSub is
+idempotent) or, worse, never withdraw them (a leak at the neighbour for ever). So every
+RegSub/DeregSub is written here as an *intent* (with the command's MsgId) before its put
+is committed; a row whose command was not acknowledged yet is sent again at start, and
+the neighbour's response (CorrelId = that MsgId) settles it. It is also the channel from
+the ``mqgw neighbours`` CLI to a running gateway: the CLI writes a join or clear request,
+the running links pick it up within a second; ``list`` reads it whether or not anything
+runs.
+
+The schema is versioned with ``PRAGMA user_version``; a newer file is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gateway.pubsub.neighbours import Neighbour, NeighbourKind, NeighbourRole, ProxyKey
+from gateway.pubsub.streams import DEFAULT_STREAM
+from gateway.runtime.neighbours.config import NeighbourConfig
+
+__all__ = [
+    "DB_NAME",
+    "SCHEMA_VERSION",
+    "LinkState",
+    "NeighbourRow",
+    "NeighbourState",
+    "NeighbourStateError",
+    "ProxyRow",
+    "neighbours_db_of",
+]
+
+SCHEMA_VERSION = 1
+DB_NAME = "neighbours.db"
+LinkState = Literal["joining", "active", "inactive", "refused"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS neighbours (
+    q_mgr TEXT PRIMARY KEY, kind TEXT NOT NULL, role TEXT NOT NULL,
+    configured_streams TEXT, learnt_streams TEXT,
+    state TEXT NOT NULL, refusal TEXT NOT NULL DEFAULT '',
+    last_heard REAL NOT NULL DEFAULT 0, joined_at REAL NOT NULL,
+    probe_timeout REAL NOT NULL DEFAULT 5.0,
+    clear_requested INTEGER NOT NULL DEFAULT 0, last_error TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS proxies (
+    q_mgr TEXT NOT NULL, stream TEXT NOT NULL, topic TEXT NOT NULL, scheme INTEGER NOT NULL,
+    msg_id BLOB NOT NULL, acknowledged INTEGER NOT NULL DEFAULT 0,
+    withdrawing INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (q_mgr, stream, topic, scheme)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS proxies_by_msg_id ON proxies (msg_id);
+"""
+
+
+class NeighbourStateError(Exception):
+    """The neighbours database cannot be used (a newer schema, a broken file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NeighbourRow:
+    """One neighbour as remembered (``list`` prints these)."""
+
+    q_mgr: str
+    kind: NeighbourKind
+    role: NeighbourRole
+    configured_streams: tuple[str, ...] | None
+    learnt_streams: tuple[str, ...] | None
+    state: LinkState
+    refusal: str
+    last_heard: float
+    joined_at: float
+    probe_timeout: float
+    clear_requested: bool
+    #: The last refusal of one of our commands by this neighbour (reason and text).
+    last_error: str = ""
+
+    @property
+    def common_streams(self) -> frozenset[str]:
+        """Streams both sides support (net13-spec "Negotiation"): configured ∩ learnt,
+        or whichever of the two is known, always with the default stream."""
+        if self.configured_streams is None and self.learnt_streams is None:
+            streams: set[str] = set()
+        elif self.configured_streams is None:
+            streams = set(self.learnt_streams or ())
+        elif self.learnt_streams is None:
+            streams = set(self.configured_streams)
+        else:
+            streams = set(self.configured_streams) & set(self.learnt_streams)
+        return frozenset(streams | {DEFAULT_STREAM})
+
+    @property
+    def neighbour(self) -> Neighbour:
+        """The neighbour as the engine and the command builders know it."""
+        return Neighbour(self.q_mgr, self.kind, self.role, self.common_streams)
+
+    def configured_as(self, cfg: NeighbourConfig) -> bool:
+        """True when ``cfg`` says what this row was joined with (no new join due)."""
+        streams = None if cfg.streams is None else tuple(cfg.streams)
+        return (self.kind, self.role, self.configured_streams, self.probe_timeout) == (
+            cfg.kind,
+            cfg.role,
+            streams,
+            cfg.probe_timeout,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyRow:
+    """A proxy subscription registered (or being withdrawn) at a neighbour."""
+
+    q_mgr: str
+    key: ProxyKey
+    msg_id: bytes
+    acknowledged: bool
+    withdrawing: bool
+
+
+def neighbours_db_of(pubsub_store: Path) -> Path:
+    """``neighbours.db`` lives next to the pub/sub store (same data directory)."""
+    return pubsub_store.parent / DB_NAME
+
+
+def _streams(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(json.loads(text))
+
+
+def _text(streams: Iterable[str] | None) -> str | None:
+    return None if streams is None else json.dumps(sorted(set(streams)))
+
+
+class NeighbourState:
+    """The neighbours database (see module docstring); one per data directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                db.close()
+                raise NeighbourStateError(
+                    f"{path} has neighbours schema version {version}; this gateway knows "
+                    f"up to {SCHEMA_VERSION} (a newer gateway wrote it)"
+                )
+            db.execute("PRAGMA journal_mode=WAL")
+            # FULL: an intent must be on disk before the command's put is committed.
+            db.execute("PRAGMA synchronous=FULL")
+            with db:
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            raise NeighbourStateError(f"cannot open {path}: {exc}") from exc
+        self._db = db
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ------------------------------------------------------------- neighbours -----
+
+    def request_join(self, cfg: NeighbourConfig, now: float) -> NeighbourRow:
+        """Remember ``cfg`` as a neighbour to join (state ``joining``); joining again
+        restarts the negotiation and keeps the registered proxies."""
+        with self._db:
+            self._db.execute(
+                "INSERT INTO neighbours (q_mgr, kind, role, configured_streams, state, "
+                "joined_at, probe_timeout) VALUES (?, ?, ?, ?, 'joining', ?, ?) "
+                "ON CONFLICT(q_mgr) DO UPDATE SET kind = excluded.kind, role = excluded.role, "
+                "configured_streams = excluded.configured_streams, state = 'joining', "
+                "refusal = '', probe_timeout = excluded.probe_timeout, clear_requested = 0, "
+                "last_error = ''",
+                (
+                    cfg.q_mgr,
+                    str(cfg.kind),
+                    str(cfg.role),
+                    _text(cfg.streams),
+                    now,
+                    cfg.probe_timeout,
+                ),
+            )
+        row = self.neighbour(cfg.q_mgr)
+        assert row is not None
+        return row
+
+    def request_clear(self, q_mgr: str) -> bool:
+        """Ask the running links to clear ``q_mgr`` (False: no such neighbour)."""
+        with self._db:
+            cur = self._db.execute(
+                "UPDATE neighbours SET clear_requested = 1 WHERE q_mgr = ?", (q_mgr,)
+            )
+        return cur.rowcount > 0
+
+    def neighbours(self) -> list[NeighbourRow]:
+        rows = self._db.execute(
+            "SELECT q_mgr, kind, role, configured_streams, learnt_streams, state, refusal, "
+            "last_heard, joined_at, probe_timeout, clear_requested, last_error FROM neighbours "
+            "ORDER BY q_mgr"
+        ).fetchall()
+        return [
+            NeighbourRow(
+                r[0],
+                NeighbourKind(r[1]),
+                NeighbourRole(r[2]),
+                _streams(r[3]),
+                _streams(r[4]),
+                r[5],
+                r[6],
+                float(r[7]),
+                float(r[8]),
+                float(r[9]),
+                bool(r[10]),
+                r[11],
+            )
+            for r in rows
+        ]
+
+    def neighbour(self, q_mgr: str) -> NeighbourRow | None:
+        for row in self.neighbours():
+            if row.q_mgr == q_mgr:
+                return row
+        return None
+
+    def set_state(self, q_mgr: str, state: LinkState, refusal: str = "") -> None:
+        with self._db:
+            self._db.execute(
+                "UPDATE neighbours SET state = ?, refusal = ? WHERE q_mgr = ?",
+                (state, refusal, q_mgr),
+            )
+
+    def set_last_error(self, q_mgr: str, text: str) -> None:
+        with self._db:
+            self._db.execute("UPDATE neighbours SET last_error = ? WHERE q_mgr = ?", (text, q_mgr))
+
+    def set_learnt_streams(self, q_mgr: str, streams: Iterable[str]) -> None:
+        with self._db:
+            self._db.execute(
+                "UPDATE neighbours SET learnt_streams = ? WHERE q_mgr = ?",
+                (_text(streams), q_mgr),
+            )
+
+    def heard(self, q_mgr: str, when: float) -> bool:
+        """``q_mgr`` sent us something at ``when``; False when it is no neighbour."""
+        with self._db:
+            cur = self._db.execute(
+                "UPDATE neighbours SET last_heard = max(last_heard, ?) WHERE q_mgr = ?",
+                (when, q_mgr),
+            )
+        return cur.rowcount > 0
+
+    def forget(self, q_mgr: str) -> None:
+        """Drop the neighbour and every proxy row of it (after clear)."""
+        with self._db:
+            self._db.execute("DELETE FROM proxies WHERE q_mgr = ?", (q_mgr,))
+            self._db.execute("DELETE FROM neighbours WHERE q_mgr = ?", (q_mgr,))
+
+    # ---------------------------------------------------------------- proxies -----
+
+    def proxies(self, q_mgr: str | None = None) -> list[ProxyRow]:
+        if q_mgr is None:
+            return self._proxies_where("1", ())
+        return self._proxies_where("q_mgr = ?", (q_mgr,))
+
+    def intend(self, q_mgr: str, key: ProxyKey, msg_id: bytes, *, register: bool) -> None:
+        """Record a RegSub (``register``) or DeregSub about to be put with ``msg_id``;
+        durable before this returns (call it before committing the put)."""
+        with self._db:
+            self._db.execute(
+                "INSERT INTO proxies (q_mgr, stream, topic, scheme, msg_id, acknowledged, "
+                "withdrawing) VALUES (?, ?, ?, ?, ?, 0, ?) ON CONFLICT DO UPDATE SET "
+                "msg_id = excluded.msg_id, acknowledged = 0, withdrawing = excluded.withdrawing",
+                (q_mgr, key.stream, key.topic, key.scheme, msg_id, int(not register)),
+            )
+
+    def settle(self, msg_id: bytes, ok: bool) -> ProxyRow | None:
+        """The neighbour answered the command ``msg_id``: a RegSub is acknowledged, a
+        DeregSub's row goes (also when it failed: the neighbour has no such
+        subscription). A failed RegSub's row goes too (nothing registered there).
+        Returns the row as it was, None when ``msg_id`` is no pending proxy command."""
+        row = next(
+            (p for p in self._proxies_where("msg_id = ?", (msg_id,)) if not p.acknowledged),
+            None,
+        )
+        if row is None:
+            return None
+        with self._db:
+            if row.withdrawing or not ok:
+                self._db.execute(
+                    "DELETE FROM proxies WHERE msg_id = ? AND acknowledged = 0", (msg_id,)
+                )
+            else:
+                self._db.execute("UPDATE proxies SET acknowledged = 1 WHERE msg_id = ?", (msg_id,))
+        return row
+
+    def _proxies_where(self, where: str, args: tuple[object, ...]) -> list[ProxyRow]:
+        return [
+            ProxyRow(r[0], ProxyKey(r[1], r[2], int(r[3])), bytes(r[4]), bool(r[5]), bool(r[6]))
+            for r in self._db.execute(
+                "SELECT q_mgr, stream, topic, scheme, msg_id, acknowledged, withdrawing "
+                f"FROM proxies WHERE {where} ORDER BY q_mgr, stream, topic, scheme",
+                args,
+            )
+        ]

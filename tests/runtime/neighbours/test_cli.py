@@ -1,0 +1,123 @@
+"""``mqgw neighbours``: requests written for the running links, list (text and JSON),
+exit codes, the MQSC for an MQ V7+ neighbour."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.pubsub.neighbours import ProxyKey
+from gateway.runtime.cli import main
+from gateway.runtime.neighbours.state import NeighbourState
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["neighbours", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_join_list_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = str(tmp_path)
+    code, out, _ = run(
+        capsys,
+        "join",
+        "BROKERA",
+        "--kind",
+        "mqv7",
+        "--streams",
+        "STOCK.STREAM,BULLETIN.STREAM",
+        "--data-dir",
+        d,
+    )
+    assert code == 0 and "BROKERA" in out
+    state = NeighbourState(tmp_path / "neighbours.db")
+    state.set_state("BROKERA", "active")
+    state.heard("BROKERA", 1.0)
+    state.intend("BROKERA", ProxyKey("STOCK.STREAM", "ibm", 2), b"m" * 24, register=True)
+    state.close()
+
+    code, out, _ = run(capsys, "list", "--data-dir", d)
+    assert code == 0
+    line = out.splitlines()[0]
+    assert line.split()[:4] == ["BROKERA", "active", "mqv7", "child"]
+    assert "proxies 1" in line
+    assert "BULLETIN.STREAM, STOCK.STREAM, SYSTEM.BROKER.DEFAULT.STREAM" in line
+    assert "s ago" in line
+    assert out.splitlines()[-1] == "1 neighbour(s)"
+
+    code, out, _ = run(capsys, "list", "--json", "--data-dir", d)
+    row = json.loads(out)
+    assert row["state"] == "active" and row["last_heard"] == 1.0
+    assert row["common_streams"] == [
+        "BULLETIN.STREAM",
+        "STOCK.STREAM",
+        "SYSTEM.BROKER.DEFAULT.STREAM",
+    ]
+    assert row["proxy_subscriptions"] == 1
+
+    code, _, _ = run(capsys, "clear", "BROKERA", "--data-dir", d)
+    assert code == 0
+    state = NeighbourState(tmp_path / "neighbours.db")
+    row_ = state.neighbour("BROKERA")
+    assert row_ is not None and row_.clear_requested
+    state.close()
+
+
+def test_refusal_and_last_error_are_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "join", "B", "--data-dir", str(tmp_path))[0] == 0
+    state = NeighbourState(tmp_path / "neighbours.db")
+    state.set_state("B", "refused", "loop: B is already reachable through A")
+    state.set_last_error("B", "proxy command refused: reason 3071 MQRCCF_STREAM_ERROR")
+    state.close()
+    code, out, _ = run(capsys, "list", "--data-dir", str(tmp_path))
+    assert code == 0
+    assert "refused" in out.splitlines()[0]
+    assert "loop: B is already reachable through A" in out
+    assert "reason 3071" in out
+
+
+def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = str(tmp_path)
+    code, _, err = run(capsys, "clear", "NOPE", "--data-dir", d)
+    assert code == 1 and "no neighbour NOPE" in err
+    code, _, err = run(capsys, "mqsc", "NOPE", "--data-dir", d, "--self-qmgr", "GW")
+    assert code == 1
+    code, _, err = run(capsys, "join", "BAD NAME", "--data-dir", d)
+    assert code == 2 and "q_mgr" in err
+    code, _, err = run(capsys, "list", "--data-dir", str(tmp_path / "missing"))
+    assert code == 2 and "no data directory" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["neighbours", "join", "A", "--kind", "mqtt", "--data-dir", d])
+    assert exc.value.code == 2
+
+
+def test_mqsc_for_an_mqv7_neighbour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = str(tmp_path)
+    run(capsys, "join", "QMV7", "--kind", "mqv7", "--streams", "SPORTS.STREAM", "--data-dir", d)
+    code, out, _ = run(
+        capsys,
+        "mqsc",
+        "QMV7",
+        "--data-dir",
+        d,
+        "--self-qmgr",
+        "GW",
+        "--conname",
+        "gw.example(1415)",
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert "ALTER QMGR PSMODE(ENABLED)" in lines
+    assert "DEFINE QLOCAL('SPORTS.STREAM') DEFPSIST(YES) REPLACE" in lines
+    assert "DEFINE TOPIC('SPORTS.STREAM') TOPICSTR('SPORTS.STREAM') REPLACE" in lines
+    assert (
+        "  NAMES(SYSTEM.BROKER.DEFAULT.STREAM, SYSTEM.BROKER.ADMIN.STREAM, SPORTS.STREAM)" in lines
+    )
+    assert "DEFINE QLOCAL('GW') USAGE(XMITQ) REPLACE" in lines
+    assert "  CONNAME('gw.example(1415)') XMITQ('GW') REPLACE" in lines
+    assert not any(line.startswith("ALTER QMGR PARENT") for line in lines)

@@ -1,0 +1,268 @@
+"""Neighbour links between embedded queue managers in one process: every broker is a
+BrokerService with its NeighbourLinks, the queue managers are linked by channels
+(transmission queue named after the neighbour), and they talk only with queued pub/sub
+commands. Checked: join → active; a subscription at the far broker registers a proxy
+at the near one; a publication flows once; the last unsubscribe withdraws the proxy;
+clear withdraws everything; a redundant link is refused at join by the loop probe."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.mq.embedded.network import Network
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.neighbours import NeighbourKind, ProxyKey, proxy_command
+from gateway.pubsub.store import MemoryStore
+from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
+from gateway.pubsub.topics import Scheme
+from gateway.runtime.neighbours.attach import links_for, with_admin_stream
+from gateway.runtime.neighbours.config import NeighbourConfig
+from gateway.runtime.neighbours.links import NeighbourLinks
+from gateway.runtime.neighbours.state import NeighbourState
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from tests.network.network_helpers import NetworkFactory, drain, wait_for
+from tests.support.pubsub_messages import decode, rfh_message
+
+BULLETIN = "BULLETIN.STREAM"
+
+
+def mqsc(me: str, links: list[str]) -> str:
+    """Stream and subscriber queues, and a channel pair to each of ``links``."""
+    lines = [f"DEFINE QLOCAL({BULLETIN}) DEFPSIST(YES)", "DEFINE QLOCAL(SUB.Q)"]
+    for other in links:
+        lines += [
+            f"DEFINE QLOCAL({other}) USAGE(XMITQ)",
+            f"DEFINE CHANNEL({me}.TO.{other}) CHLTYPE(SDR) CONNAME('{other}') XMITQ({other})",
+            f"DEFINE CHANNEL({other}.TO.{me}) CHLTYPE(RCVR)",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Broker:
+    qm: EmbeddedQueueManager
+    engine: PubSubEngine
+    service: BrokerService
+    links: NeighbourLinks
+    state: NeighbourState
+
+    def proxies(self, q_mgr: str) -> list[ProxyKey]:
+        return [p.key for p in self.state.proxies(q_mgr) if p.acknowledged]
+
+    def subscribers_from(self, q_mgr: str) -> list[tuple[str, str]]:
+        return [
+            (s.stream, s.topic)
+            for s in self.engine.subscriptions
+            if s.destination.q_mgr == q_mgr and s.stream != ADMIN_STREAM
+        ]
+
+    def link_state(self, q_mgr: str) -> str:
+        row = self.state.neighbour(q_mgr)
+        return "" if row is None else row.state
+
+
+@asynccontextmanager
+async def broker(
+    qm: EmbeddedQueueManager, tmp_path: Path, neighbours: list[NeighbourConfig]
+) -> AsyncIterator[Broker]:
+    engine = PubSubEngine(qm.name, MemoryStore())
+    config = BrokerConfig(streams=[StreamQueueConfig(name=BULLETIN)], wait_ms=50, retry_delay=0.01)
+    service = BrokerService(qm, engine, with_admin_stream(config))
+    (tmp_path / qm.name).mkdir(exist_ok=True)
+    links = links_for(service, tmp_path / qm.name / "pubsub.db", neighbours, sync_interval=0.1)
+    state = links.state
+    await service.start()
+    await links.start()
+    try:
+        yield Broker(qm, engine, service, links, state)
+    finally:
+        await links.stop()
+        await service.stop()
+        state.close()
+
+
+def gw(q_mgr: str, **kw: object) -> NeighbourConfig:
+    return NeighbourConfig.model_validate(
+        {
+            "q_mgr": q_mgr,
+            "kind": NeighbourKind.GATEWAY,
+            "streams": [BULLETIN],
+            "probe_timeout": 1.5,
+            **kw,
+        }
+    )
+
+
+async def command(qm: EmbeddedQueueManager, pairs: list[tuple[str, str]]) -> None:
+    msg = rfh_message(CONTROL_QUEUE, pairs, reply_to_q="SUB.Q", reply_to_q_mgr=qm.name)
+    async with await qm.connect() as conn:
+        await conn.put1(CONTROL_QUEUE, msg.md, msg.body)
+
+
+def subscribe(register: bool) -> list[tuple[str, str]]:
+    return [
+        ("MQPSCommand", "RegSub" if register else "DeregSub"),
+        ("MQPSStreamName", BULLETIN),
+        ("MQPSTopic", "news"),
+        ("MQPSQName", "SUB.Q"),
+    ]
+
+
+async def publish(qm: EmbeddedQueueManager, text: str) -> None:
+    msg = rfh_message(
+        BULLETIN,
+        [("MQPSCommand", "Publish"), ("MQPSStreamName", BULLETIN), ("MQPSTopic", "news")],
+        text.encode(),
+    )
+    async with await qm.connect() as conn:
+        await conn.put1(BULLETIN, msg.md, msg.body)
+
+
+async def publications(qm: EmbeddedQueueManager) -> list[bytes]:
+    """Payloads of the publications on SUB.Q (responses skipped)."""
+    out = []
+    for m in await drain(qm, "SUB.Q", 300):
+        r = decode(m.md, m.body)
+        if r.get("MQPSCommand") == "Publish":
+            out.append(r.payload)
+    return out
+
+
+async def test_proxy_subscription_follows_the_far_subscriber(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    async with make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net:
+        net_: Network = net
+        async with AsyncExitStack() as stack:
+            g = await stack.enter_async_context(broker(net_["GW"].qm, tmp_path, [gw("A")]))
+            a = await stack.enter_async_context(broker(net_["A"].qm, tmp_path, [gw("GW")]))
+            await wait_for(lambda: g.link_state("A") == a.link_state("GW") == "active", 15)
+            assert g.state.neighbour("A").last_heard > 0  # type: ignore[union-attr]
+
+            # A subscriber at A: A registers one proxy at GW (identity A, stream queue).
+            await command(a.qm, subscribe(True))
+            await wait_for(lambda: [k.topic for k in a.proxies("GW")] == ["news"], 10)
+            assert [k.stream for k in a.proxies("GW")] == [BULLETIN]
+            await wait_for(lambda: g.subscribers_from("A") == [(BULLETIN, "news")], 10)
+            assert g.proxies("A") == []  # nothing of GW's own is wanted at A
+
+            # A publication at GW reaches the subscriber at A once.
+            await publish(g.qm, "hello")
+            got: list[bytes] = []
+            for _ in range(50):
+                got += await publications(a.qm)
+                if got:
+                    break
+            got += await publications(a.qm)
+            assert got == [b"hello"]
+
+            # The last unsubscribe withdraws the proxy at GW.
+            await command(a.qm, subscribe(False))
+            await wait_for(lambda: a.state.proxies("GW") == [], 10)
+            await wait_for(lambda: g.subscribers_from("A") == [], 10)
+
+            # Clear: every proxy at GW withdrawn, GW forgotten by A.
+            await command(a.qm, subscribe(True))
+            await wait_for(lambda: g.subscribers_from("A") == [(BULLETIN, "news")], 10)
+            assert a.state.request_clear("GW")
+            await wait_for(lambda: a.state.neighbour("GW") is None, 10)
+            await wait_for(lambda: g.subscribers_from("A") == [], 10)
+            assert "GW" not in a.links.active
+            assert a.state.proxies() == []
+
+
+async def test_redundant_link_is_refused_by_the_probe(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    topology = {
+        "GW": mqsc("GW", ["A", "B"]),
+        "A": mqsc("A", ["GW", "B"]),
+        "B": mqsc("B", ["GW", "A"]),
+    }
+    async with make_network(topology) as net, AsyncExitStack() as stack:
+        g = await stack.enter_async_context(broker(net["GW"].qm, tmp_path, [gw("A")]))
+        a = await stack.enter_async_context(broker(net["A"].qm, tmp_path, [gw("GW"), gw("B")]))
+        b = await stack.enter_async_context(broker(net["B"].qm, tmp_path, [gw("A")]))
+        await wait_for(lambda: g.link_state("A") == a.link_state("GW") == "active", 15)
+        await wait_for(lambda: a.link_state("B") == b.link_state("A") == "active", 15)
+
+        # GW -> B would close the circle GW - A - B - GW: refused, nothing left at B.
+        g.state.request_join(gw("B"), 0.0)
+        await wait_for(lambda: g.link_state("B") in ("refused", "active"), 20)
+        row = g.state.neighbour("B")
+        assert row is not None and row.state == "refused"
+        assert row.refusal == "loop: B is already reachable through A"
+        await wait_for(
+            lambda: not [s for s in b.engine.subscriptions if s.destination.q_mgr == "GW"], 10
+        )
+        assert "B" not in g.links.active
+
+
+async def test_a_proxy_registered_just_before_a_crash_does_not_leak(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """A was killed after its RegSub reached GW's control queue but before any answer:
+    neighbours.db holds the unanswered intent. Restarted without that interest, A
+    withdraws the proxy at GW."""
+    async with make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net:
+        key = ProxyKey(BULLETIN, "news", int(Scheme.TOPIC))
+        (tmp_path / "A").mkdir()
+        before = NeighbourState(tmp_path / "A" / "neighbours.db")
+        before.request_join(gw("GW"), 0.0)
+        before.set_state("GW", "active")
+        before.intend("GW", key, b"R" * 24, register=True)
+        row = before.neighbour("GW")
+        assert row is not None
+        regsub = proxy_command(row.neighbour, key, register=True, self_q_mgr="A", msg_id=b"R" * 24)
+        before.close()
+        async with broker(net["GW"].qm, tmp_path, [gw("A")]) as g:
+            async with await g.qm.connect() as conn:
+                await conn.put1(regsub.queue, regsub.md, regsub.body)
+            await wait_for(lambda: g.subscribers_from("A") == [(BULLETIN, "news")], 10)
+            async with broker(net["A"].qm, tmp_path, [gw("GW")]) as a:
+                await wait_for(lambda: g.subscribers_from("A") == [], 10)
+                await wait_for(lambda: a.state.proxies("GW") == [], 10)
+
+
+async def test_an_unreachable_neighbour_holds_back_only_itself(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    async with (
+        make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net,
+        broker(net["GW"].qm, tmp_path, [gw("NOWHERE"), gw("A")]) as g,
+        broker(net["A"].qm, tmp_path, [gw("GW")]),
+    ):
+        await wait_for(lambda: g.link_state("A") == "active", 15)
+        row = g.state.neighbour("NOWHERE")
+        assert row is not None and row.state == "joining"
+        assert row.last_error.startswith("cannot put to NOWHERE")
+        assert g.links.counters.commands[("NOWHERE", "put_failed")] >= 1
+        assert g.links.counters.commands[("A", "sent")] >= 1
+
+
+async def test_streams_are_learnt_from_the_neighbours_stream_support(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """No streams configured: each side learns the other's from its retained
+    StreamSupport publication (PCF) and shares them; the engine is told."""
+    async with (
+        make_network({"GW": mqsc("GW", ["A"]), "A": mqsc("A", ["GW"])}) as net,
+        broker(net["GW"].qm, tmp_path, [gw("A", streams=None)]) as g,
+        broker(net["A"].qm, tmp_path, [gw("GW", streams=None)]) as a,
+    ):
+
+        def learnt() -> bool:
+            row = g.state.neighbour("A")
+            return row is not None and row.learnt_streams is not None
+
+        await wait_for(lambda: learnt() and g.link_state("A") == "active", 15)
+        row = g.state.neighbour("A")
+        assert row is not None and row.learnt_streams is not None
+        assert {BULLETIN, ADMIN_STREAM} <= set(row.learnt_streams)
+        assert BULLETIN in row.common_streams
+        await wait_for(lambda: BULLETIN in g.engine.neighbours["A"].streams, 10)
+        assert a.links.supported_streams >= {BULLETIN, ADMIN_STREAM}
