@@ -582,6 +582,8 @@ class BrokerService:
                 to_sinks.setdefault(d.destination.sink, []).append(d)
             else:
                 puts.append(Put(d.destination.q_mgr, d.destination.queue, d.md, d.body))
+        # DeletePub passed on to neighbours (docs/neighbours.md), same unit of work.
+        puts.extend(Put(f.q_mgr, f.queue, f.md, f.body) for f in outcome.forwards)
         if outcome.response is not None:
             r = outcome.response
             puts.append(Put(r.q_mgr, r.queue, r.md, r.body))
