@@ -155,9 +155,13 @@ def local_topic(
 def char_pattern_of(pattern: str) -> str:
     """A character-scheme pattern matching at least the topics ``pattern`` (topic
     scheme) matches: ``+`` becomes ``*``; ``#`` with one adjacent ``/`` becomes ``*``
-    (``a/#`` -> ``a*``, ``#/b`` -> ``*b``, ``a/#/b`` -> ``a*/b``); literal ``*?%`` are
+    (``a/#`` -> ``a*``, ``#/b`` -> ``*b``, ``a/#/b`` -> ``a*/b``; a run ``#/#`` is one
+    ``#``); literal ``*?%`` are
     escaped. Exact for patterns without wildcards."""
-    levels = pattern.split("/")
+    levels: list[str] = []
+    for level in pattern.split("/"):
+        if not (level == "#" and levels and levels[-1] == "#"):
+            levels.append(level)  # '#/#' matches what '#' matches: one '*' for the run
     out = ""
     for i, level in enumerate(levels):
         if level == "#":

@@ -205,6 +205,7 @@ def test_literal_patterns_translate_exactly() -> None:
     assert topic_pattern_of("a/b%*c") == "a/b*c"
     assert char_pattern_of("a/#/b") == "a*/b"
     assert char_pattern_of("#/b") == "*b"
+    assert char_pattern_of("#/#/a") == "*a"  # found by hypothesis: topic "a" matches
 
 
 # ------------------------------------------------------------------ commands ---------
