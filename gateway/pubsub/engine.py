@@ -92,6 +92,7 @@ class PubSubEngine:
         clock: Callable[[], float] = time.time,
         broker_queues: Collection[str] = (),
         suspend_after: int = 10,
+        supported_streams: frozenset[str] | None = None,  # TEMP engine param for E
     ) -> None:
         if suspend_after < 1:
             raise ValueError(f"suspend_after must be at least 1, not {suspend_after}")
