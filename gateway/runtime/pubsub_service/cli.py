@@ -103,6 +103,8 @@ def supported_streams(args: argparse.Namespace) -> frozenset[str] | None:
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     if args.profile != PROFILE_LEGACY and args.supported_streams:
         raise ValueError("--supported-streams needs --profile legacy")
+    if args.listen is not None and not 0 <= args.listen <= 65535:
+        raise ValueError(f"--listen {args.listen}: a port is 0 (any free port) to 65535")
     streams = []
     for spec in args.stream:
         name, _, flag = str(spec).partition(":")

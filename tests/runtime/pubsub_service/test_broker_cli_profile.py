@@ -68,3 +68,19 @@ async def test_legacy_queues_are_defined(tmp_path: Path) -> None:
         legacy_queues(config_from_args(args))(qm)  # idempotent at the next start
     finally:
         await qm.close()
+
+
+def test_bad_listen_port_and_mqsc_errors_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--qmgr", "QM", "--qmgr-path", str(tmp_path / "qm"), "--store",
+            str(tmp_path / "s.db")]
+    assert main([*base, "--listen", "70000"]) == 2
+    assert "--listen 70000" in capsys.readouterr().err
+    bad = tmp_path / "bad.mqsc"
+    bad.write_text("DEFINE QLOCAL(OK) REPLACE\nDEFINE QLOCAL(X) COLOUR(RED)\n")
+    assert main([*base, "--mqsc", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.mqsc" in err and "line 2" in err, err
+    assert main([*base, "--mqsc", str(tmp_path / "missing.mqsc")]) == 2
+    assert "missing.mqsc" in capsys.readouterr().err
