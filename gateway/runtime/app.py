@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.mq.port import MQError, OpenOption, QueueAttr, QueueManager
 from gateway.plugin_api import DeclaresSubscriptions, PluginError, PluginInstance
@@ -51,6 +51,9 @@ from gateway.runtime.streams.check import StreamReport
 from gateway.runtime.streams.health import DeadLetterCache, collect_report
 from gateway.runtime.streams.repair import define_stream_queue
 
+if TYPE_CHECKING:
+    from gateway.mq.embedded.network import QueueManagerNode
+
 log = logging.getLogger(__name__)
 
 
@@ -77,6 +80,8 @@ class GatewayApp:
         self.config = loaded.gateway
         self.registry = registry
         self.qm: QueueManager | None = None
+        #: The embedded queue manager's network node (listener, channels), if embedded.
+        self.node: QueueManagerNode | None = None
         self.store: SqliteStore | None = None
         self.service: BrokerService | None = None
         self.links: NeighbourLinks | None = None
@@ -97,23 +102,53 @@ class GatewayApp:
 
     # ---------------------------------------------------------------- building -------
 
-    def _open_queue_manager(self) -> QueueManager:
+    async def _open_queue_manager(self) -> QueueManager:
         qmc = self.config.queue_manager
         if isinstance(qmc, EmbeddedQueueManagerConfig):
-            from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+            return await self._start_node(qmc)
+        return self._ibmmq_queue_manager()
 
-            data = self.loaded.path(qmc.data_dir)
-            data.mkdir(parents=True, exist_ok=True)
-            mqsc = self.loaded.path(qmc.mqsc_file) if qmc.mqsc_file else None
-            qm = EmbeddedQueueManager(qmc.name, data, mqsc_file=mqsc, appl_name="mqgw")
-            if qmc.define_stream_queues:
-                missing = [
-                    s.name for s in self.config.broker.streams if s.name not in qm.catalogue.queues
-                ]
-                for name in missing:
-                    define_stream_queue(qm, name)
-                    log.info("defined stream queue %s", name)
-            return qm
+    async def _start_node(self, qmc: EmbeddedQueueManagerConfig) -> QueueManager:
+        """The embedded queue manager as a network node (gateway/runtime/network_node.py):
+        MQSC, missing stream queues, then listener and channels."""
+        from gateway.mq.embedded.mqsc import MQSCError
+        from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+        from gateway.runtime.network_node import start_node
+
+        data = self.loaded.path(qmc.data_dir)
+        data.mkdir(parents=True, exist_ok=True)
+        mqsc_path = self.loaded.path(qmc.mqsc_file) if qmc.mqsc_file else None
+        mqsc = mqsc_path.read_text(encoding="utf-8") if mqsc_path is not None else ""
+
+        def define_stream_queues(qm: EmbeddedQueueManager) -> None:
+            if not qmc.define_stream_queues:
+                return
+            for s in self.config.broker.streams:
+                if s.name not in qm.catalogue.queues:
+                    define_stream_queue(qm, s.name)
+                    log.info("defined stream queue %s", s.name)
+
+        try:
+            self.node = await start_node(
+                qmc.name,
+                data,
+                mqsc=mqsc,
+                listener_port=qmc.listener_port,
+                address_book=qmc.address_book,
+                appl_name="mqgw",
+                before_channels=define_stream_queues,
+            )
+        except MQSCError as exc:
+            raise GatewayRuntimeError(f"queue_manager.mqsc_file {mqsc_path}: {exc}") from exc
+        except OSError as exc:
+            raise GatewayRuntimeError(
+                f"queue_manager.listener_port {qmc.listener_port} cannot be used "
+                f"({exc.strerror}); choose another port or 0 for any free port"
+            ) from exc
+        return self.node.qm
+
+    def _ibmmq_queue_manager(self) -> QueueManager:
+        qmc = self.config.queue_manager
         assert isinstance(qmc, IBMMQQueueManagerConfig)
         import os
 
@@ -157,7 +192,7 @@ class GatewayApp:
     async def _start(self) -> None:
         self._started = True
         try:
-            self.qm = qm = self._open_queue_manager()
+            self.qm = qm = await self._open_queue_manager()
         except MQError as exc:
             raise GatewayRuntimeError(f"cannot open the queue manager: {exc}") from exc
         store_path = self.loaded.path(self.config.broker.store)
@@ -310,7 +345,10 @@ class GatewayApp:
             self._tasks.clear()
         if self.http is not None:
             await self.http.stop()
-        if self.qm is not None:
+        if self.node is not None:
+            with contextlib.suppress(Exception):
+                await self.node.stop()  # channels, listener, then the queue manager
+        elif self.qm is not None:
             close = getattr(self.qm, "close", None)
             if close is not None:
                 with contextlib.suppress(Exception):

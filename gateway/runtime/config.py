@@ -60,6 +60,23 @@ class EmbeddedQueueManagerConfig(_Strict):
     mqsc_file: Path | None = None
     #: Define missing serviced stream queues as local queues at start-up.
     define_stream_queues: bool = True
+    #: Channel listener on 127.0.0.1 (docs/networks.md): None = no listener, 0 = any
+    #: free port (logged). The mqsc_file's channels, transmission queues, QM aliases and
+    #: cluster definitions take effect whether or not the gateway listens.
+    listener_port: int | None = Field(default=None, ge=0, le=65535)
+    #: Queue manager name -> "host:port" for CONNAME('<QM name>') in the mqsc_file.
+    address_book: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("address_book")
+    @classmethod
+    def _host_ports(cls, value: dict[str, str]) -> dict[str, str]:
+        from gateway.runtime.network_node import parse_address_book
+
+        for q_mgr in value:
+            if not 1 <= len(q_mgr) <= 48:
+                raise ValueError(f"queue manager name {q_mgr!r} must have 1 to 48 characters")
+        parse_address_book(value)
+        return value
 
 
 class IBMMQQueueManagerConfig(_Strict):

@@ -43,8 +43,10 @@ class QueueManagerNode:
         mqsc: str = "",
         port: int = 0,
         address_book: dict[str, tuple[str, int]] | None = None,
+        appl_name: str | None = None,
     ) -> None:
         self.name = name
+        self.appl_name = appl_name
         self.path = Path(path)
         self.mqsc = mqsc
         self.requested_port = port
@@ -71,7 +73,8 @@ class QueueManagerNode:
         """Open the queue manager's store and check the MQSC against its definitions
         (raises MQSCError naming the line); nothing is defined or started yet."""
         if self._qm is None:
-            self._qm = EmbeddedQueueManager(self.name, self.path, directory=self.cluster)
+            self._qm = EmbeddedQueueManager(self.name, self.path, directory=self.cluster,
+                                            appl_name=self.appl_name)
         if self.mqsc:
             self._qm.check_mqsc(self.mqsc)
 

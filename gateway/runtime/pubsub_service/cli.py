@@ -1,5 +1,11 @@
 """``mqgw broker``: run the publish/subscribe service alone on an embedded queue manager
-(no plugins). Also ``python -m gateway.runtime.pubsub_service.cli``."""
+(no plugins). Also ``python -m gateway.runtime.pubsub_service.cli``.
+
+With ``--listen``/``--mqsc`` the queue manager is a network node (listener, channels;
+gateway/runtime/network_node.py). ``--profile legacy --supported-streams S1,S2`` makes it
+the stand-in of a V6 message broker for tests and the demo (docs/neighbours.md): the
+same engine, refusing commands on any other stream with MQRCCF_STREAM_ERROR.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +14,32 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
 from gateway.runtime.neighbours.config import parse_neighbour_spec
 from gateway.runtime.pubsub_service.config import BrokerConfig, StreamQueueConfig
 from gateway.runtime.pubsub_service.errors import BrokerError
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.pubsub_service.service import BrokerService
 
+if TYPE_CHECKING:
+    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+
 log = logging.getLogger(__name__)
+
+PROFILE_GATEWAY = "gateway"
+PROFILE_LEGACY = "legacy"
+#: The queues every V6 broker has (reference: "System queues" of the broker).
+#: TODO(lead): take ADMIN_STREAM / INTER_BROKER_QUEUE from gateway.pubsub.streams once
+#: helper W's constants are merged.
+ADMIN_STREAM = "SYSTEM.BROKER.ADMIN.STREAM"
+INTER_BROKER_QUEUE = "SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,42 +74,110 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="neighbour broker to join (kind mqpubsub|mqv7|gateway, role child|parent, "
         "streams to share); repeatable",
     )
+    # ---- network node and legacy profile (issue 13; keep these together) ----
+    p.add_argument(
+        "--listen",
+        type=int,
+        metavar="PORT",
+        help="channel listener port on 127.0.0.1 (0 = any free port); default: none",
+    )
+    p.add_argument(
+        "--mqsc", type=Path, metavar="FILE", help="MQSC run at every start (channels, ...)"
+    )
+    p.add_argument(
+        "--profile",
+        choices=(PROFILE_GATEWAY, PROFILE_LEGACY),
+        default=PROFILE_GATEWAY,
+        help="'legacy': behave as a V6 broker supporting only --supported-streams",
+    )
+    p.add_argument(
+        "--supported-streams",
+        default="",
+        metavar="S1,S2",
+        help="legacy profile: the streams besides SYSTEM.BROKER.DEFAULT.STREAM and "
+        "SYSTEM.BROKER.ADMIN.STREAM (their queues are defined and serviced)",
+    )
+    # ---- end of network node and legacy profile ----
+
+
+def supported_streams(args: argparse.Namespace) -> frozenset[str] | None:
+    """The legacy profile's stream set (always with the default and admin streams);
+    None for the gateway profile (every stream)."""
+    if args.profile != PROFILE_LEGACY:
+        return None
+    named = {s.strip() for s in str(args.supported_streams).split(",") if s.strip()}
+    return frozenset(named | {DEFAULT_STREAM, ADMIN_STREAM})
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    if args.profile != PROFILE_LEGACY and args.supported_streams:
+        raise ValueError("--supported-streams needs --profile legacy")
+    if args.listen is not None and not 0 <= args.listen <= 65535:
+        raise ValueError(f"--listen {args.listen}: a port is 0 (any free port) to 65535")
     streams = []
     for spec in args.stream:
         name, _, flag = str(spec).partition(":")
         streams.append(StreamQueueConfig(name=name, implicit_stream_naming=flag != "noimplicit"))
+    known = {s.name for s in streams}
+    for name in sorted(supported_streams(args) or ()):
+        if name not in known and name != DEFAULT_STREAM:
+            streams.append(StreamQueueConfig(name=name))
     neighbours = [parse_neighbour_spec(spec) for spec in args.neighbour]
     return BrokerConfig(streams=streams, batch_size=args.batch_size, neighbours=neighbours)
 
 
+def legacy_queues(config: BrokerConfig) -> Callable[[EmbeddedQueueManager], None]:
+    """Define the queues of a V6 broker that are missing: control queue, default and
+    admin streams, the inter-broker queue (read by the neighbour links, not serviced as
+    a stream) and every supported stream's queue."""
+    names = [CONTROL_QUEUE, DEFAULT_STREAM, ADMIN_STREAM, INTER_BROKER_QUEUE]
+    names += [s.name for s in config.streams]
+
+    def define(qm: EmbeddedQueueManager) -> None:
+        for name in names:
+            if name not in qm.catalogue.queues:
+                qm.run_mqsc(f"DEFINE QLOCAL('{name}') DEFPSIST(YES)", stop_on_error=True)
+                log.info("defined queue %s", name)
+
+    return define
+
+
 def run_command(args: argparse.Namespace) -> int:
-    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+    from gateway.mq.embedded.mqsc import MQSCError
     from gateway.pubsub.sqlite_store import SqliteStore
+    from gateway.runtime.network_node import start_node
 
     try:
         config = config_from_args(args)
+        mqsc = args.mqsc.read_text(encoding="utf-8") if args.mqsc else ""
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"
         print(f"mqgw broker: invalid setting {where}: {first['msg']}", file=sys.stderr)
         return 2
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"mqgw broker: {exc}", file=sys.stderr)
         return 2
+    streams = supported_streams(args)
 
     async def main() -> None:
         from gateway.runtime.neighbours.attach import links_for, with_admin_stream
 
-        qm = EmbeddedQueueManager(args.qmgr, args.qmgr_path)
+        node = await start_node(
+            args.qmgr,
+            args.qmgr_path,
+            mqsc=mqsc,
+            listener_port=args.listen,
+            before_channels=legacy_queues(config) if streams is not None else None,
+        )
+        qm = node.qm
         store = SqliteStore(args.store)
         engine = PubSubEngine(
             qm.name,
             store,
             broker_queues=config.broker_queues,
             suspend_after=config.suspend_subscription_after,
+            supported_streams=streams,
         )
         service = BrokerService(
             qm, engine, with_admin_stream(config), forgiven=ForgivenBackouts(args.store)
@@ -102,11 +189,13 @@ def run_command(args: argparse.Namespace) -> int:
         try:
             await service.start()
             await links.start()
+            where = f"127.0.0.1 {node.port}" if args.listen is not None else "no listener"
+            print(f"READY {qm.name} {where}", flush=True)
             await service.run()
         finally:
             await links.stop()
             await service.stop()
-            await qm.close()
+            await node.stop()
             store.close()
             service.forgiven.close()
             links.state.close()
@@ -116,6 +205,12 @@ def run_command(args: argparse.Namespace) -> int:
     except BrokerError as exc:
         log.error("%s", exc)
         return 1
+    except MQSCError as exc:
+        print(f"mqgw broker: {args.mqsc}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"mqgw broker: --listen {args.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0
 
 
