@@ -104,11 +104,6 @@ async def test_three_processes_carry_a_publication_from_a_through_gw_to_b(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="TEMP: needs helper P's PubSubEngine(supported_streams=...) refusal; remove "
-    "this mark when P's engine is merged (strict: an XPASS fails the run)",
-)
 async def test_legacy_broker_refuses_an_unsupported_stream(tmp_path: Path) -> None:
     """BROKERA supports STOCK and BULLETIN only: a RegSub on SPORTS.STREAM is refused with
     MQRCCF_STREAM_ERROR (3071), as the V6 broker did."""
