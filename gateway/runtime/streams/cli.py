@@ -61,15 +61,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "migrate",
         help="take over a legacy broker's role: record its stream set (then fixed)",
         description=(
-            "Record the stream set of the legacy broker the gateway takes over. The set is "
+            "Record the stream set of the legacy broker the gateway takes over (given with "
+            "--from-streams, or read from the broker's MQ/<QM>/StreamSupport publication "
+            "with --from-broker alone; exit 2 naming the channels to check when the broker "
+            "does not answer within --timeout). The set is "
             "fixed afterwards: a configuration adding or removing a stream is refused until "
             "`mqgw migrate --restart` starts a new migration. `mqgw streams check` reports "
             "the migration incomplete until every migrated stream is serviced."
         ),
     )
     m.add_argument("--config", type=Path, default=Path("gateway.yaml"), help="gateway YAML")
-    m.add_argument("--from-streams", help="the legacy broker's streams: S1,S2,...")
-    m.add_argument("--from-broker", metavar="QM", help="the legacy broker's queue manager")
+    m.add_argument(
+        "--from-streams",
+        help="the legacy broker's streams: S1,S2,... (default with --from-broker: read "
+        "from the broker's retained StreamSupport publication)",
+    )
+    m.add_argument(
+        "--from-broker",
+        metavar="QM",
+        help="the legacy broker's queue manager; without --from-streams its stream set is "
+        "asked over channels (needs the gateway stopped, channels both ways in "
+        "queue_manager.mqsc_file and --listen PORT or queue_manager.listener_port)",
+    )
     m.add_argument("--restart", action="store_true", help="discard the recorded migration first")
     m.add_argument(
         "--copy-retained",
@@ -267,15 +280,8 @@ def run_migrate(args: argparse.Namespace) -> int:
     from gateway.runtime.streams.repair import streams_yaml
     from gateway.runtime.streams.union import serviced_streams
 
-    if args.from_streams is None and args.from_broker is not None:
-        return _err(
-            "migrate",
-            "reading the stream set from the legacy broker (its StreamSupport "
-            "publication) is not implemented yet: give it with --from-streams S1,S2 "
-            f"(on the broker: its stream queues) together with --from-broker {args.from_broker}",
-        )
-    if args.from_streams is None and not args.restart:
-        return _err("migrate", "give --from-streams S1,S2[,...] (and --from-broker QM)")
+    if args.from_streams is None and args.from_broker is None and not args.restart:
+        return _err("migrate", "give --from-broker QM and/or --from-streams S1,S2[,...]")
     # The record lives next to the store; read the path without the record's checks.
     store = _store_of(args.config)
     if isinstance(store, str):
@@ -296,18 +302,28 @@ def run_migrate(args: argparse.Namespace) -> int:
         )
     if args.restart:
         path.unlink(missing_ok=True)
-        if args.from_streams is None:
+        if args.from_streams is None and args.from_broker is None:
             print(f"migration record {path} removed")
             return OK
-    streams = sorted({s.strip() for s in args.from_streams.split(",") if s.strip()})
+    loaded = _load(args.config)
+    if isinstance(loaded, str):
+        return _err("migrate", loaded)
+    notes: list[str] = []
+    if args.from_streams is not None:
+        streams = sorted({s.strip() for s in args.from_streams.split(",") if s.strip()})
+    else:
+        read = _read_stream_support(args, loaded)
+        if isinstance(read, str):
+            return _err("migrate", read)
+        streams = read.streams
+        print(f"{args.from_broker} publishes StreamSupport: {', '.join(streams) or '(none)'}")
+        if read.warning:
+            notes.append(read.warning)
     for s in streams:
         try:
             validate_stream_name(s)
         except Exception as exc:  # CommandError names the rule broken
             return _err("migrate", f"{s!r} is not a stream name: {exc}")
-    loaded = _load(args.config)
-    if isinstance(loaded, str):
-        return _err("migrate", loaded)
     extra = sorted(serviced_streams(loaded) - set(streams) - {DEFAULT_STREAM})
     if extra:
         return _err(
@@ -316,7 +332,7 @@ def run_migrate(args: argparse.Namespace) -> int:
             "not have; the stream set after a migration is the migrated broker's: remove "
             "them or name them in --from-streams",
         )
-    notes = [
+    notes += [
         "durable subscriptions: not copied (a legacy broker shows them through documented "
         "messages only when it publishes the MQ/SA/<qm>/Subscribers/AllIdentities "
         "metatopic; reading it is not implemented)",
@@ -356,24 +372,28 @@ def run_migrate(args: argparse.Namespace) -> int:
     return OK
 
 
-def _copy_retained(args: argparse.Namespace, loaded: Any, streams: list[str]) -> Any:
+def _on_node(args: argparse.Namespace, loaded: Any, queues: list[str], work: Any) -> Any:
     """Run our queue manager as a network node (listener + the channels of its
-    mqsc_file), define the stream queues and the migration queue, copy the retained
-    publications. The result, or an error text."""
+    mqsc_file), define ``queues`` (stream queues) and the migration queue, then
+    ``await work(node.qm, conn)``. Its result, or an error text."""
     from gateway.mq.embedded.network import QueueManagerNode
     from gateway.mq.port import MQError
     from gateway.runtime.config import EmbeddedQueueManagerConfig
+    from gateway.runtime.streams.broker_query import MIGRATION_QUEUE
     from gateway.runtime.streams.repair import define_stream_queue
-    from gateway.runtime.streams.retained_copy import MIGRATION_QUEUE, copy_retained
 
     qmc = loaded.gateway.queue_manager
     if not isinstance(qmc, EmbeddedQueueManagerConfig):
-        return "--copy-retained works with the embedded queue manager only"
+        return (
+            "asking the broker works with the embedded queue manager only (give the "
+            "stream set with --from-streams)"
+        )
     port = args.listen if args.listen is not None else getattr(qmc, "listener_port", None)
     if port is None:
         return (
-            "--copy-retained needs our listener's port (the broker answers over its channel "
-            "back to us): give --listen PORT or queue_manager.listener_port"
+            "asking the broker needs our listener's port (it answers over its channel "
+            "back to us): give --listen PORT or queue_manager.listener_port (or give the "
+            "stream set with --from-streams)"
         )
     mqsc = loaded.path(qmc.mqsc_file).read_text(encoding="utf-8") if qmc.mqsc_file else ""
 
@@ -385,18 +405,81 @@ def _copy_retained(args: argparse.Namespace, loaded: Any, streams: list[str]) ->
             return f"cannot open the queue manager (is the gateway running?): {exc}"
         try:
             qm = node.qm
-            for name in [*streams, MIGRATION_QUEUE]:
+            for name in [*queues, MIGRATION_QUEUE]:
                 if name not in qm.catalogue.queues:
                     define_stream_queue(qm, name)
             conn = await qm.connect()
             try:
-                return await copy_retained(conn, args.from_broker, streams, timeout=args.timeout)
+                return await work(qm, conn)
             finally:
                 await conn.disconnect()
         finally:
             await node.stop()
 
     return asyncio.run(run())
+
+
+def _copy_retained(args: argparse.Namespace, loaded: Any, streams: list[str]) -> Any:
+    """Copy the broker's retained publications on ``streams``: the result, or an error
+    text."""
+    from gateway.runtime.streams.retained_copy import copy_retained
+
+    async def work(_qm: Any, conn: Any) -> Any:
+        return await copy_retained(conn, args.from_broker, streams, timeout=args.timeout)
+
+    return _on_node(args, loaded, streams, work)
+
+
+def _read_stream_support(args: argparse.Namespace, loaded: Any) -> Any:
+    """The broker's StreamSupport (its stream set), or an error text that names the
+    channels and transmission queue to check when the broker did not answer."""
+    from gateway.mq.port import MQError
+    from gateway.runtime.streams.stream_support import StreamSupportError, read_stream_support
+
+    broker = args.from_broker
+
+    async def work(qm: Any, conn: Any) -> Any:
+        try:
+            return await read_stream_support(conn, broker, timeout=args.timeout)
+        except StreamSupportError as exc:
+            if exc.answered:
+                return f"cannot read {broker}'s stream set: {exc}"
+            return f"cannot read {broker}'s stream set: {exc}; {route_hint(qm, broker)}"
+        except MQError as exc:
+            return f"cannot ask {broker}: {exc}; {route_hint(qm, broker)}"
+
+    return _on_node(args, loaded, [], work)
+
+
+def route_hint(qm: Any, broker: str) -> str:
+    """What to check when ``broker`` does not answer: our transmission queue towards it
+    (and what waits there), the sender channel serving it, our receiver channels."""
+    from gateway.mq.embedded.objects import ChannelType
+
+    cat = qm.catalogue
+    own = cat.q_mgr_name
+    q = cat.queues.get(broker)
+    xmitq = broker if q is not None and q.is_xmitq else cat.qmgr.default_xmit_q_name
+    receivers = sorted(c.name for c in cat.channels.values() if c.chltype == ChannelType.RCVR)
+    back = (
+        f"and {broker}'s channel back to {own} (our receiver channel(s): "
+        f"{', '.join(receivers) or 'none defined'})"
+    )
+    if not xmitq:
+        return (
+            f"no transmission queue reaches {broker}: define QLOCAL({broker}) USAGE(XMITQ) "
+            f"and a sender channel serving it in queue_manager.mqsc_file, {back}"
+        )
+    senders = sorted(
+        c.name
+        for c in cat.channels.values()
+        if c.chltype == ChannelType.SDR and c.xmit_q_name == xmitq
+    )
+    depth = qm.queue_depth(xmitq)
+    return (
+        f"check the sender channel {', '.join(senders) or '(none serves it!)'} of "
+        f"transmission queue {xmitq} ({depth} message(s) waiting there) {back}"
+    )
 
 
 def _store_of(config: Path) -> Path | str:

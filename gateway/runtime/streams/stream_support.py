@@ -1,0 +1,79 @@
+"""Reading a legacy broker's stream set for ``mqgw migrate --from-broker QM`` from its
+retained ``MQ/<QM padded to 48>/StreamSupport`` publication on
+``SYSTEM.BROKER.ADMIN.STREAM``: a Register Subscriber on that metatopic (the broker sends
+the retained publication at registration), the publication decoded with
+:func:`gateway.pubsub.admin_messages.decode_admin_publication`, then a Deregister
+Subscriber. The same documented exchange a joining broker uses to learn its neighbour's
+streams, so a real broker can stand on the other side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from gateway.mq.port import Connection, MQError
+from gateway.pubsub.admin_messages import admin_topic, decode_admin_publication
+from gateway.pubsub.deliveries import escape_char_topic
+from gateway.pubsub.streams import ADMIN_STREAM
+from gateway.runtime.streams.broker_query import ask_broker
+from gateway.wire.errors import WireError
+
+__all__ = ["StreamSupport", "StreamSupportError", "read_stream_support"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSupport:
+    """The broker's streams (without the admin stream, which every broker has), and
+    what went wrong after they were read (the DeregSub), if anything."""
+
+    streams: list[str]
+    warning: str | None = None
+
+
+class StreamSupportError(Exception):
+    """The broker's stream set could not be read; ``answered`` is False when nothing
+    came back at all (check the channels and transmission queues)."""
+
+    def __init__(self, message: str, *, answered: bool) -> None:
+        super().__init__(message)
+        self.answered = answered
+
+
+async def read_stream_support(conn: Connection, broker: str, *, timeout: float) -> StreamSupport:
+    """The streams ``broker`` publishes in its StreamSupport metatopic, sorted (the
+    migration queue must exist on ``conn``'s queue manager). StreamSupportError when
+    the broker does not answer, refuses, or has no such publication."""
+    topic = admin_topic("StreamSupport", broker)
+    pattern = escape_char_topic(topic)
+    try:
+        answer = await ask_broker(conn, broker, "RegSub", ADMIN_STREAM, pattern, timeout)
+    except MQError:
+        with contextlib.suppress(MQError):
+            await conn.backout()
+        raise
+    streams: list[str] | None = None
+    for msg in answer.messages:
+        try:
+            pub = decode_admin_publication(msg.md, msg.body)
+        except WireError:
+            continue  # not the publication: consumed with the unit of work
+        if pub.kind == "StreamSupport" and pub.q_mgr == broker:
+            streams = sorted(set(pub.names) - {ADMIN_STREAM})
+    await conn.commit()
+    if answer.error is not None:
+        raise StreamSupportError(answer.error, answered=answer.answered)
+    deregistered = await ask_broker(conn, broker, "DeregSub", ADMIN_STREAM, pattern, timeout)
+    await conn.commit()
+    if streams is None:
+        raise StreamSupportError(
+            f"broker {broker} accepted the subscription to {topic.rstrip()!r} but sent no "
+            "retained StreamSupport publication (does it publish one?)",
+            answered=True,
+        )
+    warning = None
+    if deregistered.error is not None:
+        warning = (
+            f"the subscription to {topic.rstrip()!r} at {broker} may be left: {deregistered.error}"
+        )
+    return StreamSupport(streams, warning)
