@@ -434,13 +434,16 @@ def _read_stream_support(args: argparse.Namespace, loaded: Any) -> Any:
     """The broker's StreamSupport (its stream set), or an error text that names the
     channels and transmission queue to check when the broker did not answer."""
     from gateway.mq.port import MQError
-    from gateway.runtime.streams.stream_support import StreamSupportError, read_stream_support
+    from gateway.runtime.streams.broker_stream_set import (
+        StreamSupportError,
+        ask_stream_support,
+    )
 
     broker = args.from_broker
 
     async def work(qm: Any, conn: Any) -> Any:
         try:
-            return await read_stream_support(conn, broker, timeout=args.timeout)
+            return await ask_stream_support(conn, broker, timeout=args.timeout)
         except StreamSupportError as exc:
             if exc.answered:
                 return f"cannot read {broker}'s stream set: {exc}"

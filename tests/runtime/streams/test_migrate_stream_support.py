@@ -14,20 +14,11 @@ import pytest
 
 from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.port import OpenOption, PutOptions
-from gateway.pubsub.admin_messages import (
-    AdminPublication,
-    encode_admin_publication,
-    publish_timestamp,
-)
-from gateway.pubsub.deliveries import escape_char_topic
 from gateway.pubsub.streams import ADMIN_STREAM, DEFAULT_STREAM
 from gateway.runtime.cli import main
+from gateway.runtime.neighbours.stream_support import stream_support_command
 from gateway.runtime.pubsub_service import BrokerConfig, StreamQueueConfig
 from gateway.runtime.streams.broker_query import MIGRATION_QUEUE
-from gateway.wire.constants import MsgType
-from gateway.wire.formats import FMT_ADMIN, FMT_RF_HEADER
-from gateway.wire.mqmd import MQMD
-from gateway.wire.rfh import MQRFH, encode_rfh
 from tests.runtime.streams.streams_helpers import queue_contents
 from tests.support.gateway import build_gateway
 from tests.support.pubsub_messages import rfh_message
@@ -56,28 +47,6 @@ def _gateway_config(tmp: Path, p_old: int, streams: list[str]) -> Path:
         "metrics: {enabled: false}\n"
     )
     return cfg
-
-
-def _stream_support_publish(names: tuple[str, ...]) -> tuple[MQMD, bytes]:
-    """OLD's StreamSupport (PCF, as encode_admin_publication writes it) put to OLD's
-    admin stream as a retained MQRFH Publish, as the broker itself would retain it."""
-    pub = AdminPublication("StreamSupport", "OLD", names, True, publish_timestamp())
-    pcf_md, pcf = encode_admin_publication(pub)
-    pairs = [
-        ("MQPSCommand", "Publish"),
-        ("MQPSStreamName", ADMIN_STREAM),
-        ("MQPSTopic", escape_char_topic(pub.topic)),
-        ("MQPSPubOpts", "RetainPub"),
-    ]
-    head = MQRFH(
-        name_values=pairs,
-        format=FMT_ADMIN,
-        encoding=pcf_md.encoding,
-        coded_char_set_id=pcf_md.coded_char_set_id,
-    )
-    md = MQMD(format=FMT_RF_HEADER, msg_type=MsgType.DATAGRAM, coded_char_set_id=1208)
-    md.reply_to_q_mgr = "OLD"
-    return md, encode_rfh(head, ccsid=1208) + pcf
 
 
 def test_stream_set_read_from_the_brokers_stream_support(
@@ -119,8 +88,11 @@ def test_stream_set_read_from_the_brokers_stream_support(
 
                 conn = await node.qm.connect()
                 h = await conn.open(ADMIN_STREAM, OpenOption.OUTPUT)
-                md, body = _stream_support_publish((DEFAULT_STREAM, S, T, ADMIN_STREAM))
-                await h.put(md, body, PutOptions())
+                # OLD's retained StreamSupport, as the neighbour links publish a
+                # gateway's own: the PCF publication behind an MQRFH Publish (RetainPub)
+                cmd = stream_support_command("OLD", (DEFAULT_STREAM, S, T, ADMIN_STREAM))
+                assert cmd.queue == ADMIN_STREAM
+                await h.put(cmd.md, cmd.body, PutOptions())
                 h = await conn.open(S, OpenOption.OUTPUT)
                 m = rfh_message(
                     S,

@@ -1,8 +1,9 @@
 """Reading a legacy broker's stream set for ``mqgw migrate --from-broker QM`` from its
 retained ``MQ/<QM padded to 48>/StreamSupport`` publication on
 ``SYSTEM.BROKER.ADMIN.STREAM``: a Register Subscriber on that metatopic (the broker sends
-the retained publication at registration), the publication decoded with
-:func:`gateway.pubsub.admin_messages.decode_admin_publication`, then a Deregister
+the retained publication at registration), the publication read with
+:func:`gateway.runtime.neighbours.stream_support.read_stream_support` (the neighbour
+links' reader: PCF decoded by ``decode_admin_publication``), then a Deregister
 Subscriber. The same documented exchange a joining broker uses to learn its neighbour's
 streams, so a real broker can stand on the other side.
 """
@@ -13,13 +14,13 @@ import contextlib
 from dataclasses import dataclass
 
 from gateway.mq.port import Connection, MQError
-from gateway.pubsub.admin_messages import admin_topic, decode_admin_publication
+from gateway.pubsub.admin_messages import admin_topic
 from gateway.pubsub.deliveries import escape_char_topic
 from gateway.pubsub.streams import ADMIN_STREAM
+from gateway.runtime.neighbours.stream_support import read_stream_support
 from gateway.runtime.streams.broker_query import ask_broker
-from gateway.wire.errors import WireError
 
-__all__ = ["StreamSupport", "StreamSupportError", "read_stream_support"]
+__all__ = ["StreamSupport", "StreamSupportError", "ask_stream_support"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ class StreamSupportError(Exception):
         self.answered = answered
 
 
-async def read_stream_support(conn: Connection, broker: str, *, timeout: float) -> StreamSupport:
+async def ask_stream_support(conn: Connection, broker: str, *, timeout: float) -> StreamSupport:
     """The streams ``broker`` publishes in its StreamSupport metatopic, sorted (the
     migration queue must exist on ``conn``'s queue manager). StreamSupportError when
     the broker does not answer, refuses, or has no such publication."""
@@ -54,12 +55,9 @@ async def read_stream_support(conn: Connection, broker: str, *, timeout: float) 
         raise
     streams: list[str] | None = None
     for msg in answer.messages:
-        try:
-            pub = decode_admin_publication(msg.md, msg.body)
-        except WireError:
-            continue  # not the publication: consumed with the unit of work
-        if pub.kind == "StreamSupport" and pub.q_mgr == broker:
-            streams = sorted(set(pub.names) - {ADMIN_STREAM})
+        read = read_stream_support(msg.md, msg.body)
+        if read is not None and read[0] == broker:  # else: consumed with the unit of work
+            streams = sorted(set(read[1]) - {ADMIN_STREAM})
     await conn.commit()
     if answer.error is not None:
         raise StreamSupportError(answer.error, answered=answer.answered)
