@@ -24,7 +24,7 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from gateway.wire.rfh import MQRFH, decode_rfh, encode_rfh
 
-__all__ = ["MIGRATION_QUEUE", "BrokerAnswer", "ask_broker"]
+__all__ = ["MIGRATION_QUEUE", "BrokerAnswer", "ask_broker", "send_command"]
 
 MIGRATION_QUEUE = "SYSTEM.MQGW.MIGRATION"
 #: After the response, the publications sent with it follow; stop after this much quiet.
@@ -78,6 +78,20 @@ def _response(msg: Message, request_id: bytes) -> MQRFH | None:
     return rfh if rfh.get("MQPSCompCode") is not None else None
 
 
+async def send_command(
+    conn: Connection, broker: str, command: str, stream: str, topic: str, expiry_s: float
+) -> bytes:
+    """Put ``command`` to ``broker``'s control queue (expiring after ``expiry_s``); its
+    MsgId, which the broker's response carries as CorrelId."""
+    md, body = _command(command, stream, topic, conn.q_mgr_name, expiry_s)
+    out = await conn.open(CONTROL_QUEUE, OpenOption.OUTPUT, broker)
+    try:
+        await out.put(md, body, PutOptions())
+    finally:
+        await out.close()
+    return md.msg_id
+
+
 async def ask_broker(
     conn: Connection, broker: str, command: str, stream: str, topic: str, timeout: float
 ) -> BrokerAnswer:
@@ -85,12 +99,7 @@ async def ask_broker(
     character-scheme pattern) of ``stream`` to ``broker``; collect what arrives on the
     migration queue (gets under syncpoint) until its response plus a quiet period, or
     ``timeout`` seconds."""
-    md, body = _command(command, stream, topic, conn.q_mgr_name, timeout * 2)
-    out = await conn.open(CONTROL_QUEUE, OpenOption.OUTPUT, broker)
-    try:
-        await out.put(md, body, PutOptions())
-    finally:
-        await out.close()
+    request_id = await send_command(conn, broker, command, stream, topic, timeout * 2)
     inq = await conn.open(MIGRATION_QUEUE, OpenOption.INPUT_SHARED)
     messages: list[Message] = []
     error: str | None = f"broker {broker} did not answer {command} within {timeout:g} s"
@@ -108,7 +117,7 @@ async def ask_broker(
                 if exc.reason == Reason.NO_MSG_AVAILABLE:
                     break
                 raise
-            rfh = _response(msg, md.msg_id)
+            rfh = _response(msg, request_id)
             if rfh is None:
                 messages.append(msg)
                 continue

@@ -18,7 +18,7 @@ from gateway.pubsub.admin_messages import admin_topic
 from gateway.pubsub.deliveries import escape_char_topic
 from gateway.pubsub.streams import ADMIN_STREAM
 from gateway.runtime.neighbours.stream_support import read_stream_support
-from gateway.runtime.streams.broker_query import ask_broker
+from gateway.runtime.streams.broker_query import ask_broker, send_command
 
 __all__ = ["StreamSupport", "StreamSupportError", "ask_stream_support"]
 
@@ -58,6 +58,10 @@ async def ask_stream_support(conn: Connection, broker: str, *, timeout: float) -
         read = read_stream_support(msg.md, msg.body)
         if read is not None and read[0] == broker:  # else: consumed with the unit of work
             streams = sorted(set(read[1]) - {ADMIN_STREAM})
+    if answer.error is not None and not answer.answered:
+        # the RegSub may still arrive (it expires after twice the timeout): a DeregSub
+        # behind it on the same route withdraws it then, expiring with it otherwise
+        await send_command(conn, broker, "DeregSub", ADMIN_STREAM, pattern, timeout * 2)
     await conn.commit()
     if answer.error is not None:
         raise StreamSupportError(answer.error, answered=answer.answered)

@@ -146,7 +146,8 @@ def test_no_answer_names_the_channel_and_transmission_queue(
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "broker OLD did not answer RegSub within 1 s" in err, err
-    assert "sender channel GW.TO.OLD of transmission queue OLD (1 message(s) waiting" in err
+    # the RegSub and the DeregSub sent behind it (in case the RegSub arrives late)
+    assert "sender channel GW.TO.OLD of transmission queue OLD (2 message(s) waiting" in err
     assert "OLD's channel back to GW (our receiver channel(s): OLD.TO.GW)" in err
     assert not (tmp_path / "migration.json").exists()
 
