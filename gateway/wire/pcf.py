@@ -135,19 +135,19 @@ MQCACF_REG_STREAM_NAME = 3041
 MQCACF_REG_Q_MGR_NAME = 3042
 
 # --- Reason codes of malformed PCF (MQRCCF_*, cmqcfc.h) ---------------------------------
-# Not (yet) members of gateway.wire.reasons.Reason; WireError carries them as plain ints.
-RCCF_CFH_TYPE_ERROR = 3001
-RCCF_CFH_LENGTH_ERROR = 3002
-RCCF_CFH_VERSION_ERROR = 3003
-RCCF_CFH_PARM_COUNT_ERROR = 3006
-RCCF_CFIN_LENGTH_ERROR = 3009
-RCCF_CFST_LENGTH_ERROR = 3010
-RCCF_CFST_STRING_LENGTH_ERR = 3011
-RCCF_STRUCTURE_TYPE_ERROR = 3013
-RCCF_MSG_LENGTH_ERROR = int(Reason.MSG_LENGTH_ERROR)  # 3016
-RCCF_CFSL_LENGTH_ERROR = 3024
-RCCF_CFSL_COUNT_ERROR = 3068
-RCCF_CFSL_STRING_LENGTH_ERR = 3069
+# Their home is gateway.wire.reasons.Reason; these aliases keep the names callers import.
+RCCF_CFH_TYPE_ERROR = Reason.CFH_TYPE_ERROR
+RCCF_CFH_LENGTH_ERROR = Reason.CFH_LENGTH_ERROR
+RCCF_CFH_VERSION_ERROR = Reason.CFH_VERSION_ERROR
+RCCF_CFH_PARM_COUNT_ERROR = Reason.CFH_PARM_COUNT_ERROR
+RCCF_CFIN_LENGTH_ERROR = Reason.CFIN_LENGTH_ERROR
+RCCF_CFST_LENGTH_ERROR = Reason.CFST_LENGTH_ERROR
+RCCF_CFST_STRING_LENGTH_ERR = Reason.CFST_STRING_LENGTH_ERR
+RCCF_STRUCTURE_TYPE_ERROR = Reason.STRUCTURE_TYPE_ERROR
+RCCF_MSG_LENGTH_ERROR = Reason.MSG_LENGTH_ERROR
+RCCF_CFSL_LENGTH_ERROR = Reason.CFSL_LENGTH_ERROR
+RCCF_CFSL_COUNT_ERROR = Reason.CFSL_COUNT_ERROR
+RCCF_CFSL_STRING_LENGTH_ERR = Reason.CFSL_STRING_LENGTH_ERR
 
 #: Most zero-length strings an MQCFSL may list (non-empty ones are bounded by the bytes
 #: present); a corrupt Count must not make the decoder loop for minutes.
@@ -243,7 +243,7 @@ def encode_pcf(
     big = order == BIG
     if header.type not in HEADER_TYPES or header.version not in _VERSIONS:
         raise WireError(
-            RCCF_CFH_TYPE_ERROR,
+            Reason.CFH_TYPE_ERROR,
             f"MQCFH Type {header.type} / Version {header.version} cannot start a message",
         )
     parts = [
@@ -334,7 +334,7 @@ def decode_pcf(
     order = byte_order(encoding, field="PCF governing encoding")
     if len(buf) < MQCFH_STRUC_LENGTH:
         raise WireError(
-            RCCF_CFH_LENGTH_ERROR,
+            Reason.CFH_LENGTH_ERROR,
             f"MQCFH needs {MQCFH_STRUC_LENGTH} bytes, {len(buf)} available",
             0,
         )
@@ -342,15 +342,17 @@ def decode_pcf(
         buf, 0
     )
     if typ not in HEADER_TYPES:
-        raise WireError(RCCF_CFH_TYPE_ERROR, f"MQCFH Type {typ} is not a message type", 0)
+        raise WireError(Reason.CFH_TYPE_ERROR, f"MQCFH Type {typ} is not a message type", 0)
     if length != MQCFH_STRUC_LENGTH:
         raise WireError(
-            RCCF_CFH_LENGTH_ERROR, f"MQCFH StrucLength {length} is not {MQCFH_STRUC_LENGTH}", 4
+            Reason.CFH_LENGTH_ERROR, f"MQCFH StrucLength {length} is not {MQCFH_STRUC_LENGTH}", 4
         )
     if version not in _VERSIONS:
-        raise WireError(RCCF_CFH_VERSION_ERROR, f"MQCFH Version {version} is not 1, 2 or 3", 8)
+        raise WireError(Reason.CFH_VERSION_ERROR, f"MQCFH Version {version} is not 1, 2 or 3", 8)
     if count < 0:
-        raise WireError(RCCF_CFH_PARM_COUNT_ERROR, f"MQCFH ParameterCount {count} is negative", 32)
+        raise WireError(
+            Reason.CFH_PARM_COUNT_ERROR, f"MQCFH ParameterCount {count} is negative", 32
+        )
     header = PCFHeader(
         type=typ,
         command=command,
@@ -368,7 +370,7 @@ def decode_pcf(
         params.append(param)
     if offset != len(buf):
         raise WireError(
-            RCCF_MSG_LENGTH_ERROR,
+            Reason.MSG_LENGTH_ERROR,
             f"{len(buf) - offset} bytes follow the last of {count} PCF parameters",
             offset,
         )
@@ -382,7 +384,7 @@ def _decode_param(
     left = len(buf) - offset
     if left < 8:
         raise WireError(
-            RCCF_MSG_LENGTH_ERROR,
+            Reason.MSG_LENGTH_ERROR,
             f"PCF parameter {index + 1} needs at least 8 bytes, {left} available",
             offset,
         )
@@ -390,11 +392,11 @@ def _decode_param(
     if typ == MQCFT_INTEGER:
         if length != MQCFIN_STRUC_LENGTH:
             raise WireError(
-                RCCF_CFIN_LENGTH_ERROR,
+                Reason.CFIN_LENGTH_ERROR,
                 f"MQCFIN StrucLength {length} is not {MQCFIN_STRUC_LENGTH}",
                 offset + 4,
             )
-        _check_fits(buf, offset, length, RCCF_CFIN_LENGTH_ERROR, "MQCFIN")
+        _check_fits(buf, offset, length, Reason.CFIN_LENGTH_ERROR, "MQCFIN")
         _, _, parameter, value = _CFIN[order].unpack_from(buf, offset)
         return IntParam(parameter, value), offset + length
     if typ == MQCFT_STRING:
@@ -402,7 +404,7 @@ def _decode_param(
     if typ == MQCFT_STRING_LIST:
         return _decode_string_list(buf, offset, length, order, governing)
     raise WireError(
-        RCCF_STRUCTURE_TYPE_ERROR,
+        Reason.STRUCTURE_TYPE_ERROR,
         f"PCF parameter {index + 1} has Type {typ}; supported: MQCFIN, MQCFST, MQCFSL",
         offset,
     )
@@ -423,15 +425,15 @@ def _decode_string(
 ) -> tuple[StringParam, int]:
     if length < MQCFST_STRUC_LENGTH_FIXED:
         raise WireError(
-            RCCF_CFST_LENGTH_ERROR,
+            Reason.CFST_LENGTH_ERROR,
             f"MQCFST StrucLength {length} is below {MQCFST_STRUC_LENGTH_FIXED}",
             offset + 4,
         )
-    _check_fits(buf, offset, length, RCCF_CFST_LENGTH_ERROR, "MQCFST")
+    _check_fits(buf, offset, length, Reason.CFST_LENGTH_ERROR, "MQCFST")
     _, _, parameter, cc, string_length = _CFST[order].unpack_from(buf, offset)
     if string_length < 0 or MQCFST_STRUC_LENGTH_FIXED + string_length > length:
         raise WireError(
-            RCCF_CFST_STRING_LENGTH_ERR,
+            Reason.CFST_STRING_LENGTH_ERR,
             f"MQCFST StringLength {string_length} does not fit StrucLength {length}",
             offset + 16,
         )
@@ -451,19 +453,19 @@ def _decode_string_list(
 ) -> tuple[StringListParam, int]:
     if length < MQCFSL_STRUC_LENGTH_FIXED:
         raise WireError(
-            RCCF_CFSL_LENGTH_ERROR,
+            Reason.CFSL_LENGTH_ERROR,
             f"MQCFSL StrucLength {length} is below {MQCFSL_STRUC_LENGTH_FIXED}",
             offset + 4,
         )
-    _check_fits(buf, offset, length, RCCF_CFSL_LENGTH_ERROR, "MQCFSL")
+    _check_fits(buf, offset, length, Reason.CFSL_LENGTH_ERROR, "MQCFSL")
     _, _, parameter, cc, count, string_length = _CFSL[order].unpack_from(buf, offset)
     if count < 0 or (string_length == 0 and count > MAX_EMPTY_LIST_COUNT):
         raise WireError(
-            RCCF_CFSL_COUNT_ERROR, f"MQCFSL Count {count} is not plausible", offset + 16
+            Reason.CFSL_COUNT_ERROR, f"MQCFSL Count {count} is not plausible", offset + 16
         )
     if string_length < 0 or MQCFSL_STRUC_LENGTH_FIXED + count * string_length > length:
         raise WireError(
-            RCCF_CFSL_STRING_LENGTH_ERR,
+            Reason.CFSL_STRING_LENGTH_ERR,
             f"MQCFSL Count {count} x StringLength {string_length} does not fit "
             f"StrucLength {length}",
             offset + 20,

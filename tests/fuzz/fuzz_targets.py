@@ -1,4 +1,5 @@
-"""Coverage-guided fuzz targets (atheris / libFuzzer) for every wire decoder.
+"""Coverage-guided fuzz targets (atheris / libFuzzer) for every wire decoder, and the
+reader of broker administration publications (PCF from other brokers, untrusted too).
 
 Run one target: ``python tests/fuzz/fuzz_targets.py <target> [libFuzzer flags]``.
 ``tests/fuzz/run_fuzz.py`` runs them all for a bounded time. The contract checked: any
@@ -15,13 +16,16 @@ from collections.abc import Callable
 
 import atheris
 
-with atheris.instrument_imports(include=["gateway.wire"]):
+with atheris.instrument_imports(include=["gateway.wire", "gateway.pubsub.admin_messages"]):
+    from gateway.pubsub.admin_messages import decode_admin_publication
     from gateway.wire.chain import parse_message
     from gateway.wire.dlh import decode_dlh
     from gateway.wire.errors import WireError
     from gateway.wire.folder import parse_folder
+    from gateway.wire.formats import FMT_ADMIN, FMT_PCF, FMT_RF_HEADER, FMT_RF_HEADER_2
     from gateway.wire.mqmd import MQMD
     from gateway.wire.mqmde import decode_mqmde
+    from gateway.wire.pcf import decode_pcf
     from gateway.wire.rfh import decode_rfh, parse_name_value_string
     from gateway.wire.rfh2 import decode_rfh2
     from gateway.wire.xqh import decode_xqh, unwrap_from_xmitq
@@ -29,6 +33,8 @@ with atheris.instrument_imports(include=["gateway.wire"]):
 ENCODINGS = (546, 273, 785, 0, 3)
 CCSIDS = (0, 819, 1208, 500, 37, 1140, 437, 850, 1200, -2, 4242)
 CHAIN_FORMATS = ("MQHRF2", "MQHRF", "MQXMIT", "MQDEAD", "MQHMDE", "MQSTR")
+#: MQMD.Format of an admin publication input, picked by its second byte.
+ADMIN_FORMATS = (FMT_ADMIN, FMT_PCF, FMT_RF_HEADER, FMT_RF_HEADER_2, "MQSTR")
 
 
 def _params(data: bytes) -> tuple[int, int, bytes]:
@@ -83,6 +89,18 @@ def _chain(data: bytes) -> None:
     parse_message(MQMD(format=fmt, encoding=enc, coded_char_set_id=ccsid), buf)
 
 
+def _pcf(data: bytes) -> None:
+    enc, ccsid, buf = _params(data)
+    decode_pcf(buf, enc, ccsid=ccsid)
+
+
+def _admin_publication(data: bytes) -> None:
+    enc, ccsid, buf = _params(data)
+    fmt = ADMIN_FORMATS[(buf[0] if buf else 0) % len(ADMIN_FORMATS)]
+    md = MQMD(format=fmt, encoding=enc, coded_char_set_id=ccsid)
+    decode_admin_publication(md, buf[1:])
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "mqmd": _mqmd,
     "rfh": _rfh,
@@ -93,6 +111,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "folder": _folder,
     "name_values": _name_values,
     "chain": _chain,
+    "pcf": _pcf,
+    "admin_publication": _admin_publication,
 }
 
 

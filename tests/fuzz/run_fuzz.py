@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         status = "no findings" if not result["findings"] else f"FOUND {result['findings']}"
         print(
-            f"  {name:12s} {result['seconds']:6.1f} s  {result['runs']:>9} execs  "
+            f"  {name:17s} {result['seconds']:6.1f} s  {result['runs']:>9} execs  "
             f"cov {result['cov']:>5}  {status}",
             flush=True,
         )

@@ -6,11 +6,13 @@ import pathlib
 
 import pytest
 
+from gateway.pubsub.admin_messages import decode_admin_publication
 from gateway.wire.chain import parse_message
 from gateway.wire.dlh import decode_dlh
 from gateway.wire.folder import parse_folder
 from gateway.wire.mqmd import MQMD
 from gateway.wire.mqmde import decode_mqmde
+from gateway.wire.pcf import decode_pcf
 from gateway.wire.rfh import decode_rfh, parse_name_value_string
 from gateway.wire.rfh2 import decode_rfh2
 from gateway.wire.xqh import decode_xqh
@@ -29,6 +31,11 @@ def test_every_target_has_seeds_that_decode_cleanly() -> None:
                 assert parse_folder(data.decode()).name
             elif name == "name_values":
                 assert parse_name_value_string(data.decode("latin-1"))
+            elif name == "admin_publication":
+                fmt = ("MQADMIN", "MQPCF", "MQHRF", "MQHRF2")[data[1]]
+                md = MQMD(format=fmt, encoding=enc[data[0]], coded_char_set_id=0)
+                pub = decode_admin_publication(md, data[2:])
+                assert pub.kind in ("StreamSupport", "Parent") and pub.retained
             elif name == "chain":
                 fmt = "MQHRF2" if data[0] == 0 else "MQDEAD"
                 parsed = parse_message(MQMD(format=fmt, encoding=546), data[1:])
@@ -41,6 +48,7 @@ def test_every_target_has_seeds_that_decode_cleanly() -> None:
                     "xqh": decode_xqh,
                     "dlh": decode_dlh,
                     "mqmde": decode_mqmde,
+                    "pcf": lambda b, e: decode_pcf(b, e)[1],
                 }[name]
                 assert decoder(data[1:], enc[data[0]])
 

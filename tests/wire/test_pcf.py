@@ -18,18 +18,6 @@ from gateway.wire.pcf import (
     MQCFT_RESPONSE,
     MQCMD_PUBLISH,
     MQIACF_PUBLICATION_OPTIONS,
-    RCCF_CFH_LENGTH_ERROR,
-    RCCF_CFH_PARM_COUNT_ERROR,
-    RCCF_CFH_TYPE_ERROR,
-    RCCF_CFH_VERSION_ERROR,
-    RCCF_CFIN_LENGTH_ERROR,
-    RCCF_CFSL_COUNT_ERROR,
-    RCCF_CFSL_LENGTH_ERROR,
-    RCCF_CFSL_STRING_LENGTH_ERR,
-    RCCF_CFST_LENGTH_ERROR,
-    RCCF_CFST_STRING_LENGTH_ERR,
-    RCCF_MSG_LENGTH_ERROR,
-    RCCF_STRUCTURE_TYPE_ERROR,
     IntParam,
     PCFHeader,
     PCFParam,
@@ -150,29 +138,29 @@ def _message(*parts: bytes, count: int) -> bytes:
 @pytest.mark.parametrize(
     ("data", "reason", "offset"),
     [
-        (b"", RCCF_CFH_LENGTH_ERROR, 0),
-        (le(1, 36, 1, 63, 1, 1, 0, 0), RCCF_CFH_LENGTH_ERROR, 0),
-        (le(3, 36, 1, 63, 1, 1, 0, 0, 0), RCCF_CFH_TYPE_ERROR, 0),
-        (le(1, 32, 1, 63, 1, 1, 0, 0, 0), RCCF_CFH_LENGTH_ERROR, 4),
-        (le(1, 36, 4, 63, 1, 1, 0, 0, 0), RCCF_CFH_VERSION_ERROR, 8),
-        (le(1, 36, 1, 63, 1, 1, 0, 0, -1), RCCF_CFH_PARM_COUNT_ERROR, 32),
-        (_message(count=1), RCCF_MSG_LENGTH_ERROR, 36),
-        (_message(le(3, 16, 1082, 2), b"\x00" * 4, count=1), RCCF_MSG_LENGTH_ERROR, 52),
-        (_message(le(3, 20, 1082, 2, 0), count=1), RCCF_CFIN_LENGTH_ERROR, 40),
-        (_message(le(3, 16, 1082), count=1), RCCF_CFIN_LENGTH_ERROR, 40),
-        (_message(le(5, 16, 1, 0), count=1), RCCF_STRUCTURE_TYPE_ERROR, 36),
-        (_message(le(4, 16, 3030, 0), count=1), RCCF_CFST_LENGTH_ERROR, 40),
-        (_message(le(4, 24, 3030, 0, 4), count=1), RCCF_CFST_LENGTH_ERROR, 40),
-        (_message(le(4, 24, 3030, 0, 5), b"ABCD", count=1), RCCF_CFST_STRING_LENGTH_ERR, 52),
-        (_message(le(4, 24, 3030, 0, -1), b"ABCD", count=1), RCCF_CFST_STRING_LENGTH_ERR, 52),
+        (b"", Reason.CFH_LENGTH_ERROR, 0),
+        (le(1, 36, 1, 63, 1, 1, 0, 0), Reason.CFH_LENGTH_ERROR, 0),
+        (le(3, 36, 1, 63, 1, 1, 0, 0, 0), Reason.CFH_TYPE_ERROR, 0),
+        (le(1, 32, 1, 63, 1, 1, 0, 0, 0), Reason.CFH_LENGTH_ERROR, 4),
+        (le(1, 36, 4, 63, 1, 1, 0, 0, 0), Reason.CFH_VERSION_ERROR, 8),
+        (le(1, 36, 1, 63, 1, 1, 0, 0, -1), Reason.CFH_PARM_COUNT_ERROR, 32),
+        (_message(count=1), Reason.MSG_LENGTH_ERROR, 36),
+        (_message(le(3, 16, 1082, 2), b"\x00" * 4, count=1), Reason.MSG_LENGTH_ERROR, 52),
+        (_message(le(3, 20, 1082, 2, 0), count=1), Reason.CFIN_LENGTH_ERROR, 40),
+        (_message(le(3, 16, 1082), count=1), Reason.CFIN_LENGTH_ERROR, 40),
+        (_message(le(5, 16, 1, 0), count=1), Reason.STRUCTURE_TYPE_ERROR, 36),
+        (_message(le(4, 16, 3030, 0), count=1), Reason.CFST_LENGTH_ERROR, 40),
+        (_message(le(4, 24, 3030, 0, 4), count=1), Reason.CFST_LENGTH_ERROR, 40),
+        (_message(le(4, 24, 3030, 0, 5), b"ABCD", count=1), Reason.CFST_STRING_LENGTH_ERR, 52),
+        (_message(le(4, 24, 3030, 0, -1), b"ABCD", count=1), Reason.CFST_STRING_LENGTH_ERR, 52),
         (_message(le(4, 24, 3030, 1200, 3), b"ABCD", count=1), Reason.SOURCE_CCSID_ERROR, 58),
         (_message(le(4, 24, 3030, 4242, 1), b"ABCD", count=1), Reason.SOURCE_CCSID_ERROR, -1),
-        (_message(le(6, 20, 3036, 0, 0), count=1), RCCF_CFSL_LENGTH_ERROR, 40),
-        (_message(le(6, 24, 3036, 0, -1, 0), count=1), RCCF_CFSL_COUNT_ERROR, 52),
-        (_message(le(6, 24, 3036, 0, 10**6, 0), count=1), RCCF_CFSL_COUNT_ERROR, 52),
-        (_message(le(6, 28, 3036, 0, 2, 3), b"ABCD", count=1), RCCF_CFSL_STRING_LENGTH_ERR, 56),
-        (_message(le(6, 28, 3036, 0, 1, -4), b"ABCD", count=1), RCCF_CFSL_STRING_LENGTH_ERR, 56),
-        (_message(le(6, 32, 3036, 0, 1, 4), b"ABCD", count=1), RCCF_CFSL_LENGTH_ERROR, 40),
+        (_message(le(6, 20, 3036, 0, 0), count=1), Reason.CFSL_LENGTH_ERROR, 40),
+        (_message(le(6, 24, 3036, 0, -1, 0), count=1), Reason.CFSL_COUNT_ERROR, 52),
+        (_message(le(6, 24, 3036, 0, 10**6, 0), count=1), Reason.CFSL_COUNT_ERROR, 52),
+        (_message(le(6, 28, 3036, 0, 2, 3), b"ABCD", count=1), Reason.CFSL_STRING_LENGTH_ERR, 56),
+        (_message(le(6, 28, 3036, 0, 1, -4), b"ABCD", count=1), Reason.CFSL_STRING_LENGTH_ERR, 56),
+        (_message(le(6, 32, 3036, 0, 1, 4), b"ABCD", count=1), Reason.CFSL_LENGTH_ERROR, 40),
     ],
 )
 def test_malformed_pcf_is_refused_with_reason_and_offset(
@@ -181,6 +169,9 @@ def test_malformed_pcf_is_refused_with_reason_and_offset(
     with pytest.raises(WireError) as info:
         decode_pcf(data)
     assert (info.value.reason, info.value.offset) == (reason, offset)
+    # every fault is a named Reason (MQRCCF_* for structure faults); the text says which
+    name = Reason(reason).ibm_name
+    assert name.startswith("MQRCCF_" if reason > 3000 else "MQRC_") and name in str(info.value)
 
 
 def test_unsupported_encoding_and_out_of_range_values() -> None:
@@ -199,7 +190,7 @@ def test_unsupported_encoding_and_out_of_range_values() -> None:
     for bad in (PCFHeader(type=3), PCFHeader(version=4)):
         with pytest.raises(WireError) as info:
             encode_pcf(bad, [])
-        assert info.value.reason == RCCF_CFH_TYPE_ERROR
+        assert info.value.reason == Reason.CFH_TYPE_ERROR
 
 
 # --- properties -------------------------------------------------------------------------

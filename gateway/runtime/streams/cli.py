@@ -1,5 +1,5 @@
 """``mqgw streams check [--fix] [--replay-dlq] [--write-config] [--json]`` and
-``mqgw migrate``.
+``mqgw migrate`` (its parser and command: :mod:`gateway.runtime.streams.migrate_cli`).
 
 ``streams check`` opens the gateway's embedded queue manager itself, so it works with the
 gateway stopped. While the gateway runs, its data directory is locked (one process owns
@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register"]
+from gateway.runtime.streams.cli_support import OK, PROBLEM, err, load
+from gateway.runtime.streams.migrate_cli import register_migrate
 
-OK, PROBLEM, USAGE = 0, 1, 2
+__all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,53 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.set_defaults(func=run_check)
-
-    m = subparsers.add_parser(
-        "migrate",
-        help="take over a legacy broker's role: record its stream set (then fixed)",
-        description=(
-            "Record the stream set of the legacy broker the gateway takes over. The set is "
-            "fixed afterwards: a configuration adding or removing a stream is refused until "
-            "`mqgw migrate --restart` starts a new migration. `mqgw streams check` reports "
-            "the migration incomplete until every migrated stream is serviced."
-        ),
-    )
-    m.add_argument("--config", type=Path, default=Path("gateway.yaml"), help="gateway YAML")
-    m.add_argument("--from-streams", help="the legacy broker's streams: S1,S2,...")
-    m.add_argument("--from-broker", metavar="QM", help="the legacy broker's queue manager")
-    m.add_argument("--restart", action="store_true", help="discard the recorded migration first")
-    m.add_argument(
-        "--copy-retained",
-        action="store_true",
-        help="with --from-broker: copy the broker's retained publications (needs the "
-        "gateway stopped and channels both ways in queue_manager.mqsc_file)",
-    )
-    m.add_argument(
-        "--listen",
-        type=int,
-        metavar="PORT",
-        help="port of our listener for the broker's channel back to us (default: "
-        "queue_manager.listener_port)",
-    )
-    m.add_argument("--timeout", type=float, default=10.0, help="seconds per broker answer")
-    m.set_defaults(func=run_migrate)
-
-
-def _err(command: str, text: str) -> int:
-    print(f"mqgw {command}: {text}", file=sys.stderr)
-    return USAGE
-
-
-def _load(path: Path) -> Any:
-    """The loaded configuration, or an error text."""
-    from gateway.runtime.config import load_config
-    from gateway.runtime.errors import ConfigErrors
-    from gateway.runtime.registry import PluginRegistry
-
-    try:
-        return load_config(path, PluginRegistry.from_entry_points())
-    except ConfigErrors as exc:
-        return f"invalid configuration {path}: " + "; ".join(map(str, exc.errors))
+    register_migrate(subparsers)
 
 
 # ------------------------------------------------------------------ streams check ---
@@ -110,22 +64,22 @@ def _load(path: Path) -> Any:
 
 def run_check(args: argparse.Namespace) -> int:
     if args.write_config and not args.fix:
-        return _err("streams check", "--write-config goes with --fix")
-    loaded = _load(args.config)
+        return err("streams check", "--write-config goes with --fix")
+    loaded = load(args.config)
     if isinstance(loaded, str):
-        return _err("streams check", loaded)
+        return err("streams check", loaded)
     from gateway.runtime.config import EmbeddedQueueManagerConfig
 
     qmc = loaded.gateway.queue_manager
     if not isinstance(qmc, EmbeddedQueueManagerConfig):
-        return _err(
+        return err(
             "streams check",
             "only the embedded queue manager can be checked from the command line; with "
             "IBM MQ read the running gateway's /healthz (streams section)",
         )
     data_dir = loaded.path(qmc.data_dir)
     if not data_dir.is_dir():
-        return _err(
+        return err(
             "streams check",
             f"no queue manager at {data_dir} (has the gateway ever run with this config?)",
         )
@@ -176,9 +130,9 @@ async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
                     f"added {', '.join(unserviced)} to broker.streams in {args.config} "
                     f"(previous file kept as {args.config.name}.bak); restart the gateway"
                 )
-                reloaded = _load(args.config)
+                reloaded = load(args.config)
                 if isinstance(reloaded, str):
-                    return _err("streams check", reloaded)
+                    return err("streams check", reloaded)
                 loaded = reloaded
             elif unserviced:
                 notes.append(
@@ -223,14 +177,14 @@ def _print(args: argparse.Namespace, data: dict[str, Any], text: str, notes: lis
 def _check_running(args: argparse.Namespace, loaded: Any, why: str) -> int:
     """The data directory is locked: most likely the gateway runs. Ask its /healthz."""
     if args.fix or args.replay_dlq:
-        return _err(
+        return err(
             "streams check",
             f"{why}\n--fix and --replay-dlq need the gateway stopped (they change its queue "
             "manager): stop it (SIGTERM), repair, start it again",
         )
     mc = loaded.gateway.metrics
     if not mc.enabled:
-        return _err("streams check", f"{why}\n(metrics are disabled: nothing to ask instead)")
+        return err("streams check", f"{why}\n(metrics are disabled: nothing to ask instead)")
     host = "127.0.0.1" if mc.host in ("0.0.0.0", "::", "") else mc.host
     url = f"http://{host}:{mc.port}/healthz"
     try:
@@ -239,174 +193,15 @@ def _check_running(args: argparse.Namespace, loaded: Any, why: str) -> int:
     except urllib.error.HTTPError as exc:  # 503 still carries the JSON
         detail = json.loads(exc.read() or b"{}")
     except (OSError, ValueError) as exc:
-        return _err("streams check", f"{why}\nand {url} does not answer ({exc})")
+        return err("streams check", f"{why}\nand {url} does not answer ({exc})")
     streams = detail.get("streams") if isinstance(detail, dict) else None
     if not isinstance(streams, dict):
-        return _err("streams check", f"{why}\nand {url} carries no streams report yet")
+        return err("streams check", f"{why}\nand {url} carries no streams report yet")
     from gateway.runtime.streams.check import StreamReport
 
     try:
         report = StreamReport.from_json(streams)
     except (KeyError, TypeError, ValueError) as exc:
-        return _err("streams check", f"{why}\nand {url} carries an unreadable report ({exc!r})")
+        return err("streams check", f"{why}\nand {url} carries an unreadable report ({exc!r})")
     _print(args, report.to_json(), report.text(), [f"the gateway is running: report from {url}"])
     return OK if report.ok else PROBLEM
-
-
-# ------------------------------------------------------------------ migrate ---------
-
-
-def run_migrate(args: argparse.Namespace) -> int:
-    from gateway.pubsub.streams import DEFAULT_STREAM, validate_stream_name
-    from gateway.runtime.streams.migration import (
-        MigrationRecord,
-        migration_path,
-        read_migration,
-        write_migration,
-    )
-    from gateway.runtime.streams.repair import streams_yaml
-    from gateway.runtime.streams.union import serviced_streams
-
-    if args.from_streams is None and args.from_broker is not None:
-        return _err(
-            "migrate",
-            "reading the stream set from the legacy broker (its StreamSupport "
-            "publication) is not implemented yet: give it with --from-streams S1,S2 "
-            f"(on the broker: its stream queues) together with --from-broker {args.from_broker}",
-        )
-    if args.from_streams is None and not args.restart:
-        return _err("migrate", "give --from-streams S1,S2[,...] (and --from-broker QM)")
-    # The record lives next to the store; read the path without the record's checks.
-    store = _store_of(args.config)
-    if isinstance(store, str):
-        return _err("migrate", store)
-    path = migration_path(store)
-    try:
-        existing = read_migration(path)
-    except ValueError as exc:
-        existing = None
-        if not args.restart:
-            return _err("migrate", f"{exc}; `mqgw migrate --restart` replaces it")
-    if existing is not None and not args.restart:
-        return _err(
-            "migrate",
-            f"a migration from {existing.from_q_mgr or 'a stream list'} is recorded "
-            f"({', '.join(existing.streams)}); the stream set is fixed: start a new "
-            "migration with `mqgw migrate --restart --from-streams ...`",
-        )
-    if args.restart:
-        path.unlink(missing_ok=True)
-        if args.from_streams is None:
-            print(f"migration record {path} removed")
-            return OK
-    streams = sorted({s.strip() for s in args.from_streams.split(",") if s.strip()})
-    for s in streams:
-        try:
-            validate_stream_name(s)
-        except Exception as exc:  # CommandError names the rule broken
-            return _err("migrate", f"{s!r} is not a stream name: {exc}")
-    loaded = _load(args.config)
-    if isinstance(loaded, str):
-        return _err("migrate", loaded)
-    extra = sorted(serviced_streams(loaded) - set(streams) - {DEFAULT_STREAM})
-    if extra:
-        return _err(
-            "migrate",
-            f"broker.streams services {', '.join(extra)}, which the migrated broker does "
-            "not have; the stream set after a migration is the migrated broker's: remove "
-            "them or name them in --from-streams",
-        )
-    notes = [
-        "durable subscriptions: not copied (a legacy broker shows them through documented "
-        "messages only when it publishes the MQ/SA/<qm>/Subscribers/AllIdentities "
-        "metatopic; reading it is not implemented)",
-    ]
-    copied = 0
-    if args.copy_retained:
-        if not args.from_broker:
-            return _err("migrate", "--copy-retained needs --from-broker QM")
-        outcome = _copy_retained(args, loaded, streams)
-        if isinstance(outcome, str):
-            return _err("migrate", outcome)
-        for stream, n in sorted(outcome.copied.items()):
-            copied += n
-            notes.append(f"retained publications on {stream}: {n} copied from {args.from_broker}")
-        for stream, why in sorted(outcome.failed.items()):
-            notes.append(f"retained publications on {stream}: not copied: {why}")
-    elif args.from_broker:
-        notes.append(
-            "retained publications: not copied (run again with --restart --copy-retained "
-            "while the broker is reachable, or let the publishers republish)"
-        )
-    record = MigrationRecord(
-        from_q_mgr=args.from_broker or "", streams=streams, notes=notes, retained_copied=copied
-    )
-    write_migration(path, record)
-    print(f"migration recorded in {path}: streams {', '.join(streams)}")
-    for n in notes:
-        print(n)
-    pending = sorted(set(streams) - serviced_streams(loaded))
-    if pending:
-        print(
-            "the migration is incomplete until the broker services every migrated stream; "
-            f"add to the configuration:\n{streams_yaml(pending)}\n"
-            "then `mqgw streams check --fix`"
-        )
-        return PROBLEM
-    return OK
-
-
-def _copy_retained(args: argparse.Namespace, loaded: Any, streams: list[str]) -> Any:
-    """Run our queue manager as a network node (listener + the channels of its
-    mqsc_file), define the stream queues and the migration queue, copy the retained
-    publications. The result, or an error text."""
-    from gateway.mq.embedded.network import QueueManagerNode
-    from gateway.mq.port import MQError
-    from gateway.runtime.config import EmbeddedQueueManagerConfig
-    from gateway.runtime.streams.repair import define_stream_queue
-    from gateway.runtime.streams.retained_copy import MIGRATION_QUEUE, copy_retained
-
-    qmc = loaded.gateway.queue_manager
-    if not isinstance(qmc, EmbeddedQueueManagerConfig):
-        return "--copy-retained works with the embedded queue manager only"
-    port = args.listen if args.listen is not None else getattr(qmc, "listener_port", None)
-    if port is None:
-        return (
-            "--copy-retained needs our listener's port (the broker answers over its channel "
-            "back to us): give --listen PORT or queue_manager.listener_port"
-        )
-    mqsc = loaded.path(qmc.mqsc_file).read_text(encoding="utf-8") if qmc.mqsc_file else ""
-
-    async def run() -> Any:
-        node = QueueManagerNode(qmc.name, loaded.path(qmc.data_dir), mqsc=mqsc, port=port)
-        try:
-            await node.start()
-        except MQError as exc:
-            return f"cannot open the queue manager (is the gateway running?): {exc}"
-        try:
-            qm = node.qm
-            for name in [*streams, MIGRATION_QUEUE]:
-                if name not in qm.catalogue.queues:
-                    define_stream_queue(qm, name)
-            conn = await qm.connect()
-            try:
-                return await copy_retained(conn, args.from_broker, streams, timeout=args.timeout)
-            finally:
-                await conn.disconnect()
-        finally:
-            await node.stop()
-
-    return asyncio.run(run())
-
-
-def _store_of(config: Path) -> Path | str:
-    """The pub/sub store a configuration names, read without the migration check."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        return f"cannot read {config}: {exc}"
-    broker = data.get("broker") if isinstance(data, dict) else None
-    store = Path(str((broker or {}).get("store", "data/pubsub.db")))
-    return store if store.is_absolute() else config.resolve().parent / store

@@ -1,35 +1,27 @@
 """Copying a legacy broker's retained publications during ``mqgw migrate``, with
-documented commands only: per stream, a Register Subscriber (MQRFH) on topic ``*`` with
-``InformIfRet`` put to the broker's ``SYSTEM.BROKER.CONTROL.QUEUE`` (subscriber queue
-and reply queue: ``SYSTEM.MQGW.MIGRATION`` on our queue manager), the retained
+documented commands only (:mod:`gateway.runtime.streams.broker_query`): per stream, a
+Register Subscriber (MQRFH) on topic ``*`` with ``InformIfRet``, the retained
 publications it sends at registration (``MQPSPubOpts IsRetainedPub``) re-published as
 retained (``RetainPub``) on our stream queue, then a Deregister Subscriber.
 
-The commands carry an expiry, so a RegSub stuck on a transmission queue towards an
-unreachable broker does not register a subscription there hours later. Getting the
-copies from the migration queue and putting them on the stream queues is one unit of
-work per stream.
+Getting the copies from the migration queue and putting them on the stream queues is one
+unit of work per stream.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
 from dataclasses import dataclass, field
 
-from gateway.mq.port import Connection, GetOptions, MQError, OpenOption, PutOptions
-from gateway.pubsub.streams import CONTROL_QUEUE
+from gateway.mq.port import Connection, MQError, OpenOption, PutOptions
+from gateway.runtime.streams.broker_query import MIGRATION_QUEUE, ask_broker
 from gateway.wire.constants import MsgType
 from gateway.wire.errors import WireError
 from gateway.wire.formats import FMT_RF_HEADER
 from gateway.wire.mqmd import MQMD
-from gateway.wire.reasons import Reason
 from gateway.wire.rfh import MQRFH, decode_rfh, encode_rfh
 
 __all__ = ["MIGRATION_QUEUE", "RetainedCopyResult", "copy_retained"]
-
-MIGRATION_QUEUE = "SYSTEM.MQGW.MIGRATION"
 
 
 @dataclass(slots=True)
@@ -40,78 +32,22 @@ class RetainedCopyResult:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def _command(command: str, stream: str, own_q_mgr: str, expiry_s: float) -> tuple[MQMD, bytes]:
-    pairs = [
-        ("MQPSCommand", command),
-        ("MQPSStreamName", stream),
-        ("MQPSTopic", "*"),
-        ("MQPSQMgrName", own_q_mgr),
-        ("MQPSQName", MIGRATION_QUEUE),
-    ]
-    if command == "RegSub":
-        pairs.append(("MQPSRegOpts", "InformIfRet"))
-    md = MQMD(
-        format=FMT_RF_HEADER,
-        msg_type=MsgType.REQUEST,
-        reply_to_q=MIGRATION_QUEUE,
-        reply_to_q_mgr=own_q_mgr,
-        msg_id=os.urandom(24),
-        persistence=0,
-        expiry=max(1, int(expiry_s * 10)),
-        coded_char_set_id=1208,
-    )
-    return md, encode_rfh(MQRFH(name_values=pairs), ccsid=1208)
-
-
 async def _ask(
     conn: Connection, broker: str, command: str, stream: str, timeout: float
 ) -> tuple[str | None, list[tuple[MQMD, MQRFH, bytes]]]:
-    """Send ``command``; (error or None, publications received until the response
-    plus a short quiet period)."""
-    md, body = _command(command, stream, conn.q_mgr_name, timeout * 2)
-    out = await conn.open(CONTROL_QUEUE, OpenOption.OUTPUT, broker)
-    try:
-        await out.put(md, body, PutOptions())
-    finally:
-        await out.close()
-    inq = await conn.open(MIGRATION_QUEUE, OpenOption.INPUT_SHARED)
+    """Send ``command`` on topic ``*``; (error or None, the MQRFH Publish commands
+    received with the answer). Anything else on the migration queue is consumed with
+    the unit of work, like any stray."""
+    answer = await ask_broker(conn, broker, command, stream, "*", timeout)
     pubs: list[tuple[MQMD, MQRFH, bytes]] = []
-    answered: str | None = "no response"
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    try:
-        while True:
-            wait = deadline - loop.time()
-            if answered is None:
-                wait = 0.5  # the response came: the publications sent with it follow
-            if wait <= 0:
-                break
-            try:
-                msg = await inq.get(GetOptions(wait_ms=int(wait * 1000), syncpoint=True))
-            except MQError as exc:
-                if exc.reason == Reason.NO_MSG_AVAILABLE:
-                    break
-                raise
-            try:
-                rfh, used = decode_rfh(msg.body, msg.md.encoding, ccsid=msg.md.coded_char_set_id)
-            except WireError:
-                continue  # not ours: consumed with the unit of work, like any stray
-            if rfh.get("MQPSCommand") == "Publish":
-                pubs.append((msg.md, rfh, msg.body[used:]))
-            elif msg.md.correl_id == md.msg_id:
-                comp = rfh.get("MQPSCompCode", "")
-                answered = (
-                    None
-                    if comp in ("0", "1")
-                    else (f"{command} refused: CompCode {comp}, Reason {rfh.get('MQPSReason')}")
-                )
-                if answered is not None:
-                    break
-    finally:
-        await inq.close()
-    if answered == "no response":
-        answered = f"broker {broker} did not answer {command} within {timeout:g} s"
-    return answered, pubs
+    for msg in answer.messages:
+        try:
+            rfh, used = decode_rfh(msg.body, msg.md.encoding, ccsid=msg.md.coded_char_set_id)
+        except WireError:
+            continue
+        if rfh.get("MQPSCommand") == "Publish":
+            pubs.append((msg.md, rfh, msg.body[used:]))
+    return answer.error, pubs
 
 
 async def copy_retained(
