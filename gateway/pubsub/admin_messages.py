@@ -73,7 +73,6 @@ from gateway.wire.pcf import (
     MQCFT_COMMAND,
     MQCMD_PUBLISH,
     MQIACF_PUBLICATION_OPTIONS,
-    RCCF_CFH_TYPE_ERROR,
     IntParam,
     PCFHeader,
     PCFParam,
@@ -234,7 +233,7 @@ def decode_admin_publication(md: MQMD, body: bytes | bytearray | memoryview) -> 
     header, params = decode_pcf(body, encoding, ccsid=ccsid)
     if header.type != MQCFT_COMMAND or header.command != MQCMD_PUBLISH:
         raise WireError(
-            RCCF_CFH_TYPE_ERROR,
+            Reason.CFH_TYPE_ERROR,
             f"MQCFH Type {header.type} Command {header.command} is not a Publish "
             f"({MQCFT_COMMAND}/{MQCMD_PUBLISH})",
             0,

@@ -134,21 +134,6 @@ MQCACF_CHILD_Q_MGR_NAME = 3040
 MQCACF_REG_STREAM_NAME = 3041
 MQCACF_REG_Q_MGR_NAME = 3042
 
-# --- Reason codes of malformed PCF (MQRCCF_*, cmqcfc.h) ---------------------------------
-# Their home is gateway.wire.reasons.Reason; these aliases keep the names callers import.
-RCCF_CFH_TYPE_ERROR = Reason.CFH_TYPE_ERROR
-RCCF_CFH_LENGTH_ERROR = Reason.CFH_LENGTH_ERROR
-RCCF_CFH_VERSION_ERROR = Reason.CFH_VERSION_ERROR
-RCCF_CFH_PARM_COUNT_ERROR = Reason.CFH_PARM_COUNT_ERROR
-RCCF_CFIN_LENGTH_ERROR = Reason.CFIN_LENGTH_ERROR
-RCCF_CFST_LENGTH_ERROR = Reason.CFST_LENGTH_ERROR
-RCCF_CFST_STRING_LENGTH_ERR = Reason.CFST_STRING_LENGTH_ERR
-RCCF_STRUCTURE_TYPE_ERROR = Reason.STRUCTURE_TYPE_ERROR
-RCCF_MSG_LENGTH_ERROR = Reason.MSG_LENGTH_ERROR
-RCCF_CFSL_LENGTH_ERROR = Reason.CFSL_LENGTH_ERROR
-RCCF_CFSL_COUNT_ERROR = Reason.CFSL_COUNT_ERROR
-RCCF_CFSL_STRING_LENGTH_ERR = Reason.CFSL_STRING_LENGTH_ERR
-
 #: Most zero-length strings an MQCFSL may list (non-empty ones are bounded by the bytes
 #: present); a corrupt Count must not make the decoder loop for minutes.
 MAX_EMPTY_LIST_COUNT = 65536
