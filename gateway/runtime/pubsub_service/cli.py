@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from gateway.pubsub.engine import PubSubEngine
-from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
+from gateway.pubsub.streams import (
+    ADMIN_STREAM,
+    CONTROL_QUEUE,
+    DEFAULT_STREAM,
+    INTER_BROKER_QUEUE,
+)
 from gateway.runtime.neighbours.config import parse_neighbour_spec
 from gateway.runtime.pubsub_service.config import BrokerConfig, StreamQueueConfig
 from gateway.runtime.pubsub_service.errors import BrokerError
@@ -35,11 +40,6 @@ log = logging.getLogger(__name__)
 
 PROFILE_GATEWAY = "gateway"
 PROFILE_LEGACY = "legacy"
-#: The queues every V6 broker has (reference: "System queues" of the broker).
-#: TODO(lead): take ADMIN_STREAM / INTER_BROKER_QUEUE from gateway.pubsub.streams once
-#: helper W's constants are merged.
-ADMIN_STREAM = "SYSTEM.BROKER.ADMIN.STREAM"
-INTER_BROKER_QUEUE = "SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
