@@ -34,8 +34,9 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
@@ -154,7 +155,7 @@ async def read_queue(
 
 async def timed(
     n: int, limit: float, publish: Callable[[], Awaitable[None]],
-    read: Callable[[float, Count], Awaitable[None]],
+    read: Callable[[float, Count], Coroutine[Any, Any, None]],
 ) -> tuple[Count, float]:
     """Start the reader, put ``n``, wait for the reader; (count, seconds)."""
     count = Count()
@@ -255,6 +256,7 @@ async def run(work: Path, bootstrap: str, n: int, limit: float) -> bool:
     consumer = AIOKafkaConsumer(KAFKA_TOPIC, bootstrap_servers=bootstrap, group_id=None,
                                 auto_offset_reset="earliest")
     ok = True
+    consumer_started = False
     try:
         # ---- raw baselines (also warm the channels)
         count, took = await raw(net, "RAW.VIA.A", "RAW.IN", n, limit)
@@ -290,6 +292,7 @@ async def run(work: Path, bootstrap: str, n: int, limit: float) -> bool:
 
         # ---- A -> GW -> Kafka
         await consumer.start()
+        consumer_started = True
         warm_seen: list[bytes] = []
 
         async def warm_k(i: int) -> None:
@@ -322,7 +325,8 @@ async def run(work: Path, bootstrap: str, n: int, limit: float) -> bool:
         if not ok:
             print(net.log_tails(), file=sys.stderr)
     finally:
-        await consumer.stop()
+        if consumer_started:
+            await consumer.stop()
         await net.close()
     return ok
 
