@@ -2,7 +2,9 @@
 
 Each benchmark is a standalone script with its own bounds; this runner only sequences
 them (``--only wire,embedded_qm`` picks some) and reports which failed, so one broken
-benchmark does not hide the others' figures.
+benchmark does not hide the others' figures. Each runs as a module from the repository
+root (``python -m benchmarks.bench_x``), so a benchmark may reuse a harness of
+``tests/support`` (bench_neighbours starts the seed's three-process network with it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     for script in scripts:
         print(f"\n=== {script.stem} ===", flush=True)
         started = time.monotonic()
-        result = subprocess.run([sys.executable, str(script)], cwd=HERE.parent, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", f"benchmarks.{script.stem}"], cwd=HERE.parent, check=False
+        )
         print(f"--- {script.stem}: exit {result.returncode} in {time.monotonic() - started:.1f} s")
         if result.returncode != 0:
             failed.append(script.stem)
