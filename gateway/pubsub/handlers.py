@@ -245,7 +245,13 @@ class CommandHandlers:
         pub.origin, pub.extra_folders = split_origin(pub.extra_folders)
         self.counters.publications += 1
         state = self.state
-        if queue and not cmd.pub_opts & PubOpt.NO_REGISTRATION:
+        # A neighbour broker is no publisher: its forwarded publications carry NoReg in
+        # MQRFH, and MQRFH2 (no NoReg in psc) is recognised by the neighbour's QMgrName.
+        if (
+            queue
+            and not pub_opts & PubOpt.NO_REGISTRATION
+            and q_mgr.strip() not in self.fanout.neighbours
+        ):
             for t in pub.topics:
                 reg = Publisher(stream, t, q_mgr, queue, correl, int(cmd.reg_opts))
                 known = state.publishers.get(reg.key)

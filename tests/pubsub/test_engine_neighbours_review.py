@@ -12,7 +12,7 @@ from gateway.pubsub.neighbours import (
     ProxyKey,
     proxy_command,
 )
-from gateway.pubsub.options import RegOpt
+from gateway.pubsub.options import PubOpt, RegOpt
 from gateway.pubsub.outcome import InboundMessage
 from gateway.pubsub.records import Destination
 from gateway.pubsub.store import MemoryStore
@@ -20,7 +20,11 @@ from gateway.pubsub.streams import CONTROL_QUEUE
 from gateway.wire.constants import CompCode, MsgType, PutApplType
 from tests.pubsub.test_engine_neighbours import (
     BULLETIN,
+    Net,
     nb,
+    payloads,
+    publish,
+    subscribe,
 )
 from tests.support.pubsub_messages import decode, rfh_message
 
@@ -178,3 +182,26 @@ def test_is_retained_pub_from_an_application_is_still_refused() -> None:
     out = gw.handle(v6_publication("QMX", ("MQPSPubOpts", "IsRetainedPub")))
     assert out.dead_letter is not None
     assert gw.retained(BULLETIN) == []
+
+
+# ------------------------------------------------------------------ finding 2 --------
+
+
+def test_forwarded_publications_register_no_publishers() -> None:
+    for kind in (NeighbourKind.MQPUBSUB, NeighbourKind.GATEWAY):
+        net = Net()
+        for q_mgr in ("QMA", "QMG", "QMB"):
+            net.add(q_mgr)
+        net.link("QMA", "QMG", kind_of_b=kind, kind_of_a=kind)
+        net.link("QMG", "QMB", kind_of_b=kind, kind_of_a=kind)
+        subscribe(net, "QMB", "LOCAL.B", "news/*")
+        for i in range(50):
+            out = publish(net, "QMA", f"news/{i}", b"x")
+            if kind is NeighbourKind.MQPUBSUB:
+                [fwd] = out.deliveries
+                cmd = decode_command_message(fwd.md, fwd.body).command
+                assert cmd.pub_opts & PubOpt.NO_REGISTRATION
+        assert len(payloads(net, "QMB", "LOCAL.B")) == 50
+        assert len(net.engines["QMA"].publishers) == 50  # the local publisher, per topic
+        assert net.engines["QMG"].publishers == [], kind
+        assert net.engines["QMB"].publishers == [], kind
