@@ -205,3 +205,23 @@ def test_forwarded_publications_register_no_publishers() -> None:
         assert len(net.engines["QMA"].publishers) == 50  # the local publisher, per topic
         assert net.engines["QMG"].publishers == [], kind
         assert net.engines["QMB"].publishers == [], kind
+
+
+# ------------------------------------------------------------------ finding 4 --------
+
+
+def test_a_neighbours_proxies_are_never_suspended() -> None:
+    gw = gateway_with_proxy_of("QMA")
+    for _ in range(3 * gw.suspend_after):
+        gw.delivery_failed("QMA", BULLETIN, 2053)  # MQRC_Q_FULL: xmitq full in an outage
+    gw.commit()
+    assert gw.suspended_subscriptions == 0
+    assert gw.suspensions == 0
+    assert gw.neighbour_delivery_failures == 3 * gw.suspend_after
+    out = gw.handle(v6_publication("GW"))
+    assert Destination("QMA", BULLETIN) in {d.destination for d in out.deliveries}
+    # an application queue on the same queue manager is suspended as before
+    for _ in range(gw.suspend_after):
+        gw.delivery_failed("GW", "LOCAL.GW", 2053)
+    gw.commit()
+    assert gw.suspended_subscriptions == 1
