@@ -5,6 +5,8 @@ are never suspended; retained publications flagged IsRetainedPub are kept."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.inbound import decode_command_message
 from gateway.pubsub.neighbours import (
@@ -14,8 +16,9 @@ from gateway.pubsub.neighbours import (
 )
 from gateway.pubsub.options import PubOpt, RegOpt
 from gateway.pubsub.outcome import InboundMessage
-from gateway.pubsub.records import Destination
-from gateway.pubsub.store import MemoryStore
+from gateway.pubsub.records import Destination, Publication, RetainedPublication
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.pubsub.store import MemoryStore, PutRetained
 from gateway.pubsub.streams import CONTROL_QUEUE
 from gateway.wire.constants import CompCode, MsgType, PutApplType
 from tests.pubsub.test_engine_neighbours import (
@@ -225,3 +228,16 @@ def test_a_neighbours_proxies_are_never_suspended() -> None:
         gw.delivery_failed("GW", "LOCAL.GW", 2053)
     gw.commit()
     assert gw.suspended_subscriptions == 1
+
+
+# ------------------------------------------------------------------ finding 6 --------
+
+
+def test_sqlite_store_keeps_publication_local(tmp_path: Path) -> None:
+    path = tmp_path / "pubsub.db"
+    store = SqliteStore(path)
+    pub = Publication(stream=BULLETIN, topics=["news"], payload=b"x", local=True)
+    store.apply([PutRetained(RetainedPublication(BULLETIN, "news", pub, 1.0))])
+    store.close()
+    [again] = SqliteStore(path).load().retained
+    assert again.publication.local is True
