@@ -49,6 +49,8 @@ from gateway.wire.rfh import MQRFH, encode_rfh
 from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 
 __all__ = [
+    "METATOPIC_PREFIX",
+    "PROBE_PREFIX",
     "Neighbour",
     "NeighbourKind",
     "NeighbourRole",
@@ -67,7 +69,8 @@ __all__ = [
 ]
 
 #: Topic prefixes of administrative subscriptions that never propagate to neighbours:
-#: the broker administration metatopics and the gateway's loop probes.
+#: the broker administration metatopics and the gateway's loop probes (the one home of
+#: both: the runtime's neighbour links build and recognise probe topics with it).
 METATOPIC_PREFIX = "MQ/"
 PROBE_PREFIX = "MQGW/Probe/"
 _LOCAL = int(RegOpt.LOCAL)

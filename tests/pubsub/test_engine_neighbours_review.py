@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gateway.pubsub import neighbours as neighbours_module
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.inbound import decode_command_message
 from gateway.pubsub.neighbours import (
+    PROBE_PREFIX,
     NeighbourKind,
     ProxyKey,
     proxy_command,
@@ -241,3 +243,11 @@ def test_sqlite_store_keeps_publication_local(tmp_path: Path) -> None:
     store.close()
     [again] = SqliteStore(path).load().retained
     assert again.publication.local is True
+
+
+# ------------------------------------------------------------------ finding 11 -------
+
+
+def test_probe_prefix_has_one_home() -> None:
+    assert PROBE_PREFIX == "MQGW/Probe/"
+    assert "PROBE_PREFIX" in neighbours_module.__all__
