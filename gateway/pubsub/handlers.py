@@ -8,6 +8,10 @@ response; :mod:`gateway.pubsub.engine`), the working set it changes
 (:mod:`gateway.pubsub.fanout`). A handler changes the working set through ``outcome``'s
 mutation list, adds deliveries to ``outcome``, and raises :class:`CommandError` (dead
 letter) or :class:`CommandRefusedError` (negative response) when the command fails.
+
+Over 500 lines on purpose: the seven handlers share the identity and stream helpers,
+and Publish and DeletePub share the source-neighbour rule (:meth:`CommandHandlers.
+source_neighbour`); split by command, each piece would need the others' internals.
 """
 
 from __future__ import annotations
