@@ -12,7 +12,9 @@ subscriber's registration identity context, PutApplType MQAT_BROKER.
 A neighbour broker's proxy subscription gets a *forwarded Publish command* instead
 (docs/neighbours.md): the same header generation the neighbour's kind speaks, with this
 broker's identity (``QMgrName`` = our queue manager, ``QName`` = the stream) and
-``OtherSubsOnly``, so the neighbour never sends it back to us, plus ``RetainPub`` when
+``OtherSubsOnly``, so the neighbour never sends it back to us, ``NoReg`` in MQRFH (the
+psc folder has no such option: a gateway registers no publisher whose queue manager is
+a neighbour), plus ``RetainPub`` when
 the publication is a retained one, so the neighbour keeps a copy, and the MsgId the
 publication was first put with (how a neighbour recognises a retained publication it
 already holds when it is replayed to a new proxy subscription).
@@ -116,6 +118,7 @@ def _rfh_body(
         pairs.append(("MQPSQMgrName", forwarder))
         pairs.append(("MQPSQName", pub.stream))
         pairs.append(("MQPSPubOpts", "OtherSubsOnly"))
+        pairs.append(("MQPSPubOpts", "NoReg"))  # no publisher row per topic at the receiver
         if retain:
             pairs.append(("MQPSPubOpts", "RetainPub"))
     elif pub.direct_requests and pub.publisher_queue:

@@ -126,6 +126,8 @@ class PubSubEngine:
         self.removed_broker_queue_subscriptions = 0
         #: Times a subscriber queue's subscriptions were suspended.
         self.suspensions = 0
+        #: Failed puts to neighbours' queues (never suspended; the DLQ has them).
+        self.neighbour_delivery_failures = 0
         #: Consecutive failed puts per subscriber queue (q_mgr, queue), in memory.
         self._failures: dict[tuple[str, str], int] = {}
         self._state = WorkingSet.load(store)
@@ -189,11 +191,30 @@ class PubSubEngine:
     def delivery_failed(self, q_mgr: str, queue: str, reason: int) -> None:
         """A put to ``queue`` failed (it went to the DLQ instead). After
         ``suspend_after`` failures in a row the queue's subscriptions are suspended with
-        the current unit of work: their matches stop going to the DLQ."""
+        the current unit of work: their matches stop going to the DLQ.
+
+        A neighbour broker's proxy subscriptions are never suspended: a full
+        transmission queue in a channel outage would otherwise cut the neighbour off for
+        good (its links never register an acknowledged proxy again). Their failures are
+        counted and logged once per ``suspend_after`` in a row."""
         target = (q_mgr or self.q_mgr_name, queue)
         count = self._failures.get(target, 0) + 1
         self._failures[target] = count
+        neighbour = target[0] in self._fanout.neighbours
+        if neighbour:
+            self.neighbour_delivery_failures += 1
         if count < self.suspend_after:
+            return
+        if neighbour:
+            self._failures.pop(target, None)
+            log.warning(
+                "%d puts in a row to neighbour %s's queue %s failed (last reason %d); its "
+                "proxy subscriptions stay, the publications are on the dead-letter queue",
+                count,
+                target[0],
+                queue,
+                reason,
+            )
             return
         dest = Destination(*target)
         out: list[Mutation] = []

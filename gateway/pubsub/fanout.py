@@ -54,11 +54,17 @@ class Fanout:
         self.neighbours: dict[str, Neighbour] = neighbours if neighbours is not None else {}
 
     def publication_deliveries(
-        self, pub: Publication, exclude: tuple[str, str, bytes] | None, out: list[Mutation]
+        self,
+        pub: Publication,
+        exclude: tuple[str, str, bytes] | None,
+        out: list[Mutation],
+        source: str = "",
     ) -> list[Delivery]:
         """A new publication's deliveries; ``exclude`` is the publisher's own
-        ``(q_mgr, queue, correl_id)`` for OtherSubscribersOnly. Lapsed subscriptions met
-        on the way are deleted (their mutations go to ``out``)."""
+        ``(q_mgr, queue, correl_id)`` for OtherSubscribersOnly; ``source`` the neighbour
+        broker it came from (none of whose subscriptions gets it back, OtherSubsOnly or
+        not: a broker that is not a gateway forwards plain publications). Lapsed
+        subscriptions met on the way are deleted (their mutations go to ``out``)."""
         index = self.state.index.get(pub.stream)
         if index is None or not len(index):
             return []
@@ -86,6 +92,8 @@ class Fanout:
                 continue
             if d.sink and d.sink == pub.origin:
                 continue  # never back to the plugin instance it came from
+            if source and not d.sink and d.q_mgr == source:
+                continue  # never back to the neighbour broker it came from
             if pub.local and not d.sink and d.q_mgr in self.neighbours:
                 continue  # published with RegOpt Local: not for other brokers
             ident: object = key if opts & _DUPS_OK else (d, sub.correl_id)

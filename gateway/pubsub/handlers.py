@@ -8,6 +8,10 @@ response; :mod:`gateway.pubsub.engine`), the working set it changes
 (:mod:`gateway.pubsub.fanout`). A handler changes the working set through ``outcome``'s
 mutation list, adds deliveries to ``outcome``, and raises :class:`CommandError` (dead
 letter) or :class:`CommandRefusedError` (negative response) when the command fails.
+
+Over 500 lines on purpose: the seven handlers share the identity and stream helpers,
+and Publish and DeletePub share the source-neighbour rule (:meth:`CommandHandlers.
+source_neighbour`); split by command, each piece would need the others' internals.
 """
 
 from __future__ import annotations
@@ -176,10 +180,18 @@ class CommandHandlers:
     def publish(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
         cmd = parsed.command
         parm = _topic_parm(cmd)
-        if cmd.pub_opts & PubOpt.IS_RETAINED_PUBLICATION:
-            raise CommandError(
-                Reason.PUB_OPTIONS_ERROR, "IsRetainedPub is set by brokers only", parm_id=parm
-            )
+        md = msg.md
+        source = self.source_neighbour(cmd.q_mgr_name, md.reply_to_q_mgr)
+        pub_opts = cmd.pub_opts
+        flagged_retained = bool(pub_opts & PubOpt.IS_RETAINED_PUBLICATION)
+        if flagged_retained:
+            if not source:
+                raise CommandError(
+                    Reason.PUB_OPTIONS_ERROR, "IsRetainedPub is set by brokers only", parm_id=parm
+                )
+            # A neighbour broker tells its subscriber (our proxy, InformIfRet) that the
+            # publication is a retained one: keep it retained here too.
+            pub_opts = (pub_opts & ~PubOpt.IS_RETAINED_PUBLICATION) | PubOpt.RETAIN_PUBLICATION
         stream = self._command_stream(msg, cmd)
         topics: list[StreamTopic] = []
         for raw in cmd.topics:
@@ -194,10 +206,8 @@ class CommandHandlers:
                 Reason.STREAM_ERROR, "one publication cannot span streams", parm_id=parm
             )
         stream = topics[0].stream
-        md = msg.md
         correl_as_id = bool(
-            cmd.pub_opts & PubOpt.CORREL_ID_AS_IDENTITY
-            or cmd.reg_opts & RegOpt.CORREL_ID_AS_IDENTITY
+            pub_opts & PubOpt.CORREL_ID_AS_IDENTITY or cmd.reg_opts & RegOpt.CORREL_ID_AS_IDENTITY
         )
         queue = cmd.q_name if cmd.q_name is not None else md.reply_to_q
         q_mgr = (
@@ -218,7 +228,7 @@ class CommandHandlers:
             persistence=md.persistence,
             priority=md.priority,
             expiry=md.expiry,
-            pub_opts=int(cmd.pub_opts),
+            pub_opts=int(pub_opts),
             pub_time=cmd.pub_time,
             seq_num=cmd.seq_num,
             int_data=list(cmd.int_data),
@@ -239,29 +249,50 @@ class CommandHandlers:
         pub.origin, pub.extra_folders = split_origin(pub.extra_folders)
         self.counters.publications += 1
         state = self.state
-        if queue and not cmd.pub_opts & PubOpt.NO_REGISTRATION:
+        # A neighbour broker is no publisher: its forwarded publications carry NoReg in
+        # MQRFH, and MQRFH2 (no NoReg in psc) is recognised by the neighbour's QMgrName.
+        if (
+            queue
+            and not pub_opts & PubOpt.NO_REGISTRATION
+            and q_mgr.strip() not in self.fanout.neighbours
+        ):
             for t in pub.topics:
                 reg = Publisher(stream, t, q_mgr, queue, correl, int(cmd.reg_opts))
                 known = state.publishers.get(reg.key)
                 if known is None or known.reg_opts != reg.reg_opts:
                     state.upsert_publisher(reg, outcome.mutations)
         now = self.clock()
-        if cmd.pub_opts & PubOpt.RETAIN_PUBLICATION and self._is_retained_replay(pub):
+        if pub_opts & PubOpt.RETAIN_PUBLICATION and self._is_retained_replay(
+            pub, source, flagged_retained
+        ):
             return
-        if cmd.pub_opts & PubOpt.RETAIN_PUBLICATION:
+        if pub_opts & PubOpt.RETAIN_PUBLICATION:
             for t in pub.topics:
                 one = dataclasses.replace(
-                    pub, topics=[t], pub_opts=int(cmd.pub_opts & ~PubOpt.RETAIN_PUBLICATION)
+                    pub, topics=[t], pub_opts=int(pub_opts & ~PubOpt.RETAIN_PUBLICATION)
                 )
                 state.put_retained(RetainedPublication(stream, t, one, now), outcome.mutations)
         exclude: tuple[str, str, bytes] | None = None
-        if cmd.pub_opts & PubOpt.OTHER_SUBSCRIBERS_ONLY and queue:
+        if pub_opts & PubOpt.OTHER_SUBSCRIBERS_ONLY and queue:
             exclude = (q_mgr, queue, correl)
         outcome.deliveries.extend(
-            self.fanout.publication_deliveries(pub, exclude, outcome.mutations)
+            self.fanout.publication_deliveries(pub, exclude, outcome.mutations, source)
         )
 
-    def _is_retained_replay(self, pub: Publication) -> bool:
+    def source_neighbour(self, q_mgr_name: str | None, reply_to_q_mgr: str) -> str:
+        """The neighbour broker a publication or DeletePub came from, or "": its
+        MQPSQMgrName/QMgrName when that names a neighbour, else its MQMD ReplyToQMgr
+        when that does (a broker forwarding a plain publication puts its own queue
+        manager there). It never gets the publication back, whatever the options."""
+        neighbours = self.fanout.neighbours
+        if not neighbours:
+            return ""
+        for name in (q_mgr_name, reply_to_q_mgr):
+            if name and name.strip() in neighbours:
+                return name.strip()
+        return ""
+
+    def _is_retained_replay(self, pub: Publication, source: str, flagged: bool) -> bool:
         """A neighbour's retained publication this broker already holds: same MsgId
         (forwarded publications keep their first one) and same data.
 
@@ -270,11 +301,13 @@ class CommandHandlers:
         every local subscriber matching the topic has that copy already (when it came,
         or from this broker's own retained copy at registration), so fanning it out
         again would deliver it twice (docs/neighbours.md). A publisher repeating a
-        publication puts a new MsgId, so a repeat is never taken for a replay.
+        publication puts a new MsgId, so a repeat is never taken for a replay. A broker
+        that is not a gateway sends its retained publications with a new MsgId but
+        flagged IsRetainedPub (``flagged``): then the same data is enough.
         """
-        if not pub.publisher_queue or pub.publisher_q_mgr not in self.fanout.neighbours:
+        if not source:
             return False
-        if not pub.msg_id or pub.msg_id == MI_NONE:
+        if not flagged and (not pub.msg_id or pub.msg_id == MI_NONE):
             return False
         bucket = self.state.retained.get(pub.stream)
         if not bucket:
@@ -283,7 +316,7 @@ class CommandHandlers:
             held = bucket.get(topic)
             if (
                 held is None
-                or held.publication.msg_id != pub.msg_id
+                or (not flagged and held.publication.msg_id != pub.msg_id)
                 or not _same_content(held.publication, pub)
             ):
                 return False
@@ -301,11 +334,11 @@ class CommandHandlers:
                 self.state.delete_retained(st.stream, topic, outcome.mutations)
                 outcome.deliveries.extend(self.fanout.deletion_deliveries(deleted, topic, origin))
             if self.fanout.neighbours and not cmd.del_opts & DelOpt.LOCAL:
-                came_from = cmd.q_mgr_name if cmd.q_mgr_name is not None else msg.md.reply_to_q_mgr
+                came_from = self.source_neighbour(cmd.q_mgr_name, msg.md.reply_to_q_mgr)
                 outcome.forwards.extend(
                     delete_forwards(
                         self.fanout.neighbours.values(),
-                        came_from=came_from.strip(),
+                        came_from=came_from,
                         stream=st.stream,
                         scheme=scheme,
                         pattern=st.topic,

@@ -49,6 +49,8 @@ from gateway.wire.rfh import MQRFH, encode_rfh
 from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 
 __all__ = [
+    "METATOPIC_PREFIX",
+    "PROBE_PREFIX",
     "Neighbour",
     "NeighbourKind",
     "NeighbourRole",
@@ -67,7 +69,8 @@ __all__ = [
 ]
 
 #: Topic prefixes of administrative subscriptions that never propagate to neighbours:
-#: the broker administration metatopics and the gateway's loop probes.
+#: the broker administration metatopics and the gateway's loop probes (the one home of
+#: both: the runtime's neighbour links build and recognise probe topics with it).
 METATOPIC_PREFIX = "MQ/"
 PROBE_PREFIX = "MQGW/Probe/"
 _LOCAL = int(RegOpt.LOCAL)
@@ -307,6 +310,10 @@ def _subscription_command(
         pairs = [("MQPSCommand", command)]
         if register:
             pairs.append(("MQPSRegOpts", "PersAsPub"))
+            if q_name != INTER_BROKER_QUEUE:
+                # a broker that is not a gateway flags its retained publications only
+                # when asked: the gateway keeps them retained too (docs/neighbours.md)
+                pairs.append(("MQPSRegOpts", "InformIfRet"))
         pairs += [
             ("MQPSStreamName", stream),
             ("MQPSTopic", topic),
@@ -323,10 +330,11 @@ def proxy_command(
     """The RegSub (``register``) or DeregSub of one proxy subscription at ``neighbour``.
 
     Identity ``QMgrName self_q_mgr``, ``QName key.stream`` (the neighbour's forwarded
-    publications land on our stream queue), no CorrelId; RegOpts PersAsPub and nothing
-    that hides retained publications (a new proxy receives the neighbour's retained
-    ones). REQUEST with ReplyToQ the inter-broker queue; responses correlate on
-    ``msg_id``.
+    publications land on our stream queue), no CorrelId; RegOpts PersAsPub (+
+    InformIfRet in MQRFH, so the neighbour flags its retained publications
+    IsRetainedPub and this broker keeps them retained) and nothing that hides retained
+    publications (a new proxy receives the neighbour's retained ones). REQUEST with
+    ReplyToQ the inter-broker queue; responses correlate on ``msg_id``.
     """
     return _subscription_command(
         neighbour.kind,

@@ -92,6 +92,7 @@ def _publication_meta(p: Publication) -> str:
             "publisher_q_mgr": p.publisher_q_mgr,
             "publisher_queue": p.publisher_queue,
             "direct_requests": p.direct_requests,
+            "local": p.local,
             "origin": p.origin,
             "put_date": p.put_date,
             "put_time": p.put_time,

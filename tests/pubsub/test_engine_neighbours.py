@@ -218,7 +218,9 @@ def test_delivery_to_a_neighbours_proxy_is_a_forwarded_publish_command(kind: Nei
     cmd = decode_command_message(forward.md, forward.body).command
     assert cmd.name is CommandName.PUBLISH
     assert (cmd.q_mgr_name, cmd.q_name) == ("QMA", BULLETIN)
-    assert cmd.pub_opts == PubOpt.OTHER_SUBSCRIBERS_ONLY | PubOpt.RETAIN_PUBLICATION
+    # NoReg (MQRFH only; psc has no such option): the receiver registers no publisher
+    no_reg = PubOpt.NONE if rfh2 else PubOpt.NO_REGISTRATION
+    assert cmd.pub_opts == PubOpt.OTHER_SUBSCRIBERS_ONLY | PubOpt.RETAIN_PUBLICATION | no_reg
     if rfh2:
         assert cmd.topics == ["$SYS/STREAM/BULLETIN.STREAM/news"]
     else:
@@ -260,7 +262,7 @@ def test_non_retained_publication_is_not_retained_at_the_neighbour() -> None:
     subscribe(net, "QMB", "LOCAL.B", "news")
     out = publish(net, "QMA", "news", b"x")
     cmd = decode_command_message(out.deliveries[0].md, out.deliveries[0].body).command
-    assert cmd.pub_opts == PubOpt.OTHER_SUBSCRIBERS_ONLY
+    assert cmd.pub_opts == PubOpt.OTHER_SUBSCRIBERS_ONLY | PubOpt.NO_REGISTRATION
     assert net.engines["QMB"].retained(BULLETIN) == []
 
 

@@ -226,7 +226,8 @@ def test_proxy_regsub_to_a_legacy_neighbour_decodes_to_the_intended_mqrfh_regsub
     assert (cmd.name, cmd.header) == (CommandName.REG_SUB, HeaderKind.RFH)
     assert (cmd.q_mgr_name, cmd.q_name, cmd.stream) == ("GW", BULLETIN, BULLETIN)
     assert cmd.topics == ["news*"]
-    assert cmd.reg_opts == RegOpt.PERSISTENT_AS_PUBLISH
+    # InformIfRet: a legacy broker flags its retained publications, so they stay retained
+    assert cmd.reg_opts == RegOpt.PERSISTENT_AS_PUBLISH | RegOpt.INFORM_IF_RETAINED
     assert cmd.correl_id is None
 
     dereg = proxy_command(neighbour(), key, register=False, self_q_mgr="GW", msg_id=b"ID2")
