@@ -574,6 +574,8 @@ class NeighbourLinks:
         make) the common streams, and count as its answer to a join."""
         if self.state.neighbour(q_mgr) is None:
             return
+        if self._fixed is not None:  # what we can share of it (`list` shows this too)
+            streams = tuple(s for s in streams if s in self._fixed)
         self.state.set_learnt_streams(q_mgr, streams)
         join = self._joins.get(q_mgr)
         if join is not None:

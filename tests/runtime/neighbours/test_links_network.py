@@ -297,6 +297,10 @@ async def test_a_legacy_broker_supports_only_its_own_streams(
         await wait_for(lambda: learnt() and a.link_state("GW") == "active", 15)
         assert stock not in a.links.supported_streams
         assert stock not in a.engine.neighbours["GW"].streams
+        await wait_for(lambda: (r := a.state.neighbour("GW")) is not None
+                       and r.learnt_streams is not None, 10)
+        mine = a.state.neighbour("GW")
+        assert mine is not None and stock not in mine.common_streams  # what `list` shows
         row = g.state.neighbour("A")
         assert row is not None
         assert BULLETIN in row.common_streams and stock not in row.common_streams
