@@ -166,7 +166,7 @@ async def seed(
 
 
 async def _wait_joined(fig: SeedFigure) -> None:
-    """Every link active both ways; GW knows A's and B's streams (their StreamSupport)."""
+    """Every link active both ways; each side learnt the other's streams (StreamSupport)."""
 
     def joined() -> bool:
         gw = {n["q_mgr"]: n for n in neighbours(fig, GW)}
@@ -178,6 +178,7 @@ async def _wait_joined(fig: SeedFigure) -> None:
             and {BULLETIN, SPORTS} <= set(gw[BROKERB]["common_streams"])
             and [(n["q_mgr"], n["state"]) for n in a] == [(GW, "active")]
             and [(n["q_mgr"], n["state"]) for n in b] == [(GW, "active")]
+            and BULLETIN in a[0]["common_streams"] and BULLETIN in b[0]["common_streams"]
         )
 
     await until(joined, SETTLE_S, fig, "the neighbours never all became active")
@@ -185,6 +186,10 @@ async def _wait_joined(fig: SeedFigure) -> None:
     # The seed: a broker only shares the streams both sides support.
     assert STOCK not in gw[BROKERB]["common_streams"], gw
     assert SPORTS not in gw[BROKERA]["common_streams"], gw
+    # ... and each stand-in shares with GW only its own streams.
+    [a] = neighbours(fig, BROKERA)
+    [b] = neighbours(fig, BROKERB)
+    assert SPORTS not in a["common_streams"] and STOCK not in b["common_streams"], (a, b)
 
 
 # ---------------------------------------------------------------- operators' views -----
