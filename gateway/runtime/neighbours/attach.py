@@ -34,7 +34,8 @@ def links_for(
     sync_interval: float = 1.0,
 ) -> NeighbourLinks:
     """Links for ``service`` with ``neighbours.db`` next to ``pubsub_store``, synced
-    after every unit the service commits. The caller starts and stops them and closes
+    after every unit the service commits; a legacy-profile engine's supported streams
+    are the links' fixed streams. The caller starts and stops them and closes
     ``links.state``."""
     engine = service.engine
     links = NeighbourLinks(
@@ -44,6 +45,7 @@ def links_for(
         set_neighbours=engine.set_neighbours,
         configured=configured,
         own_streams=[q for q, _ in service.serviced_queues if q != CONTROL_QUEUE],
+        fixed_streams=engine.supported_streams,
         sync_interval=sync_interval,
     )
     service.after_commit.append(links.wake)

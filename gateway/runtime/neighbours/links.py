@@ -26,6 +26,8 @@ which this module defines (embedded queue manager) and services.
 * **StreamSupport**: our own retained ``MQ/<own>/StreamSupport`` (own serviced streams
   ∪ the streams shared with active neighbours) is published at start and whenever that
   union changes; a neighbour's narrows the common streams and counts as its answer.
+  A legacy-profile broker (``fixed_streams``) supports only its own streams, as a V6
+  broker does: it publishes those and shares no other stream with any neighbour.
 * **Clear**: DeregSub every proxy and the admin subscription at N, forget N (only once
   they are put: a clear that cannot reach N is tried again).
 
@@ -113,7 +115,9 @@ class NeighbourLinks:
 
     ``subscriptions`` returns the engine's subscriptions; ``set_neighbours`` is told the
     active neighbours (``engine.set_neighbours``) after each change; ``configured`` are
-    the neighbours of the configuration, joined at start unless already known.
+    the neighbours of the configuration, joined at start unless already known;
+    ``fixed_streams`` (legacy profile) are the only streams we support, instead of the
+    union of our own and our neighbours'.
     """
 
     def __init__(
@@ -125,6 +129,7 @@ class NeighbourLinks:
         set_neighbours: Callable[[Mapping[str, Neighbour]], None] | None = None,
         configured: Sequence[NeighbourConfig] = (),
         own_streams: Collection[str] = (),
+        fixed_streams: Collection[str] | None = None,
         clock: Callable[[], float] = time.time,
         sync_interval: float = 1.0,
         wait_ms: int = 200,
@@ -137,6 +142,7 @@ class NeighbourLinks:
         self._set_neighbours = set_neighbours
         self._configured = list(configured)
         self._own_streams = frozenset(own_streams)
+        self._fixed = None if fixed_streams is None else frozenset(fixed_streams)
         #: the stream set of our last StreamSupport publication
         self._published: frozenset[str] | None = None
         self._clock = clock
@@ -191,7 +197,7 @@ class NeighbourLinks:
                 self.state.request_join(cfg, now)
         for row in self.state.neighbours():
             if row.state == "active":
-                self._active[row.q_mgr] = row.neighbour
+                self._active[row.q_mgr] = self._shared(row)
             elif row.state == "inactive":
                 self.state.set_state(row.q_mgr, "joining")
         self._publish_neighbours()
@@ -340,7 +346,7 @@ class NeighbourLinks:
         self.state.set_state(row.q_mgr, "active")
         fresh = self.state.neighbour(row.q_mgr)
         assert fresh is not None
-        self._active[row.q_mgr] = fresh.neighbour
+        self._active[row.q_mgr] = self._shared(fresh)
         self._publish_neighbours()
         log.info(
             "neighbour %s is active; common streams %s",
@@ -354,10 +360,21 @@ class NeighbourLinks:
         self._publish_neighbours()
         log.error("join of neighbour %s refused: %s", q_mgr, text)
 
+    def _shared(self, row: NeighbourRow) -> Neighbour:
+        """The neighbour as the engine sees it: its common streams, within our fixed
+        streams when we have them (a legacy broker shares no stream it lacks)."""
+        n = row.neighbour
+        if self._fixed is None:
+            return n
+        return Neighbour(n.q_mgr, n.kind, n.role, n.streams & self._fixed)
+
     @property
     def supported_streams(self) -> frozenset[str]:
         """What we tell our neighbours we support: our own serviced streams and every
-        stream we share with an active neighbour (the seed's stream union)."""
+        stream we share with an active neighbour (the seed's stream union); the fixed
+        streams of a legacy broker."""
+        if self._fixed is not None:
+            return self._fixed
         union = set(self._own_streams)
         for n in self._active.values():
             union |= n.streams
@@ -557,13 +574,15 @@ class NeighbourLinks:
         make) the common streams, and count as its answer to a join."""
         if self.state.neighbour(q_mgr) is None:
             return
+        if self._fixed is not None:  # what we can share of it (`list` shows this too)
+            streams = tuple(s for s in streams if s in self._fixed)
         self.state.set_learnt_streams(q_mgr, streams)
         join = self._joins.get(q_mgr)
         if join is not None:
             join.answered = True
         row = self.state.neighbour(q_mgr)
         if row is not None and q_mgr in self._active:
-            self._active[q_mgr] = row.neighbour
+            self._active[q_mgr] = self._shared(row)
             self._publish_neighbours()
         log.info("neighbour %s supports %s", q_mgr, ", ".join(streams) or "no stream")
 

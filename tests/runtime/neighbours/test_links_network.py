@@ -67,10 +67,17 @@ class Broker:
 
 @asynccontextmanager
 async def broker(
-    qm: EmbeddedQueueManager, tmp_path: Path, neighbours: list[NeighbourConfig]
+    qm: EmbeddedQueueManager,
+    tmp_path: Path,
+    neighbours: list[NeighbourConfig],
+    *,
+    streams: tuple[str, ...] = (BULLETIN,),
+    supported_streams: frozenset[str] | None = None,
 ) -> AsyncIterator[Broker]:
-    engine = PubSubEngine(qm.name, MemoryStore())
-    config = BrokerConfig(streams=[StreamQueueConfig(name=BULLETIN)], wait_ms=50, retry_delay=0.01)
+    engine = PubSubEngine(qm.name, MemoryStore(), supported_streams=supported_streams)
+    config = BrokerConfig(
+        streams=[StreamQueueConfig(name=s) for s in streams], wait_ms=50, retry_delay=0.01
+    )
     service = BrokerService(qm, engine, with_admin_stream(config))
     (tmp_path / qm.name).mkdir(exist_ok=True)
     links = links_for(service, tmp_path / qm.name / "pubsub.db", neighbours, sync_interval=0.1)
@@ -266,3 +273,34 @@ async def test_streams_are_learnt_from_the_neighbours_stream_support(
         assert BULLETIN in row.common_streams
         await wait_for(lambda: BULLETIN in g.engine.neighbours["A"].streams, 10)
         assert a.links.supported_streams >= {BULLETIN, ADMIN_STREAM}
+
+
+async def test_a_legacy_broker_supports_only_its_own_streams(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """The seed: a V6 broker does not take on its neighbours' streams (only a gateway
+    supports the union). A legacy-profile broker next to a gateway servicing STOCK too
+    publishes only its own streams, so the gateway never shares STOCK with it."""
+    stock = "STOCK.STREAM"
+    gw_mqsc = mqsc("GW", ["A"]) + f"DEFINE QLOCAL({stock}) DEFPSIST(YES)\n"
+    async with (
+        make_network({"GW": gw_mqsc, "A": mqsc("A", ["GW"])}) as net,
+        broker(net["GW"].qm, tmp_path, [gw("A", streams=None)], streams=(BULLETIN, stock)) as g,
+        broker(net["A"].qm, tmp_path, [gw("GW", streams=None)],
+               supported_streams=frozenset({BULLETIN})) as a,
+    ):
+
+        def learnt() -> bool:
+            row = g.state.neighbour("A")
+            return row is not None and row.learnt_streams is not None
+
+        await wait_for(lambda: learnt() and a.link_state("GW") == "active", 15)
+        assert stock not in a.links.supported_streams
+        assert stock not in a.engine.neighbours["GW"].streams
+        await wait_for(lambda: (r := a.state.neighbour("GW")) is not None
+                       and r.learnt_streams is not None, 10)
+        mine = a.state.neighbour("GW")
+        assert mine is not None and stock not in mine.common_streams  # what `list` shows
+        row = g.state.neighbour("A")
+        assert row is not None
+        assert BULLETIN in row.common_streams and stock not in row.common_streams
