@@ -18,10 +18,10 @@ from gateway.pubsub.deliveries import build_delivery
 from gateway.pubsub.neighbours import Neighbour, uses_rfh2
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import Delivery
-from gateway.pubsub.records import Publication, SubFormat, SubKey, Subscription
+from gateway.pubsub.records import Destination, Publication, SubFormat, SubKey, Subscription
 from gateway.pubsub.store import Mutation
 from gateway.pubsub.streams import prefixed_topic
-from gateway.pubsub.topics import match_pattern
+from gateway.pubsub.topics import Scheme, match_pattern
 from gateway.pubsub.working_set import WorkingSet
 from gateway.wire.put_time import put_date_time
 
@@ -66,14 +66,13 @@ class Fanout:
         not: a broker that is not a gateway forwards plain publications). Lapsed
         subscriptions met on the way are deleted (their mutations go to ``out``)."""
         index = self.state.index.get(pub.stream)
-        if index is None or not len(index):
-            return []
         # first topic (in publication order) each subscription matched
         first_topic: dict[SubKey, str] = {}
-        for topic in pub.topics:
-            for key in index.match(topic):
-                first_topic.setdefault(key, topic)
-        if not first_topic:
+        if index is not None and len(index):
+            for topic in pub.topics:
+                for key in index.match(topic):
+                    first_topic.setdefault(key, topic)
+        if not first_topic and not self.neighbours:
             return []
         # One copy per subscriber identity unless the subscription says DupsOK.
         chosen: dict[object, Subscription] = {}
@@ -101,10 +100,28 @@ class Fanout:
                 chosen[ident] = sub
         cache: dict[tuple[object, ...], bytes] = {}
         stamp = put_date_time(now)
-        return [
+        out_deliveries = [
             self.delivery(sub, pub, first_topic[sub.key], False, now, cache=cache, stamp=stamp)
             for sub in chosen.values()
         ]
+        if self.neighbours and pub.topics and not pub.local:
+            served = {s.destination.q_mgr for s in chosen.values() if not s.destination.sink}
+            for n in self.neighbours.values():
+                if not n.publish_all or n.q_mgr in served or n.q_mgr == source:
+                    continue
+                if pub.stream not in n.streams:
+                    continue
+                if exclude is not None and exclude == (n.q_mgr, pub.stream, b""):
+                    continue
+                sub = Subscription(
+                    stream=pub.stream,
+                    topic=pub.topics[0],
+                    scheme=Scheme.TOPIC,
+                    destination=Destination(n.q_mgr, pub.stream),
+                    fmt=SubFormat.RFH2 if uses_rfh2(n.kind) else SubFormat.RFH,
+                )
+                out_deliveries.append(self.delivery(sub, pub, pub.topics[0], False, now))
+        return out_deliveries
 
     def retained_deliveries(self, sub: Subscription, pattern: str) -> list[Delivery]:
         """The retained publications of ``sub``'s stream that ``pattern`` matches."""

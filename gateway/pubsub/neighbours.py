@@ -99,12 +99,17 @@ class Neighbour:
 
     ``streams`` are the streams both support (always holding the default stream):
     proxies, forwarded publications and DeletePubs only travel on them.
+    ``publish_all``: every publication on a shared stream is forwarded to it, whether or
+    not it registered a subscription here — for a real legacy broker, which propagates
+    its subscriptions only with its own inter-broker protocol (its own matching then
+    serves its subscribers).
     """
 
     q_mgr: str
     kind: NeighbourKind
     role: NeighbourRole
     streams: frozenset[str]
+    publish_all: bool = False
 
 
 @dataclass(frozen=True, slots=True, order=True)

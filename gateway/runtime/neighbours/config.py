@@ -8,6 +8,7 @@ so the links and the state never see a name MQ would refuse.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -30,6 +31,11 @@ class NeighbourConfig(BaseModel):
     kind: NeighbourKind = NeighbourKind.MQPUBSUB
     role: NeighbourRole = NeighbourRole.CHILD
     streams: list[str] | None = None
+    #: ``subscribed``: forward a publication only for the neighbour's subscriptions
+    #: registered here (a gateway, or a broker that registers its interest with RegSub);
+    #: ``all``: every publication on a shared stream, registered or not — for a real
+    #: legacy broker, which propagates its subscriptions only with its own protocol.
+    publish: Literal["subscribed", "all"] = "subscribed"
     #: How long a loop probe may take to come back before the join is accepted (s).
     probe_timeout: float = Field(default=5.0, gt=0.0, le=300.0)
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -364,9 +365,11 @@ class NeighbourLinks:
         """The neighbour as the engine sees it: its common streams, within our fixed
         streams when we have them (a legacy broker shares no stream it lacks)."""
         n = row.neighbour
+        if any(c.q_mgr == n.q_mgr and c.publish == "all" for c in self._configured):
+            n = dataclasses.replace(n, publish_all=True)
         if self._fixed is None:
             return n
-        return Neighbour(n.q_mgr, n.kind, n.role, n.streams & self._fixed)
+        return dataclasses.replace(n, streams=n.streams & self._fixed)
 
     @property
     def supported_streams(self) -> frozenset[str]:

@@ -67,3 +67,10 @@ def test_one_entry_per_queue_manager_and_one_parent() -> None:
     pb = NeighbourConfig(q_mgr="B", role="parent")
     with pytest.raises(ValueError, match="at most one neighbour may be the parent"):
         unique_neighbours([pa, pb])
+
+
+def test_publish_mode_defaults_to_subscribed_and_accepts_all_only() -> None:
+    assert NeighbourConfig(q_mgr="QMA").publish == "subscribed"
+    assert NeighbourConfig(q_mgr="QMA", publish="all").publish == "all"
+    with pytest.raises(ValidationError):
+        NeighbourConfig(q_mgr="QMA", publish="everything")  # type: ignore[arg-type]
