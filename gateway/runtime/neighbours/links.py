@@ -10,9 +10,12 @@ which this module defines (embedded queue manager) and services.
 * **Join** (CLI request or configuration): RegSub at N on the admin stream topic
   ``MQ/<N>/StreamSupport``; its OK response (or N's StreamSupport publication) is N's
   answer. At the same time a *loop probe*: a RegSub at N on ``MQGW/Probe/<own>/<nonce>``
-  and, during the probe window, that topic published at every other active neighbour.
-  If it comes back through N, N is already reachable: the join is refused. After the
-  window N is *active* when it answered, *inactive* until it does.
+  and, during the probe window, that topic published at every other neighbour, active
+  or still joining (two neighbours joined at once probe through each other). If it
+  comes back through N, N is already reachable: the later of the two joins is refused
+  (and its proxies withdrawn). A neighbour about to become active that was never probed
+  through some active neighbour (its probe could not be put there) is probed again
+  first. After the window N is *active* when it answered, *inactive* until it does.
 * **Probe relay**: a probe subscription another neighbour X holds here is registered in
   turn at our other neighbours (identity: our queue manager, our admin stream queue),
   so a probe travels as far as the network reaches, as interest does.
@@ -58,6 +61,7 @@ from gateway.mq.port import (
 )
 from gateway.pubsub.admin_messages import admin_topic
 from gateway.pubsub.neighbours import (
+    PROBE_PREFIX,
     Neighbour,
     NeighbourRole,
     ProxyKey,
@@ -76,11 +80,10 @@ from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
 from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
 from gateway.wire.reasons import Reason
 
-__all__ = ["PROBE_PREFIX", "LinkCounters", "NeighbourLinks"]
+__all__ = ["LinkCounters", "NeighbourLinks"]
 
 log = logging.getLogger(__name__)
 
-PROBE_PREFIX = "MQGW/Probe/"
 #: An unanswered proxy command is sent again after this long (seconds).
 RESEND_AFTER = 30.0
 #: A command whose put failed is tried again after this long (seconds).
@@ -103,9 +106,16 @@ class _Join:
     probe_topic: str
     probe_msg_id: bytes
     deadline: float
+    #: the neighbours the probe is published at (active or joining when it began)
     probed: tuple[str, ...] = ()
     answered: bool = False
     loop_via: str = ""
+    #: order of the joins begun: of two joins that find the same loop, the later goes
+    seq: int = 0
+    #: neighbours the probe publication was put at (the pairs it checked)
+    reached: set[str] = field(default_factory=set)
+    #: later joins the probe may have come back through (refused if they activate)
+    loop_through_later: set[str] = field(default_factory=set)
 
 
 class NeighbourLinks:
@@ -143,6 +153,9 @@ class NeighbourLinks:
         self._interval = sync_interval
         self._wait_ms = wait_ms
         self._joins: dict[str, _Join] = {}
+        self._join_seq = 0
+        #: pairs of neighbours one of whose joins was probed through the other
+        self._probed_pairs: set[frozenset[str]] = set()
         #: neighbours whose join could not be put: not begun again before this time
         self._join_after: dict[str, float] = {}
         #: admin-stream commands awaiting an answer: MsgId -> neighbour
@@ -270,7 +283,11 @@ class NeighbourLinks:
         n = row.neighbour
         support_id, probe_id = os.urandom(24), os.urandom(24)
         probe_topic = f"{PROBE_PREFIX}{self.q_mgr}/{os.urandom(8).hex()}"
-        others = tuple(q for q in self._active if q != row.q_mgr)
+        # Probed through every other neighbour, active or still joining (finding: two
+        # neighbours configured together must see each other).
+        joining = {r.q_mgr for r in self.state.neighbours() if r.state == "joining"}
+        others = tuple(sorted((set(self._active) | set(self._joins) | joining) - {row.q_mgr}))
+        self._join_seq += 1
         join = _Join(
             row.q_mgr,
             support_id,
@@ -278,6 +295,7 @@ class NeighbourLinks:
             probe_id,
             self._clock() + (row.probe_timeout if others else 0.0),
             others,
+            seq=self._join_seq,
         )
         self._joins[row.q_mgr] = join
         self._admin[support_id] = row.q_mgr
@@ -298,23 +316,19 @@ class NeighbourLinks:
                 # Refused (see _on_probe): withdraw what the join registered at N.
                 del self._joins[q_mgr]
                 await self._withdraw_probe(join)
-                row = self.state.neighbour(q_mgr)
-                if row is not None:
-                    n = row.neighbour
-                    await self._put(
-                        [self._admin_sub(n, admin_topic("StreamSupport", q_mgr), False)]
-                    )
+                await self._withdraw_refused(q_mgr)
                 continue
             if now < join.deadline:
                 # Published on every tick of the window: the probe subscription needs
                 # time to be relayed through the network (a hop per sync).
-                await self._put(
+                targets = [m for m in join.probed if m in self._active or m in self._joins]
+                failed = await self._put(
                     [
                         probe_publication(m, join.probe_topic, self_q_mgr=self.q_mgr)
-                        for m in join.probed
-                        if m in self._active
+                        for m in targets
                     ]
                 )
+                join.reached.update(m for m in targets if m not in failed)
                 continue
             if join.probed:
                 await self._withdraw_probe(join)
@@ -323,11 +337,62 @@ class NeighbourLinks:
                 del self._joins[q_mgr]
                 continue
             if join.answered:
+                self._probed_pairs.update(frozenset((q_mgr, m)) for m in join.reached)
+                earlier = [
+                    j.q_mgr
+                    for j in self._joins.values()
+                    if q_mgr in j.loop_through_later and j.seq < join.seq
+                ]
+                if earlier:
+                    # An earlier join's probe came back through this one: a loop.
+                    join.loop_via = earlier[0]
+                    self._refuse(q_mgr, f"loop: {q_mgr} is already reachable through {earlier[0]}")
+                    continue
+                unprobed = tuple(
+                    sorted(
+                        m
+                        for m in self._active
+                        if m != q_mgr and frozenset((q_mgr, m)) not in self._probed_pairs
+                    )
+                )
+                if unprobed:
+                    await self._probe_again(row, join, unprobed)
+                    continue
                 del self._joins[q_mgr]
                 self._activate(row)
             elif row.state != "inactive":
                 self.state.set_state(q_mgr, "inactive")
                 log.info("neighbour %s has not answered yet: inactive", q_mgr)
+
+    async def _probe_again(self, row: NeighbourRow, join: _Join, through: tuple[str, ...]) -> None:
+        """``row`` answered but was never probed through ``through`` (active now): a new
+        probe window before it becomes active."""
+        join.probe_topic = f"{PROBE_PREFIX}{self.q_mgr}/{os.urandom(8).hex()}"
+        join.probe_msg_id = os.urandom(24)
+        join.probed, join.reached = through, set()
+        join.deadline = self._clock() + row.probe_timeout
+        self._admin[join.probe_msg_id] = row.q_mgr
+        log.info("probing %s again, through %s", row.q_mgr, ", ".join(through))
+        if await self._put(
+            [self._admin_sub(row.neighbour, join.probe_topic, True, join.probe_msg_id)]
+        ):
+            join.probed = ()  # not registered: tried again when the window ends
+
+    async def _withdraw_refused(self, q_mgr: str) -> None:
+        """A refused neighbour: DeregSub its admin subscription and every proxy
+        registered there by an earlier join (rows dropped once put)."""
+        row = self.state.neighbour(q_mgr)
+        if row is None:
+            return
+        n = row.neighbour
+        msgs = [self._admin_sub(n, admin_topic("StreamSupport", q_mgr), False)]
+        proxies = self.state.proxies(q_mgr)
+        msgs += [
+            proxy_command(n, p.key, register=False, self_q_mgr=self.q_mgr, msg_id=os.urandom(24))
+            for p in proxies
+        ]
+        if not await self._put(msgs):
+            self.state.drop_proxies(q_mgr)
 
     async def _withdraw_probe(self, join: _Join) -> None:
         row = self.state.neighbour(join.q_mgr)
@@ -568,9 +633,30 @@ class NeighbourLinks:
         log.info("neighbour %s supports %s", q_mgr, ", ".join(streams) or "no stream")
 
     def _on_probe(self, r: Received) -> None:
+        """A probe came back: the join's neighbour is reachable another way. Refused
+        unless every neighbour it may have come through is a later join (that one is
+        refused instead, by its own probe or when it would become active)."""
         for join in self._joins.values():
-            if r.topic == join.probe_topic and not join.loop_via:
-                via = ", ".join(join.probed) or "another neighbour"
-                join.loop_via = via
-                self._refuse(join.q_mgr, f"loop: {join.q_mgr} is already reachable through {via}")
+            if r.topic != join.probe_topic or join.loop_via:
+                continue
+            through: list[str] = []
+            later: set[str] = set()
+            for m in join.probed:
+                other = self._joins.get(m)
+                if other is None:
+                    if m in self._active:
+                        through.append(m)
+                elif other.loop_via:
+                    continue
+                elif other.seq > join.seq:
+                    later.add(m)
+                else:
+                    through.append(m)
+            if not through:
+                # Only through later joins (or neighbours refused or cleared since).
+                join.loop_through_later |= later
                 return
+            via = ", ".join(through)
+            join.loop_via = via
+            self._refuse(join.q_mgr, f"loop: {join.q_mgr} is already reachable through {via}")
+            return

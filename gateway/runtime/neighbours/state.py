@@ -262,6 +262,11 @@ class NeighbourState:
 
     # ---------------------------------------------------------------- proxies -----
 
+    def drop_proxies(self, q_mgr: str) -> None:
+        """Forget every proxy row of ``q_mgr`` (their DeregSubs are put: refusal)."""
+        with self._db:
+            self._db.execute("DELETE FROM proxies WHERE q_mgr = ?", (q_mgr,))
+
     def proxies(self, q_mgr: str | None = None) -> list[ProxyRow]:
         if q_mgr is None:
             return self._proxies_where("1", ())

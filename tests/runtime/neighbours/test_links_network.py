@@ -266,3 +266,32 @@ async def test_streams_are_learnt_from_the_neighbours_stream_support(
         assert BULLETIN in row.common_streams
         await wait_for(lambda: BULLETIN in g.engine.neighbours["A"].streams, 10)
         assert a.links.supported_streams >= {BULLETIN, ADMIN_STREAM}
+
+
+async def test_two_neighbours_joined_at_once_that_are_linked_are_not_both_accepted(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """First start of GW with A and B configured, A and B already linked directly:
+    the two joins probe through each other, so the circle GW - A - B - GW is found
+    and the later join (B) is refused; nothing of GW's is left at B."""
+    topology = {
+        "GW": mqsc("GW", ["A", "B"]),
+        "A": mqsc("A", ["GW", "B"]),
+        "B": mqsc("B", ["GW", "A"]),
+    }
+    async with make_network(topology) as net, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(broker(net["A"].qm, tmp_path, [gw("B")]))
+        b = await stack.enter_async_context(broker(net["B"].qm, tmp_path, [gw("A")]))
+        await wait_for(lambda: a.link_state("B") == b.link_state("A") == "active", 15)
+
+        g = await stack.enter_async_context(broker(net["GW"].qm, tmp_path, [gw("A"), gw("B")]))
+        await wait_for(
+            lambda: {g.link_state("A"), g.link_state("B")} <= {"active", "refused"}, 20
+        )
+        assert (g.link_state("A"), g.link_state("B")) == ("active", "refused")
+        row = g.state.neighbour("B")
+        assert row is not None and row.refusal == "loop: B is already reachable through A"
+        assert set(g.links.active) == {"A"}
+        await wait_for(
+            lambda: not [s for s in b.engine.subscriptions if s.destination.q_mgr == "GW"], 10
+        )
