@@ -170,6 +170,11 @@ def _list(state: NeighbourState, *, as_json: bool) -> None:
         for note in (item["refusal"], item["last_error"]):
             if note:
                 print(f"{'':16} {note}")
+        for p in item["refused_proxies"]:
+            print(
+                f"{'':16} proxy {p['stream']} {p['topic']!r} refused ({p['reason']}), "
+                f"sent again in {p['retry_in']:.0f}s"
+            )
     if not as_json:
         print(f"{len(items)} neighbour(s)")
 

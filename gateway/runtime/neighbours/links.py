@@ -323,10 +323,7 @@ class NeighbourLinks:
                 # time to be relayed through the network (a hop per sync).
                 targets = [m for m in join.probed if m in self._active or m in self._joins]
                 failed = await self._put(
-                    [
-                        probe_publication(m, join.probe_topic, self_q_mgr=self.q_mgr)
-                        for m in targets
-                    ]
+                    [probe_publication(m, join.probe_topic, self_q_mgr=self.q_mgr) for m in targets]
                 )
                 join.reached.update(m for m in targets if m not in failed)
                 continue
@@ -480,6 +477,8 @@ class NeighbourLinks:
             sent = self._sent.get(p.msg_id)
             if n_ is None or p.acknowledged or (sent is not None and now - sent < RESEND_AFTER):
                 continue
+            if p.refused and not p.withdrawing and now < p.retry_at:
+                continue  # refused: sent again after its backoff (state.py)
             if any(m.md.msg_id == p.msg_id for m in msgs):
                 continue
             # Not answered (or never put: a crash, a failed put): send it again.
@@ -599,7 +598,12 @@ class NeighbourLinks:
 
     def _on_response(self, correl_id: bytes, r: Received) -> None:
         q_mgr = self._admin.pop(correl_id, None)
-        row = self.state.settle(correl_id, r.ok) if q_mgr is None else None
+        text = f"reason {r.reason} {r.reason_text}".strip()
+        row = (
+            self.state.settle(correl_id, r.ok, reason=text, now=self._clock())
+            if q_mgr is None
+            else None
+        )
         if row is not None:
             q_mgr = row.q_mgr
         if q_mgr is None:
@@ -608,10 +612,14 @@ class NeighbourLinks:
         self.counters.commands[(q_mgr, "ok" if r.ok else "failed")] += 1
         join = self._joins.get(q_mgr)
         if not r.ok:
-            what = "proxy " + f"{row.key.stream} {row.key.topic!r}" if row else "admin"
-            text = f"{what} command refused: reason {r.reason} {r.reason_text}".strip()
-            log.warning("neighbour %s: %s", q_mgr, text)
-            self.state.set_last_error(q_mgr, text)
+            what = f"proxy {row.key.stream} {row.key.topic!r}" if row else "admin"
+            note = f"{what} command refused: {text}"
+            if row is not None and not row.withdrawing and row.refused == text:
+                # The same refusal again (after its backoff): logged once per change.
+                log.debug("neighbour %s: %s (again)", q_mgr, note)
+            else:
+                log.warning("neighbour %s: %s", q_mgr, note)
+            self.state.set_last_error(q_mgr, note)
             return
         if join is not None and correl_id == join.support_msg_id:
             join.answered = True

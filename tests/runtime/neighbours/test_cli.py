@@ -81,6 +81,27 @@ def test_refusal_and_last_error_are_listed(
     assert "reason 3071" in out
 
 
+def test_refused_proxies_are_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import time
+
+    from gateway.pubsub.neighbours import ProxyKey
+
+    assert run(capsys, "join", "B", "--data-dir", str(tmp_path))[0] == 0
+    state = NeighbourState(tmp_path / "neighbours.db")
+    state.intend("B", ProxyKey("SPORTS.STREAM", "football", 2), b"R" * 24, register=True)
+    state.settle(b"R" * 24, ok=False, reason="reason 3071 MQRCCF_STREAM_ERROR", now=time.time())
+    state.close()
+    code, out, _ = run(capsys, "list", "--data-dir", str(tmp_path))
+    assert code == 0
+    assert "proxy SPORTS.STREAM 'football' refused (reason 3071 MQRCCF_STREAM_ERROR)" in out
+    code, out, _ = run(capsys, "list", "--json", "--data-dir", str(tmp_path))
+    (item,) = [json.loads(line) for line in out.splitlines()]
+    (refused,) = item["refused_proxies"]
+    assert refused["reason"] == "reason 3071 MQRCCF_STREAM_ERROR"
+    assert 55.0 < refused["retry_in"] <= 60.0
+
+
 def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = str(tmp_path)
     code, _, err = run(capsys, "clear", "NOPE", "--data-dir", d)

@@ -285,9 +285,7 @@ async def test_two_neighbours_joined_at_once_that_are_linked_are_not_both_accept
         await wait_for(lambda: a.link_state("B") == b.link_state("A") == "active", 15)
 
         g = await stack.enter_async_context(broker(net["GW"].qm, tmp_path, [gw("A"), gw("B")]))
-        await wait_for(
-            lambda: {g.link_state("A"), g.link_state("B")} <= {"active", "refused"}, 20
-        )
+        await wait_for(lambda: {g.link_state("A"), g.link_state("B")} <= {"active", "refused"}, 20)
         assert (g.link_state("A"), g.link_state("B")) == ("active", "refused")
         row = g.state.neighbour("B")
         assert row is not None and row.refusal == "loop: B is already reachable through A"
