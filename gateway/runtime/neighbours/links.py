@@ -80,7 +80,7 @@ from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
 from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
 from gateway.wire.reasons import Reason
 
-__all__ = ["LinkCounters", "NeighbourLinks"]
+__all__ = ["HEARD_FLUSH_INTERVAL", "MIN_SYNC_SPACING", "LinkCounters", "NeighbourLinks"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,10 @@ log = logging.getLogger(__name__)
 RESEND_AFTER = 30.0
 #: A command whose put failed is tried again after this long (seconds).
 RETRY_PUT_AFTER = 5.0
+#: Syncs woken by the broker service run at least this far apart (seconds).
+MIN_SYNC_SPACING = 0.1
+#: Last-heard is written to the state on this timer only (seconds).
+HEARD_FLUSH_INTERVAL = 1.0
 
 
 @dataclass(slots=True)
@@ -234,7 +238,8 @@ class NeighbourLinks:
         self._wake.set()
 
     def flush_heard(self) -> None:
-        """Write when each neighbour was last heard from to the state (every tick)."""
+        """Write when each neighbour was last heard from to the state (on the
+        ``HEARD_FLUSH_INTERVAL`` timer: never an fsync per commit of the service)."""
         heard, self._heard = self._heard, {}
         for q_mgr, when in heard.items():
             self.state.heard(q_mgr, when)
@@ -242,21 +247,35 @@ class NeighbourLinks:
     # ------------------------------------------------------------- the ticker ----
 
     async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_flush = loop.time()
         while not self._stop.is_set():
+            started = loop.time()
+            self._wake.clear()
+            flush = started >= next_flush
+            if flush:
+                next_flush = started + HEARD_FLUSH_INTERVAL
             try:
-                await self.tick()
+                await self.tick(flush_heard=flush)
             except MQError as exc:
                 log.warning("neighbour links: %s (trying again)", exc)
             except Exception:
                 log.exception("neighbour links: tick failed")
+            timeout = min(self._interval, max(0.0, next_flush - loop.time()) + 0.001)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
-            self._wake.clear()
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            # Woken after every commit of a busy service: at most one sync per spacing.
+            rest = MIN_SYNC_SPACING - (loop.time() - started)
+            if rest > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=rest)
 
-    async def tick(self) -> None:
-        """One round: CLI requests, joins in progress, proxy sync (also for tests)."""
+    async def tick(self, *, flush_heard: bool = True) -> None:
+        """One round: CLI requests, joins in progress, proxy sync (also for tests);
+        last-heard written too when ``flush_heard`` (the timer's rounds)."""
         async with self._lock:
-            self.flush_heard()
+            if flush_heard:
+                self.flush_heard()
             for row in self.state.neighbours():
                 if row.clear_requested:
                     await self._clear(row)
