@@ -164,7 +164,8 @@ class NeighbourLinks:
         self._join_after: dict[str, float] = {}
         #: admin-stream commands awaiting an answer: MsgId -> neighbour
         self._admin: dict[bytes, str] = {}
-        #: proxy commands sent: MsgId -> when (resent after RESEND_AFTER)
+        #: proxy commands sent and not answered yet: MsgId -> when (resent after
+        #: RESEND_AFTER); dropped once settled or cleared
         self._sent: dict[bytes, float] = {}
         self._active: dict[str, Neighbour] = {}
         #: when each neighbour was last heard from, written to the state once a tick
@@ -177,6 +178,11 @@ class NeighbourLinks:
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------- lifecycle -----
+
+    @property
+    def unanswered_commands(self) -> int:
+        """Proxy commands sent that no response has settled yet."""
+        return len(self._sent)
 
     @property
     def active(self) -> Mapping[str, Neighbour]:
@@ -506,6 +512,10 @@ class NeighbourLinks:
             )
             msgs.append(msg)
         await self._put(msgs)
+        # Only unanswered proxy commands are remembered (settled, cleared and admin
+        # commands are dropped), so this does not grow with every command ever sent.
+        pending = {p.msg_id for p in self.state.proxies() if not p.acknowledged}
+        self._sent = {k: v for k, v in self._sent.items() if k in pending}
 
     def _admin_sub(
         self, n: Neighbour, topic: str, register: bool, msg_id: bytes | None = None
@@ -625,6 +635,7 @@ class NeighbourLinks:
         )
         if row is not None:
             q_mgr = row.q_mgr
+            self._sent.pop(correl_id, None)
         if q_mgr is None:
             return  # a late answer to a command we no longer wait for
         self._heard[q_mgr] = self._clock()

@@ -173,6 +173,10 @@ async def test_proxy_subscription_follows_the_far_subscriber(
             await wait_for(lambda: g.subscribers_from("A") == [], 10)
             assert "GW" not in a.links.active
             assert a.state.proxies() == []
+            # Nothing is remembered of the commands once settled or cleared.
+            await wait_for(
+                lambda: a.links.unanswered_commands == g.links.unanswered_commands == 0, 10
+            )
 
 
 async def test_redundant_link_is_refused_by_the_probe(
