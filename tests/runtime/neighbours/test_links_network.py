@@ -141,7 +141,8 @@ async def test_proxy_subscription_follows_the_far_subscriber(
             g = await stack.enter_async_context(broker(net_["GW"].qm, tmp_path, [gw("A")]))
             a = await stack.enter_async_context(broker(net_["A"].qm, tmp_path, [gw("GW")]))
             await wait_for(lambda: g.link_state("A") == a.link_state("GW") == "active", 15)
-            assert g.state.neighbour("A").last_heard > 0  # type: ignore[union-attr]
+            # Last-heard is written on the links' 1 s timer (not per commit).
+            await wait_for(lambda: g.state.neighbour("A").last_heard > 0, 3)  # type: ignore[union-attr]
 
             # A subscriber at A: A registers one proxy at GW (identity A, stream queue).
             await command(a.qm, subscribe(True))
