@@ -296,6 +296,10 @@ class NeighbourLinks:
             await self._publish_stream_support()
 
     async def _begin_join(self, row: NeighbourRow) -> None:
+        if row.q_mgr == self.q_mgr:
+            # `join --data-dir` cannot know our queue manager: refused here.
+            self._refuse(row.q_mgr, f"{row.q_mgr} is our own queue manager")
+            return
         if row.role is NeighbourRole.PARENT:
             parents = [
                 r.q_mgr

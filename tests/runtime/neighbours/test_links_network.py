@@ -298,3 +298,18 @@ async def test_two_neighbours_joined_at_once_that_are_linked_are_not_both_accept
         await wait_for(
             lambda: not [s for s in b.engine.subscriptions if s.destination.q_mgr == "GW"], 10
         )
+
+
+async def test_a_join_of_our_own_queue_manager_is_refused(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """`join --data-dir` cannot know our queue manager: the links refuse it."""
+    async with (
+        make_network({"GW": mqsc("GW", [])}) as net,
+        broker(net["GW"].qm, tmp_path, []) as g,
+    ):
+        g.state.request_join(gw("GW"), 0.0)
+        await wait_for(lambda: g.link_state("GW") == "refused", 10)
+        row = g.state.neighbour("GW")
+        assert row is not None and row.refusal == "GW is our own queue manager"
+        assert "GW" not in g.links.active
