@@ -20,7 +20,8 @@ which this module defines (embedded queue manager) and services.
   turn at our other neighbours (identity: our queue manager, our admin stream queue),
   so a probe travels as far as the network reaches, as interest does.
 * **Proxy sync** (after every committed unit of the broker service, see :meth:`wake`,
-  and every ``sync_interval``): wanted = ``wanted_proxies`` over the engine's
+  at most once per ``MIN_SYNC_SPACING``, and every ``sync_interval``; last-heard is
+  written on the ``HEARD_FLUSH_INTERVAL`` timer only): wanted = ``wanted_proxies`` over the engine's
   subscriptions, registered = the rows of :mod:`.state`; the difference becomes RegSub /
   DeregSub commands. Each command is written to the state (with its MsgId) before its
   put is committed and settled by the response that correlates on it; unanswered ones
@@ -33,7 +34,8 @@ which this module defines (embedded queue manager) and services.
   they are put: a clear that cannot reach N is tried again).
 
 Over 500 lines on purpose: join, probe, sync, StreamSupport and the reading of answers
-share the in-memory joins, the active set and the MsgIds awaiting answers; the pure
+share the in-memory joins (with the order and pairs the loop probes need), the active
+set and the MsgIds awaiting answers; the pure
 parts live beside it (``responses.py`` reads answers, ``stream_support.py`` the
 administration publication, ``state.py`` keeps the durable rows).
 """
