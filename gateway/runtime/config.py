@@ -162,6 +162,12 @@ class GatewayConfig(_Strict):
             )
         if self.broker.neighbours:
             self.neighbours = list(self.broker.neighbours)
+        for n in self.neighbours:
+            if n.q_mgr == self.queue_manager.name:
+                raise ValueError(
+                    f"neighbour {n.q_mgr} is the gateway's own queue manager: a neighbour is "
+                    "another broker"
+                )
         return self
 
     @field_validator("queue_manager", mode="before")

@@ -4,7 +4,8 @@ commands for the gateway (docs/neighbours.md, "Joining neighbours").
 Why through the database: ``join`` and ``clear`` write a request into ``neighbours.db``
 (next to the pub/sub store); a running gateway's links pick it up within a second, and
 a stopped one at its next start. ``list`` reads it, running or not. Exit status: 0 ok,
-2 usage (bad arguments, no data directory), 1 no such neighbour.
+2 usage (bad arguments, no data directory, a neighbour that is our own queue manager),
+1 no such neighbour.
 """
 
 from __future__ import annotations
@@ -43,7 +44,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     join.add_argument("--probe-timeout", type=float, default=5.0, help="loop probe window (s)")
     lst = sub.add_parser("list", help="list the neighbours")
     lst.add_argument("--json", action="store_true", help="one JSON object per line")
-    clear = sub.add_parser("clear", help="leave neighbour QM (withdraws its proxies)")
+    clear = sub.add_parser(
+        "clear",
+        help="leave neighbour QM (withdraws its proxies)",
+        description="Leave neighbour QM: every proxy subscription there is withdrawn and QM "
+        "is forgotten. A neighbour listed in the configuration (YAML neighbours:, "
+        "mqgw broker --neighbour) is cleared only until the next start, which joins it "
+        "again: remove it from the configuration too to leave it for good.",
+    )
     clear.add_argument("q_mgr", metavar="QM")
     mqsc = sub.add_parser("mqsc", help="print the MQSC for an MQ V7+ neighbour QM")
     mqsc.add_argument("q_mgr", metavar="QM")
@@ -117,6 +125,13 @@ def run_command(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 2
+            if cfg.q_mgr == self_q_mgr:
+                print(
+                    f"mqgw neighbours join: {cfg.q_mgr} is the gateway's own queue manager: "
+                    "a neighbour is another broker",
+                    file=sys.stderr,
+                )
+                return 2
             state.request_join(cfg, time.time())
             print(f"join of {cfg.q_mgr} requested: the running gateway negotiates it")
             return 0
@@ -170,6 +185,11 @@ def _list(state: NeighbourState, *, as_json: bool) -> None:
         for note in (item["refusal"], item["last_error"]):
             if note:
                 print(f"{'':16} {note}")
+        for p in item["refused_proxies"]:
+            print(
+                f"{'':16} proxy {p['stream']} {p['topic']!r} refused ({p['reason']}), "
+                f"sent again in {p['retry_in']:.0f}s"
+            )
     if not as_json:
         print(f"{len(items)} neighbour(s)")
 

@@ -10,14 +10,18 @@ which this module defines (embedded queue manager) and services.
 * **Join** (CLI request or configuration): RegSub at N on the admin stream topic
   ``MQ/<N>/StreamSupport``; its OK response (or N's StreamSupport publication) is N's
   answer. At the same time a *loop probe*: a RegSub at N on ``MQGW/Probe/<own>/<nonce>``
-  and, during the probe window, that topic published at every other active neighbour.
-  If it comes back through N, N is already reachable: the join is refused. After the
-  window N is *active* when it answered, *inactive* until it does.
+  and, during the probe window, that topic published at every other neighbour, active
+  or still joining (two neighbours joined at once probe through each other). If it
+  comes back through N, N is already reachable: the later of the two joins is refused
+  (and its proxies withdrawn). A neighbour about to become active that was never probed
+  through some active neighbour (its probe could not be put there) is probed again
+  first. After the window N is *active* when it answered, *inactive* until it does.
 * **Probe relay**: a probe subscription another neighbour X holds here is registered in
   turn at our other neighbours (identity: our queue manager, our admin stream queue),
   so a probe travels as far as the network reaches, as interest does.
 * **Proxy sync** (after every committed unit of the broker service, see :meth:`wake`,
-  and every ``sync_interval``): wanted = ``wanted_proxies`` over the engine's
+  at most once per ``MIN_SYNC_SPACING``, and every ``sync_interval``; last-heard is
+  written on the ``HEARD_FLUSH_INTERVAL`` timer only): wanted = ``wanted_proxies`` over the engine's
   subscriptions, registered = the rows of :mod:`.state`; the difference becomes RegSub /
   DeregSub commands. Each command is written to the state (with its MsgId) before its
   put is committed and settled by the response that correlates on it; unanswered ones
@@ -32,7 +36,8 @@ which this module defines (embedded queue manager) and services.
   they are put: a clear that cannot reach N is tried again).
 
 Over 500 lines on purpose: join, probe, sync, StreamSupport and the reading of answers
-share the in-memory joins, the active set and the MsgIds awaiting answers; the pure
+share the in-memory joins (with the order and pairs the loop probes need), the active
+set and the MsgIds awaiting answers; the pure
 parts live beside it (``responses.py`` reads answers, ``stream_support.py`` the
 administration publication, ``state.py`` keeps the durable rows).
 """
@@ -61,6 +66,7 @@ from gateway.mq.port import (
 )
 from gateway.pubsub.admin_messages import admin_topic
 from gateway.pubsub.neighbours import (
+    PROBE_PREFIX,
     Neighbour,
     NeighbourRole,
     ProxyKey,
@@ -79,15 +85,18 @@ from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
 from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
 from gateway.wire.reasons import Reason
 
-__all__ = ["PROBE_PREFIX", "LinkCounters", "NeighbourLinks"]
+__all__ = ["HEARD_FLUSH_INTERVAL", "MIN_SYNC_SPACING", "LinkCounters", "NeighbourLinks"]
 
 log = logging.getLogger(__name__)
 
-PROBE_PREFIX = "MQGW/Probe/"
 #: An unanswered proxy command is sent again after this long (seconds).
 RESEND_AFTER = 30.0
 #: A command whose put failed is tried again after this long (seconds).
 RETRY_PUT_AFTER = 5.0
+#: Syncs woken by the broker service run at least this far apart (seconds).
+MIN_SYNC_SPACING = 0.1
+#: Last-heard is written to the state on this timer only (seconds).
+HEARD_FLUSH_INTERVAL = 1.0
 
 
 @dataclass(slots=True)
@@ -106,9 +115,16 @@ class _Join:
     probe_topic: str
     probe_msg_id: bytes
     deadline: float
+    #: the neighbours the probe is published at (active or joining when it began)
     probed: tuple[str, ...] = ()
     answered: bool = False
     loop_via: str = ""
+    #: order of the joins begun: of two joins that find the same loop, the later goes
+    seq: int = 0
+    #: neighbours the probe publication was put at (the pairs it checked)
+    reached: set[str] = field(default_factory=set)
+    #: later joins the probe may have come back through (refused if they activate)
+    loop_through_later: set[str] = field(default_factory=set)
 
 
 class NeighbourLinks:
@@ -150,11 +166,15 @@ class NeighbourLinks:
         self._interval = sync_interval
         self._wait_ms = wait_ms
         self._joins: dict[str, _Join] = {}
+        self._join_seq = 0
+        #: pairs of neighbours one of whose joins was probed through the other
+        self._probed_pairs: set[frozenset[str]] = set()
         #: neighbours whose join could not be put: not begun again before this time
         self._join_after: dict[str, float] = {}
         #: admin-stream commands awaiting an answer: MsgId -> neighbour
         self._admin: dict[bytes, str] = {}
-        #: proxy commands sent: MsgId -> when (resent after RESEND_AFTER)
+        #: proxy commands sent and not answered yet: MsgId -> when (resent after
+        #: RESEND_AFTER); dropped once settled or cleared
         self._sent: dict[bytes, float] = {}
         self._active: dict[str, Neighbour] = {}
         #: when each neighbour was last heard from, written to the state once a tick
@@ -167,6 +187,11 @@ class NeighbourLinks:
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------- lifecycle -----
+
+    @property
+    def unanswered_commands(self) -> int:
+        """Proxy commands sent that no response has settled yet."""
+        return len(self._sent)
 
     @property
     def active(self) -> Mapping[str, Neighbour]:
@@ -228,7 +253,8 @@ class NeighbourLinks:
         self._wake.set()
 
     def flush_heard(self) -> None:
-        """Write when each neighbour was last heard from to the state (every tick)."""
+        """Write when each neighbour was last heard from to the state (on the
+        ``HEARD_FLUSH_INTERVAL`` timer: never an fsync per commit of the service)."""
         heard, self._heard = self._heard, {}
         for q_mgr, when in heard.items():
             self.state.heard(q_mgr, when)
@@ -236,21 +262,35 @@ class NeighbourLinks:
     # ------------------------------------------------------------- the ticker ----
 
     async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_flush = loop.time()
         while not self._stop.is_set():
+            started = loop.time()
+            self._wake.clear()
+            flush = started >= next_flush
+            if flush:
+                next_flush = started + HEARD_FLUSH_INTERVAL
             try:
-                await self.tick()
+                await self.tick(flush_heard=flush)
             except MQError as exc:
                 log.warning("neighbour links: %s (trying again)", exc)
             except Exception:
                 log.exception("neighbour links: tick failed")
+            timeout = min(self._interval, max(0.0, next_flush - loop.time()) + 0.001)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
-            self._wake.clear()
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            # Woken after every commit of a busy service: at most one sync per spacing.
+            rest = MIN_SYNC_SPACING - (loop.time() - started)
+            if rest > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=rest)
 
-    async def tick(self) -> None:
-        """One round: CLI requests, joins in progress, proxy sync (also for tests)."""
+    async def tick(self, *, flush_heard: bool = True) -> None:
+        """One round: CLI requests, joins in progress, proxy sync (also for tests);
+        last-heard written too when ``flush_heard`` (the timer's rounds)."""
         async with self._lock:
-            self.flush_heard()
+            if flush_heard:
+                self.flush_heard()
             for row in self.state.neighbours():
                 if row.clear_requested:
                     await self._clear(row)
@@ -265,6 +305,10 @@ class NeighbourLinks:
             await self._publish_stream_support()
 
     async def _begin_join(self, row: NeighbourRow) -> None:
+        if row.q_mgr == self.q_mgr:
+            # `join --data-dir` cannot know our queue manager: refused here.
+            self._refuse(row.q_mgr, f"{row.q_mgr} is our own queue manager")
+            return
         if row.role is NeighbourRole.PARENT:
             parents = [
                 r.q_mgr
@@ -277,7 +321,11 @@ class NeighbourLinks:
         n = row.neighbour
         support_id, probe_id = os.urandom(24), os.urandom(24)
         probe_topic = f"{PROBE_PREFIX}{self.q_mgr}/{os.urandom(8).hex()}"
-        others = tuple(q for q in self._active if q != row.q_mgr)
+        # Probed through every other neighbour, active or still joining (finding: two
+        # neighbours configured together must see each other).
+        joining = {r.q_mgr for r in self.state.neighbours() if r.state == "joining"}
+        others = tuple(sorted((set(self._active) | set(self._joins) | joining) - {row.q_mgr}))
+        self._join_seq += 1
         join = _Join(
             row.q_mgr,
             support_id,
@@ -285,6 +333,7 @@ class NeighbourLinks:
             probe_id,
             self._clock() + (row.probe_timeout if others else 0.0),
             others,
+            seq=self._join_seq,
         )
         self._joins[row.q_mgr] = join
         self._admin[support_id] = row.q_mgr
@@ -305,23 +354,16 @@ class NeighbourLinks:
                 # Refused (see _on_probe): withdraw what the join registered at N.
                 del self._joins[q_mgr]
                 await self._withdraw_probe(join)
-                row = self.state.neighbour(q_mgr)
-                if row is not None:
-                    n = row.neighbour
-                    await self._put(
-                        [self._admin_sub(n, admin_topic("StreamSupport", q_mgr), False)]
-                    )
+                await self._withdraw_refused(q_mgr)
                 continue
             if now < join.deadline:
                 # Published on every tick of the window: the probe subscription needs
                 # time to be relayed through the network (a hop per sync).
-                await self._put(
-                    [
-                        probe_publication(m, join.probe_topic, self_q_mgr=self.q_mgr)
-                        for m in join.probed
-                        if m in self._active
-                    ]
+                targets = [m for m in join.probed if m in self._active or m in self._joins]
+                failed = await self._put(
+                    [probe_publication(m, join.probe_topic, self_q_mgr=self.q_mgr) for m in targets]
                 )
+                join.reached.update(m for m in targets if m not in failed)
                 continue
             if join.probed:
                 await self._withdraw_probe(join)
@@ -330,11 +372,62 @@ class NeighbourLinks:
                 del self._joins[q_mgr]
                 continue
             if join.answered:
+                self._probed_pairs.update(frozenset((q_mgr, m)) for m in join.reached)
+                earlier = [
+                    j.q_mgr
+                    for j in self._joins.values()
+                    if q_mgr in j.loop_through_later and j.seq < join.seq
+                ]
+                if earlier:
+                    # An earlier join's probe came back through this one: a loop.
+                    join.loop_via = earlier[0]
+                    self._refuse(q_mgr, f"loop: {q_mgr} is already reachable through {earlier[0]}")
+                    continue
+                unprobed = tuple(
+                    sorted(
+                        m
+                        for m in self._active
+                        if m != q_mgr and frozenset((q_mgr, m)) not in self._probed_pairs
+                    )
+                )
+                if unprobed:
+                    await self._probe_again(row, join, unprobed)
+                    continue
                 del self._joins[q_mgr]
                 self._activate(row)
             elif row.state != "inactive":
                 self.state.set_state(q_mgr, "inactive")
                 log.info("neighbour %s has not answered yet: inactive", q_mgr)
+
+    async def _probe_again(self, row: NeighbourRow, join: _Join, through: tuple[str, ...]) -> None:
+        """``row`` answered but was never probed through ``through`` (active now): a new
+        probe window before it becomes active."""
+        join.probe_topic = f"{PROBE_PREFIX}{self.q_mgr}/{os.urandom(8).hex()}"
+        join.probe_msg_id = os.urandom(24)
+        join.probed, join.reached = through, set()
+        join.deadline = self._clock() + row.probe_timeout
+        self._admin[join.probe_msg_id] = row.q_mgr
+        log.info("probing %s again, through %s", row.q_mgr, ", ".join(through))
+        if await self._put(
+            [self._admin_sub(row.neighbour, join.probe_topic, True, join.probe_msg_id)]
+        ):
+            join.probed = ()  # not registered: tried again when the window ends
+
+    async def _withdraw_refused(self, q_mgr: str) -> None:
+        """A refused neighbour: DeregSub its admin subscription and every proxy
+        registered there by an earlier join (rows dropped once put)."""
+        row = self.state.neighbour(q_mgr)
+        if row is None:
+            return
+        n = row.neighbour
+        msgs = [self._admin_sub(n, admin_topic("StreamSupport", q_mgr), False)]
+        proxies = self.state.proxies(q_mgr)
+        msgs += [
+            proxy_command(n, p.key, register=False, self_q_mgr=self.q_mgr, msg_id=os.urandom(24))
+            for p in proxies
+        ]
+        if not await self._put(msgs):
+            self.state.drop_proxies(q_mgr)
 
     async def _withdraw_probe(self, join: _Join) -> None:
         row = self.state.neighbour(join.q_mgr)
@@ -435,6 +528,8 @@ class NeighbourLinks:
             sent = self._sent.get(p.msg_id)
             if n_ is None or p.acknowledged or (sent is not None and now - sent < RESEND_AFTER):
                 continue
+            if p.refused and not p.withdrawing and now < p.retry_at:
+                continue  # refused: sent again after its backoff (state.py)
             if any(m.md.msg_id == p.msg_id for m in msgs):
                 continue
             # Not answered (or never put: a crash, a failed put): send it again.
@@ -443,6 +538,10 @@ class NeighbourLinks:
             )
             msgs.append(msg)
         await self._put(msgs)
+        # Only unanswered proxy commands are remembered (settled, cleared and admin
+        # commands are dropped), so this does not grow with every command ever sent.
+        pending = {p.msg_id for p in self.state.proxies() if not p.acknowledged}
+        self._sent = {k: v for k, v in self._sent.items() if k in pending}
 
     def _admin_sub(
         self, n: Neighbour, topic: str, register: bool, msg_id: bytes | None = None
@@ -554,19 +653,29 @@ class NeighbourLinks:
 
     def _on_response(self, correl_id: bytes, r: Received) -> None:
         q_mgr = self._admin.pop(correl_id, None)
-        row = self.state.settle(correl_id, r.ok) if q_mgr is None else None
+        text = f"reason {r.reason} {r.reason_text}".strip()
+        row = (
+            self.state.settle(correl_id, r.ok, reason=text, now=self._clock())
+            if q_mgr is None
+            else None
+        )
         if row is not None:
             q_mgr = row.q_mgr
+            self._sent.pop(correl_id, None)
         if q_mgr is None:
             return  # a late answer to a command we no longer wait for
         self._heard[q_mgr] = self._clock()
         self.counters.commands[(q_mgr, "ok" if r.ok else "failed")] += 1
         join = self._joins.get(q_mgr)
         if not r.ok:
-            what = "proxy " + f"{row.key.stream} {row.key.topic!r}" if row else "admin"
-            text = f"{what} command refused: reason {r.reason} {r.reason_text}".strip()
-            log.warning("neighbour %s: %s", q_mgr, text)
-            self.state.set_last_error(q_mgr, text)
+            what = f"proxy {row.key.stream} {row.key.topic!r}" if row else "admin"
+            note = f"{what} command refused: {text}"
+            if row is not None and not row.withdrawing and row.refused == text:
+                # The same refusal again (after its backoff): logged once per change.
+                log.debug("neighbour %s: %s (again)", q_mgr, note)
+            else:
+                log.warning("neighbour %s: %s", q_mgr, note)
+            self.state.set_last_error(q_mgr, note)
             return
         if join is not None and correl_id == join.support_msg_id:
             join.answered = True
@@ -590,9 +699,30 @@ class NeighbourLinks:
         log.info("neighbour %s supports %s", q_mgr, ", ".join(streams) or "no stream")
 
     def _on_probe(self, r: Received) -> None:
+        """A probe came back: the join's neighbour is reachable another way. Refused
+        unless every neighbour it may have come through is a later join (that one is
+        refused instead, by its own probe or when it would become active)."""
         for join in self._joins.values():
-            if r.topic == join.probe_topic and not join.loop_via:
-                via = ", ".join(join.probed) or "another neighbour"
-                join.loop_via = via
-                self._refuse(join.q_mgr, f"loop: {join.q_mgr} is already reachable through {via}")
+            if r.topic != join.probe_topic or join.loop_via:
+                continue
+            through: list[str] = []
+            later: set[str] = set()
+            for m in join.probed:
+                other = self._joins.get(m)
+                if other is None:
+                    if m in self._active:
+                        through.append(m)
+                elif other.loop_via:
+                    continue
+                elif other.seq > join.seq:
+                    later.add(m)
+                else:
+                    through.append(m)
+            if not through:
+                # Only through later joins (or neighbours refused or cleared since).
+                join.loop_through_later |= later
                 return
+            via = ", ".join(through)
+            join.loop_via = via
+            self._refuse(join.q_mgr, f"loop: {join.q_mgr} is already reachable through {via}")
+            return

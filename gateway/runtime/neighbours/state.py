@@ -10,7 +10,12 @@ the ``mqgw neighbours`` CLI to a running gateway: the CLI writes a join or clear
 the running links pick it up within a second; ``list`` reads it whether or not anything
 runs.
 
-The schema is versioned with ``PRAGMA user_version``; a newer file is refused.
+A RegSub the neighbour refused keeps its row, with the reason and a backoff (60 s
+doubling to 10 min) before it is sent again, so ``list`` shows it and a refusal is not
+answered by the same RegSub at once, over and over.
+
+The schema is versioned with ``PRAGMA user_version``; a newer file is refused, an older
+one is brought up to date.
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ __all__ = [
     "neighbours_db_of",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Backoff of a refused RegSub: first wait, doubled per refusal up to the last (s).
+REFUSED_BACKOFF_FIRST = 60.0
+REFUSED_BACKOFF_MAX = 600.0
 DB_NAME = "neighbours.db"
 LinkState = Literal["joining", "active", "inactive", "refused"]
 
@@ -54,10 +62,18 @@ CREATE TABLE IF NOT EXISTS proxies (
     q_mgr TEXT NOT NULL, stream TEXT NOT NULL, topic TEXT NOT NULL, scheme INTEGER NOT NULL,
     msg_id BLOB NOT NULL, acknowledged INTEGER NOT NULL DEFAULT 0,
     withdrawing INTEGER NOT NULL DEFAULT 0,
+    refused TEXT NOT NULL DEFAULT '', backoff REAL NOT NULL DEFAULT 0,
+    retry_at REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (q_mgr, stream, topic, scheme)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS proxies_by_msg_id ON proxies (msg_id);
 """
+#: Version 1 -> 2: the refusal of a RegSub is kept.
+_UPGRADE_1 = (
+    "ALTER TABLE proxies ADD COLUMN refused TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE proxies ADD COLUMN backoff REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE proxies ADD COLUMN retry_at REAL NOT NULL DEFAULT 0",
+)
 
 
 class NeighbourStateError(Exception):
@@ -121,6 +137,11 @@ class ProxyRow:
     msg_id: bytes
     acknowledged: bool
     withdrawing: bool
+    #: why the neighbour refused this RegSub ("" when it did not)
+    refused: str = ""
+    #: the current backoff and when the refused RegSub is sent again (epoch seconds)
+    backoff: float = 0.0
+    retry_at: float = 0.0
 
 
 def neighbours_db_of(pubsub_store: Path) -> Path:
@@ -154,6 +175,9 @@ class NeighbourState:
             # FULL: an intent must be on disk before the command's put is committed.
             db.execute("PRAGMA synchronous=FULL")
             with db:
+                if version == 1:
+                    for statement in _UPGRADE_1:
+                        db.execute(statement)
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
@@ -262,6 +286,11 @@ class NeighbourState:
 
     # ---------------------------------------------------------------- proxies -----
 
+    def drop_proxies(self, q_mgr: str) -> None:
+        """Forget every proxy row of ``q_mgr`` (their DeregSubs are put: refusal)."""
+        with self._db:
+            self._db.execute("DELETE FROM proxies WHERE q_mgr = ?", (q_mgr,))
+
     def proxies(self, q_mgr: str | None = None) -> list[ProxyRow]:
         if q_mgr is None:
             return self._proxies_where("1", ())
@@ -278,11 +307,14 @@ class NeighbourState:
                 (q_mgr, key.stream, key.topic, key.scheme, msg_id, int(not register)),
             )
 
-    def settle(self, msg_id: bytes, ok: bool) -> ProxyRow | None:
+    def settle(
+        self, msg_id: bytes, ok: bool, *, reason: str = "", now: float = 0.0
+    ) -> ProxyRow | None:
         """The neighbour answered the command ``msg_id``: a RegSub is acknowledged, a
         DeregSub's row goes (also when it failed: the neighbour has no such
-        subscription). A failed RegSub's row goes too (nothing registered there).
-        Returns the row as it was, None when ``msg_id`` is no pending proxy command."""
+        subscription). A failed RegSub's row stays, refused with ``reason``, sent again
+        after its backoff (module docstring). Returns the row as it was, None when
+        ``msg_id`` is no pending proxy command."""
         row = next(
             (p for p in self._proxies_where("msg_id = ?", (msg_id,)) if not p.acknowledged),
             None,
@@ -290,19 +322,39 @@ class NeighbourState:
         if row is None:
             return None
         with self._db:
-            if row.withdrawing or not ok:
+            if row.withdrawing:
                 self._db.execute(
                     "DELETE FROM proxies WHERE msg_id = ? AND acknowledged = 0", (msg_id,)
                 )
+            elif not ok:
+                backoff = min(max(REFUSED_BACKOFF_FIRST, 2 * row.backoff), REFUSED_BACKOFF_MAX)
+                self._db.execute(
+                    "UPDATE proxies SET refused = ?, backoff = ?, retry_at = ? WHERE msg_id = ?",
+                    (reason or "refused", backoff, now + backoff, msg_id),
+                )
             else:
-                self._db.execute("UPDATE proxies SET acknowledged = 1 WHERE msg_id = ?", (msg_id,))
+                self._db.execute(
+                    "UPDATE proxies SET acknowledged = 1, refused = '', backoff = 0, "
+                    "retry_at = 0 WHERE msg_id = ?",
+                    (msg_id,),
+                )
         return row
 
     def _proxies_where(self, where: str, args: tuple[object, ...]) -> list[ProxyRow]:
         return [
-            ProxyRow(r[0], ProxyKey(r[1], r[2], int(r[3])), bytes(r[4]), bool(r[5]), bool(r[6]))
+            ProxyRow(
+                r[0],
+                ProxyKey(r[1], r[2], int(r[3])),
+                bytes(r[4]),
+                bool(r[5]),
+                bool(r[6]),
+                r[7],
+                float(r[8]),
+                float(r[9]),
+            )
             for r in self._db.execute(
-                "SELECT q_mgr, stream, topic, scheme, msg_id, acknowledged, withdrawing "
+                "SELECT q_mgr, stream, topic, scheme, msg_id, acknowledged, withdrawing, "
+                "refused, backoff, retry_at "
                 f"FROM proxies WHERE {where} ORDER BY q_mgr, stream, topic, scheme",
                 args,
             )

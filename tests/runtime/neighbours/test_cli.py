@@ -13,6 +13,31 @@ from gateway.runtime.cli import main
 from gateway.runtime.neighbours.state import NeighbourState
 
 
+def test_joining_our_own_queue_manager_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "data").mkdir()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "queue_manager:\n  name: GW\nbroker:\n  store: data/pubsub.db\n", encoding="utf-8"
+    )
+    code, _, err = run(capsys, "join", "GW", "--config", str(config))
+    assert code == 2 and "own queue manager" in err
+    assert run(capsys, "join", "A", "--config", str(config))[0] == 0
+    state = NeighbourState(tmp_path / "data" / "neighbours.db")
+    assert [r.q_mgr for r in state.neighbours()] == ["A"]
+    state.close()
+
+
+def test_clear_help_says_a_configured_neighbour_comes_back(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["neighbours", "clear", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "only until the next start" in out
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(["neighbours", *argv])
     out, err = capsys.readouterr()
@@ -79,6 +104,24 @@ def test_refusal_and_last_error_are_listed(
     assert "refused" in out.splitlines()[0]
     assert "loop: B is already reachable through A" in out
     assert "reason 3071" in out
+
+
+def test_refused_proxies_are_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    assert run(capsys, "join", "B", "--data-dir", str(tmp_path))[0] == 0
+    state = NeighbourState(tmp_path / "neighbours.db")
+    state.intend("B", ProxyKey("SPORTS.STREAM", "football", 2), b"R" * 24, register=True)
+    state.settle(b"R" * 24, ok=False, reason="reason 3071 MQRCCF_STREAM_ERROR", now=time.time())
+    state.close()
+    code, out, _ = run(capsys, "list", "--data-dir", str(tmp_path))
+    assert code == 0
+    assert "proxy SPORTS.STREAM 'football' refused (reason 3071 MQRCCF_STREAM_ERROR)" in out
+    code, out, _ = run(capsys, "list", "--json", "--data-dir", str(tmp_path))
+    (item,) = [json.loads(line) for line in out.splitlines()]
+    (refused,) = item["refused_proxies"]
+    assert refused["reason"] == "reason 3071 MQRCCF_STREAM_ERROR"
+    assert 55.0 < refused["retry_in"] <= 60.0
 
 
 def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

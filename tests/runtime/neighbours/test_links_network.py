@@ -148,7 +148,8 @@ async def test_proxy_subscription_follows_the_far_subscriber(
             g = await stack.enter_async_context(broker(net_["GW"].qm, tmp_path, [gw("A")]))
             a = await stack.enter_async_context(broker(net_["A"].qm, tmp_path, [gw("GW")]))
             await wait_for(lambda: g.link_state("A") == a.link_state("GW") == "active", 15)
-            assert g.state.neighbour("A").last_heard > 0  # type: ignore[union-attr]
+            # Last-heard is written on the links' 1 s timer (not per commit).
+            await wait_for(lambda: g.state.neighbour("A").last_heard > 0, 3)  # type: ignore[union-attr]
 
             # A subscriber at A: A registers one proxy at GW (identity A, stream queue).
             await command(a.qm, subscribe(True))
@@ -180,6 +181,10 @@ async def test_proxy_subscription_follows_the_far_subscriber(
             await wait_for(lambda: g.subscribers_from("A") == [], 10)
             assert "GW" not in a.links.active
             assert a.state.proxies() == []
+            # Nothing is remembered of the commands once settled or cleared.
+            await wait_for(
+                lambda: a.links.unanswered_commands == g.links.unanswered_commands == 0, 10
+            )
 
 
 async def test_redundant_link_is_refused_by_the_probe(
@@ -304,3 +309,45 @@ async def test_a_legacy_broker_supports_only_its_own_streams(
         row = g.state.neighbour("A")
         assert row is not None
         assert BULLETIN in row.common_streams and stock not in row.common_streams
+
+
+async def test_two_neighbours_joined_at_once_that_are_linked_are_not_both_accepted(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """First start of GW with A and B configured, A and B already linked directly:
+    the two joins probe through each other, so the circle GW - A - B - GW is found
+    and the later join (B) is refused; nothing of GW's is left at B."""
+    topology = {
+        "GW": mqsc("GW", ["A", "B"]),
+        "A": mqsc("A", ["GW", "B"]),
+        "B": mqsc("B", ["GW", "A"]),
+    }
+    async with make_network(topology) as net, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(broker(net["A"].qm, tmp_path, [gw("B")]))
+        b = await stack.enter_async_context(broker(net["B"].qm, tmp_path, [gw("A")]))
+        await wait_for(lambda: a.link_state("B") == b.link_state("A") == "active", 15)
+
+        g = await stack.enter_async_context(broker(net["GW"].qm, tmp_path, [gw("A"), gw("B")]))
+        await wait_for(lambda: {g.link_state("A"), g.link_state("B")} <= {"active", "refused"}, 20)
+        assert (g.link_state("A"), g.link_state("B")) == ("active", "refused")
+        row = g.state.neighbour("B")
+        assert row is not None and row.refusal == "loop: B is already reachable through A"
+        assert set(g.links.active) == {"A"}
+        await wait_for(
+            lambda: not [s for s in b.engine.subscriptions if s.destination.q_mgr == "GW"], 10
+        )
+
+
+async def test_a_join_of_our_own_queue_manager_is_refused(
+    make_network: NetworkFactory, tmp_path: Path
+) -> None:
+    """`join --data-dir` cannot know our queue manager: the links refuse it."""
+    async with (
+        make_network({"GW": mqsc("GW", [])}) as net,
+        broker(net["GW"].qm, tmp_path, []) as g,
+    ):
+        g.state.request_join(gw("GW"), 0.0)
+        await wait_for(lambda: g.link_state("GW") == "refused", 10)
+        row = g.state.neighbour("GW")
+        assert row is not None and row.refusal == "GW is our own queue manager"
+        assert "GW" not in g.links.active

@@ -79,9 +79,26 @@ def test_failed_regsub_is_named_in_the_log_and_in_list(
     assert "reason 3071 MQRCCF_STREAM_ERROR" in row.last_error
     assert "SPORTS.STREAM 'football'" in row.last_error
     assert "3071" in caplog.text and "BROKERA" in caplog.text
-    assert links.state.proxies() == []  # nothing registered there
+    (p,) = links.state.proxies()  # nothing registered there, the refusal kept
+    assert not p.acknowledged and p.refused == "reason 3071 MQRCCF_STREAM_ERROR"
+    assert p.retry_at == 560.0
     assert links.counters.commands[("BROKERA", "failed")] == 1
     assert row.last_heard == 500.0
+
+
+def test_the_same_refusal_is_logged_once(
+    links: NeighbourLinks, caplog: pytest.LogCaptureFixture
+) -> None:
+    links.state.intend("BROKERA", KEY, b"R" * 24, register=True)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            links.received(rfh_response(b"R" * 24, 2, 3071, "MQRCCF_STREAM_ERROR"))
+        links.received(rfh_response(b"R" * 24, 2, 2035, "MQRC_NOT_AUTHORIZED"))
+    refusals = [r for r in caplog.records if "command refused" in r.getMessage()]
+    assert len(refusals) == 2
+    assert "2035" in refusals[1].getMessage()
+    (p,) = links.state.proxies()
+    assert p.backoff == 480.0  # 60, 120, 240, 480
 
 
 def test_ok_responses_settle_register_and_withdraw(links: NeighbourLinks) -> None:

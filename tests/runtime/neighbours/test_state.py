@@ -96,11 +96,44 @@ def test_register_then_withdraw_settles_by_msg_id(state: NeighbourState) -> None
     assert state.proxies("A") == []
 
 
-def test_failed_regsub_leaves_nothing_registered(state: NeighbourState) -> None:
+def test_failed_regsub_is_kept_refused_with_a_doubling_backoff(state: NeighbourState) -> None:
+    """Nothing is registered there (not acknowledged), but the row stays with the
+    reason, so the RegSub is not sent again at once: 60 s, doubling, at most 10 min."""
     state.intend("A", KEY, b"reg", register=True)
-    row = state.settle(b"reg", ok=False)
-    assert row is not None and not row.withdrawing
-    assert state.proxies() == []
+    row = state.settle(b"reg", ok=False, reason="reason 3071 MQRCCF_STREAM_ERROR", now=1000.0)
+    assert row is not None and not row.withdrawing and row.refused == ""
+    (p,) = state.proxies()
+    assert not p.acknowledged
+    assert (p.refused, p.backoff, p.retry_at) == ("reason 3071 MQRCCF_STREAM_ERROR", 60.0, 1060.0)
+    waits = []
+    for i in range(6):
+        state.settle(b"reg", ok=False, reason="again", now=2000.0 + i)
+        (p,) = state.proxies()
+        waits.append(p.retry_at - (2000.0 + i))
+    assert waits == [120.0, 240.0, 480.0, 600.0, 600.0, 600.0]
+    assert p.refused == "again"
+    state.settle(b"reg", ok=True)
+    (p,) = state.proxies()
+    assert p.acknowledged and (p.refused, p.backoff, p.retry_at) == ("", 0.0, 0.0)
+
+
+def test_a_version_1_file_is_brought_up_to_date(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "neighbours.db")
+    db.executescript(
+        "CREATE TABLE proxies (q_mgr TEXT NOT NULL, stream TEXT NOT NULL, topic TEXT NOT NULL,"
+        " scheme INTEGER NOT NULL, msg_id BLOB NOT NULL, acknowledged INTEGER NOT NULL DEFAULT 0,"
+        " withdrawing INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (q_mgr, stream, topic, scheme))"
+        " WITHOUT ROWID; PRAGMA user_version = 1;"
+    )
+    db.execute("INSERT INTO proxies VALUES ('A', 'S', 't', 2, x'01', 1, 0)")
+    db.commit()
+    db.close()
+    s = NeighbourState(tmp_path / "neighbours.db")
+    try:
+        (p,) = s.proxies()
+        assert p.acknowledged and p.refused == ""
+    finally:
+        s.close()
 
 
 def test_intents_survive_a_crash(tmp_path: Path) -> None:

@@ -65,6 +65,9 @@ def test_gateway_yaml_names_neighbours_in_one_place() -> None:
         )
     with pytest.raises(ValidationError, match="listed twice"):
         GatewayConfig.model_validate({"neighbours": [{"q_mgr": "A"}, {"q_mgr": "A"}]})
+    for where in ({"neighbours": [{"q_mgr": "GW"}]}, {"broker": {"neighbours": [{"q_mgr": "GW"}]}}):
+        with pytest.raises(ValidationError, match="own queue manager"):
+            GatewayConfig.model_validate({"queue_manager": {"name": "GW"}, **where})
 
 
 def test_broker_neighbour_flags() -> None:
