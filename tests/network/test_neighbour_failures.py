@@ -14,6 +14,9 @@ The operator's mistake in both: BULLETIN.STREAM is taken out of GW's ``broker.st
 2. The queue stays but nothing services it: the publications pile up there; the check
    reports its depth and the age of the oldest; ``--fix --write-config`` and a restart
    deliver them once each.
+
+Each runs with the neighbours' streams configured in GW's YAML and learnt from their
+StreamSupport publications (the check must know the union either way).
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ TOPIC = "News/*"
 COUNT = 5
 #: How long "nothing more arrives" waits for a late duplicate.
 QUIET_S = 2.0
+#: GW's neighbours with their streams in its YAML, or learnt from their StreamSupport
+#: (then only GW's neighbours.db knows that the union holds BULLETIN.STREAM).
+LEARN_STREAMS = pytest.mark.parametrize(
+    "learn_streams", [False, True], ids=["configured-streams", "learnt-streams"]
+)
 
 
 def _config(net: LegacyNetwork) -> Path:
@@ -96,7 +104,10 @@ async def _check(net: LegacyNetwork, *options: str) -> tuple[int, dict[str, Any]
 
 
 def _facts(report: dict[str, Any], stream: str) -> dict[str, Any]:
-    return next(f for f in report["streams"] if f["stream"] == stream)
+    for f in report["streams"]:
+        if f["stream"] == stream:
+            return dict(f)
+    raise AssertionError(f"{stream} is not in the stream union of the report: {report}")
 
 
 async def _check_until(net: LegacyNetwork, done: Any, what: str) -> tuple[int, dict[str, Any]]:
@@ -133,11 +144,14 @@ async def _receive(net: LegacyNetwork, queue: str, count: int) -> list[bytes]:
     return got
 
 
+@LEARN_STREAMS
 async def test_deleted_stream_queue_dead_letters_then_fix_and_replay_deliver_once(
-    tmp_path: Path,
+    tmp_path: Path, learn_streams: bool
 ) -> None:
     metrics_port = free_port()
-    net = await start_joined_network(tmp_path, metrics_port=metrics_port)
+    net = await start_joined_network(
+        tmp_path, metrics_port=metrics_port, learn_streams=learn_streams
+    )
     try:
         queue = await _subscribed_at_a(net)
 
@@ -199,11 +213,14 @@ async def test_deleted_stream_queue_dead_letters_then_fix_and_replay_deliver_onc
         await net.close()
 
 
+@LEARN_STREAMS
 async def test_unserviced_stream_queue_backlog_is_reported_then_serviced_once(
-    tmp_path: Path,
+    tmp_path: Path, learn_streams: bool
 ) -> None:
     metrics_port = free_port()
-    net = await start_joined_network(tmp_path, metrics_port=metrics_port)
+    net = await start_joined_network(
+        tmp_path, metrics_port=metrics_port, learn_streams=learn_streams
+    )
     try:
         queue = await _subscribed_at_a(net)
 

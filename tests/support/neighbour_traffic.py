@@ -6,9 +6,9 @@ Why a module: the failure-mode tests (tests/network) and the SIGKILL trials
 (tests/faults) drive the same network the same way.
 
 The neighbours: GW has BROKERA (its parent, STOCK and BULLETIN) and BROKERB (its child,
-BULLETIN and SPORTS) with their streams named in its YAML, so ``mqgw streams check``
-knows the union from the configuration; A and B each have GW (``--neighbour``), every
-kind ``mqpubsub`` (MQRFH commands, as a V6 broker speaks them). GW's queue manager lives
+BULLETIN and SPORTS), their streams named in its YAML or (``learn_streams``) learnt from
+their StreamSupport publications; A and B each have GW (``--neighbour``), every kind
+``mqpubsub`` (MQRFH commands, as a V6 broker speaks them). GW's queue manager lives
 in ``GW/qmgrs/GW`` so ``mqgw mqsc --data-dir GW/qmgrs GW`` reaches it as an operator would.
 """
 
@@ -50,33 +50,49 @@ BROKER_NEIGHBOURS: dict[str, list[str]] = {
 }
 
 
+#: What each neighbour shares with GW (the seed's figure).
+NEIGHBOUR_STREAMS = {BROKERA: [STOCK, BULLETIN], BROKERB: [BULLETIN, SPORTS]}
+
+
 def gateway_extra(
-    *, serviced: Sequence[str] = GATEWAY_STREAMS, metrics_port: int | None = None
+    *,
+    serviced: Sequence[str] = GATEWAY_STREAMS,
+    metrics_port: int | None = None,
+    learn_streams: bool = False,
 ) -> dict[str, Any]:
-    """GW's YAML additions: neighbours A and B with their streams, ``serviced`` as
-    broker.streams, /healthz on ``metrics_port`` (None: metrics off), a 1 s sample."""
+    """GW's YAML additions: neighbours A and B (their streams configured, or left to be
+    learnt), ``serviced`` as broker.streams, /healthz on ``metrics_port`` (None: metrics
+    off), a 1 s sample."""
+    neighbours: list[dict[str, Any]] = [
+        {"q_mgr": BROKERA, "kind": "mqpubsub", "role": "parent", "probe_timeout": 2.0},
+        {"q_mgr": BROKERB, "kind": "mqpubsub", "role": "child", "probe_timeout": 2.0},
+    ]
+    if not learn_streams:
+        for n in neighbours:
+            n["streams"] = NEIGHBOUR_STREAMS[n["q_mgr"]]
     return {
         "queue_manager": {"data_dir": f"{GW_QMGRS}/{GW}"},
         "broker": {"streams": [{"name": s} for s in serviced]},
         "metrics": {"enabled": metrics_port is not None, "port": metrics_port or 0},
         "expiry_sweep_interval": 1.0,
-        "neighbours": [
-            {"q_mgr": BROKERA, "kind": "mqpubsub", "role": "parent",
-             "streams": [STOCK, BULLETIN], "probe_timeout": 2.0},
-            {"q_mgr": BROKERB, "kind": "mqpubsub", "role": "child",
-             "streams": [BULLETIN, SPORTS], "probe_timeout": 2.0},
-        ],
+        "neighbours": neighbours,
     }
 
 
 async def start_joined_network(
-    root: Path, *, serviced: Sequence[str] = GATEWAY_STREAMS, metrics_port: int | None = None
+    root: Path,
+    *,
+    serviced: Sequence[str] = GATEWAY_STREAMS,
+    metrics_port: int | None = None,
+    learn_streams: bool = False,
 ) -> LegacyNetwork:
     """The three processes with the neighbours above; returns once every link is active
-    both ways (the caller closes the network)."""
+    both ways and GW shares each neighbour's streams (the caller closes the network)."""
     net = await start_legacy_network(
         root,
-        gateway_extra=gateway_extra(serviced=serviced, metrics_port=metrics_port),
+        gateway_extra=gateway_extra(
+            serviced=serviced, metrics_port=metrics_port, learn_streams=learn_streams
+        ),
         broker_args=BROKER_NEIGHBOURS,
     )
     try:
@@ -126,9 +142,12 @@ def neighbours_of(net: LegacyNetwork, name: str) -> list[dict[str, Any]]:
 
 
 def joined(net: LegacyNetwork) -> bool:
-    """Every link active both ways."""
-    gw = {n["q_mgr"]: n["state"] for n in neighbours_of(net, GW)}
+    """Every link active both ways; GW shares each neighbour's streams."""
+    rows = {n["q_mgr"]: n for n in neighbours_of(net, GW)}
+    gw = {q: n["state"] for q, n in rows.items()}
     return gw == {BROKERA: "active", BROKERB: "active"} and all(
+        set(NEIGHBOUR_STREAMS[q]) <= set(n["common_streams"]) for q, n in rows.items()
+    ) and all(
         [(n["q_mgr"], n["state"]) for n in neighbours_of(net, b)] == [(GW, "active")]
         for b in (BROKERA, BROKERB)
     )
