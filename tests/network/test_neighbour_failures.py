@@ -32,6 +32,10 @@ import pytest
 import yaml
 
 from gateway.devstack.ports import free_port
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.port import Browse, GetOptions, MQError, OpenOption
+from gateway.wire.dlh import unwrap_from_dlq
+from gateway.wire.reasons import Reason
 from tests.support.legacy_network import BROKERA, BROKERB, GW, LegacyNetwork
 from tests.support.neighbour_traffic import (
     BULLETIN,
@@ -47,6 +51,7 @@ from tests.support.neighbour_traffic import (
     start_joined_network,
     until,
 )
+from tests.support.pubsub_messages import decode
 
 pytestmark = pytest.mark.slow
 
@@ -125,10 +130,33 @@ async def _check_until(net: LegacyNetwork, done: Any, what: str) -> tuple[int, d
         await asyncio.sleep(0.5)
 
 
+async def _dead_letters(net: LegacyNetwork) -> list[tuple[int, str, str, str, bytes]]:
+    """GW stopped: what its dead-letter queue holds, browsed on its queue manager:
+    (MQDLH reason, DestQName, the original's MQPSCommand and MQPSQMgrName, payload)."""
+    out: list[tuple[int, str, str, str, bytes]] = []
+    async with (
+        EmbeddedQueueManager(GW, net.root / GW / GW_QMGRS / GW) as qm,
+        await qm.connect() as conn,
+    ):
+        h = await conn.open(DLQ, OpenOption.BROWSE)
+        browse = Browse.FIRST
+        while True:
+            try:
+                m = await h.get(GetOptions(browse=browse))
+            except MQError as exc:
+                assert exc.reason == Reason.NO_MSG_AVAILABLE
+                return out
+            browse = Browse.NEXT
+            dlh, md, body = unwrap_from_dlq(m.md, m.body)
+            r = decode(md, body)
+            out.append((dlh.reason, dlh.dest_q_name.strip(), r.get("MQPSCommand") or "",
+                        r.get("MQPSQMgrName") or "", r.payload))
+
+
 async def _metrics(port: int) -> str:
     def fetch() -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            return r.read().decode()
+            return str(r.read().decode())
 
     return await asyncio.to_thread(fetch)
 
@@ -184,8 +212,13 @@ async def test_deleted_stream_queue_dead_letters_then_fix_and_replay_deliver_onc
         assert f'mqgw_stream_dead_lettered{{stream="{BULLETIN}"}} {float(COUNT)}' in metrics
         assert publications(await net.drain(queue)) == [], "nothing may reach A meanwhile"
 
-        # Stopped: the check reads the queue manager itself; the text names it all.
+        # Stopped: on GW's DLQ, B's forwarded Publish commands, reason 2085 for the
+        # stream queue; the check reads the queue manager itself, the text names it all.
         assert net.stop(GW) == 0, net.log_tail(GW)
+        dead = await _dead_letters(net)
+        assert sorted(dead) == sorted(
+            (Reason.UNKNOWN_OBJECT_NAME, BULLETIN, "Publish", BROKERB, p) for p in payloads
+        ), dead
         rc, report, text = await _check(net)
         assert rc == 1, text
         assert _facts(report, BULLETIN)["dead_lettered"] == COUNT, report
