@@ -48,7 +48,7 @@ from gateway.runtime.pubsub_service import (
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.registry import PluginRegistry
 from gateway.runtime.streams.check import StreamReport
-from gateway.runtime.streams.health import DeadLetterCache, collect_report
+from gateway.runtime.streams.health import DeadLetterCache, collect_report, remembered_neighbours
 from gateway.runtime.streams.repair import define_stream_queue
 
 if TYPE_CHECKING:
@@ -441,8 +441,10 @@ class GatewayApp:
         except MQError:
             return
         try:
+            links = self.links
             self.stream_report = await collect_report(
-                conn, self.loaded, browse_limit=1, dead_letters=self._dead_letters
+                conn, self.loaded, browse_limit=1, dead_letters=self._dead_letters,
+                remembered=remembered_neighbours(links.state) if links is not None else {},
             )
         except MQError as exc:
             log.debug("stream report unavailable: %s", exc)

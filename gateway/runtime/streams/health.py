@@ -8,15 +8,21 @@ of :func:`stream_metric_families`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 
 from gateway.mq.port import Connection
+from gateway.runtime.neighbours.state import (
+    NeighbourState,
+    NeighbourStateError,
+    neighbours_db_of,
+)
 from gateway.runtime.streams.check import StreamReport, build_report
 from gateway.runtime.streams.migration import migration_path, read_migration
 from gateway.runtime.streams.observe import (
@@ -28,13 +34,55 @@ from gateway.runtime.streams.observe import (
 )
 from gateway.runtime.streams.union import neighbour_streams, serviced_streams
 
-__all__ = ["DeadLetterCache", "collect_report", "stream_metric_families", "wanted_streams"]
+__all__ = [
+    "DeadLetterCache",
+    "collect_report",
+    "remembered_neighbours",
+    "stream_metric_families",
+    "wanted_streams",
+]
+
+log = logging.getLogger(__name__)
 
 
-def wanted_streams(loaded: Any) -> tuple[dict[str, tuple[str, ...]], str | None, frozenset[str]]:
-    """(stream → who needs it, migrated-from queue manager, migrated streams)."""
+def remembered_neighbours(state: NeighbourState) -> dict[str, frozenset[str]]:
+    """The common streams of each neighbour in ``state`` that is neither refused nor
+    being cleared: a neighbour joined with the CLI, or whose streams were learnt at
+    join, is in no configuration file."""
+    return {
+        row.q_mgr: row.common_streams
+        for row in state.neighbours()
+        if row.state != "refused" and not row.clear_requested
+    }
+
+
+def _remembered_on_disk(loaded: Any) -> dict[str, frozenset[str]]:
+    """:func:`remembered_neighbours` of the ``neighbours.db`` next to the pub/sub store
+    (``mqgw streams check`` with the gateway stopped)."""
+    path = neighbours_db_of(loaded.path(loaded.gateway.broker.store))
+    if not path.is_file():
+        return {}
+    try:
+        state = NeighbourState(path)
+    except NeighbourStateError as exc:
+        log.warning("stream union without the remembered neighbours: %s", exc)
+        return {}
+    try:
+        return remembered_neighbours(state)
+    finally:
+        state.close()
+
+
+def wanted_streams(
+    loaded: Any, remembered: Mapping[str, Iterable[str]] | None = None
+) -> tuple[dict[str, tuple[str, ...]], str | None, frozenset[str]]:
+    """(stream → who needs it, migrated-from queue manager, migrated streams);
+    ``remembered``: the running links' :func:`remembered_neighbours` (None: read
+    ``neighbours.db``)."""
     who: dict[str, list[str]] = {s: ["gateway"] for s in serviced_streams(loaded)}
-    for q_mgr, streams in sorted(neighbour_streams(loaded).items()):
+    if remembered is None:
+        remembered = _remembered_on_disk(loaded)
+    for q_mgr, streams in sorted(neighbour_streams(loaded, remembered).items()):
         for s in streams:
             who.setdefault(s, []).append(f"neighbour {q_mgr}")
     try:
@@ -87,12 +135,14 @@ async def collect_report(
     *,
     browse_limit: int = BROWSE_LIMIT,
     dead_letters: DeadLetterCache | None = None,
+    remembered: Mapping[str, Iterable[str]] | None = None,
 ) -> StreamReport:
     """Look at every stream of the union on ``conn``'s queue manager and judge
     (``browse_limit``: messages browsed per stream queue for the oldest one; the running
     gateway browses only the first, which is the oldest unless priorities differ, and
-    keeps its DLQ counts in ``dead_letters``)."""
-    wanted, origin, migrated = wanted_streams(loaded)
+    keeps its DLQ counts in ``dead_letters`` and gives its links' ``remembered``
+    neighbours)."""
+    wanted, origin, migrated = wanted_streams(loaded, remembered)
     dlq = await dead_letter_queue(conn, loaded.gateway.broker.dead_letter_queue)
     note = ""
     if dead_letters is None:
