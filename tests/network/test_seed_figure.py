@@ -223,6 +223,20 @@ def proxies_at(fig: SeedFigure, name: str, neighbour: str) -> int:
     return int(row["proxy_subscriptions"])
 
 
+async def settled_proxies_at(fig: SeedFigure, name: str, neighbour: str) -> int:
+    """:func:`proxies_at` once it stopped changing (two reads ``QUIET_S`` apart agree):
+    the withdrawals of an earlier test may still be travelling."""
+    deadline = time.monotonic() + SETTLE_S
+    last = proxies_at(fig, name, neighbour)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(QUIET_S)
+        now = proxies_at(fig, name, neighbour)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"the proxies of {name} at {neighbour} never settled")
+
+
 def subscriptions(fig: SeedFigure, name: str) -> list[dict[str, Any]]:
     """``mqgw subscriptions --json`` of a broker's store (read only, while it runs)."""
     rc, text = mqgw("subscriptions", "--json", "--store", str(fig.root / name / "pubsub.db"))
@@ -512,8 +526,8 @@ async def test_the_last_unsubscribe_withdraws_the_proxies_at_every_neighbour(
     fig, net = seed, seed.net
     q1, q2 = net.subscriber_queue("C5.SUB.1"), net.subscriber_queue("C5.SUB.2")
     replies = net.subscriber_queue("C5.REPLIES")
-    before_gw_b = proxies_at(fig, GW, BROKERB)
-    before_a_gw = proxies_at(fig, BROKERA, GW)
+    before_gw_b = await settled_proxies_at(fig, GW, BROKERB)
+    before_a_gw = await settled_proxies_at(fig, BROKERA, GW)
 
     # Two subscribers at A on one topic: one proxy per hop, counted twice.
     await subscribed(fig, BROKERA, BULLETIN, "C5/*", q1, replies)
