@@ -32,25 +32,38 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-class GatewayProcess:
-    """One ``mqgw run`` child at a time on one configuration; every start appends to
-    the same log, so a crash's traces stay readable after the next start."""
+class ChildProcess:
+    """One child process of a test at a time; every start appends to the same log, so
+    a crash's traces stay readable after the next start."""
 
-    def __init__(self, config: Path, log_path: Path) -> None:
-        self.config = config
+    #: Seconds SIGTERM gets before :meth:`terminate` SIGKILLs.
+    terminate_timeout = 40.0
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log_path: Path,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = argv
         self.log_path = log_path
+        self.cwd = cwd
+        self.env = env
         self.process: ServiceProcess | None = None
         self.starts = 0
         self._log_offset = 0
 
     def start(self) -> None:
         if self.running:
-            raise RuntimeError("the gateway process is already running")
+            raise RuntimeError(f"{self.name} is already running")
         with self.log_path.open("ab") as log:
             log.write(f"---- start {self.starts + 1} ----\n".encode())
             self._log_offset = log.tell()
         self.process = spawn(
-            "mqgw", mqgw_argv(self.config), log_path=self.log_path, cwd=self.config.parent
+            self.name, self.argv, log_path=self.log_path, cwd=self.cwd, env=self.env
         )
         self.starts += 1
 
@@ -71,17 +84,19 @@ class GatewayProcess:
         proc.stop(timeout=10)
         self.process = None
 
-    def terminate(self, timeout: float = 40.0) -> int | None:
-        """SIGTERM (the gateway drains and stops cleanly); its exit code."""
+    def terminate(self, timeout: float | None = None) -> int | None:
+        """SIGTERM (a clean stop: the gateway drains); its exit code."""
         proc = self.process
         if proc is None:
             return None
         if proc.alive():
             os.kill(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + (
+                self.terminate_timeout if timeout is None else timeout
+            )
             while proc.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
-        proc.stop(timeout=5)  # SIGKILLs it only when the drain overran ``timeout``
+        proc.stop(timeout=5)  # SIGKILLs it only when the stop overran the timeout
         self.process = None
         return proc.exit_code()
 
@@ -99,3 +114,11 @@ class GatewayProcess:
         from gateway.devstack.process import log_tail
 
         return log_tail(self.log_path, lines)
+
+
+class GatewayProcess(ChildProcess):
+    """One ``mqgw run`` child at a time on one configuration."""
+
+    def __init__(self, config: Path, log_path: Path) -> None:
+        super().__init__("mqgw", mqgw_argv(config), log_path, config.parent)
+        self.config = config

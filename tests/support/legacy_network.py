@@ -42,8 +42,6 @@ are a parameter too (``plugins``: the YAML list of instances).
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
 import sys
 import time
@@ -52,12 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.devstack.process import ServiceProcess, log_tail, spawn
 from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
-from tests.support.gateway_process import GatewayProcess, write_config
+from tests.support.gateway_process import ChildProcess, GatewayProcess, write_config
 
 BROKERA, BROKERB, GW, TESTER = "BROKERA", "BROKERB", "GW", "TESTER"
 DEFAULT_STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
@@ -108,66 +105,13 @@ def network_mqsc(ports: Mapping[str, int]) -> dict[str, str]:
     return out
 
 
-class BrokerProcess:
+class BrokerProcess(ChildProcess):
     """One ``mqgw broker --profile legacy`` child; every start appends to the same log."""
 
+    terminate_timeout = 30.0
+
     def __init__(self, name: str, argv: Sequence[str], log_path: Path, cwd: Path) -> None:
-        self.name = name
-        self.argv = list(argv)
-        self.log_path = log_path
-        self.cwd = cwd
-        self.process: ServiceProcess | None = None
-        self.starts = 0
-        self._log_offset = 0
-
-    def start(self) -> None:
-        if self.running:
-            raise RuntimeError(f"{self.name} is already running")
-        with self.log_path.open("ab") as log:
-            log.write(f"---- start {self.starts + 1} ----\n".encode())
-            self._log_offset = log.tell()
-        self.process = spawn(self.name, self.argv, log_path=self.log_path, cwd=self.cwd,
-                             env={"PYTHONUNBUFFERED": "1"})
-        self.starts += 1
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.alive()
-
-    def kill(self) -> None:
-        """SIGKILL and reap (nothing flushed, the store's lock dies with it)."""
-        proc = self.process
-        if proc is None:
-            return
-        if proc.alive():
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.stop(timeout=10)
-        self.process = None
-
-    def terminate(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM (clean stop); the exit code."""
-        proc = self.process
-        if proc is None:
-            return None
-        if proc.alive():
-            os.kill(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while proc.alive() and time.monotonic() < deadline:
-                time.sleep(0.05)
-        proc.stop(timeout=5)
-        self.process = None
-        return proc.exit_code()
-
-    def log_since_start(self) -> str:
-        with self.log_path.open("rb") as log:
-            log.seek(self._log_offset)
-            return log.read().decode("utf-8", "replace")
-
-    def has_logged(self, text: str) -> bool:
-        return text in self.log_since_start()
-
-    def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.log_path, lines)
+        super().__init__(name, list(argv), log_path, cwd, env={"PYTHONUNBUFFERED": "1"})
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
