@@ -60,7 +60,7 @@ Details every plugin relies on:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -77,6 +77,8 @@ __all__ = [
     "DeclaresSubscriptions",
     "DeliveryRefusedError",
     "Envelope",
+    "ExchangeHandler",
+    "Exchanges",
     "InboundPublication",
     "Plugin",
     "PluginContext",
@@ -213,6 +215,13 @@ class Envelope:
     report: int = 0
     #: Python codec of ``ccsid`` (None when unknown), for :meth:`text`.
     text_codec: str | None = None
+    # ---- request/reply exchanges (docs/request-reply.md) -------------------------------
+    #: Where the answer to this message goes, in the plugin's own topic space (MQTT 5
+    #: Response Topic, Kafka header ``mq.reply.topic``); "" when none.
+    reply_topic: str = ""
+    #: The requester's correlation data (MQTT 5 Correlation Data, Kafka header
+    #: ``mq.correlation``), returned unchanged with the reply; b"" when none.
+    correlation_data: bytes = b""
 
     def property_items(self) -> tuple[tuple[str, str], ...]:
         """Every property as (name, text) in message order, repeats kept: the runtime's
@@ -344,4 +353,46 @@ class Plugin(Protocol):
 
     def create(self, instance_name: str, config: BaseModel) -> PluginInstance:
         """Build an instance from its validated config (no I/O here)."""
+        ...
+
+
+#: What :meth:`Exchanges.consume` hands each batch of received messages to. It returns
+#: only once the next hop has them (MQ unit of work committed, or the reply sent); then
+#: the plugin acknowledges them upstream.
+ExchangeHandler = Callable[[Sequence[Envelope]], Awaitable[None]]
+
+
+@runtime_checkable
+class Exchanges(Protocol):
+    """Optional for a :class:`PluginInstance`: point-to-point request/reply traffic in
+    the plugin's own topic space (docs/request-reply.md), next to its publish/subscribe
+    routes. The runtime's request/reply routes use it; plugins stay MQ-free.
+
+    Exchange envelopes have ``stream == ""`` and ``topic`` = the plugin-native topic
+    (a Kafka topic, an MQTT topic). ``reply_topic``, ``correlation_data`` and ``expiry``
+    travel as the protocol's own reply information (MQTT 5 Response Topic, Correlation
+    Data, Message Expiry Interval; Kafka headers ``mq.reply.topic``, ``mq.correlation``,
+    ``mq.expiry``), ``properties`` as MQTT 5 user properties / Kafka headers by name.
+    """
+
+    async def consume(self, route: str, sources: Sequence[str], handler: ExchangeHandler) -> None:
+        """Start handing messages that arrive on ``sources`` (Kafka topics, MQTT topic
+        filters) to ``handler`` in batches, in arrival order, until :meth:`stop`.
+
+        ``route`` names a durable consumer (Kafka group ``<gateway_id>.rr.<route>``, MQTT
+        the instance's persistent session), so nothing sent while the gateway is down is
+        lost. A message is acknowledged upstream (offset committed, PUBACK) only after
+        ``handler`` returned for its batch. ``handler`` raising :class:`PluginError`
+        ``retriable=True``: the batch is offered again after a backoff.
+        :class:`PublishRefusedError`: the message at ``.index`` is dead-lettered as the
+        plugin does for refused inbound publications and acknowledged; those before it
+        were handled, those after it are offered again. Called after :meth:`start`;
+        calling it again for the same ``route`` changes nothing."""
+        ...
+
+    async def produce(self, envelopes: Sequence[Envelope]) -> None:
+        """Send each envelope to its ``topic``; return once the target has acknowledged
+        all of them (Kafka acks=all, MQTT QoS 1 PUBACK). Raises :class:`PluginError`
+        ``retriable=True`` while the target is down (the caller retries), and
+        :class:`DeliveryRefusedError` for one envelope that can never be sent."""
         ...
