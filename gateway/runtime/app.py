@@ -244,6 +244,7 @@ class GatewayApp:
             lambda: self.plugin_start_errors,
             lambda: self.stream_report,
             neighbours=self.links,
+            request_reply=lambda: self.request_reply,
         )
         host.observer = self.metrics.observe
         await self._sample_depths()
