@@ -23,9 +23,9 @@ from prometheus_client.registry import Collector
 from gateway.plugin_api import Envelope, ReportsStats
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.status import neighbour_status
-from gateway.runtime.request_reply.service import RequestReplyService
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerService
+from gateway.runtime.request_reply.service import RequestReplyService
 from gateway.runtime.streams.check import StreamReport
 from gateway.runtime.streams.health import stream_metric_families
 from gateway.wire.put_time import put_time_ms

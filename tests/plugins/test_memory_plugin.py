@@ -206,7 +206,6 @@ class TestMemoryContract(PluginContract):
 
 async def test_exchanges_ack_after_handler_and_redeliver_on_failure() -> None:
     from plugins.memory.exchange import topic_matches
-
     from tests.support.exchanges import ExchangeOnlyContext
 
     reset_buses()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from gateway.mq.port import (
@@ -24,8 +25,8 @@ from gateway.plugin_api import DeliveryRefusedError, Envelope, PluginError
 from gateway.routing.addressing import (
     classify,
     error_envelope,
-    report_md,
     reply_envelope,
+    report_md,
     wants_report,
 )
 from gateway.routing.correlation import PendingRequest, PendingService, State
@@ -33,6 +34,7 @@ from gateway.routing.routes import ServiceRoute
 from gateway.runtime.envelopes import usr_properties
 from gateway.wire.constants import Feedback, MsgType, Persistence
 from gateway.wire.errors import WireError
+from gateway.wire.folder import serialize_folder
 from gateway.wire.formats import FMT_RF_HEADER_2
 from gateway.wire.rfh2 import decode_rfh2
 
@@ -58,10 +60,14 @@ async def _open(svc: RequestReplyService, queue: str) -> tuple[Connection, Queue
     return conn, handle
 
 
-async def _serve(svc: RequestReplyService, queue: str, what: str, one: object) -> None:
-    """Get each message of ``queue`` under syncpoint and hand it to ``one(conn, msg)``,
+async def _serve(
+    svc: RequestReplyService,
+    queue: str,
+    what: str,
+    handle_one: Callable[[Connection, Message], Awaitable[None]],
+) -> None:
+    """Get each message of ``queue`` under syncpoint and hand it to ``handle_one``,
     which commits; a retriable failure backs out and retries with backoff."""
-    handle_one = one  # Callable[[Connection, Message], Awaitable[None]]
     delay = 0.1
     while svc.running:
         try:
@@ -80,7 +86,7 @@ async def _serve(svc: RequestReplyService, queue: str, what: str, one: object) -
                         continue
                     raise
                 try:
-                    await handle_one(conn, msg)  # type: ignore[operator]
+                    await handle_one(conn, msg)
                     delay = 0.1
                 except PluginError as exc:
                     with contextlib.suppress(MQError):
@@ -145,7 +151,8 @@ async def handle_reply(svc: RequestReplyService, conn: Connection, msg: Message)
     if kind.final:
         svc.store.finish_request(pending.key, kind.kind, svc.clock())
     await conn.commit()
-    svc.count(route.name, "replies_delivered" if kind.kind == "reply" else f"error_replies.{kind.kind}")
+    event = "replies_delivered" if kind.kind == "reply" else f"error_replies.{kind.kind}"
+    svc.count(route.name, event)
 
 
 # ------------------------------------------------------------------- service queues --
@@ -165,7 +172,7 @@ def _body_of(md_format: str, encoding: int, ccsid: int, body: bytes) -> tuple[
     if md_format.strip() != FMT_RF_HEADER_2.strip():
         return body, md_format, encoding, ccsid, []
     rfh2, length = decode_rfh2(body, encoding, ccsid=ccsid)
-    folders = [f.to_xml() if hasattr(f, "to_xml") else str(f) for f in rfh2.folders]
+    folders = [serialize_folder(f) for f in rfh2.folders]
     props, _ = usr_properties(folders)
     return body[length:], rfh2.format, rfh2.encoding, rfh2.coded_char_set_id, props
 
@@ -280,7 +287,9 @@ async def _time_out_request(svc: RequestReplyService, entry: PendingRequest) -> 
     svc.count(entry.route, "error_replies.timeout")
 
 
-async def _time_out_service(svc: RequestReplyService, conn: Connection, entry: PendingService) -> None:
+async def _time_out_service(
+    svc: RequestReplyService, conn: Connection, entry: PendingService
+) -> None:
     if wants_report(entry.report, Feedback.EXPIRATION):
         md = report_md(entry, int(Feedback.EXPIRATION), now=svc.clock())
         await svc.put_or_dead_letter(

@@ -19,10 +19,11 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from gateway.mq.port import Connection, MQError, PutOptions, QueueManager
-from gateway.plugin_api import Envelope, Exchanges, PluginError
+from gateway.plugin_api import Envelope, ExchangeHandler, Exchanges, PluginError
 from gateway.routing.addressing import (
     correlation_key,
     error_envelope,
@@ -127,8 +128,8 @@ class RequestReplyService:
                 await task
         self._tasks.clear()
 
-    def _spawn(self, coro: object, name: str) -> None:
-        task = asyncio.create_task(coro, name=name)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
         task.add_done_callback(_log_failure)
         self._tasks.append(task)
 
@@ -156,21 +157,17 @@ class RequestReplyService:
             raise PluginError(f"plugin instance {instance_name} is not started", retriable=True)
         await inst.produce(envelopes)
 
-    def _requests_handler(
-        self, route: RequestRoute
-    ) -> Callable[[Sequence[Envelope]], asyncio.Future[None]]:
+    def _requests_handler(self, route: RequestRoute) -> ExchangeHandler:
         async def handle(batch: Sequence[Envelope]) -> None:
             await self.on_requests(route, batch)
 
-        return handle  # type: ignore[return-value]
+        return handle
 
-    def _replies_handler(
-        self, route: ServiceRoute
-    ) -> Callable[[Sequence[Envelope]], asyncio.Future[None]]:
+    def _replies_handler(self, route: ServiceRoute) -> ExchangeHandler:
         async def handle(batch: Sequence[Envelope]) -> None:
             await self.on_responder_replies(route, batch)
 
-        return handle  # type: ignore[return-value]
+        return handle
 
     async def on_requests(self, route: RequestRoute, batch: Sequence[Envelope]) -> None:
         """Incoming requests → MQ REQUESTs: add_request → put+commit → mark_sent, then
