@@ -10,8 +10,11 @@ from collections.abc import Callable
 import pytest
 
 from gateway.mq.embedded.network import Network
+from gateway.mq.port import PutOptions
 from gateway.plugin_api import Envelope
 from gateway.wire.constants import MsgType, Report
+from gateway.wire.dlh import unwrap_from_dlq
+from gateway.wire.mqmd import MQMD
 from plugins.memory import get_bus
 from tests.network.network_helpers import drain, wait_for
 from tests.runtime.request_reply.conftest import Gateway, echo
@@ -130,3 +133,19 @@ async def test_request_to_an_unknown_queue_is_refused_with_the_reason(
     (err,) = await bus.exchanges.wait_on("r6", 1, timeout=10)
     body = json.loads(err.payload)
     assert body["error"] == "refused" and body["feedback"] == 2085
+
+
+async def test_reply_matching_no_request_is_dead_lettered_as_no_pending_request(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=[_route()])
+    svc = await gw.start(req="b7")
+    async with await net["GW"].qm.connect() as conn:
+        md = MQMD(msg_type=MsgType.REPLY, format="MQSTR", correl_id=b"U" * 24)
+        await conn.put1("MQGW.REPLY", md, b"stray", PutOptions())
+    await wait_for(lambda: svc.stats().get("replies_unmatched") == 1)
+    (dead,) = await drain(net["GW"].qm, "SYSTEM.DEAD.LETTER.QUEUE")
+    dlh, original, body = unwrap_from_dlq(dead.md, dead.body)
+    assert dlh.reason == 65537 and dlh.dest_q_name.strip() == "MQGW.REPLY"
+    assert original.correl_id == b"U" * 24 and body == b"stray"
+    assert get_bus("b7").exchanges.entries == []

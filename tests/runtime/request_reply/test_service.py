@@ -124,3 +124,16 @@ async def test_restart_between_request_and_reply(
     assert reply.md.correl_id == sent.msg_id and reply.body == b"42"
     await asyncio.sleep(0.2)
     assert len(get_bus("s5").exchanges.on("pricing/req")) == 1  # not produced again
+
+
+async def test_datagram_on_a_service_queue_is_forwarded_without_an_entry(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(services=[SERVICE])
+    svc = await gw.start(resp="s6")
+    async with await net["GW"].qm.connect() as conn:
+        await conn.put1("GW.PRICING", MQMD(format="MQSTR"), b"fyi", PutOptions())
+    (env,) = await get_bus("s6").exchanges.wait_on("pricing/req", 1, timeout=10)
+    assert env.payload == b"fyi" and env.reply_topic == "" and env.correlation_data == b""
+    await wait_for(lambda: svc.stats().get("service_requests") == 1)
+    assert svc.stats()["service_open"] == 0
