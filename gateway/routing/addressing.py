@@ -67,8 +67,9 @@ def _payload_format(env: Envelope) -> str:
 
 
 def _tenths(seconds: float) -> int:
-    """Seconds as an MQ Expiry (tenths of a second, at least 1)."""
-    return max(1, math.ceil(seconds * 10))
+    """Seconds as an MQ Expiry (tenths of a second, rounded up, at least 1). Rounded to
+    a microsecond first so float noise in ``expiry_at - now`` does not add a tenth."""
+    return max(1, math.ceil(round(seconds * 10, 5)))
 
 
 def request_md(

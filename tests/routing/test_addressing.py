@@ -208,8 +208,10 @@ def test_reply_and_report_ids_follow_the_request_report(
             if remaining is None:
                 assert md.expiry == -1
             else:
+                # The remaining time in tenths, rounded up (never expires early).
+                tenths = remaining * 10
                 assert md.expiry >= 1
-                assert md.expiry == max(1, -(-remaining * 10 // 1))
+                assert max(1.0, tenths - 1e-3) <= md.expiry < max(1.0, tenths) + 1
         else:
             assert (md.expiry, md.report) == (-1, 0)
         md.pack()
@@ -229,6 +231,8 @@ def test_reply_md_kind_and_format() -> None:
 def test_reply_md_remaining_expiry_in_tenths() -> None:
     pending = _pending_service(Report.PASS_DISCARD_AND_EXPIRY, expiry_at=NOW + 4.21)
     assert reply_md(pending, _env(), now=NOW).expiry == 43
+    exact = _pending_service(Report.PASS_DISCARD_AND_EXPIRY, expiry_at=NOW + 1.9)
+    assert reply_md(exact, _env(), now=NOW).expiry == 19  # no tenth added by float noise
     late = _pending_service(Report.PASS_DISCARD_AND_EXPIRY, expiry_at=NOW - 3)
     assert reply_md(late, _env(), now=NOW).expiry == 1
 
