@@ -116,7 +116,9 @@ def mosquitto_pub(broker: MosquittoBroker, topic: str, payload: str, *args: str)
     )  # fmt: skip
 
 
-async def mosquitto_sub(broker: MosquittoBroker, topic: str, fmt: str) -> asyncio.subprocess.Process:
+async def mosquitto_sub(
+    broker: MosquittoBroker, topic: str, fmt: str
+) -> asyncio.subprocess.Process:
     """``mosquitto_sub -V 5 -F fmt`` on ``topic``, returned once subscribed (a probe
     publication came back)."""
     probe = unique("rr-probe/")
