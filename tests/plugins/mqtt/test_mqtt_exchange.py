@@ -11,6 +11,7 @@ import contextlib
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,13 @@ from gateway.plugin_api import (
 )
 from plugins.mqtt import MqttConfig, MqttInstance
 from plugins.mqtt.exchange import TOPIC_REFUSED, to_reply_outgoing
-from tests.plugins.mqtt.mqtt_harness import client, collect, unique, user_props
+from tests.plugins.mqtt.mqtt_harness import (
+    FixedPortMosquitto,
+    client,
+    collect,
+    unique,
+    user_props,
+)
 
 pytestmark = [
     pytest.mark.mqtt,
@@ -83,7 +90,9 @@ class Handler:
                 await self.changed.wait()
 
 
-def config(broker: MosquittoBroker, protocol: str = "5", **inbound: Any) -> MqttConfig:
+def config(
+    broker: MosquittoBroker | FixedPortMosquitto, protocol: str = "5", **inbound: Any
+) -> MqttConfig:
     return MqttConfig.model_validate(
         {
             "host": broker.host,
@@ -106,7 +115,9 @@ async def started(cfg: MqttConfig) -> AsyncIterator[tuple[MqttInstance, Context]
         await instance.stop()
 
 
-def mosquitto_pub(broker: MosquittoBroker, topic: str, payload: str, *args: str) -> None:
+def mosquitto_pub(
+    broker: MosquittoBroker | FixedPortMosquitto, topic: str, payload: str, *args: str
+) -> None:
     version = "311" if "-V311" in args else "5"
     extra = [a for a in args if a != "-V311"]
     subprocess.run(
@@ -380,3 +391,50 @@ def test_reply_topic_names_mqtt_refuses(topic: str) -> None:
 
     with pytest.raises(MappingError):
         to_reply_outgoing(Envelope(stream="", topic=topic, payload=b""), v5=True)
+
+
+# ------------------------------------------------------------- subscriptions -----
+
+
+async def wait_healthy(instance: MqttInstance, healthy: bool, timeout: float = 30) -> None:
+    async with asyncio.timeout(timeout):
+        while instance.healthy() != healthy:
+            await asyncio.sleep(0.05)
+
+
+async def test_sources_are_resubscribed_after_a_lost_session_and_added_while_down(
+    tmp_path: Path,
+) -> None:
+    broker = FixedPortMosquitto(tmp_path / "mosquitto")
+    broker.start()
+    try:
+        cfg = config(broker).model_copy(
+            update={"reconnect_min_delay": 0.1, "reconnect_max_delay": 0.5}
+        )
+        async with started(cfg) as (instance, _):
+            first = Handler()
+            await instance.consume("first", ["rr-a/#"], first)
+            # The broker comes back without our session: every source is sent again.
+            broker.stop()
+            await wait_healthy(instance, False)
+            (broker.work_dir / "mosquitto.db").unlink()
+            broker.start()
+            await wait_healthy(instance, True)
+            await asyncio.to_thread(mosquitto_pub, broker, "rr-a/1", "after session loss")
+            await first.wait_for(1)
+            # A route added while the broker is down is subscribed on the next connection,
+            # though the broker kept the session (and the older source).
+            broker.stop()
+            await wait_healthy(instance, False)
+            second = Handler()
+            await instance.consume("second", ["rr-b/#"], second)
+            broker.start()
+            await wait_healthy(instance, True)
+            await asyncio.to_thread(mosquitto_pub, broker, "rr-b/1", "added while down")
+            await asyncio.to_thread(mosquitto_pub, broker, "rr-a/2", "kept")
+            await second.wait_for(1)
+            await first.wait_for(2)
+        assert [e.payload for e in first.envelopes] == [b"after session loss", b"kept"]
+        assert [e.payload for e in second.envelopes] == [b"added while down"]
+    finally:
+        broker.stop()
