@@ -172,11 +172,13 @@ class MqttExchanges:
         """Register ``route`` and subscribe its sources (idempotent per route)."""
         if self._stopping:
             raise PluginError(f"mqtt instance {self.origin!r} is stopping", retriable=True)
-        if route in self._routes:
-            return
-        r = _Route(route, tuple(dict.fromkeys(sources)), handler)
-        self._routes[route] = r
-        r.task = asyncio.create_task(self._run(r), name=f"mqtt-exchange-{self.origin}-{route}")
+        r = self._routes.get(route)
+        if r is None:
+            r = _Route(route, tuple(dict.fromkeys(sources)), handler)
+            self._routes[route] = r
+            r.task = asyncio.create_task(self._run(r), name=f"mqtt-exchange-{self.origin}-{route}")
+        # Again for a known route too: a SUBSCRIBE that failed before is retried (a
+        # no-op once the broker granted it).
         try:
             await self.connection.subscribe_added()
         except (MqttConnectionError, TimeoutError) as exc:
