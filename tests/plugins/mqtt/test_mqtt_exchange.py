@@ -20,6 +20,7 @@ from gateway.devstack import MosquittoBroker
 from gateway.plugin_api import (
     DeliveryRefusedError,
     Envelope,
+    Exchanges,
     PluginError,
     PublishRefusedError,
     Scheme,
@@ -217,6 +218,10 @@ async def test_consume_twice_is_idempotent(mqtt_broker: MosquittoBroker) -> None
         await no_more(first, 1)
         assert second.envelopes == []
         assert instance.stats()["exchange_handled"] == 1
+
+
+def test_the_instance_implements_exchanges(mqtt_broker: MosquittoBroker) -> None:
+    assert isinstance(MqttInstance("m1", config(mqtt_broker)), Exchanges)
 
 
 async def test_consume_before_start_is_retriable(mqtt_broker: MosquittoBroker) -> None:
