@@ -2,7 +2,11 @@
 driven by the external ``mosquitto_pub`` / ``mosquitto_sub`` clients: MQTT 5 reply
 properties in and out, MQTT 3.1.1 without them, acknowledgement only after the handler,
 refusals dead-lettered, idempotent ``consume``, and which side wins an overlap with the
-publish/subscribe inbound filters."""
+publish/subscribe inbound filters; plus the batch rules without a broker.
+
+A little over 500 lines on purpose: every test shares the recording handler, the
+instance fixture and the mosquitto_pub/mosquitto_sub helpers below.
+"""
 
 from __future__ import annotations
 
