@@ -201,8 +201,15 @@ class KafkaSink:
     """Produces the records of each MQ unit of work and waits for their acks."""
 
     def __init__(
-        self, config: KafkaPluginConfig, router: TopicRouter, *, instance: str, gateway_id: str
+        self,
+        config: KafkaPluginConfig,
+        router: TopicRouter | None,
+        *,
+        instance: str,
+        gateway_id: str,
     ) -> None:
+        """``router`` None: no outbound routes, the producer only serves
+        :meth:`deliver` (request/reply exchanges)."""
         self.config = config
         self.router = router
         self.instance = instance
@@ -252,7 +259,8 @@ class KafkaSink:
         producer = self._new_producer()
         try:
             await producer.start()
-            await self.topics.ensure(self.router.static_topics())
+            if self.router is not None:
+                await self.topics.ensure(self.router.static_topics())
             if self.ledger is not None:
                 await self.topics.ensure({self.ledger.topic: True})
                 known = await self.ledger.load(
@@ -309,6 +317,8 @@ class KafkaSink:
         """
         if not self._started:
             raise KafkaSendError(f"kafka instance {self.instance!r} is not started")
+        if self.router is None:
+            raise KafkaSendError(f"kafka instance {self.instance!r} has no outbound routes")
         records: list[tuple[int, OutboundRecord]] = []
         for index, d in enumerate(envelopes):
             if is_from_origin(d, self.instance):
@@ -320,6 +330,16 @@ class KafkaSink:
                 self.already_committed += 1
                 continue  # a transaction committed it before MQ could commit
             records.extend((index, r) for r in outbound_records(d, self.router, self.gateway_id))
+        await self.deliver(envelopes, records)
+
+    async def deliver(
+        self, envelopes: Sequence[Envelope], records: list[tuple[int, OutboundRecord]]
+    ) -> None:
+        """Produce ``records`` ((index in ``envelopes``, record)) and wait for every ack,
+        with :meth:`send`'s producer replacement and refusal rules: the one home of both
+        publication records and request/reply exchange records (plugins.kafka.exchange)."""
+        if not self._started:
+            raise KafkaSendError(f"kafka instance {self.instance!r} is not started")
         if not records:
             return
         refused: dict[int, BaseException] = {}
