@@ -136,7 +136,8 @@ class KafkaExchanges:
         self.instance = instance
         self.gateway_id = gateway_id
         self._outbound_sink = sink
-        self._own_sink: KafkaSink | None = None
+        #: The exchanges' own producer when the outbound sink's cannot be shared.
+        self.own_sink: KafkaSink | None = None
         self.consumers: dict[str, KafkaSource] = {}
         self.produced = 0
         self.refused = 0
@@ -175,11 +176,23 @@ class KafkaExchanges:
         self.produced += len(records)
 
     async def _sink(self) -> KafkaSink:
-        sink = self._outbound_sink() or self._own_sink
+        """The outbound sink when it has a plain producer; else (no outbound routes, or
+        exactly-once, whose transactions may not interleave with exchange records) a
+        producer of the exchanges' own, never transactional: the runtime filters
+        duplicate exchange records itself."""
+        outbound = self._outbound_sink()
+        if outbound is not None and outbound.ledger is None:
+            return outbound
+        sink = self.own_sink
         if sink is None:
-            sink = KafkaSink(self.config, None, instance=self.instance, gateway_id=self.gateway_id)
+            sink = KafkaSink(
+                self.config.model_copy(update={"delivery": "at_least_once"}),
+                None,
+                instance=self.instance,
+                gateway_id=self.gateway_id,
+            )
             await sink.start()
-            self._own_sink = sink
+            self.own_sink = sink
         return sink
 
     @property
@@ -203,6 +216,6 @@ class KafkaExchanges:
         consumers, self.consumers = self.consumers, {}
         for consumer in consumers.values():
             await consumer.stop()
-        sink, self._own_sink = self._own_sink, None
+        sink, self.own_sink = self.own_sink, None
         if sink is not None:
             await sink.stop()

@@ -336,14 +336,20 @@ class KafkaSink:
                 self.already_committed += 1
                 continue  # a transaction committed it before MQ could commit
             records.extend((index, r) for r in outbound_records(d, self.router, self.gateway_id))
-        await self.deliver(envelopes, records)
+        await self.deliver(envelopes, records, remember=True)
 
     async def deliver(
-        self, envelopes: Sequence[Envelope], records: list[tuple[int, OutboundRecord]]
+        self,
+        envelopes: Sequence[Envelope],
+        records: list[tuple[int, OutboundRecord]],
+        *,
+        remember: bool = False,
     ) -> None:
         """Produce ``records`` ((index in ``envelopes``, record)) and wait for every ack,
         with :meth:`send`'s producer replacement and refusal rules: the one home of both
-        publication records and request/reply exchange records (plugins.kafka.exchange)."""
+        publication records and request/reply exchange records (plugins.kafka.exchange).
+        ``remember``: keep what was delivered before a refusal for :meth:`send`'s resend
+        (publications only; exchange callers de-duplicate themselves)."""
         if not self._started:
             raise KafkaSendError(f"kafka instance {self.instance!r} is not started")
         if not records:
@@ -374,7 +380,8 @@ class KafkaSink:
         self._healthy = True
         self.sent += sum(1 for index, _ in records if index not in refused)
         if refused:
-            self._remember_delivered(envelopes, refused)
+            if remember:
+                self._remember_delivered(envelopes, refused)
             first = min(refused)
             cause = refused[first]
             reason = refusal_reason(cause) or MQRC_MSG_TOO_BIG_FOR_Q
@@ -386,7 +393,8 @@ class KafkaSink:
                 index=first,
                 reason=reason,
             ) from cause
-        self._forget_delivered()
+        if remember:
+            self._forget_delivered()
 
     async def _produce(
         self, records: list[tuple[int, OutboundRecord]], refused: dict[int, BaseException]

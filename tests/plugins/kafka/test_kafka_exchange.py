@@ -55,9 +55,10 @@ class _Context:
 
     gateway_id: str = GATEWAY_ID
     publisher: _Publisher = field(default_factory=_Publisher)
+    subscriptions: list[str] = field(default_factory=list)
 
     async def subscribe(self, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> None:
-        raise AssertionError("no pub/sub routes configured")
+        self.subscriptions.append(topic)
 
     async def unsubscribe(self, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> bool:
         raise AssertionError("no pub/sub routes configured")
@@ -330,3 +331,30 @@ async def test_record_larger_than_max_request_size_is_refused_with_2030(
     assert (refused.value.index, refused.value.reason) == (1, 2030)
     records = await consume(kafka_broker.bootstrap, target, 2)
     assert [(r.key, r.value) for r in records] == [(b"c1", b"small-1"), (b"c3", b"small-3")]
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
+async def test_produce_shares_the_outbound_producer_unless_it_is_transactional(
+    kafka_broker: KafkaBroker, delivery: str
+) -> None:
+    target, prefix = unique("rr-shared"), unique("rr-pubsub")
+    config = _config(
+        kafka_broker,
+        delivery=delivery,
+        outbound={"topic_template": prefix + ".{stream}"},
+    )
+    instance = await _started(config)
+    try:
+        await instance.produce([Envelope(stream="", topic=target, payload=b"r", reply_topic="x")])
+        exchanges = instance.exchanges
+        assert exchanges is not None and instance.sink is not None
+        if delivery == "at_least_once":
+            assert exchanges.own_sink is None  # the outbound sink's producer did it
+        else:  # never inside (or fencing) the outbound sink's transactions
+            assert exchanges.own_sink is not None and exchanges.own_sink.ledger is None
+            assert exchanges.own_sink.producer is not instance.sink.producer
+        assert exchanges.stats()["exchange_produced"] == 1
+    finally:
+        await instance.stop()
+    [record] = await consume(kafka_broker.bootstrap, target, 1)
+    assert (record.value, headers_of(record)) == (b"r", {"mq.reply.topic": b"x"})
