@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from gateway.devstack import KafkaBroker, console_tool_command
 from gateway.plugin_api import (
@@ -24,6 +24,8 @@ from gateway.plugin_api import (
     Scheme,
 )
 from plugins.kafka import KafkaInstance, KafkaPluginConfig
+from plugins.kafka.exchange import exchange_envelope, exchange_record
+from plugins.kafka.mapping import SkippedRecord
 from tests.plugins.kafka.kafka_harness import consume, headers_of, produce, unique
 
 pytestmark = [pytest.mark.kafka]
@@ -114,6 +116,43 @@ async def _committed(kafka_broker: KafkaBroker, group: str, topic: str) -> int |
 
 def test_kafka_instance_implements_exchanges() -> None:
     assert isinstance(KafkaInstance("kafka", KafkaPluginConfig()), Exchanges)
+
+
+def _record(headers: list[tuple[str, bytes]], key: bytes | None = None) -> Any:
+    return ConsumerRecord("t", 0, 7, 1_700_000_000_000, 0, key, None, None, 0, 0, headers)
+
+
+@pytest.mark.parametrize(
+    ("headers", "why"),
+    [
+        ([("mq.expiry", b"soon")], "not a whole number"),
+        ([("mq.reply.topic", b"\xff")], "not UTF-8"),
+        ([("colour", b"\xc3")], "not UTF-8"),
+    ],
+)
+def test_unreadable_reply_headers_refuse_the_record(
+    headers: list[tuple[str, bytes]], why: str
+) -> None:
+    with pytest.raises(SkippedRecord, match=why):
+        exchange_envelope(_record(headers), origin="kafka")
+
+
+def test_record_round_trip_keeps_reply_information_and_repeated_properties() -> None:
+    env = exchange_envelope(
+        _record(
+            [("a", b"1"), ("a", b"2"), ("mq.correlation", b"\x00\xff"), ("mq.expiry", b"0")],
+            key=b"k",
+        ),
+        origin="kafka",
+    )
+    assert (env.payload, env.expiry, env.correlation_data) == (b"", -1, b"\x00\xff")
+    assert env.property_items() == (("a", "1"), ("a", "2"))
+    assert env.put_time_ms == 1_700_000_000_000
+    record = exchange_record(env)
+    assert (record.topic, record.key, record.value) == ("t", b"\x00\xff", b"")
+    assert record.headers == [("a", b"1"), ("a", b"2"), ("mq.correlation", b"\x00\xff")]
+    bare = exchange_record(Envelope(stream="", topic="t", payload=b"p"))
+    assert (bare.key, bare.headers) == (None, [])
 
 
 async def test_console_producer_headers_reach_the_handler(kafka_broker: KafkaBroker) -> None:
