@@ -21,7 +21,7 @@ from gateway.routing.routes import ReportOption, RequestRoute
 from gateway.wire.chain import parse_message
 from gateway.wire.constants import CI_NONE, EI_UNLIMITED, MI_NONE
 from gateway.wire.errors import WireError
-from gateway.wire.folder import Element
+from gateway.wire.folder import usr_properties_of
 from gateway.wire.formats import FMT_NONE, FMT_RF_HEADER_2, FMT_STRING
 from gateway.wire.mqmd import MQMD, Feedback, MsgType, Persistence, Report
 from gateway.wire.rfh2 import MQRFH2
@@ -240,14 +240,6 @@ def error_envelope(
     )
 
 
-def _flatten(element: Element, path: str, out: dict[str, str]) -> None:
-    if not element.children:
-        out[path] = element.text
-        return
-    for child in element.children:
-        _flatten(child, f"{path}.{child.name}", out)
-
-
 def reply_envelope(pending: PendingRequest, md: MQMD, payload: bytes) -> Envelope:
     """An MQ reply as the exchange envelope for the requester.
 
@@ -277,8 +269,7 @@ def reply_envelope(pending: PendingRequest, md: MQMD, payload: bytes) -> Envelop
             for header in parsed.headers:
                 assert isinstance(header, MQRFH2)
                 for folder in header.folders_named("usr"):
-                    for child in folder.children:
-                        _flatten(child, child.name, properties)
+                    properties.update(usr_properties_of(folder)[0])
     properties["mq.msg.type"] = "reply"
     properties["mq.feedback"] = "0"
     return Envelope(

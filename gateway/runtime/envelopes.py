@@ -15,7 +15,7 @@ from gateway.pubsub.streams import STREAM_PREFIX
 from gateway.wire.ccsid import codec_name
 from gateway.wire.constants import Persistence
 from gateway.wire.errors import WireError
-from gateway.wire.folder import Element, parse_folder
+from gateway.wire.folder import usr_properties
 from gateway.wire.put_time import put_time_ms
 
 __all__ = ["envelope_of", "publisher_header_kind", "topic_within_stream", "usr_properties"]
@@ -30,41 +30,6 @@ def topic_within_stream(stream: str, seen_topic: str) -> str:
     if seen_topic.startswith(prefix):
         return seen_topic[len(prefix) :]
     return seen_topic
-
-
-def _flatten(
-    element: Element, path: str, props: list[tuple[str, str]], types: dict[str, str]
-) -> None:
-    if not element.children:
-        props.append((path, element.text))
-        dt = element.attributes.get("dt", "")
-        if dt:
-            types[path] = dt
-        return
-    for child in element.children:
-        _flatten(child, f"{path}.{child.name}", props, types)
-
-
-def usr_properties(folders: list[str]) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """(properties in message order, repeats kept; their ``dt`` types) of every ``usr``
-    folder among ``folders`` (RFH2 folder XML text). A nested group's elements get dotted
-    names (``group.name``), as IBM MQ names the message properties of a nested ``usr``
-    group. A folder that does not parse is skipped, not fatal (the engine accepted the
-    message)."""
-    props: list[tuple[str, str]] = []
-    types: dict[str, str] = {}
-    for text in folders:
-        if "usr" not in text[:16]:
-            continue
-        try:
-            root = parse_folder(text)
-        except WireError:
-            continue
-        if root.name != "usr":
-            continue
-        for child in root.children:
-            _flatten(child, child.name, props, types)
-    return props, types
 
 
 def publisher_header_kind(pub: Publication) -> str:

@@ -324,3 +324,48 @@ def parse_folder(text: str, *, offset: int = -1) -> Element:
     WireError MQRC_RFH_FORMAT_ERROR; ``offset`` is the folder's byte offset for errors.
     """
     return _Parser(text, offset).parse()
+
+
+def usr_properties_of(root: Element) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """(properties in message order, repeats kept; their ``dt`` types) of one parsed
+    ``usr`` folder. A nested group's elements get dotted names (``group.name``), as IBM MQ
+    names the message properties of a nested ``usr`` group."""
+    props: list[tuple[str, str]] = []
+    types: dict[str, str] = {}
+    for child in root.children:
+        _flatten(child, child.name, props, types)
+    return props, types
+
+
+def usr_properties(folders: Iterable[str]) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """:func:`usr_properties_of` over every ``usr`` folder among ``folders`` (MQRFH2
+    folder XML text). A folder that does not parse is skipped, not fatal (the message
+    was accepted before)."""
+    props: list[tuple[str, str]] = []
+    types: dict[str, str] = {}
+    for text in folders:
+        if "usr" not in text[:16]:
+            continue
+        try:
+            root = parse_folder(text)
+        except WireError:
+            continue
+        if root.name != "usr":
+            continue
+        more, more_types = usr_properties_of(root)
+        props.extend(more)
+        types.update(more_types)
+    return props, types
+
+
+def _flatten(
+    element: Element, path: str, props: list[tuple[str, str]], types: dict[str, str]
+) -> None:
+    if not element.children:
+        props.append((path, element.text))
+        dt = element.attributes.get("dt", "")
+        if dt:
+            types[path] = dt
+        return
+    for child in element.children:
+        _flatten(child, f"{path}.{child.name}", props, types)

@@ -31,10 +31,9 @@ from gateway.routing.addressing import (
 )
 from gateway.routing.correlation import PendingRequest, PendingService, State
 from gateway.routing.routes import ServiceRoute
-from gateway.runtime.envelopes import usr_properties
 from gateway.wire.constants import Feedback, MsgType, Persistence
 from gateway.wire.errors import WireError
-from gateway.wire.folder import serialize_folder
+from gateway.wire.folder import usr_properties_of
 from gateway.wire.formats import FMT_RF_HEADER_2
 from gateway.wire.rfh2 import decode_rfh2
 
@@ -172,8 +171,7 @@ def _body_of(md_format: str, encoding: int, ccsid: int, body: bytes) -> tuple[
     if md_format.strip() != FMT_RF_HEADER_2.strip():
         return body, md_format, encoding, ccsid, []
     rfh2, length = decode_rfh2(body, encoding, ccsid=ccsid)
-    folders = [serialize_folder(f) for f in rfh2.folders]
-    props, _ = usr_properties(folders)
+    props = [p for f in rfh2.folders_named("usr") for p in usr_properties_of(f)[0]]
     return body[length:], rfh2.format, rfh2.encoding, rfh2.coded_char_set_id, props
 
 

@@ -13,8 +13,7 @@ from pydantic import ValidationError
 
 from gateway.plugin_api import Envelope, Plugin, PluginInstance
 from gateway.pubsub.records import Publication
-from gateway.runtime.envelopes import usr_properties
-from gateway.wire.folder import Element
+from gateway.wire.folder import Element, usr_properties
 from gateway.wire.mqmd import MQMD
 from gateway.wire.put_time import put_time_ms
 from plugins.kafka import KafkaPluginConfig, plugin
