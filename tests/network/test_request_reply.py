@@ -87,7 +87,8 @@ UNKNOWN_QM = "NOWHERE.QM"
 async def test_the_network_routes_replies_home_through_the_aliases(tmp_path: Path) -> None:
     """Without gateway code: GW's queue manager puts requests naming its reply-to alias;
     the echo replies of QMA (same cluster) and QMC (other cluster, via QMB) reach
-    MQGW.REPLY on GW; TESTER's reply via its QM alias TESTREPLY reaches APP.REPLY."""
+    MQGW.REPLY on GW; GW's reply via TESTER's QM alias TESTREPLY reaches APP.REPLY; an
+    unknown ReplyToQMgr fails on GW with 2087; TESTER reaches MQGW.REPLY via GWREPLY."""
     net = await start_rr_network(tmp_path, gateway=False,
                                  extra_mqsc={GW: f"DEFINE QLOCAL({REPLY_QUEUE}) REPLACE\n"})
     try:
@@ -123,8 +124,19 @@ async def test_the_network_routes_replies_home_through_the_aliases(tmp_path: Pat
             await conn.put1(m.md.reply_to_q, MQMD(format="MQSTR", msg_type=MsgType.REPLY,
                                                   correl_id=m.md.msg_id),
                             b"118.50", q_mgr_name=m.md.reply_to_q_mgr)
+            # a ReplyToQMgr nothing resolves fails the put on GW (the gateway dead-letters)
+            with pytest.raises(MQError) as failed:
+                await conn.put1(APP_REPLY, MQMD(format="MQSTR", msg_type=MsgType.REPLY),
+                                b"lost", q_mgr_name=UNKNOWN_QM)
+            assert failed.value.reason == Reason.UNKNOWN_REMOTE_Q_MGR
         rep = await net.get(APP_REPLY, ARRIVE_S, "the reply to TESTER's request")
         assert rep.body == b"118.50" and rep.md.correl_id == req.msg_id
+        # a cluster member answers the gateway through GWREPLY (the restart test's path)
+        await net.put(REPLY_QUEUE, MQMD(format="MQSTR", msg_type=MsgType.REPLY), b"held",
+                      REPLY_QM_ALIAS)
+        async with await gw.connect() as conn:
+            h = await conn.open(REPLY_QUEUE, OpenOption.INPUT_SHARED)
+            assert (await h.get(GetOptions(wait_ms=int(ARRIVE_S * 1000)))).body == b"held"
     finally:
         await net.close()
 

@@ -64,8 +64,11 @@ APP_REPLY, TESTER_ALIAS, SVC_HELD = "APP.REPLY", "TESTREPLY", "SVC.HELD"
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 CLUSTER_XMITQ = "SYSTEM.CLUSTER.TRANSMIT.QUEUE"
 START_TIMEOUT = 90.0
-#: Cluster queues TESTER must be able to open before the tests start.
-JOINED_QUEUES = (SVC_QUOTE, SVC_IDLE, MYQ3, GW_PRICING, GW_WEATHER)
+#: (queue, queue manager) names TESTER must be able to open before the tests start: the
+#: cluster queues, and GW's reply queue through the QM alias GWREPLY (learnt now, so the
+#: test can answer the gateway while GW, TESTER's full repository, is stopped).
+JOINED_NAMES = ((SVC_QUOTE, ""), (SVC_IDLE, ""), (MYQ3, ""), (GW_PRICING, ""),
+                (GW_WEATHER, ""), (REPLY_QUEUE, REPLY_QM_ALIAS))
 #: The checkout (child processes run ``-m tests.support.mq_app`` from here).
 REPO = Path(__file__).resolve().parents[2]
 
@@ -193,11 +196,11 @@ class RRNetwork:
                 await asyncio.sleep(0.05)
 
     async def wait_joined(self, timeout: float = START_TIMEOUT) -> None:
-        """TESTER can open every cluster queue the tests address. TESTER's only full
-        repository is GW, so this also says GW (through QMA) knows them."""
+        """TESTER can open every name the tests address (``JOINED_NAMES``). TESTER's only
+        full repository is GW, so this also says GW (through QMA) knows them."""
         deadline = time.monotonic() + timeout
         while True:
-            missing = await self._unknown(JOINED_QUEUES)
+            missing = await self._unknown(JOINED_NAMES)
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -205,17 +208,17 @@ class RRNetwork:
                                    f"{self.log_tails()}")
             await asyncio.sleep(0.25)
 
-    async def _unknown(self, queues: Sequence[str]) -> list[str]:
-        """The queues TESTER cannot open yet (a partial repository learns a cluster queue
-        on first use; 2085 means not yet)."""
+    async def _unknown(self, names: Sequence[tuple[str, str]]) -> list[str]:
+        """The names TESTER cannot open yet (a partial repository learns a cluster queue
+        or queue-manager alias on first use; 2085/2087 mean not yet)."""
         out: list[str] = []
         async with await self.tester.qm.connect() as conn:
-            for q in queues:
+            for q, q_mgr in names:
                 try:
-                    h = await conn.open(q, OpenOption.OUTPUT)
+                    h = await conn.open(q, OpenOption.OUTPUT, q_mgr)
                     await h.close()
                 except MQError:
-                    out.append(q)
+                    out.append(f"{q}@{q_mgr}" if q_mgr else q)
         return out
 
     def stop(self, name: str) -> int | None:
