@@ -393,6 +393,7 @@ async def test_kafka_request_to_a_queue_in_cluster_other_through_bridge_qmb(rr: 
     [rec] = records
     assert rec.value == ECHO_PREFIX.decode() + "Q3-please"
     assert rec.headers.get("mq.correlation") == "corr-k-1", rec.headers
+    assert rec.key == "corr-k-1", "the reply record's key is the correlation data"
     assert "mq.error" not in rec.headers, rec.headers
 
 
@@ -400,9 +401,12 @@ async def test_kafka_request_to_a_queue_in_cluster_other_through_bridge_qmb(rr: 
 async def test_a_request_nobody_serves_gets_a_timeout_error_reply(rr: RR) -> None:
     req, resp = rr.t("idle/req/x"), rr.t("idle/resp/client1")
     sub = await mosquitto_sub(rr, resp)
+    asked = time.monotonic()
     await asyncio.to_thread(mqtt_request, rr, req, "anyone?", resp, "corr-idle-1")
     got = await mqtt_lines(sub, 1, IDLE_TIMEOUT_S + ARRIVE_S,
                            "the timeout error reply of the SVC.IDLE route", rr)
+    # not before the route's timeout (QUIET_S: mqtt_lines waited that long for a duplicate)
+    assert time.monotonic() - asked >= IDLE_TIMEOUT_S + QUIET_S
     assert len(got) == 1, f"one error reply, no duplicate: {got}"
     topic, corr, payload = got[0].split("|", 2)
     assert (topic, corr) == (resp, "corr-idle-1")
