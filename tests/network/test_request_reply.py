@@ -177,6 +177,8 @@ def _routes(base: str, prefix: str) -> dict[str, Any]:
         "requests": [
             {"name": "mqtt-quote", "plugin": "mqtt", "source": f"{base}/quote/req/#",
              "destination": SVC_QUOTE},
+            {"name": "mqtt-quote-qm", "plugin": "mqtt", "source": f"{base}/quoteqm/req/#",
+             "destination": f"{SVC_QUOTE}@{QMA}", "correlation": "correl_id"},
             {"name": "kafka-q3", "plugin": "kafka", "source": f"{prefix}.q3.requests",
              "destination": MYQ3},
             {"name": "mqtt-idle", "plugin": "mqtt", "source": f"{base}/idle/req/#",
@@ -316,15 +318,17 @@ def kafka_console_records(rr: RR, topic: str, count: int, timeout_s: float
     return out
 
 
-async def replied_at(rr: RR, name: str, queue: str, msg_id: bytes | None = None) -> str:
-    """The ``REPLIED`` line the echo responder of ``name`` logged for ``queue``."""
+async def replied_at(rr: RR, name: str, queue: str, body: bytes) -> list[str]:
+    """The fields of the ``REPLIED`` line (tests/support/mq_app.py) the echo responder of
+    ``name`` logged for the request ``body`` on ``queue``: queue, request MsgId, reply
+    CorrelId (hex), request Report, ReplyToQ@ReplyToQMgr."""
     deadline = time.monotonic() + ARRIVE_S
     proc = rr.net.process(name)
     while True:
         for line in proc.log_since_start().splitlines():
-            if line.startswith(f"REPLIED {queue} ") and (
-                    msg_id is None or line.split()[2] == msg_id.hex()):
-                return line
+            fields = line.split()
+            if fields[:2] == ["REPLIED", queue] and fields[-1] == body.hex():
+                return fields[1:-1]
         if time.monotonic() > deadline:
             raise AssertionError(f"the echo responder on {queue}@{name} never replied\n"
                                  f"{rr.net.log_tails()}")
@@ -375,11 +379,27 @@ async def test_mqtt5_request_to_a_cluster_queue_on_qma_replies_through_the_reply
     sub = await mosquitto_sub(rr, resp)
     await asyncio.to_thread(mqtt_request, rr, req, "IBM", resp, "corr-quote-1")
     # the echo service on QMA (cluster queue SVC.QUOTE) answered the gateway's request ...
-    line = await replied_at(rr, QMA, SVC_QUOTE)
-    assert line.split()[2] == line.split()[3], f"reply CorrelId is the request MsgId: {line}"
+    _, msg_id, correl_id, report, reply_to = await replied_at(rr, QMA, SVC_QUOTE, b"IBM")
+    assert correl_id == msg_id, "route correlation msg_id: the reply's CorrelId is the MsgId"
+    assert not int(report) & Report.PASS_CORREL_ID
+    assert int(report) & Report.EXCEPTION and int(report) & Report.EXPIRATION
+    assert reply_to == f"{REPLY_QUEUE}@{REPLY_QM_ALIAS}", "resolved by GW's reply-to alias"
     # ... and the reply came back through MQGW.REPLY.ALIAS -> MQGW.REPLY@GWREPLY -> GW
     got = await mqtt_lines(sub, 1, ARRIVE_S, "the reply to the MQTT 5 request", rr)
     assert got == [f"{resp}|corr-quote-1|{ECHO_PREFIX.decode()}IBM"], got
+
+
+@needs_mosquitto_clients
+async def test_mqtt5_request_to_queue_at_qmgr_with_pass_correl_id(rr: RR) -> None:
+    req, resp = rr.t("quoteqm/req/HUR"), rr.t("quoteqm/resp/client1")
+    sub = await mosquitto_sub(rr, resp)
+    await asyncio.to_thread(mqtt_request, rr, req, "HUR", resp, "corr-quote-2")
+    # destination SVC.QUOTE@QMA; PASS_CORREL_ID: the echo copies the request's CorrelId
+    _, msg_id, correl_id, report, _ = await replied_at(rr, QMA, SVC_QUOTE, b"HUR")
+    assert int(report) & Report.PASS_CORREL_ID
+    assert correl_id == msg_id, "correl_id mode: the token is both MsgId and CorrelId"
+    got = await mqtt_lines(sub, 1, ARRIVE_S, "the reply to the PASS_CORREL_ID request", rr)
+    assert got == [f"{resp}|corr-quote-2|{ECHO_PREFIX.decode()}HUR"], got
 
 
 async def test_kafka_request_to_a_queue_in_cluster_other_through_bridge_qmb(rr: RR) -> None:
@@ -387,7 +407,9 @@ async def test_kafka_request_to_a_queue_in_cluster_other_through_bridge_qmb(rr: 
     await asyncio.to_thread(kafka_request, rr, req, "Q3-please",
                             {"mq.reply.topic": resp, "mq.correlation": "corr-k-1"})
     # MYQ3 (QALIAS on the bridge QMB, cluster DEMO) -> Q3 on QMC (cluster OTHER)
-    await replied_at(rr, QMC, "Q3")
+    _, msg_id, correl_id, _, reply_to = await replied_at(rr, QMC, "Q3", b"Q3-please")
+    assert correl_id == msg_id
+    assert reply_to == f"{REPLY_QUEUE}@{REPLY_QM_ALIAS}", "QMC answers via GWREPLY (QMB)"
     records = await asyncio.to_thread(kafka_console_records, rr, resp, 1, ARRIVE_S)
     assert len(records) == 1, f"no reply on {resp}\n{rr.net.log_tails()}"
     [rec] = records

@@ -18,8 +18,10 @@ request MsgId with PASS_MSG_ID, else new; remaining Expiry with PASS_DISCARD_AND
 Persistence/Priority/Format/CCSID/Encoding of the request; then commits. A reply that
 cannot be put (unknown queue manager, ...) is logged and the request committed, as a
 simple application would; a message without ReplyToQ is consumed silently. It prints
-``READY <QM> 127.0.0.1 <port>`` once the node listens and ``REPLIED <queue> <msgid hex>
-<correlid hex>`` per reply, so a test can wait for it.
+``READY <QM> 127.0.0.1 <port>`` once the node listens and ``REPLIED <queue> <request
+msgid hex> <reply correlid hex> <request report> <ReplyToQ>@<ReplyToQMgr> <request body hex>``
+per reply, so
+a test can wait for it and check the request the gateway put.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ async def echo(qm: EmbeddedQueueManager, queue: str, stop: asyncio.Event) -> Non
                     log.warning("reply to %s@%s failed: %s", md.reply_to_q,
                                 md.reply_to_q_mgr, exc)
                 else:
-                    print(f"REPLIED {queue} {md.msg_id.hex()} {put.correl_id.hex()}",
+                    print(f"REPLIED {queue} {md.msg_id.hex()} {put.correl_id.hex()} "
+                          f"{md.report} {md.reply_to_q}@{md.reply_to_q_mgr} {msg.body.hex()}",
                           flush=True)
             await conn.commit()
 
