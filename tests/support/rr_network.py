@@ -7,7 +7,8 @@ the end-to-end tests run a real network of processes on 127.0.0.1 (free ports)::
     cluster DEMO:  GW (mqgw run, full repository)   QMA (full repository, SVC.QUOTE,
                    TESTER (this process, requester)  SVC.IDLE)
                    QMB (bridge, also in OTHER: QALIAS MYQ3 -> Q3; advertises in OTHER the
-                        QM aliases GW and GWREPLY so OTHER's members reach the gateway)
+                        QM aliases GW, GWREPLY and TESTREPLY so OTHER's members reach
+                        the gateway and TESTER)
     cluster OTHER: QMC (full repository of OTHER, Q3)
 
 * GW: ``mqgw run`` (or a plain queue-manager node with the same MQSC, ``gateway=None``,
@@ -27,6 +28,10 @@ the end-to-end tests run a real network of processes on 127.0.0.1 (free ports)::
   APP.REPLY. It also hosts ``SVC.HELD`` (cluster queue) for requests the test answers
   itself, at a moment it chooses (the restart test).
 
+Start-up waits until TESTER can open every cluster queue the tests address and an echo
+probe TESTER -> MYQ3 -> Q3@QMC -> PROBE.REPLY@TESTREPLY came back (before QMB has learnt
+Q3 from OTHER it dead-letters MYQ3 messages with 2082, as MQ does).
+
 Every queue manager finds the others by name: ``CONNAME('QMA')`` through the address book
 (the topology file's fixed ports; ``queue_manager.address_book`` in GW's YAML).
 """
@@ -45,6 +50,7 @@ import yaml
 
 from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption
+from gateway.wire.constants import MsgType
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from tests.support.gateway_process import ChildProcess, GatewayProcess, write_config
@@ -61,6 +67,8 @@ SVC_QUOTE, SVC_IDLE, MYQ3, Q3 = "SVC.QUOTE", "SVC.IDLE", "MYQ3", "Q3"
 GW_PRICING, GW_WEATHER = "GW.PRICING", "GW.WEATHER"
 #: TESTER: its reply queue, the QM alias its requests name, the queue the test serves.
 APP_REPLY, TESTER_ALIAS, SVC_HELD = "APP.REPLY", "TESTREPLY", "SVC.HELD"
+#: Where the start-up probe's echo replies arrive on TESTER.
+PROBE_REPLY = "PROBE.REPLY"
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 CLUSTER_XMITQ = "SYSTEM.CLUSTER.TRANSMIT.QUEUE"
 START_TIMEOUT = 90.0
@@ -102,6 +110,8 @@ def network_mqsc() -> dict[str, str]:
         + f"DEFINE QALIAS({MYQ3}) TARGET({Q3}) CLUSTER({DEMO}) DEFBIND(NOTFIXED) REPLACE\n"
         f"DEFINE QREMOTE({GW}) RNAME(' ') RQMNAME({GW}) CLUSTER({OTHER}) REPLACE\n"
         f"DEFINE QREMOTE({REPLY_QM_ALIAS}) RNAME(' ') RQMNAME({GW}) CLUSTER({OTHER}) "
+        "REPLACE\n"
+        f"DEFINE QREMOTE({TESTER_ALIAS}) RNAME(' ') RQMNAME({TESTER}) CLUSTER({OTHER}) "
         "REPLACE\n",
         QMC: f"ALTER QMGR REPOS({OTHER})\n" + _clusrcvr(QMC, OTHER)
         + f"DEFINE QLOCAL({Q3}) CLUSTER({OTHER}) DEFPSIST(YES) REPLACE\n",
@@ -109,6 +119,7 @@ def network_mqsc() -> dict[str, str]:
         + f"DEFINE QREMOTE({TESTER_ALIAS}) RNAME(' ') RQMNAME({TESTER}) CLUSTER({DEMO}) "
         "REPLACE\n"
         f"DEFINE QLOCAL({APP_REPLY}) DEFPSIST(YES) REPLACE\n"
+        f"DEFINE QLOCAL({PROBE_REPLY}) REPLACE\n"
         f"DEFINE QLOCAL({SVC_HELD}) CLUSTER({DEMO}) DEFPSIST(YES) REPLACE\n",
     }
 
@@ -202,11 +213,37 @@ class RRNetwork:
         while True:
             missing = await self._unknown(JOINED_NAMES)
             if not missing:
-                return
+                break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"TESTER cannot open {missing} (cluster not joined)\n"
                                    f"{self.log_tails()}")
             await asyncio.sleep(0.25)
+        await self._probe_other(deadline)
+
+    async def _probe_other(self, deadline: float) -> None:
+        """Echo requests from TESTER to MYQ3 until one is answered: QMB knows Q3 in OTHER
+        and QMC reaches back through QMB's QM aliases (TESTREPLY, advertised with GWREPLY).
+        Until then QMB dead-letters MYQ3 messages with 2082, as MQ does while a partial
+        repository has not learnt the alias's target: lost probes stay on QMB's DLQ."""
+        n = 0
+        while True:
+            n += 1
+            md = MQMD(format="MQSTR", msg_type=MsgType.REQUEST, reply_to_q=PROBE_REPLY,
+                      reply_to_q_mgr=TESTER_ALIAS)
+            sent = await self.put(MYQ3, md, f"probe {n}".encode())
+            async with await self.tester.qm.connect() as conn:
+                h = await conn.open(PROBE_REPLY, OpenOption.INPUT_SHARED)
+                try:
+                    got = await h.get(GetOptions(wait_ms=2000, match_correl_id=sent.msg_id))
+                except MQError as exc:
+                    if exc.reason != Reason.NO_MSG_AVAILABLE:
+                        raise
+                else:
+                    assert got.body.endswith(f"probe {n}".encode())
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no echo from Q3@QMC to {n} probes put to MYQ3\n"
+                                   f"{self.log_tails()}")
 
     async def _unknown(self, names: Sequence[tuple[str, str]]) -> list[str]:
         """The names TESTER cannot open yet (a partial repository learns a cluster queue
