@@ -473,8 +473,12 @@ async def test_an_mq_application_calls_an_mqtt5_responder(rr: RR) -> None:
                               protocol=aiomqtt.ProtocolVersion.V5) as client:
         await client.subscribe(target, qos=1)
         sent = await rr.net.put(GW_WEATHER, request_md(), b"weather LHR")
-        async with asyncio.timeout(ARRIVE_S):
-            msg = await anext(aiter(client.messages))
+        try:
+            async with asyncio.timeout(ARRIVE_S):
+                msg = await anext(aiter(client.messages))
+        except TimeoutError:
+            raise AssertionError(f"the MQ request on GW.WEATHER never reached {target} "
+                                 f"within {ARRIVE_S:.0f} s\n{rr.net.log_tails()}") from None
         props = msg.properties
         assert props is not None, "the forwarded request has no MQTT 5 properties"
         assert msg.payload == b"weather LHR"
