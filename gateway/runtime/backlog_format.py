@@ -45,7 +45,7 @@ _LENGTH = struct.Struct(">I")
 BACKLOG_QUEUE_PREFIX = "SYSTEM.MQGW.SINK."
 _MQ_NAME = re.compile(r"^[A-Za-z0-9._/%]{1,48}$")
 
-_BYTES_FIELDS = frozenset({"correl_id", "msg_id"})
+_BYTES_FIELDS = frozenset({"correl_id", "msg_id", "correlation_data"})
 _MAP_FIELDS = frozenset({"properties", "property_types"})
 #: tuples of (name, value) string pairs
 _PAIR_FIELDS = frozenset({"name_value_pairs", "property_list"})

@@ -12,9 +12,10 @@ from dataclasses import asdict
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Envelope, PluginContext, PluginError, Scheme
+from gateway.plugin_api import Envelope, ExchangeHandler, PluginContext, PluginError, Scheme
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError, TopicCollisionError
+from plugins.kafka.exchange import KafkaExchanges
 from plugins.kafka.mapping import TopicRouter
 from plugins.kafka.sink import KafkaSink
 from plugins.kafka.source import KafkaSource
@@ -31,7 +32,8 @@ __all__ = [
 
 class KafkaInstance:
     """One configured ``kafka`` instance: an engine sink (outbound) and/or a consumer
-    publishing into the engine (inbound)."""
+    publishing into the engine (inbound), and request/reply exchanges (``Exchanges``,
+    plugins.kafka.exchange) for the runtime's request/reply routes."""
 
     def __init__(self, name: str, config: KafkaPluginConfig) -> None:
         self._name = name
@@ -42,6 +44,7 @@ class KafkaInstance:
         )
         self.sink: KafkaSink | None = None
         self.source: KafkaSource | None = None
+        self.exchanges: KafkaExchanges | None = None
 
     @property
     def name(self) -> str:
@@ -56,6 +59,9 @@ class KafkaInstance:
 
     async def start(self, context: PluginContext) -> None:
         gateway_id = context.gateway_id
+        self.exchanges = KafkaExchanges(
+            self.config, instance=self._name, gateway_id=gateway_id, sink=lambda: self.sink
+        )
         try:
             if self.router is not None:
                 self.sink = KafkaSink(
@@ -82,11 +88,29 @@ class KafkaInstance:
             )
         await self.sink.send(envelopes)
 
+    def _started_exchanges(self) -> KafkaExchanges:
+        if self.exchanges is None:
+            raise KafkaPluginError(f"kafka instance {self._name!r} is not started", retriable=True)
+        return self.exchanges
+
+    async def consume(self, route: str, sources: Sequence[str], handler: ExchangeHandler) -> None:
+        """Hand records of ``sources`` to ``handler`` (consumer group
+        ``<gateway_id>.rr.<route>``); idempotent per route."""
+        await self._started_exchanges().consume(route, sources, handler)
+
+    async def produce(self, envelopes: Sequence[Envelope]) -> None:
+        """Produce exchange envelopes (acks=all); DeliveryRefusedError for one Kafka
+        refuses for good."""
+        await self._started_exchanges().produce(envelopes)
+
     async def flush(self) -> None:
         if self.sink is not None:
             await self.sink.flush()
 
     async def stop(self) -> None:
+        exchanges, self.exchanges = self.exchanges, None
+        if exchanges is not None:
+            await exchanges.stop()
         source, self.source = self.source, None
         if source is not None:
             await source.stop()
@@ -101,6 +125,8 @@ class KafkaInstance:
         if self.source is not None:
             for key, value in asdict(self.source.counters).items():
                 out[f"inbound_{key}"] = value
+        if self.exchanges is not None:
+            out.update(self.exchanges.stats())
         return out
 
     def healthy(self) -> bool:
@@ -108,7 +134,8 @@ class KafkaInstance:
         inbound_ok = not self.config.inbound.topics or (
             self.source is not None and self.source.healthy
         )
-        return outbound_ok and inbound_ok
+        exchanges_ok = self.exchanges is None or self.exchanges.healthy
+        return outbound_ok and inbound_ok and exchanges_ok
 
 
 class KafkaPlugin:

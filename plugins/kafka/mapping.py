@@ -227,7 +227,7 @@ class OutboundRecord:
     """One Kafka record to produce (``value`` None: a tombstone)."""
 
     topic: str
-    key: bytes
+    key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     #: True for the retained topic (created with cleanup.policy=compact).

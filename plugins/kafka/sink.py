@@ -6,7 +6,13 @@ once Kafka acknowledged every record of the batch. A transient failure raises re
 Kafka no longer accepts (e.g. ``OutOfOrderSequenceNumber`` after the broker restarted)
 is replaced by a new one before the retry, so a broker restart never wedges the stream.
 A record Kafka can never accept raises :class:`DeliveryRefusedError` for its envelope
-only, after every other envelope of the batch was delivered.
+only, after every other envelope of the batch was delivered. :meth:`KafkaSink.deliver`
+is the one way records reach Kafka: publications (:meth:`KafkaSink.send`) and
+request/reply exchange records (plugins.kafka.exchange) alike.
+
+Size (~525 lines, over the ~500 guide): the send/refusal/producer-replacement rules and
+the exactly-once transaction share their state and are one unit; ``client_args`` and
+``TopicCreator`` (also used by the source) are what could move to a module of their own.
 """
 
 from __future__ import annotations
@@ -201,8 +207,15 @@ class KafkaSink:
     """Produces the records of each MQ unit of work and waits for their acks."""
 
     def __init__(
-        self, config: KafkaPluginConfig, router: TopicRouter, *, instance: str, gateway_id: str
+        self,
+        config: KafkaPluginConfig,
+        router: TopicRouter | None,
+        *,
+        instance: str,
+        gateway_id: str,
     ) -> None:
+        """``router`` None: no outbound routes, the producer only serves
+        :meth:`deliver` (request/reply exchanges)."""
         self.config = config
         self.router = router
         self.instance = instance
@@ -252,7 +265,8 @@ class KafkaSink:
         producer = self._new_producer()
         try:
             await producer.start()
-            await self.topics.ensure(self.router.static_topics())
+            if self.router is not None:
+                await self.topics.ensure(self.router.static_topics())
             if self.ledger is not None:
                 await self.topics.ensure({self.ledger.topic: True})
                 known = await self.ledger.load(
@@ -309,6 +323,8 @@ class KafkaSink:
         """
         if not self._started:
             raise KafkaSendError(f"kafka instance {self.instance!r} is not started")
+        if self.router is None:
+            raise KafkaSendError(f"kafka instance {self.instance!r} has no outbound routes")
         records: list[tuple[int, OutboundRecord]] = []
         for index, d in enumerate(envelopes):
             if is_from_origin(d, self.instance):
@@ -320,6 +336,22 @@ class KafkaSink:
                 self.already_committed += 1
                 continue  # a transaction committed it before MQ could commit
             records.extend((index, r) for r in outbound_records(d, self.router, self.gateway_id))
+        await self.deliver(envelopes, records, remember=True)
+
+    async def deliver(
+        self,
+        envelopes: Sequence[Envelope],
+        records: list[tuple[int, OutboundRecord]],
+        *,
+        remember: bool = False,
+    ) -> None:
+        """Produce ``records`` ((index in ``envelopes``, record)) and wait for every ack,
+        with :meth:`send`'s producer replacement and refusal rules: the one home of both
+        publication records and request/reply exchange records (plugins.kafka.exchange).
+        ``remember``: keep what was delivered before a refusal for :meth:`send`'s resend
+        (publications only; exchange callers de-duplicate themselves)."""
+        if not self._started:
+            raise KafkaSendError(f"kafka instance {self.instance!r} is not started")
         if not records:
             return
         refused: dict[int, BaseException] = {}
@@ -348,7 +380,8 @@ class KafkaSink:
         self._healthy = True
         self.sent += sum(1 for index, _ in records if index not in refused)
         if refused:
-            self._remember_delivered(envelopes, refused)
+            if remember:
+                self._remember_delivered(envelopes, refused)
             first = min(refused)
             cause = refused[first]
             reason = refusal_reason(cause) or MQRC_MSG_TOO_BIG_FOR_Q
@@ -360,7 +393,8 @@ class KafkaSink:
                 index=first,
                 reason=reason,
             ) from cause
-        self._forget_delivered()
+        if remember:
+            self._forget_delivered()
 
     async def _produce(
         self, records: list[tuple[int, OutboundRecord]], refused: dict[int, BaseException]

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -35,6 +35,11 @@ from plugins.kafka.sink import TopicCreator, client_args, producer_state_is_brok
 
 log = logging.getLogger(__name__)
 
+
+#: Turns one consumed record into the envelope handed on; None skips it (the instance's
+#: own record), :class:`SkippedRecord` refuses it (dead-lettered). The default maps per
+#: ``inbound.topics``; request/reply exchanges (plugins.kafka.exchange) pass their own.
+RecordMapper = Callable[[ConsumerRecord[bytes, bytes]], Envelope | None]
 
 #: Offset commits tried after a successful publish before moving on (never rewinding).
 COMMIT_ATTEMPTS = 5
@@ -67,7 +72,12 @@ class _Refused:
 
 
 class KafkaSource:
-    """Consumes the configured topics and publishes each batch in one MQ unit of work."""
+    """Consumes the configured topics and publishes each batch in one MQ unit of work.
+
+    The same loop (commit after the hand-over, dead-letter topic for refused records,
+    rewind on failure) serves request/reply exchanges: they pass their own ``topics``,
+    ``group_id``, ``mapper`` and a ``publisher`` that calls the exchange handler.
+    """
 
     def __init__(
         self,
@@ -76,13 +86,25 @@ class KafkaSource:
         *,
         instance: str,
         gateway_id: str,
+        topics: Sequence[str] | None = None,
+        group_id: str | None = None,
+        mapper: RecordMapper | None = None,
+        auto_offset_reset: str | None = None,
+        handled_before_refusal: bool = False,
     ) -> None:
         self.config = config
         self.publisher = publisher
         self.instance = instance
         self.gateway_id = gateway_id
         self.routes = {t.kafka_topic: t.route() for t in config.inbound.topics}
-        self.group_id = config.inbound.group_id or f"mqgw.{gateway_id}.{instance}"
+        if topics is not None:
+            self.routes = {topic: InboundRoute(topic) for topic in topics}
+        self.group_id = group_id or config.inbound.group_id or f"mqgw.{gateway_id}.{instance}"
+        self.mapper: RecordMapper = mapper or self._publication
+        self.auto_offset_reset = auto_offset_reset or config.inbound.auto_offset_reset
+        #: On PublishRefusedError the envelopes before ``.index`` count as handled (an
+        #: exchange handler takes them one by one), not as rolled back with the batch.
+        self.handled_before_refusal = handled_before_refusal
         self.counters = SourceCounters()
         self.consumer: AIOKafkaConsumer | None = None
         self._dead_letter_producer: AIOKafkaProducer | None = None
@@ -97,13 +119,12 @@ class KafkaSource:
     async def start(self) -> None:
         if not self.routes:
             return
-        inbound = self.config.inbound
         consumer = AIOKafkaConsumer(
             *self.routes,
             **client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}"),
             group_id=self.group_id,
             enable_auto_commit=False,
-            auto_offset_reset=inbound.auto_offset_reset,
+            auto_offset_reset=self.auto_offset_reset,
             isolation_level="read_committed",
         )
         try:
@@ -120,7 +141,9 @@ class KafkaSource:
             ) from exc
         self.consumer = consumer
         self._stop.clear()
-        self._task = asyncio.create_task(self._run(consumer), name=f"kafka-source:{self.instance}")
+        self._task = asyncio.create_task(
+            self._run(consumer), name=f"kafka-source:{self.instance}:{self.group_id}"
+        )
 
     async def stop(self) -> None:
         """Finish the batch in progress (publish + commit), then leave the group."""
@@ -186,8 +209,7 @@ class KafkaSource:
         refused: list[_Refused] = []
         offsets: dict[TopicPartition, int] = {}
         for tp, records in batches.items():
-            route = self.routes.get(tp.topic) or InboundRoute(tp.topic)
-            pending.extend(self._map(route, records, refused))
+            pending.extend(self._map(records, refused))
             offsets[tp] = records[-1].offset + 1
         while pending:
             try:
@@ -197,6 +219,9 @@ class KafkaSource:
                     raise
                 # This one can never be published: dead-letter it, publish the rest.
                 rec, bad = pending.pop(exc.index)
+                if self.handled_before_refusal:
+                    self.counters.published += exc.index
+                    del pending[: exc.index]
                 self.counters.skipped_invalid += 1
                 refused.append(_Refused(rec, str(exc), exc.reason))
                 log.warning(
@@ -322,9 +347,19 @@ class KafkaSource:
             self.counters.commits += 1
             return
 
+    def _publication(self, rec: ConsumerRecord[bytes, bytes]) -> Envelope | None:
+        """The default mapper: the record as a publication per its ``inbound.topics``."""
+        return inbound_publication(
+            self.routes.get(rec.topic) or InboundRoute(rec.topic),
+            rec.key,
+            rec.value,
+            rec.headers,
+            gateway_id=self.gateway_id,
+            instance=self.instance,
+        )
+
     def _map(
         self,
-        route: InboundRoute,
         records: Sequence[ConsumerRecord[bytes, bytes]],
         refused: list[_Refused],
     ) -> list[tuple[ConsumerRecord[bytes, bytes], Envelope]]:
@@ -332,14 +367,7 @@ class KafkaSource:
         for rec in records:
             self.counters.consumed += 1
             try:
-                pub = inbound_publication(
-                    route,
-                    rec.key,
-                    rec.value,
-                    rec.headers,
-                    gateway_id=self.gateway_id,
-                    instance=self.instance,
-                )
+                pub = self.mapper(rec)
             except SkippedRecord as exc:
                 self.counters.skipped_invalid += 1
                 refused.append(_Refused(rec, exc.why))

@@ -18,9 +18,9 @@ One paho client lives for the whole process and is reconnected, so its MQTT sess
 state (packet ids, QoS 2 handshakes in flight) stays in step with the broker's
 persistent session (clean start off; MQTT 5 session expiry).
 
-A little over 500 lines on purpose: the socket callbacks, the reconnect loop and the
-in-flight publish/ack bookkeeping share that one client's state; split, each part
-would reach into the others' private fields.
+About 600 lines on purpose: the socket callbacks, the reconnect loop, the subscription
+bookkeeping and the in-flight publish/ack bookkeeping share that one client's state;
+split, each part would reach into the others' private fields.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ class Outgoing:
     user_properties: Sequence[tuple[str, str]] = ()
     expiry_interval: int | None = None
     utf8: bool = False
+    #: MQTT 5 request/reply information (docs/mqtt-plugin.md "Request/reply").
+    response_topic: str = ""
+    correlation_data: bytes = b""
 
 
 @dataclass(slots=True)
@@ -135,6 +138,9 @@ class MqttConnection:
         #: CONNACK received and socket not lost (``connected`` also needs SUBACK)
         self._link_up = False
         self._subscribed_once = False
+        #: subscriptions the broker granted in the current session (what a session that
+        #: survived a reconnect already holds)
+        self._granted: set[tuple[str, int]] = set()
         self._closing = False
         self._misc_task: asyncio.Task[None] | None = None
         self._reconnect_task: asyncio.Task[None] | None = None
@@ -269,9 +275,33 @@ class MqttConnection:
         """Subscribe on the first connection of this process (the config may have
         changed) and whenever the broker lost our session; otherwise the session has
         the subscriptions and the unacknowledged messages already."""
-        subs = list(self._subscriptions())
-        if not subs or (session_present and self._subscribed_once):
+        subs = list(dict.fromkeys(self._subscriptions()))
+        if session_present and self._subscribed_once:
+            # The session has them, except those added since (``subscribe_added``)
+            # that never reached the broker.
+            subs = [s for s in subs if s not in self._granted]
+        else:
+            self._granted.clear()
+        if subs:
+            await self._subscribe(subs)
+        self._subscribed_once = True
+        # Sources added while that SUBSCRIBE was in flight (``subscribe_added`` sends
+        # nothing until the connection counts as up).
+        while added := [s for s in dict.fromkeys(self._subscriptions()) if s not in self._granted]:
+            await self._subscribe(added)
+
+    async def subscribe_added(self) -> None:
+        """Subscribe now to what :attr:`subscriptions` gained since the last SUBSCRIBE
+        (request/reply sources added at run time). While disconnected nothing is sent:
+        the next connection subscribes them. Raises :class:`MqttConnectionError` when
+        the broker refuses one."""
+        if not self._connected.is_set():
             return
+        subs = [s for s in dict.fromkeys(self._subscriptions()) if s not in self._granted]
+        if subs:
+            await self._subscribe(subs)
+
+    async def _subscribe(self, subs: list[tuple[str, int]]) -> None:
         if self.v5:
             topics: list[tuple[str, SubscribeOptions]] = [
                 (
@@ -307,7 +337,7 @@ class MqttConnection:
                 + ", ".join(f"{topic!r} (reason 0x{code:02X})" for topic, code in refused),
                 refused[0][1],
             )
-        self._subscribed_once = True
+        self._granted.update(subs)
 
     def _schedule_reconnect(self) -> None:
         if self._closing or (self._reconnect_task and not self._reconnect_task.done()):
@@ -343,8 +373,18 @@ class MqttConnection:
         futures: list[asyncio.Future[None]] = []
         for msg in messages:
             props: Properties | None = None
-            if self.v5 and (msg.user_properties or msg.expiry_interval is not None or msg.utf8):
+            if self.v5 and (
+                msg.user_properties
+                or msg.expiry_interval is not None
+                or msg.utf8
+                or msg.response_topic
+                or msg.correlation_data
+            ):
                 props = _properties(PacketTypes.PUBLISH)
+                if msg.response_topic:
+                    props.ResponseTopic = msg.response_topic
+                if msg.correlation_data:
+                    props.CorrelationData = msg.correlation_data
                 if msg.user_properties:
                     props.UserProperty = list(msg.user_properties)
                 if msg.expiry_interval is not None:

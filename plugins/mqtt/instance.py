@@ -1,17 +1,20 @@
-"""One configured ``mqtt`` plugin instance: a connection, its sink and its source."""
+"""One configured ``mqtt`` plugin instance: a connection, its sink, its source and its
+request/reply exchanges."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from gateway.plugin_api import Envelope, PluginContext, PluginError, Scheme
+from gateway.plugin_api import Envelope, ExchangeHandler, PluginContext, PluginError, Scheme
 from plugins.mqtt.config import MqttConfig
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Received
+from plugins.mqtt.exchange import MqttExchanges
 from plugins.mqtt.mapping import echo_filters
 from plugins.mqtt.sink import MqttSink
-from plugins.mqtt.source import MqttSource
+from plugins.mqtt.source import MqttSource, find_filter
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +22,13 @@ log = logging.getLogger(__name__)
 def default_client_id(gateway_id: str, instance_name: str) -> str:
     """Stable across restarts, unique per gateway and instance (persistent session)."""
     return f"mqgw-{gateway_id}-{instance_name}"
+
+
+#: Seconds after start during which a message that matches neither an inbound filter
+#: nor a registered exchange source is held (unacknowledged) for a route the runtime has
+#: yet to register: the persistent session hands over queued requests right behind the
+#: CONNACK, before ``consume`` is called. Unclaimed after that: the source's rule.
+CLAIM_GRACE = 5.0
 
 
 class MqttInstance:
@@ -30,6 +40,10 @@ class MqttInstance:
         self.connection: MqttConnection | None = None
         self.sink: MqttSink | None = None
         self.source: MqttSource | None = None
+        self.exchanges: MqttExchanges | None = None
+        self._held: list[Received] = []
+        self._hold_until = 0.0
+        self._release: asyncio.TimerHandle | None = None
 
     @property
     def name(self) -> str:
@@ -63,9 +77,20 @@ class MqttInstance:
             cfg, client_id, on_message=self._on_message, subscriptions=self._subscriptions
         )
         self.source = MqttSource(cfg.inbound, connection, context.publisher, self._name)
+        self.exchanges = MqttExchanges(
+            connection,
+            origin=self._name,
+            dead_letter_topic=cfg.inbound.dead_letter_topic,
+            ack_timeout=cfg.outbound.ack_timeout,
+        )
+        loop = asyncio.get_running_loop()
+        self._held = []
+        self._hold_until = loop.time() + CLAIM_GRACE
+        self._release = loop.call_later(CLAIM_GRACE, self._release_held)
         try:
             await connection.start()
         except MqttConnectionError as exc:
+            self._cancel_release()
             await connection.close()
             raise PluginError(
                 f"mqtt instance {self._name!r}: {exc} (check host/port/credentials/ACLs "
@@ -73,6 +98,7 @@ class MqttInstance:
                 retriable=exc.reason == 0,
             ) from exc
         except BaseException:
+            self._cancel_release()
             await connection.close()
             raise
         try:
@@ -85,15 +111,59 @@ class MqttInstance:
             # Never leave a connected client (socket, tasks) behind a failed start.
             self.sink = None
             self.connection = None
+            self._cancel_release()
             await connection.close()
             raise
 
+    def _cancel_release(self) -> None:
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        self._held = []
+
     def _subscriptions(self) -> list[tuple[str, int]]:
-        return self.source.subscriptions() if self.source is not None else []
+        subs = self.source.subscriptions() if self.source is not None else []
+        if self.exchanges is not None:
+            subs.extend(self.exchanges.subscriptions())
+        return subs
 
     def _on_message(self, received: Received) -> None:
-        if self.source is not None:
-            self.source.on_message(received)
+        """An exchange source wins over an inbound filter matching the same topic (a
+        message goes to one of them, never both)."""
+        if self.exchanges is not None and self.exchanges.offer(received):
+            return
+        if self.source is None:
+            return
+        loop = asyncio.get_running_loop()
+        if (
+            find_filter(received.message.topic, self.source.config.filters) is None
+            and loop.time() < self._hold_until
+        ):
+            self._held.append(received)
+            return
+        self.source.on_message(received)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        self._hold_until = 0.0
+        for received in held:
+            self._on_message(received)
+
+    async def consume(self, route: str, sources: Sequence[str], handler: ExchangeHandler) -> None:
+        """:meth:`gateway.plugin_api.Exchanges.consume` (module plugins.mqtt.exchange)."""
+        if self.exchanges is None or self.connection is None:
+            raise PluginError(f"mqtt instance {self._name!r} is not started", retriable=True)
+        await self.exchanges.consume(route, sources, handler)
+        held, self._held = self._held, []
+        for received in held:
+            if not self.exchanges.offer(received):
+                self._held.append(received)
+
+    async def produce(self, envelopes: Sequence[Envelope]) -> None:
+        """:meth:`gateway.plugin_api.Exchanges.produce`: QoS 1, returns after PUBACKs."""
+        if self.exchanges is None or self.connection is None:
+            raise PluginError(f"mqtt instance {self._name!r} is not started", retriable=True)
+        await self.exchanges.produce(envelopes)
 
     async def send(self, envelopes: Sequence[Envelope]) -> None:
         if self.sink is None:
@@ -108,11 +178,15 @@ class MqttInstance:
         """Nothing to do: ``send`` returns only once the broker acknowledged."""
 
     async def stop(self) -> None:
+        self._cancel_release()  # held messages stay unacknowledged: redelivered
+        if self.exchanges is not None:
+            await self.exchanges.stop()
         if self.source is not None:
             await self.source.stop()
         if self.connection is not None:
             await self.connection.close()
         self.sink = None
+        self.exchanges = None
 
     def stats(self) -> dict[str, int]:
         """Counters for metrics (``outbound_*`` from the sink, ``inbound_*`` from the
@@ -124,6 +198,9 @@ class MqttInstance:
         if self.source is not None:
             for key, value in asdict(self.source.counters).items():
                 out[f"inbound_{key}"] = value
+        if self.exchanges is not None:
+            for key, value in asdict(self.exchanges.counters).items():
+                out[f"exchange_{key}"] = value
         out["connected"] = int(self.connection is not None and self.connection.connected)
         return out
 

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from gateway.plugin_api import DEFAULT_STREAM, Envelope
+from gateway.plugin_api import DEFAULT_STREAM, PROPERTY_NAME, Envelope
 from plugins.mqtt.config import InboundFilter, OutboundConfig
 
 #: MQTT's Message Expiry Interval is a four-byte integer (MQTT 5.0 §3.3.2.3.3).
@@ -109,6 +109,30 @@ def user_properties(envelope: Envelope) -> list[tuple[str, str]]:
     pairs = [(_clean(n), _clean(v)) for n, v in envelope.name_value_pairs]
     pairs.extend((_clean(n), _clean(v)) for n, v in envelope.property_items())
     return pairs
+
+
+def mq_properties(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], int]:
+    """MQTT 5 user properties → MQ ``usr`` properties: those whose name MQ can carry
+    (an XML name), and how many were dropped."""
+    properties: dict[str, str] = {}
+    dropped = 0
+    for name, value in pairs:
+        if PROPERTY_NAME.fullmatch(name):
+            properties[name] = value
+        else:
+            dropped += 1
+    return properties, dropped
+
+
+def check_topic_name(topic: str) -> str:
+    """``topic`` when MQTT can publish to it (MQTT 5.0 §4.7.3); MappingError otherwise."""
+    if not topic:
+        raise MappingError("an empty MQTT topic name", topic)
+    if any(c in topic for c in "+#\0"):
+        raise MappingError("an MQTT topic name holds no '+', '#' or NUL", topic)
+    if len(topic.encode("utf-8")) > 65535:
+        raise MappingError("the MQTT topic exceeds 65535 bytes", topic)
+    return topic
 
 
 def filter_levels_overlap(topic_filter: str, prefix: str) -> bool:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import paho.mqtt.client as paho
 
 from gateway.plugin_api import (
-    PROPERTY_NAME,
     Envelope,
     PluginError,
     Publisher,
@@ -26,7 +25,7 @@ from gateway.plugin_api import (
 )
 from plugins.mqtt.config import InboundConfig, InboundFilter
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Outgoing, Received
-from plugins.mqtt.mapping import MappingError, mq_expiry, mq_topic
+from plugins.mqtt.mapping import MappingError, mq_expiry, mq_properties, mq_topic
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +64,8 @@ def to_inbound(
     utf8 = False
     correl = b""
     if props is not None:
-        for name, value in getattr(props, "UserProperty", None) or []:
-            if PROPERTY_NAME.fullmatch(name):
-                properties[name] = value
-            else:
-                counters.dropped_properties += 1
+        properties, dropped = mq_properties(getattr(props, "UserProperty", None) or [])
+        counters.dropped_properties += dropped
         expiry = getattr(props, "MessageExpiryInterval", None)
         utf8 = getattr(props, "PayloadFormatIndicator", 0) == 1
         data = getattr(props, "CorrelationData", None)
@@ -248,29 +244,49 @@ class MqttSource:
 
     async def _dead_letter(self, item: _Item) -> None:
         """Park a message MQ can never take on the dead-letter topic, then ack it."""
-        msg = item.received.message
         self.counters.dead_lettered += 1
-        topic = self.config.dead_letter_topic
-        if not topic:
-            log.error("dropping MQTT message on %r: %s", msg.topic, item.error)
-            return
-        log.error("MQTT message on %r goes to %r: %s", msg.topic, topic, item.error)
-        out = Outgoing(
-            f"{topic}/{msg.topic}",
-            bytes(msg.payload),
-            1,
-            False,
-            [
-                ("mqgw-error", item.error),
-                ("mqgw-topic", msg.topic),
-                ("mqgw-reason", str(item.reason)),
-            ],
+        parked = await park(
+            self.connection,
+            self.config.dead_letter_topic,
+            item.received.message,
+            item.error,
+            item.reason,
+            stopping=lambda: self._stopping,
         )
-        attempt = 0
-        while not self._stopping:
-            with contextlib.suppress(MqttConnectionError):
-                await self.connection.publish_all([out], 30.0)
-                return
-            attempt += 1
-            await asyncio.sleep(min(RETRY_MAX_DELAY, RETRY_MIN_DELAY * 2**attempt))
-        item.error = ""  # not parked: leave it unacknowledged for redelivery
+        if not parked:
+            item.error = ""  # not parked: leave it unacknowledged for redelivery
+
+
+async def park(
+    connection: MqttConnection,
+    dead_letter_topic: str,
+    msg: paho.MQTTMessage,
+    error: str,
+    reason: int,
+    *,
+    stopping: Callable[[], bool],
+) -> bool:
+    """The plugin's one dead-letter rule (docs/mqtt-plugin.md): publish ``msg`` to
+    ``<dead_letter_topic>/<its topic>`` with user properties ``mqgw-error``,
+    ``mqgw-topic``, ``mqgw-reason`` (QoS 1, retried until PUBACK), or drop it when no
+    dead-letter topic is configured. True: the caller may acknowledge the message;
+    False: ``stopping`` became true first, leave it unacknowledged."""
+    if not dead_letter_topic:
+        log.error("dropping MQTT message on %r: %s", msg.topic, error)
+        return True
+    log.error("MQTT message on %r goes to %r: %s", msg.topic, dead_letter_topic, error)
+    out = Outgoing(
+        f"{dead_letter_topic}/{msg.topic}",
+        bytes(msg.payload),
+        1,
+        False,
+        [("mqgw-error", error), ("mqgw-topic", msg.topic), ("mqgw-reason", str(reason))],
+    )
+    attempt = 0
+    while not stopping():
+        with contextlib.suppress(MqttConnectionError):
+            await connection.publish_all([out], 30.0)
+            return True
+        attempt += 1
+        await asyncio.sleep(min(RETRY_MAX_DELAY, RETRY_MIN_DELAY * 2**attempt))
+    return False

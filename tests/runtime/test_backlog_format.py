@@ -56,6 +56,8 @@ FIELDS = dict(
     msg_type=st.integers(1, 8),
     report=st.integers(0, 2**31 - 1),
     text_codec=st.none() | st.sampled_from(["utf-8", "cp037"]),
+    reply_topic=_text,
+    correlation_data=st.binary(max_size=64),
 )
 envelopes = st.builds(Envelope, **FIELDS)
 
