@@ -45,8 +45,11 @@ LAYERS: dict[str, frozenset[str]] = {
     "gateway.wire": frozenset(),
     "gateway.pubsub": frozenset({"gateway.wire"}),
     "gateway.mq": frozenset({"gateway.wire"}),
-    # Created by the request/reply issue (address maps, reply-to bookkeeping).
-    "gateway.routing": frozenset({"gateway.wire", "gateway.pubsub", "gateway.mq"}),
+    # Request/reply's pure core (routes, correlation, reply addressing): MQ names and
+    # descriptors from below, and the plugin contract's Envelope it turns replies into.
+    "gateway.routing": frozenset(
+        {"gateway.wire", "gateway.pubsub", "gateway.mq", "gateway.plugin_api"}
+    ),
     # The contract plugins import. MQ-neutral (no gateway.wire); it still takes the
     # stream rule ($SYS/STREAM/, the default stream) and the usr property-name rule from
     # gateway.pubsub so there is one home for each.

@@ -1,5 +1,7 @@
 """The ``memory`` plugin: an in-process bus standing in for a remote broker.
 
+It implements ``Exchanges`` (request/reply, plugins/memory/exchange.py) too.
+
 A real plugin with both directions (outbound records, inbound injection, outage
 simulation) used as the fake in tests, by the plugin contract suite and for trying a
 configuration without Kafka or MQTT. Its bus is reached with
@@ -12,14 +14,16 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Envelope, PluginContext, PluginError, Scheme
+from gateway.plugin_api import Envelope, ExchangeHandler, PluginContext, PluginError, Scheme
 from plugins.memory.bus import MemoryBus, get_bus, reset_buses
 from plugins.memory.config import MemoryConfig
+from plugins.memory.exchange import ExchangeLog, MemoryExchanges
 from plugins.memory.mapping import Record
 from plugins.memory.sink import MemorySink
 from plugins.memory.source import MemorySource
 
 __all__ = [
+    "ExchangeLog",
     "MemoryBus",
     "MemoryConfig",
     "MemoryInstance",
@@ -39,6 +43,9 @@ class MemoryInstance:
         self.bus = get_bus(config.bus)
         self._sink = MemorySink(self.bus, config.record_file, config.refuse_larger_than)
         self._source: MemorySource | None = None
+        self._exchanges = MemoryExchanges(
+            self.bus.exchanges, lambda: self.bus.down, config.refuse_larger_than, config.batch_size
+        )
         #: Set at the start of start(): subscribing already sends retained publications.
         self._started = False
 
@@ -67,8 +74,19 @@ class MemoryInstance:
     async def flush(self) -> None:
         return None  # send() returns only once recorded: nothing is in flight
 
+    async def consume(self, route: str, sources: Sequence[str], handler: ExchangeHandler) -> None:
+        """``Exchanges``: read ``sources`` on the bus's exchange log as consumer ``route``."""
+        await self._exchanges.consume(route, sources, handler)
+
+    async def produce(self, envelopes: Sequence[Envelope]) -> None:
+        """``Exchanges``: returns once the envelopes are on the bus's exchange log."""
+        if not self._started:
+            raise PluginError(f"memory instance {self._name!r} is not started", retriable=True)
+        await self._exchanges.produce(envelopes)
+
     async def stop(self) -> None:
         self._started = False
+        await self._exchanges.stop()
         if self._source is not None:
             await self._source.stop()
             self._source = None

@@ -11,6 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from gateway.plugin_api import Envelope
+from plugins.memory.exchange import ExchangeLog
 from plugins.memory.mapping import Record
 
 
@@ -30,6 +31,8 @@ class MemoryBus:
     refused_sends: int = 0
     inbox: asyncio.Queue[Pending] | None = None
     changed: asyncio.Event | None = None
+    #: request/reply traffic (``Exchanges``): a durable log with consumer offsets
+    exchanges: ExchangeLog = field(default_factory=ExchangeLog)
 
     def inbound_queue(self) -> asyncio.Queue[Pending]:
         if self.inbox is None:

@@ -198,3 +198,43 @@ class TestMemoryContract(PluginContract):
     @pytest.fixture
     def driver(self) -> MemoryDriver:
         return MemoryDriver()
+
+
+# ---- Exchanges (request/reply): the durable exchange log ------------------------------
+
+
+async def test_exchanges_ack_after_handler_and_redeliver_on_failure() -> None:
+    from plugins.memory.exchange import topic_matches
+
+    reset_buses()
+    inst = MemoryInstance("x", MemoryConfig(bus=unique("ex")))
+    assert topic_matches("req/+/q", "req/a/q") and not topic_matches("req/+", "req/a/q")
+    seen: list[bytes] = []
+    fail_once = [True]
+
+    async def handler(batch: object) -> None:
+        envs = list(batch)  # type: ignore[call-overload]
+        if fail_once[0]:
+            fail_once[0] = False
+            raise PluginError("not now", retriable=True)
+        seen.extend(e.payload for e in envs)
+
+    from gateway.plugin_api import Envelope
+
+    # produced before anyone consumes: kept, read when the consumer starts
+    await inst.bus.exchanges.append([Envelope("", "req/a", b"1"), Envelope("", "other", b"x")])
+    with pytest.raises(PluginError):  # not started: retriable
+        await inst.produce([Envelope("", "req/a", b"2")])
+    inst._started = True  # noqa: SLF001 - start() needs a PluginContext; only the flag matters
+    await inst.produce([Envelope("", "req/a", b"2")])
+    await inst.consume("r1", ["req/#"], handler)
+    async with asyncio.timeout(5):
+        while len(seen) < 2:
+            await asyncio.sleep(0.01)
+    assert seen == [b"1", b"2"]  # the failed batch was offered again, in order
+    assert inst.bus.exchanges.offsets["r1"] == 3
+    inst.bus.down = True
+    with pytest.raises(PluginError) as exc:
+        await inst.produce([Envelope("", "req/a", b"3")])
+    assert exc.value.retriable
+    await inst.stop()

@@ -2,7 +2,11 @@
 driven by the external ``mosquitto_pub`` / ``mosquitto_sub`` clients: MQTT 5 reply
 properties in and out, MQTT 3.1.1 without them, acknowledgement only after the handler,
 refusals dead-lettered, idempotent ``consume``, and which side wins an overlap with the
-publish/subscribe inbound filters."""
+publish/subscribe inbound filters; plus the batch rules without a broker.
+
+A little over 500 lines on purpose: every test shares the recording handler, the
+instance fixture and the mosquitto_pub/mosquitto_sub helpers below.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import paho.mqtt.client as paho
 import pytest
 
 from gateway.devstack import MosquittoBroker
@@ -26,7 +31,8 @@ from gateway.plugin_api import (
     Scheme,
 )
 from plugins.mqtt import MqttConfig, MqttInstance
-from plugins.mqtt.exchange import TOPIC_REFUSED, to_reply_outgoing
+from plugins.mqtt.connection import MqttConnection, Received
+from plugins.mqtt.exchange import TOPIC_REFUSED, MqttExchanges, to_reply_outgoing
 from tests.plugins.mqtt.mqtt_harness import (
     FixedPortMosquitto,
     client,
@@ -443,3 +449,90 @@ async def test_sources_are_resubscribed_after_a_lost_session_and_added_while_dow
         assert [e.payload for e in second.envelopes] == [b"added while down"]
     finally:
         broker.stop()
+
+
+# ------------------------------------------------- batch rules, without a broker -----
+
+
+class FakeConnection:
+    """What MqttExchanges uses of the connection: records acks and parked messages."""
+
+    def __init__(self) -> None:
+        self.generation = 1
+        self.v5 = True
+        self.acked: list[int] = []
+        self.parked: list[str] = []
+
+    async def subscribe_added(self) -> None:
+        return None
+
+    async def publish_all(self, outgoing: Sequence[Any], timeout: float) -> None:
+        self.parked.extend(o.topic for o in outgoing)
+
+    def ack(self, received: Received) -> bool:
+        self.acked.append(received.message.mid)
+        return True
+
+
+def _received(mid: int, payload: bytes, generation: int = 1, qos: int = 1) -> Received:
+    msg = paho.MQTTMessage(mid, b"req/a")
+    msg.qos = qos
+    msg.payload = payload
+    return Received(msg, generation)
+
+
+async def test_refusal_in_mid_batch_acks_before_parks_it_and_offers_the_rest_again() -> None:
+    conn = FakeConnection()
+    exchanges = MqttExchanges(
+        cast(MqttConnection, conn), origin="m1", dead_letter_topic="dlq", ack_timeout=5
+    )
+
+    def refuse(envs: list[Envelope], n: int) -> Exception | None:
+        payloads = [e.payload for e in envs]
+        return (
+            PublishRefusedError("no", index=payloads.index(b"bad")) if b"bad" in payloads else None
+        )
+
+    handler = Handler(refuse)
+    await exchanges.consume("quote", ["req/#"], handler)
+    for mid, payload in ((1, b"a"), (2, b"bad"), (3, b"c")):
+        assert exchanges.offer(_received(mid, payload))
+    assert not exchanges.offer(Received(paho.MQTTMessage(4, b"other"), 1))
+    await handler.wait_for(4)
+    await exchanges.stop()
+    assert [[e.payload for e in b] for b in handler.batches] == [[b"a", b"bad", b"c"], [b"c"]]
+    assert conn.acked == [1, 2, 3]
+    assert conn.parked == ["dlq/req/a"]
+    assert exchanges.counters.dead_lettered == 1
+
+
+async def test_qos1_messages_of_a_lost_connection_are_left_for_redelivery() -> None:
+    conn = FakeConnection()
+    exchanges = MqttExchanges(
+        cast(MqttConnection, conn), origin="m1", dead_letter_topic="dlq", ack_timeout=5
+    )
+    calls = 0
+
+    def fail_once(envs: list[Envelope], n: int) -> Exception | None:
+        nonlocal calls
+        calls = n
+        if n == 1:
+            conn.generation = 2  # the link dropped while the handler ran
+            return PluginError("MQ down", retriable=True)
+        return None
+
+    handler = Handler(fail_once)
+    await exchanges.consume("quote", ["req/#"], handler)
+    exchanges.offer(_received(1, b"q1", qos=1))
+    exchanges.offer(_received(2, b"q2", qos=2))
+    await handler.wait_for(2)
+    async with asyncio.timeout(10):
+        while calls < 2:
+            handler.changed.clear()
+            await handler.changed.wait()
+    await asyncio.sleep(0.1)
+    await exchanges.stop()
+    # The QoS 1 copy comes again from the broker; the QoS 2 one (PUBREC sent) is retried.
+    assert [e.payload for e in handler.batches[1]] == [b"q2"]
+    assert conn.acked == [2]
+    assert exchanges.counters.abandoned == 1

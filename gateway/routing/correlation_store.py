@@ -1,0 +1,338 @@
+"""The correlation store: open and finished request/reply entries in one SQLite file.
+
+Why SQLite with synchronous=FULL: every step of the once/in-order rules
+(docs/request-reply.md) is "store write, then the next hop"; a write that returned must
+survive a process kill or power loss, or a redelivered request or reply could not be
+recognised. Each method is one statement in autocommit mode, so each is one durable
+transaction. Finished (DONE) entries are kept for ``retention`` seconds to filter
+duplicates, then purged.
+
+Exclusive ownership: an ``fcntl`` lock on ``<file>.lock`` held while open, as the
+embedded queue manager's store does; a second process gets :class:`StoreInUseError`.
+Methods are synchronous and serialised by an internal lock (callers may use a thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from gateway.routing.correlation import PendingRequest, PendingService, State
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CorrelationStore",
+    "CorrelationStoreError",
+    "SchemaVersionError",
+    "StoreInUseError",
+]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS requests (
+    key BLOB PRIMARY KEY, route TEXT NOT NULL, source_id TEXT NOT NULL,
+    reply_topic TEXT NOT NULL, correlation_data BLOB NOT NULL, msg_id BLOB NOT NULL,
+    deadline REAL NOT NULL, state TEXT NOT NULL, outcome TEXT NOT NULL,
+    sent INTEGER NOT NULL, finished_at REAL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS requests_due ON requests (state, deadline);
+CREATE TABLE IF NOT EXISTS services (
+    token BLOB PRIMARY KEY, route TEXT NOT NULL, msg_id BLOB NOT NULL,
+    correl_id BLOB NOT NULL, reply_to_q TEXT NOT NULL, reply_to_q_mgr TEXT NOT NULL,
+    report INTEGER NOT NULL, persistence INTEGER NOT NULL, priority INTEGER NOT NULL,
+    expiry_at REAL, deadline REAL NOT NULL, state TEXT NOT NULL, outcome TEXT NOT NULL,
+    finished_at REAL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS services_due ON services (state, deadline);
+"""
+
+_REQUEST_COLUMNS = (
+    "key, route, source_id, reply_topic, correlation_data, msg_id, deadline, state, outcome, sent"
+)
+_SERVICE_COLUMNS = (
+    "token, route, msg_id, correl_id, reply_to_q, reply_to_q_mgr, report, persistence,"
+    " priority, expiry_at, deadline, state, outcome"
+)
+
+
+class CorrelationStoreError(Exception):
+    """The correlation store cannot be opened, read or written."""
+
+
+class StoreInUseError(CorrelationStoreError):
+    """Another process has the store open."""
+
+    def __init__(self, path: Path, owner: str) -> None:
+        super().__init__(
+            f"correlation store {path} is in use by another process ({owner}); "
+            "stop that gateway or give this one its own request_reply.store"
+        )
+        self.path = path
+        self.owner = owner
+
+
+class SchemaVersionError(CorrelationStoreError):
+    """The file was written by a gateway with another schema version."""
+
+
+def _request_from(row: Any) -> PendingRequest:
+    return PendingRequest(
+        key=bytes(row[0]),
+        route=row[1],
+        source_id=row[2],
+        reply_topic=row[3],
+        correlation_data=bytes(row[4]),
+        msg_id=bytes(row[5]),
+        deadline=row[6],
+        state=State(row[7]),
+        outcome=row[8],
+        sent=bool(row[9]),
+    )
+
+
+def _service_from(row: Any) -> PendingService:
+    return PendingService(
+        token=bytes(row[0]),
+        route=row[1],
+        msg_id=bytes(row[2]),
+        correl_id=bytes(row[3]),
+        reply_to_q=row[4],
+        reply_to_q_mgr=row[5],
+        report=row[6],
+        persistence=row[7],
+        priority=row[8],
+        expiry_at=row[9],
+        deadline=row[10],
+        state=State(row[11]),
+        outcome=row[12],
+    )
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            owner = os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown pid"
+        finally:
+            os.close(fd)
+        raise StoreInUseError(path, owner) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}\n".encode())
+    os.fsync(fd)
+    return fd
+
+
+class CorrelationStore:
+    """Requester and service entries, keyed by the 24 bytes MQ carries back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._mutex = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CorrelationStoreError(f"cannot create {self.path.parent}: {exc}") from exc
+        self._lock_fd = _lock(self.path.with_name(self.path.name + ".lock"))
+        try:
+            self._db = self._open()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise CorrelationStoreError(f"cannot open {self.path}: {exc}") from exc
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif row[0] != str(SCHEMA_VERSION):
+                raise SchemaVersionError(
+                    f"correlation store {self.path} has schema version {row[0]}; this "
+                    f"gateway reads version {SCHEMA_VERSION} (move the file away to start "
+                    "empty: open entries in it are then answered by nobody)"
+                )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.close()
+            raise CorrelationStoreError(f"cannot open {self.path}: {exc}") from exc
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def close(self) -> None:
+        """Close the file and release the lock (idempotent)."""
+        with self._mutex:
+            if self._lock_fd < 0:
+                return
+            self._db.close()
+            self._release_lock()
+
+    def _run(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        with self._mutex:
+            try:
+                return self._db.execute(sql, args)
+            except sqlite3.Error as exc:
+                raise CorrelationStoreError(f"{self.path}: {exc}") from exc
+
+    # ---- requester side ---------------------------------------------------------
+
+    def add_request(self, p: PendingRequest) -> bool:
+        """Record ``p``; False (and nothing written) when its key is already present."""
+        cur = self._run(
+            f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT DO NOTHING",
+            (
+                p.key,
+                p.route,
+                p.source_id,
+                p.reply_topic,
+                p.correlation_data,
+                p.msg_id,
+                p.deadline,
+                str(p.state),
+                p.outcome,
+                int(p.sent),
+            ),
+        )
+        return cur.rowcount == 1
+
+    def request(self, key: bytes) -> PendingRequest | None:
+        row = self._run(f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE key=?", (key,)).fetchone()
+        return None if row is None else _request_from(row)
+
+    def mark_sent(self, key: bytes) -> None:
+        """The MQ put of the request has committed."""
+        self._run("UPDATE requests SET sent=1 WHERE key=?", (key,))
+
+    def finish_request(self, key: bytes, outcome: str, now: float) -> bool:
+        """OPEN -> DONE with ``outcome``; False when the entry is absent or not OPEN."""
+        cur = self._run(
+            "UPDATE requests SET state=?, outcome=?, finished_at=? WHERE key=? AND state=?",
+            (str(State.DONE), outcome, now, key, str(State.OPEN)),
+        )
+        return cur.rowcount == 1
+
+    # ---- service side -----------------------------------------------------------
+
+    def add_service(self, p: PendingService) -> bool:
+        """Record ``p``; False (and nothing written) when its token is already present."""
+        cur = self._run(
+            f"INSERT INTO services ({_SERVICE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT DO NOTHING",
+            (
+                p.token,
+                p.route,
+                p.msg_id,
+                p.correl_id,
+                p.reply_to_q,
+                p.reply_to_q_mgr,
+                p.report,
+                p.persistence,
+                p.priority,
+                p.expiry_at,
+                p.deadline,
+                str(p.state),
+                p.outcome,
+            ),
+        )
+        return cur.rowcount == 1
+
+    def service(self, token: bytes) -> PendingService | None:
+        row = self._run(
+            f"SELECT {_SERVICE_COLUMNS} FROM services WHERE token=?", (token,)
+        ).fetchone()
+        return None if row is None else _service_from(row)
+
+    def finish_service(self, token: bytes, outcome: str, now: float) -> bool:
+        """OPEN -> DONE with ``outcome``; False when the entry is absent or not OPEN."""
+        cur = self._run(
+            "UPDATE services SET state=?, outcome=?, finished_at=? WHERE token=? AND state=?",
+            (str(State.DONE), outcome, now, token, str(State.OPEN)),
+        )
+        return cur.rowcount == 1
+
+    # ---- both -------------------------------------------------------------------
+
+    def due(self, now: float, limit: int = 100) -> list[PendingRequest | PendingService]:
+        """OPEN entries whose deadline is ``<= now``, earliest first, at most ``limit``."""
+        open_ = str(State.OPEN)
+        requests = [
+            _request_from(r)
+            for r in self._run(
+                f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE state=? AND deadline<=?"
+                " ORDER BY deadline LIMIT ?",
+                (open_, now, limit),
+            ).fetchall()
+        ]
+        services = [
+            _service_from(r)
+            for r in self._run(
+                f"SELECT {_SERVICE_COLUMNS} FROM services WHERE state=? AND deadline<=?"
+                " ORDER BY deadline LIMIT ?",
+                (open_, now, limit),
+            ).fetchall()
+        ]
+        both: list[PendingRequest | PendingService] = [*requests, *services]
+        both.sort(key=lambda p: p.deadline)
+        return both[:limit]
+
+    def purge(self, now: float, retention: float) -> int:
+        """Delete DONE entries finished more than ``retention`` seconds ago; how many.
+
+        An entry added already DONE (never finished through this store) counts as
+        finished at its deadline."""
+        cutoff = now - retention
+        done = str(State.DONE)
+        with self._mutex:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                n = self._db.execute(
+                    "DELETE FROM requests WHERE state=? AND COALESCE(finished_at, deadline)<=?",
+                    (done, cutoff),
+                ).rowcount
+                n += self._db.execute(
+                    "DELETE FROM services WHERE state=? AND COALESCE(finished_at, deadline)<=?",
+                    (done, cutoff),
+                ).rowcount
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise CorrelationStoreError(f"{self.path}: {exc}") from exc
+        return n
+
+    def counts(self) -> dict[str, int]:
+        """Entries per side and state: requester_open, requester_done, service_open,
+        service_done."""
+        out = {f"{side}_{state}": 0 for side in ("requester", "service") for state in State}
+        for side, table in (("requester", "requests"), ("service", "services")):
+            for state, n in self._run(
+                f"SELECT state, COUNT(*) FROM {table} GROUP BY state"
+            ).fetchall():
+                out[f"{side}_{state}"] = int(n)
+        return out

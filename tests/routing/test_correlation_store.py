@@ -1,0 +1,341 @@
+"""CorrelationStore: requester/service entries, due/purge/counts, durability, locking."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.routing.correlation import PendingRequest, PendingService, State
+from gateway.routing.correlation_store import (
+    SCHEMA_VERSION,
+    CorrelationStore,
+    SchemaVersionError,
+    StoreInUseError,
+)
+
+
+def _request(n: int = 1, *, deadline: float = 100.0, **changes: object) -> PendingRequest:
+    p = PendingRequest(
+        key=bytes([n]) * 24,
+        route="quote",
+        source_id=f"quote|id|{n:02x}",
+        reply_topic="replies/x",
+        correlation_data=b"cd-%d" % n,
+        msg_id=bytes([n]) * 24,
+        deadline=deadline,
+    )
+    for name, value in changes.items():
+        setattr(p, name, value)
+    return p
+
+
+def _service(n: int = 1, *, deadline: float = 100.0, **changes: object) -> PendingService:
+    p = PendingService(
+        token=bytes([n]) * 24,
+        route="pricing",
+        msg_id=bytes([n]) * 24,
+        correl_id=bytes(24),
+        reply_to_q="APP.REPLY",
+        reply_to_q_mgr="QMA",
+        report=0x1000000,
+        persistence=1,
+        priority=4,
+        expiry_at=None,
+        deadline=deadline,
+    )
+    for name, value in changes.items():
+        setattr(p, name, value)
+    return p
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[CorrelationStore]:
+    s = CorrelationStore(tmp_path / "rr" / "request_reply.db")
+    yield s
+    s.close()
+
+
+def test_request_lifecycle(store: CorrelationStore) -> None:
+    p = _request()
+    assert store.request(p.key) is None
+    assert store.add_request(p) is True
+    assert store.add_request(_request(outcome="other")) is False  # key present: unchanged
+    assert store.request(p.key) == p
+    store.mark_sent(p.key)
+    got = store.request(p.key)
+    assert got is not None and got.sent and got.state is State.OPEN
+    assert store.finish_request(p.key, "reply", 50.0) is True
+    assert store.finish_request(p.key, "timeout", 51.0) is False  # already DONE
+    assert store.finish_request(b"\xff" * 24, "reply", 51.0) is False  # absent
+    done = store.request(p.key)
+    assert done is not None
+    assert (done.state, done.outcome, done.sent) == (State.DONE, "reply", True)
+
+
+def test_service_lifecycle(store: CorrelationStore) -> None:
+    p = _service(expiry_at=123.5)
+    assert store.service(p.token) is None
+    assert store.add_service(p) is True
+    assert store.add_service(_service(route="x")) is False
+    assert store.service(p.token) == p
+    assert store.finish_service(p.token, "reply", 10.0) is True
+    assert store.finish_service(p.token, "timeout", 11.0) is False
+    done = store.service(p.token)
+    assert done is not None and (done.state, done.outcome) == (State.DONE, "reply")
+
+
+def test_requester_and_service_keys_are_separate(store: CorrelationStore) -> None:
+    assert store.add_request(_request(7))
+    assert store.add_service(_service(7))
+    assert store.request(bytes([7]) * 24) is not None
+    assert store.service(bytes([7]) * 24) is not None
+
+
+def test_due_lists_open_entries_past_deadline_earliest_first(store: CorrelationStore) -> None:
+    store.add_request(_request(1, deadline=30.0))
+    store.add_request(_request(2, deadline=10.0))
+    store.add_request(_request(3, deadline=99.0))
+    store.add_service(_service(4, deadline=20.0))
+    store.add_request(_request(5, deadline=5.0))
+    store.finish_request(bytes([5]) * 24, "reply", 1.0)
+    due = store.due(30.0)
+    assert [(type(p).__name__, p.deadline) for p in due] == [
+        ("PendingRequest", 10.0),
+        ("PendingService", 20.0),
+        ("PendingRequest", 30.0),
+    ]
+    assert [p.deadline for p in store.due(30.0, limit=2)] == [10.0, 20.0]
+    assert store.due(4.0) == []
+
+
+def test_purge_removes_only_old_done_entries(store: CorrelationStore) -> None:
+    store.add_request(_request(1))
+    store.add_request(_request(2))
+    store.add_service(_service(3))
+    store.add_service(_service(4))
+    store.finish_request(bytes([1]) * 24, "reply", 100.0)
+    store.finish_service(bytes([3]) * 24, "timeout", 200.0)
+    assert store.purge(now=150.0, retention=60.0) == 0
+    assert store.purge(now=160.0, retention=60.0) == 1
+    assert store.request(bytes([1]) * 24) is None
+    assert store.request(bytes([2]) * 24) is not None  # OPEN: never purged
+    assert store.purge(now=10_000.0, retention=60.0) == 1
+    assert store.service(bytes([3]) * 24) is None
+    assert store.service(bytes([4]) * 24) is not None
+
+
+def test_counts(store: CorrelationStore) -> None:
+    assert store.counts() == {
+        "requester_open": 0,
+        "requester_done": 0,
+        "service_open": 0,
+        "service_done": 0,
+    }
+    for n in (1, 2, 3):
+        store.add_request(_request(n))
+    store.add_service(_service(4))
+    store.finish_request(bytes([2]) * 24, "reply", 1.0)
+    assert store.counts() == {
+        "requester_open": 2,
+        "requester_done": 1,
+        "service_open": 1,
+        "service_done": 0,
+    }
+
+
+_ids = st.binary(min_size=24, max_size=24)
+_text = st.text(max_size=60)
+_times = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12)
+_int32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+_requests = st.builds(
+    PendingRequest,
+    key=_ids,
+    route=_text,
+    source_id=_text,
+    reply_topic=_text,
+    correlation_data=st.binary(max_size=300),
+    msg_id=_ids,
+    deadline=_times,
+    state=st.sampled_from(State),
+    outcome=_text,
+    sent=st.booleans(),
+)
+_services = st.builds(
+    PendingService,
+    token=_ids,
+    route=_text,
+    msg_id=_ids,
+    correl_id=_ids,
+    reply_to_q=_text,
+    reply_to_q_mgr=_text,
+    report=_int32,
+    persistence=_int32,
+    priority=_int32,
+    expiry_at=st.none() | _times,
+    deadline=_times,
+    state=st.sampled_from(State),
+    outcome=_text,
+)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(p=_requests)
+def test_request_round_trips_every_field(store: CorrelationStore, p: PendingRequest) -> None:
+    store.add_request(p)
+    assert store.request(p.key) == p
+    assert store.purge(now=1e13, retention=0) >= 0  # keep the file small between examples
+    store.finish_request(p.key, "x", -1e13)
+    store.purge(now=1e13, retention=0)
+    assert store.request(p.key) is None
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(p=_services)
+def test_service_round_trips_every_field(store: CorrelationStore, p: PendingService) -> None:
+    store.add_service(p)
+    assert store.service(p.token) == p
+    store.finish_service(p.token, "x", -1e13)
+    store.purge(now=1e13, retention=0)
+    assert store.service(p.token) is None
+
+
+def test_reopen_keeps_entries(tmp_path: Path) -> None:
+    path = tmp_path / "request_reply.db"
+    s = CorrelationStore(path)
+    s.add_request(_request(1))
+    s.add_service(_service(2))
+    s.close()
+    s.close()  # idempotent
+    again = CorrelationStore(path)
+    try:
+        assert again.request(bytes([1]) * 24) == _request(1)
+        assert again.service(bytes([2]) * 24) == _service(2)
+    finally:
+        again.close()
+
+
+_CHILD = """
+import sys, time
+from pathlib import Path
+from gateway.routing.correlation import PendingRequest, PendingService
+from gateway.routing.correlation_store import CorrelationStore
+s = CorrelationStore(Path(sys.argv[1]))
+for n in range(1, 51):
+    key = bytes([n]) * 24
+    s.add_request(PendingRequest(key=key, route="r", source_id=str(n), reply_topic="t",
+                                 correlation_data=b"c", msg_id=key, deadline=float(n)))
+    s.mark_sent(key)
+    if n % 2:
+        s.finish_request(key, "reply", float(n))
+    s.add_service(PendingService(token=key, route="s", msg_id=key, correl_id=bytes(24),
+                                 reply_to_q="Q", reply_to_q_mgr="QM", report=0,
+                                 persistence=1, priority=0, expiry_at=None,
+                                 deadline=float(n)))
+print("committed", flush=True)
+time.sleep(60)
+"""
+
+
+def test_committed_entries_survive_sigkill(tmp_path: Path) -> None:
+    path = tmp_path / "request_reply.db"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "committed"
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    s = CorrelationStore(path)  # the lock died with the child
+    try:
+        for n in range(1, 51):
+            key = bytes([n]) * 24
+            r = store_request = s.request(key)
+            assert store_request is not None and r is not None
+            assert r.sent is True
+            assert (r.state, r.outcome) == ((State.DONE, "reply") if n % 2 else (State.OPEN, ""))
+            assert s.service(key) is not None
+        assert s.counts() == {
+            "requester_open": 25,
+            "requester_done": 25,
+            "service_open": 50,
+            "service_done": 0,
+        }
+    finally:
+        s.close()
+
+
+_OPENER = """
+import sys
+from pathlib import Path
+from gateway.routing.correlation_store import CorrelationStore, StoreInUseError
+try:
+    CorrelationStore(Path(sys.argv[1]))
+except StoreInUseError as exc:
+    print("in use:", exc)
+    sys.exit(3)
+print("opened")
+"""
+
+
+def test_second_process_gets_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "request_reply.db"
+    s = CorrelationStore(path)
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", _OPENER, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 3, run.stdout + run.stderr
+        assert "in use by another process" in run.stdout
+        assert "pid " in run.stdout
+    finally:
+        s.close()
+    run = subprocess.run(
+        [sys.executable, "-c", _OPENER, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert (run.returncode, run.stdout.strip()) == (0, "opened")
+
+
+def test_second_open_in_the_same_process_is_refused_too(tmp_path: Path) -> None:
+    path = tmp_path / "request_reply.db"
+    s = CorrelationStore(path)
+    try:
+        with pytest.raises(StoreInUseError, match="in use"):
+            CorrelationStore(path)
+    finally:
+        s.close()
+
+
+def test_schema_version_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "request_reply.db"
+    CorrelationStore(path).close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
+        str(SCHEMA_VERSION),
+    )
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(SchemaVersionError, match="schema version 99"):
+        CorrelationStore(path)
+    # The failed open released its lock: a store with the right version opens again.
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+    db.commit()
+    db.close()
+    CorrelationStore(path).close()
