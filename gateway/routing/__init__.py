@@ -5,6 +5,19 @@ request, reply and report MQMDs are built). The runtime's
 ``gateway.runtime.request_reply`` does the I/O. docs/request-reply.md.
 """
 
+from gateway.routing.addressing import (
+    ERROR_KINDS,
+    REPORT_BITS,
+    ReplyKind,
+    classify,
+    correlation_key,
+    error_envelope,
+    reply_envelope,
+    reply_md,
+    report_md,
+    request_md,
+    wants_report,
+)
 from gateway.routing.correlation import (
     TOKEN_LENGTH,
     PendingRequest,
@@ -29,12 +42,15 @@ from gateway.routing.routes import (
 )
 
 __all__ = [
+    "ERROR_KINDS",
+    "REPORT_BITS",
     "SCHEMA_VERSION",
     "TOKEN_LENGTH",
     "CorrelationStore",
     "CorrelationStoreError",
     "PendingRequest",
     "PendingService",
+    "ReplyKind",
     "RequestReplyConfig",
     "RequestRoute",
     "SchemaVersionError",
@@ -42,7 +58,15 @@ __all__ = [
     "Side",
     "State",
     "StoreInUseError",
+    "classify",
+    "correlation_key",
+    "error_envelope",
+    "reply_envelope",
+    "reply_md",
+    "report_md",
+    "request_md",
     "request_token",
     "source_id",
     "split_destination",
+    "wants_report",
 ]

@@ -192,10 +192,18 @@ class CorrelationStore:
             self._db.close()
             self._release_lock()
 
-    def _run(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+    def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         with self._mutex:
             try:
-                return self._db.execute(sql, args)
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise CorrelationStoreError(f"{self.path}: {exc}") from exc
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> int:
+        """Run one statement as its own durable transaction; the rows it changed."""
+        with self._mutex:
+            try:
+                return self._db.execute(sql, args).rowcount
             except sqlite3.Error as exc:
                 raise CorrelationStoreError(f"{self.path}: {exc}") from exc
 
@@ -203,7 +211,7 @@ class CorrelationStore:
 
     def add_request(self, p: PendingRequest) -> bool:
         """Record ``p``; False (and nothing written) when its key is already present."""
-        cur = self._run(
+        changed = self._write(
             f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT DO NOTHING",
             (
@@ -219,29 +227,29 @@ class CorrelationStore:
                 int(p.sent),
             ),
         )
-        return cur.rowcount == 1
+        return changed == 1
 
     def request(self, key: bytes) -> PendingRequest | None:
-        row = self._run(f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE key=?", (key,)).fetchone()
-        return None if row is None else _request_from(row)
+        rows = self._fetch(f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE key=?", (key,))
+        return _request_from(rows[0]) if rows else None
 
     def mark_sent(self, key: bytes) -> None:
         """The MQ put of the request has committed."""
-        self._run("UPDATE requests SET sent=1 WHERE key=?", (key,))
+        self._write("UPDATE requests SET sent=1 WHERE key=?", (key,))
 
     def finish_request(self, key: bytes, outcome: str, now: float) -> bool:
         """OPEN -> DONE with ``outcome``; False when the entry is absent or not OPEN."""
-        cur = self._run(
+        changed = self._write(
             "UPDATE requests SET state=?, outcome=?, finished_at=? WHERE key=? AND state=?",
             (str(State.DONE), outcome, now, key, str(State.OPEN)),
         )
-        return cur.rowcount == 1
+        return changed == 1
 
     # ---- service side -----------------------------------------------------------
 
     def add_service(self, p: PendingService) -> bool:
         """Record ``p``; False (and nothing written) when its token is already present."""
-        cur = self._run(
+        changed = self._write(
             f"INSERT INTO services ({_SERVICE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT DO NOTHING",
             (
@@ -260,21 +268,19 @@ class CorrelationStore:
                 p.outcome,
             ),
         )
-        return cur.rowcount == 1
+        return changed == 1
 
     def service(self, token: bytes) -> PendingService | None:
-        row = self._run(
-            f"SELECT {_SERVICE_COLUMNS} FROM services WHERE token=?", (token,)
-        ).fetchone()
-        return None if row is None else _service_from(row)
+        rows = self._fetch(f"SELECT {_SERVICE_COLUMNS} FROM services WHERE token=?", (token,))
+        return _service_from(rows[0]) if rows else None
 
     def finish_service(self, token: bytes, outcome: str, now: float) -> bool:
         """OPEN -> DONE with ``outcome``; False when the entry is absent or not OPEN."""
-        cur = self._run(
+        changed = self._write(
             "UPDATE services SET state=?, outcome=?, finished_at=? WHERE token=? AND state=?",
             (str(State.DONE), outcome, now, token, str(State.OPEN)),
         )
-        return cur.rowcount == 1
+        return changed == 1
 
     # ---- both -------------------------------------------------------------------
 
@@ -283,19 +289,19 @@ class CorrelationStore:
         open_ = str(State.OPEN)
         requests = [
             _request_from(r)
-            for r in self._run(
+            for r in self._fetch(
                 f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE state=? AND deadline<=?"
                 " ORDER BY deadline LIMIT ?",
                 (open_, now, limit),
-            ).fetchall()
+            )
         ]
         services = [
             _service_from(r)
-            for r in self._run(
+            for r in self._fetch(
                 f"SELECT {_SERVICE_COLUMNS} FROM services WHERE state=? AND deadline<=?"
                 " ORDER BY deadline LIMIT ?",
                 (open_, now, limit),
-            ).fetchall()
+            )
         ]
         both: list[PendingRequest | PendingService] = [*requests, *services]
         both.sort(key=lambda p: p.deadline)
@@ -331,8 +337,6 @@ class CorrelationStore:
         service_done."""
         out = {f"{side}_{state}": 0 for side in ("requester", "service") for state in State}
         for side, table in (("requester", "requests"), ("service", "services")):
-            for state, n in self._run(
-                f"SELECT state, COUNT(*) FROM {table} GROUP BY state"
-            ).fetchall():
+            for state, n in self._fetch(f"SELECT state, COUNT(*) FROM {table} GROUP BY state"):
                 out[f"{side}_{state}"] = int(n)
         return out

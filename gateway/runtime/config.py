@@ -28,10 +28,12 @@ from pydantic import (
 )
 
 from gateway.pubsub.streams import DEFAULT_STREAM
+from gateway.routing.routes import RequestReplyConfig
 from gateway.runtime.config_checks import (
     check_migrated_streams,
     check_numbers,
     check_paths,
+    check_request_reply,
     check_streams,
 )
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
@@ -148,6 +150,8 @@ class GatewayConfig(_Strict):
     #: Neighbour brokers (docs/neighbours.md); ``broker.neighbours`` is accepted too,
     #: but not both.
     neighbours: list[NeighbourConfig] = Field(default_factory=list)
+    #: Request/reply routes between MQ and the plugins (docs/request-reply.md).
+    request_reply: RequestReplyConfig = Field(default_factory=RequestReplyConfig)
 
     @field_validator("neighbours")
     @classmethod
@@ -353,6 +357,7 @@ def parse_config(
         serviced = {DEFAULT_STREAM} | {s.name for s in gateway.broker.streams}
         sections = [(f"plugins[{index.get(n, '?')}].config", c) for n, c in plugin_configs.items()]
         problems.extend(check_streams(serviced, sections, source))
+        problems.extend(check_request_reply(gateway, registry, source))
     if problems or gateway is None:
         raise ConfigErrors(problems)
     for name, cfg in plugin_configs.items():

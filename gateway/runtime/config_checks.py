@@ -6,19 +6,23 @@ paths the gateway must create or read. ``mqgw run --check`` and the start both r
 
 Why apart from ``config.py``: that module is the schema and the YAML loading; these are
 rules across keys and against the machine, each returning every problem it finds.
+The request/reply cross checks (routes naming plugin instances that exist, are enabled
+and can exchange) are here too.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.runtime.errors import ConfigError
+from gateway.plugin_api import Exchanges
+from gateway.runtime.errors import ConfigError, PluginLoadError
 
 __all__ = [
     "MAX_INTEGER",
@@ -26,6 +30,7 @@ __all__ = [
     "check_migrated_streams",
     "check_numbers",
     "check_paths",
+    "check_request_reply",
     "check_streams",
 ]
 
@@ -226,5 +231,73 @@ def check_paths(
         if why:
             problems.append(
                 ConfigError("broker.store", f"cannot be created: {why}", fix_dir, source=source)
+            )
+    return problems
+
+
+def plugin_exchanges(plugin: object) -> bool | None:
+    """Whether instances of ``plugin`` implement ``Exchanges`` (None: cannot tell), read
+    from the return annotation of its ``create``, so nothing is instantiated."""
+    create = getattr(plugin, "create", None)
+    if create is None:
+        return None
+    try:
+        cls = typing.get_type_hints(create).get("return")
+    except Exception:  # an annotation that does not resolve: cannot tell
+        return None
+    if not isinstance(cls, type):
+        return None
+    return all(callable(getattr(cls, name, None)) for name in ("consume", "produce")) and (
+        issubclass(cls, Exchanges)
+    )
+
+
+def check_request_reply(gateway: Any, registry: Any, source: str = "") -> list[ConfigError]:
+    """Every request/reply route names an enabled plugin instance whose plugin
+    implements ``Exchanges`` (``gateway`` is a validated GatewayConfig)."""
+    problems: list[ConfigError] = []
+    rr = gateway.request_reply
+    instances = {p.name: p for p in gateway.plugins}
+    routes = [("requests", i, r) for i, r in enumerate(rr.requests)]
+    routes += [("services", i, r) for i, r in enumerate(rr.services)]
+    for section, i, route in routes:
+        key = f"request_reply.{section}[{i}].plugin"
+        inst = instances.get(route.plugin)
+        if inst is None:
+            known = ", ".join(sorted(instances)) or "none"
+            problems.append(
+                ConfigError(
+                    key,
+                    f"route {route.name} names plugin instance {route.plugin!r}, which is not "
+                    f"configured (instances: {known})",
+                    "name one of plugins[].name",
+                    source=source,
+                )
+            )
+            continue
+        if not inst.enabled:
+            problems.append(
+                ConfigError(
+                    key,
+                    f"route {route.name} names plugin instance {route.plugin!r}, which is "
+                    "disabled",
+                    "enable the instance or remove the route",
+                    source=source,
+                )
+            )
+            continue
+        try:
+            plugin = registry.get(inst.plugin)
+        except PluginLoadError:
+            continue  # reported with the plugin section
+        if plugin_exchanges(plugin) is False:
+            problems.append(
+                ConfigError(
+                    key,
+                    f"route {route.name}: plugin {inst.plugin!r} (instance {route.plugin!r}) "
+                    "does not implement request/reply (Exchanges)",
+                    "use a plugin instance of kafka, mqtt or memory",
+                    source=source,
+                )
             )
     return problems

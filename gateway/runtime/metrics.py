@@ -25,6 +25,7 @@ from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerService
+from gateway.runtime.request_reply.service import RequestReplyService
 from gateway.runtime.streams.check import StreamReport
 from gateway.runtime.streams.health import stream_metric_families
 from gateway.wire.put_time import put_time_ms
@@ -51,6 +52,7 @@ class GatewayMetrics:
         start_errors: Callable[[], int] = lambda: 0,
         stream_report: Callable[[], StreamReport | None] = lambda: None,
         neighbours: NeighbourLinks | None = None,
+        request_reply: Callable[[], RequestReplyService | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = Histogram(
@@ -64,6 +66,7 @@ class GatewayMetrics:
         self.registry.register(_StreamCollector(stream_report))
         if neighbours is not None:
             self.registry.register(NeighbourCollector(neighbours))
+        self.registry.register(RequestReplyCollector(request_reply))
 
     def observe(self, plugin: str, envelopes: Sequence[Envelope]) -> None:
         """Record end-to-end latency of acknowledged envelopes (sink observer)."""
@@ -248,6 +251,41 @@ class NeighbourCollector(Collector):
         for (q, result), n in sorted(self.links.counters.commands.items()):
             commands.add_metric([q, result], n)
         yield from (active, heard, proxies, commands)
+
+
+class RequestReplyCollector(Collector):
+    """Request/reply events per route (requests_sent, replies_delivered,
+    error_replies.<kind>, duplicates_filtered, ...) and open correlation entries per side
+    (docs/request-reply.md "Metrics")."""
+
+    def __init__(self, service: Callable[[], RequestReplyService | None]) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        svc = self.service()
+        if svc is None:
+            return
+        events = CounterMetricFamily(
+            "mqgw_request_reply",
+            "Request/reply events per route (docs/request-reply.md)",
+            labels=["route", "event"],
+        )
+        for (route, event), n in sorted(svc.events.items()):
+            events.add_metric([route, event], n)
+        open_entries = GaugeMetricFamily(
+            "mqgw_request_reply_open",
+            "Correlation entries waiting for a reply, per side (requester, service)",
+            labels=["side"],
+        )
+        try:
+            counts = svc.store.counts()
+        except Exception:  # a scrape must not fail because the database is busy
+            log.debug("correlation store counts unavailable", exc_info=True)
+            counts = {}
+        for name, n in sorted(counts.items()):
+            if name.endswith("_open"):
+                open_entries.add_metric([name.removesuffix("_open")], n)
+        yield from (events, open_entries)
 
 
 class HealthServer:

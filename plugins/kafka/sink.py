@@ -10,7 +10,7 @@ only, after every other envelope of the batch was delivered. :meth:`KafkaSink.de
 is the one way records reach Kafka: publications (:meth:`KafkaSink.send`) and
 request/reply exchange records (plugins.kafka.exchange) alike.
 
-Size (~525 lines, over the ~500 guide): the send/refusal/producer-replacement rules and
+Size (~540 lines, over the ~500 guide): the send/refusal/producer-replacement rules and
 the exactly-once transaction share their state and are one unit; ``client_args`` and
 ``TopicCreator`` (also used by the source) are what could move to a module of their own.
 """

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
 from gateway.plugin_api import (
+    Envelope,
     InboundPublication,
     Plugin,
     PluginError,
@@ -205,6 +206,7 @@ class TestMemoryContract(PluginContract):
 
 async def test_exchanges_ack_after_handler_and_redeliver_on_failure() -> None:
     from plugins.memory.exchange import topic_matches
+    from tests.support.exchanges import ExchangeOnlyContext
 
     reset_buses()
     inst = MemoryInstance("x", MemoryConfig(bus=unique("ex")))
@@ -212,20 +214,17 @@ async def test_exchanges_ack_after_handler_and_redeliver_on_failure() -> None:
     seen: list[bytes] = []
     fail_once = [True]
 
-    async def handler(batch: object) -> None:
-        envs = list(batch)  # type: ignore[call-overload]
+    async def handler(envs: Sequence[Envelope]) -> None:
         if fail_once[0]:
             fail_once[0] = False
             raise PluginError("not now", retriable=True)
         seen.extend(e.payload for e in envs)
 
-    from gateway.plugin_api import Envelope
-
     # produced before anyone consumes: kept, read when the consumer starts
     await inst.bus.exchanges.append([Envelope("", "req/a", b"1"), Envelope("", "other", b"x")])
     with pytest.raises(PluginError):  # not started: retriable
         await inst.produce([Envelope("", "req/a", b"2")])
-    inst._started = True  # noqa: SLF001 - start() needs a PluginContext; only the flag matters
+    await inst.start(ExchangeOnlyContext())
     await inst.produce([Envelope("", "req/a", b"2")])
     await inst.consume("r1", ["req/#"], handler)
     async with asyncio.timeout(5):

@@ -6,6 +6,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from gateway.routing.correlation import PendingRequest, PendingService, State
 from gateway.routing.correlation_store import (
     SCHEMA_VERSION,
     CorrelationStore,
+    CorrelationStoreError,
     SchemaVersionError,
     StoreInUseError,
 )
@@ -279,6 +281,7 @@ def test_committed_entries_survive_sigkill(tmp_path: Path) -> None:
 
 _OPENER = """
 import sys
+import threading
 from pathlib import Path
 from gateway.routing.correlation_store import CorrelationStore, StoreInUseError
 try:
@@ -339,3 +342,26 @@ def test_schema_version_is_checked(tmp_path: Path) -> None:
     db.commit()
     db.close()
     CorrelationStore(path).close()
+
+
+def test_threads_share_one_store(store: CorrelationStore) -> None:
+    def work(base: int) -> None:
+        for n in range(base, base + 50):
+            key = n.to_bytes(24, "big")
+            assert store.add_request(_request(1, key=key, msg_id=key))
+            assert store.request(key) is not None
+            assert store.finish_request(key, "reply", 1.0)
+
+    threads = [threading.Thread(target=work, args=(i * 1000,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.counts()["requester_done"] == 200
+
+
+def test_closed_store_raises_its_own_error(tmp_path: Path) -> None:
+    s = CorrelationStore(tmp_path / "request_reply.db")
+    s.close()
+    with pytest.raises(CorrelationStoreError):
+        s.request(bytes(24))

@@ -1,0 +1,323 @@
+"""The request/reply service of one gateway process (docs/request-reply.md).
+
+Requester routes: requests consumed from a plugin become MQ REQUESTs put through the
+queue manager's own name resolution; replies/reports on ``reply_queue`` go back to the
+requester. Service routes: MQ requests got from a hosted queue are produced to a plugin
+topic; the responder's replies become MQ REPLYs to the request's ReplyToQ@ReplyToQMgr.
+Every hop is acknowledged only after the next one has the message, in the order the
+once/in-order table of docs/request-reply.md fixes; the correlation store
+(gateway.routing.correlation_store) filters what a crash makes arrive twice.
+
+The MQ loops (reply reader, service-queue readers, sweeper) live in ``readers.py``; this
+module holds the service object, the plugin-side handlers and the shared MQ helpers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from gateway.mq.port import Connection, MQError, PutOptions, QueueManager
+from gateway.plugin_api import Envelope, ExchangeHandler, Exchanges, PluginError
+from gateway.routing.addressing import (
+    correlation_key,
+    error_envelope,
+    reply_md,
+    request_md,
+)
+from gateway.routing.correlation import (
+    PendingRequest,
+    State,
+    request_token,
+    source_id,
+)
+from gateway.routing.correlation_store import CorrelationStore
+from gateway.routing.routes import (
+    RequestReplyConfig,
+    RequestRoute,
+    ServiceRoute,
+    split_destination,
+)
+from gateway.wire.dlh import wrap_for_dlq
+from gateway.wire.mqmd import MQMD
+
+__all__ = ["DEFAULT_DEAD_LETTER_QUEUE", "RequestReplyService"]
+
+log = logging.getLogger(__name__)
+
+#: The gateway QM's dead-letter queue when the config names no other.
+DEFAULT_DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
+
+
+class RequestReplyService:
+    """One per gateway process: see the module docstring."""
+
+    def __init__(
+        self,
+        qm: QueueManager,
+        config: RequestReplyConfig,
+        store: CorrelationStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        dead_letter_queue: str = DEFAULT_DEAD_LETTER_QUEUE,
+        wait_ms: int = 200,
+    ) -> None:
+        self.qm = qm
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.dead_letter_queue = dead_letter_queue
+        self.wait_ms = wait_ms
+        self.requests = {r.name: r for r in config.requests}
+        self.services = {s.name: s for s in config.services}
+        self._instances: dict[str, Exchanges] = {}
+        #: (route, event) -> count; events named in docs/request-reply.md "Metrics"
+        self.events: Counter[tuple[str, str]] = Counter()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.running = False
+
+    # ---------------------------------------------------------------- lifecycle -----
+
+    async def start(self) -> None:
+        """Reply-queue reader, one reader per service route, and the sweeper."""
+        from gateway.runtime.request_reply.readers import (
+            read_replies,
+            read_service_queue,
+            sweep,
+        )
+
+        self.running = True
+        if self.requests:
+            self._spawn(read_replies(self), "rr:replies")
+        for route in self.services.values():
+            self._spawn(read_service_queue(self, route), f"rr:service:{route.name}")
+        self._spawn(sweep(self), "rr:sweeper")
+
+    def attach(self, instance_name: str, exchanges: Exchanges) -> None:
+        """Called after every successful start of plugin instance ``instance_name``:
+        consume each of its routes' sources and use it for produce()."""
+        self._instances[instance_name] = exchanges
+        for req in self.requests.values():
+            if req.plugin == instance_name:
+                self._spawn(
+                    exchanges.consume(req.name, [req.source], self._requests_handler(req)),
+                    f"rr:consume:{req.name}",
+                )
+        for svc in self.services.values():
+            if svc.plugin == instance_name:
+                self._spawn(
+                    exchanges.consume(svc.name, [svc.replies], self._replies_handler(svc)),
+                    f"rr:consume:{svc.name}",
+                )
+
+    def detach(self, instance_name: str) -> None:
+        """The instance stopped: produce() to it fails retriably until attached again."""
+        self._instances.pop(instance_name, None)
+
+    async def stop(self) -> None:
+        self.running = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(_log_failure)
+        self._tasks.append(task)
+
+    # ---------------------------------------------------------------- counters ------
+
+    def count(self, route: str, event: str, n: int = 1) -> None:
+        self.events[(route, event)] += n
+
+    def stats(self) -> dict[str, int]:
+        """Totals per event over all routes, plus the open-entry gauges of the store."""
+        out: dict[str, int] = {}
+        for (_, event), n in self.events.items():
+            out[event] = out.get(event, 0) + n
+        for name, n in self.store.counts().items():
+            out[name] = n
+        return out
+
+    # ---------------------------------------------------------------- plugin side ---
+
+    async def produce(self, instance_name: str, envelopes: Sequence[Envelope]) -> None:
+        """Produce through ``instance_name``; retriable PluginError while it is not
+        started (the caller keeps its MQ message and tries again)."""
+        inst = self._instances.get(instance_name)
+        if inst is None:
+            raise PluginError(f"plugin instance {instance_name} is not started", retriable=True)
+        await inst.produce(envelopes)
+
+    def _requests_handler(self, route: RequestRoute) -> ExchangeHandler:
+        async def handle(batch: Sequence[Envelope]) -> None:
+            await self.on_requests(route, batch)
+
+        return handle
+
+    def _replies_handler(self, route: ServiceRoute) -> ExchangeHandler:
+        async def handle(batch: Sequence[Envelope]) -> None:
+            await self.on_responder_replies(route, batch)
+
+        return handle
+
+    async def on_requests(self, route: RequestRoute, batch: Sequence[Envelope]) -> None:
+        """Incoming requests → MQ REQUESTs: add_request → put+commit → mark_sent, then
+        the plugin acknowledges the batch (we return)."""
+        conn = await self._connect()
+        try:
+            for env in batch:
+                await self._send_request(conn, route, env)
+        finally:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+
+    async def _send_request(self, conn: Connection, route: RequestRoute, env: Envelope) -> None:
+        now = self.clock()
+        sid = source_id(route.name, env)
+        msg_id = request_token(sid)
+        key = correlation_key(route, msg_id)
+        existing = self.store.request(key)
+        if existing is not None and (existing.sent or existing.state is State.DONE):
+            self.count(route.name, "duplicates_filtered")
+            return
+        if existing is None:
+            reply_topic = env.reply_topic or route.default_reply_topic(env.topic)
+            self.store.add_request(
+                PendingRequest(
+                    key=key,
+                    route=route.name,
+                    source_id=sid,
+                    reply_topic=reply_topic,
+                    correlation_data=env.correlation_data,
+                    msg_id=msg_id,
+                    deadline=now + route.timeout,
+                )
+            )
+        cfg = self.config
+        md = request_md(
+            route,
+            env,
+            msg_id=msg_id,
+            reply_to_q=cfg.effective_reply_to_q,
+            reply_to_q_mgr=cfg.reply_to_q_mgr,
+            now=now,
+        )
+        q, q_mgr = split_destination(route.destination)
+        try:
+            await conn.put1(q, md, env.payload, PutOptions(syncpoint=True), q_mgr_name=q_mgr)
+            await conn.commit()
+        except MQError as exc:
+            with contextlib.suppress(MQError):
+                await conn.backout()
+            if exc.retriable:
+                raise PluginError(f"route {route.name}: put to {route.destination}: {exc}",
+                                  retriable=True) from exc
+            pending = self.store.request(key)
+            assert pending is not None
+            log.warning("route %s: request refused by %s: %s", route.name, route.destination, exc)
+            await self.produce(
+                route.plugin,
+                [error_envelope(pending, "refused", feedback=exc.reason, text=str(exc))],
+            )
+            self.store.finish_request(key, "refused", self.clock())
+            self.count(route.name, "error_replies.refused")
+            return
+        self.store.mark_sent(key)
+        self.count(route.name, "requests_sent")
+
+    async def on_responder_replies(self, route: ServiceRoute, batch: Sequence[Envelope]) -> None:
+        """Responder replies → MQ REPLYs: put+commit → finish_service, then the plugin
+        acknowledges (we return). Unresolvable ReplyToQ/QMgr → the DLQ."""
+        conn = await self._connect()
+        try:
+            for env in batch:
+                await self._send_reply(conn, route, env)
+        finally:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+
+    async def _send_reply(self, conn: Connection, route: ServiceRoute, env: Envelope) -> None:
+        token = env.correlation_data
+        pending = self.store.service(token) if len(token) == 24 else None
+        if pending is None:
+            log.info("route %s: reply with unknown correlation data: dropped", route.name)
+            self.count(route.name, "replies_unmatched")
+            return
+        if pending.state is State.DONE:
+            log.info("route %s: second reply to a finished request: dropped", route.name)
+            self.count(route.name, "duplicates_filtered")
+            return
+        md = reply_md(pending, env, now=self.clock())
+        outcome = await self.put_or_dead_letter(
+            conn, route.name, pending.reply_to_q, pending.reply_to_q_mgr, md, env.payload
+        )
+        self.store.finish_service(token, outcome, self.clock())
+        self.count(route.name, "service_replies" if outcome == "reply" else "replies_dead_lettered")
+
+    # ---------------------------------------------------------------- MQ helpers ----
+
+    async def _connect(self) -> Connection:
+        try:
+            return await self.qm.connect()
+        except MQError as exc:
+            raise PluginError(f"queue manager unavailable: {exc}", retriable=True) from exc
+
+    async def put_or_dead_letter(
+        self, conn: Connection, route: str, q: str, q_mgr: str, md: MQMD, body: bytes
+    ) -> str:
+        """Put ``md``/``body`` to ``q``@``q_mgr`` and commit: "reply". A put MQ refuses
+        for good goes to the DLQ with an MQDLH naming ``q``/``q_mgr``: "dead-lettered".
+        A retriable failure raises PluginError(retriable) (nothing committed)."""
+        try:
+            await conn.put1(q, md, body, PutOptions(syncpoint=True), q_mgr_name=q_mgr)
+            await conn.commit()
+            return "reply"
+        except MQError as exc:
+            with contextlib.suppress(MQError):
+                await conn.backout()
+            if exc.retriable:
+                raise PluginError(f"route {route}: put to {q}@{q_mgr}: {exc}",
+                                  retriable=True) from exc
+            log.warning(
+                "route %s: reply to %s@%s cannot be delivered (MQRC %d): dead-lettered",
+                route, q, q_mgr, exc.reason,
+            )
+            await self.dead_letter(conn, md, body, exc.reason, q, q_mgr)
+            await conn.commit()
+            return "dead-lettered"
+
+    async def dead_letter(
+        self, conn: Connection, md: MQMD, body: bytes, reason: int, q: str, q_mgr: str
+    ) -> None:
+        """Put ``md``/``body`` behind an MQDLH on the gateway QM's DLQ (under syncpoint;
+        the caller commits)."""
+        dl_md, dl_body = wrap_for_dlq(md, body, reason, q[:48], q_mgr[:48], "mqgw")
+        try:
+            await conn.put1(
+                self.dead_letter_queue,
+                dl_md,
+                dl_body,
+                PutOptions(syncpoint=True, set_all_context=True),
+            )
+        except MQError as exc:
+            raise PluginError(
+                f"cannot put to the dead-letter queue {self.dead_letter_queue}: {exc}",
+                retriable=True,
+            ) from exc
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("task %s failed", task.get_name(), exc_info=exc)
