@@ -45,8 +45,6 @@ FIELDS = dict(
     msg_id=st.binary(min_size=24, max_size=24),
     user_identifier=_text,
     put_time_ms=st.none() | st.integers(0, 2**45),
-    reply_topic=_text,
-    correlation_data=st.binary(max_size=32),
     publisher_header=st.sampled_from(["MQRFH", "MQRFH2"]),
     priority=st.integers(0, 9),
     sequence_number=_text,
