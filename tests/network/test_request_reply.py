@@ -15,6 +15,11 @@ neither console tool can carry (mosquitto_pub takes correlation data as text).
 One network for the module (the gateway tests); the tests that stop GW run last. The
 first test checks the network alone (GW as a plain queue manager): the routes the
 gateway's tests rely on exist before any gateway code is involved.
+
+Over 500 lines on purpose: one module is one network (its fixture starts six processes,
+~15 s), and the outside-client helpers (mosquitto, Kafka console tools, the responders)
+serve only these tests. tests/network/test_seed_figure.py has near relatives of the
+mosquitto helpers; a shared tests/support home for both is left to a later change.
 """
 
 from __future__ import annotations
