@@ -4,7 +4,7 @@ plugin instances as the requester/responder side."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -130,5 +130,3 @@ async def echo(qm: Any, queue: str, count: int = 1, *, prefix: bytes = b"re:") -
                             q_mgr_name=m.md.reply_to_q_mgr)
     return got
 
-
-Waiter = Callable[[], Awaitable[None]]
