@@ -22,12 +22,14 @@ from gateway.mq.embedded.objects import (
     QType,
 )
 from gateway.mq.embedded.queues import LocalQueue, QueuedMessage
+from gateway.mq.embedded.reports import queue_reports
 from gateway.mq.embedded.store import ChannelSync
 from gateway.mq.port import (
     MQError,
     OpenOption,
     PutOptions,
 )
+from gateway.wire.constants import Feedback
 from gateway.wire.dlh import wrap_for_dlq
 from gateway.wire.errors import WireError
 from gateway.wire.mqmd import MQMD
@@ -59,6 +61,7 @@ class TransmissionDelivery:
 class _UowPut:
     queue: LocalQueue
     msg: QueuedMessage
+    arrival: bool = False  # a put to its destination queue: COA at commit
 
 
 @dataclass(slots=True)
@@ -231,6 +234,8 @@ class EmbeddedConnection:
                 p.queue.add(p.msg)
                 p.queue.notify(p.msg)
         qm.stats.commits += 1
+        queue_reports(qm, [(p.msg.md, p.msg.body, Feedback.COA) for p in puts if p.arrival]
+                      + [(g.msg.md, g.msg.body, Feedback.COD) for g in gets])
 
     async def backout(self) -> None:
         """MQBACK: syncpoint puts vanish; syncpoint gets return with BackoutCount + 1."""
@@ -354,18 +359,19 @@ class EmbeddedConnection:
                 xmit.md, xmit.body, exc.reason, xmit.remote_q_name, xmit.remote_q_mgr_name,
                 syncpoint=syncpoint,
             )
+            queue_reports(self._qm, [(xmit.md, xmit.body, exc.reason)])
             return TransmissionDelivery(xmit.remote_q_name, xmit.remote_q_mgr_name,
                             dead_lettered=True, reason=exc.reason)
 
     # ------------------------------------------------------------ used by handles
 
-    def _track_put(self, q: LocalQueue, msg: QueuedMessage) -> None:
+    def _track_put(self, q: LocalQueue, msg: QueuedMessage, arrival: bool = False) -> None:
         if self.uncommitted >= MAX_UNCOMMITTED_MSGS:
             raise MQError(
                 Reason.SYNCPOINT_LIMIT_REACHED,
                 f"more than {MAX_UNCOMMITTED_MSGS} messages in one unit of work",
             )
-        self._puts.append(_UowPut(q, msg))
+        self._puts.append(_UowPut(q, msg, arrival))
 
     def _track_get(self, q: LocalQueue, msg: QueuedMessage) -> None:
         self._gets.append(_UowGet(q, msg))

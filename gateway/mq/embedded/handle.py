@@ -30,6 +30,7 @@ from gateway.mq.embedded.queues import (
     clone_md,
     pack_md_for_store,
 )
+from gateway.mq.embedded.reports import arrival_report, queue_reports
 from gateway.mq.port import (
     WAIT_UNLIMITED,
     Browse,
@@ -40,7 +41,7 @@ from gateway.mq.port import (
     PutOptions,
     QueueAttr,
 )
-from gateway.wire.constants import MI_NONE, CompCode, MsgType, Persistence
+from gateway.wire.constants import MI_NONE, CompCode, Feedback, MsgType, Persistence
 from gateway.wire.errors import WireError
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
@@ -207,6 +208,7 @@ class EmbeddedQueueHandle:
             q.locked += 1
             self._conn._track_get(q, msg)
             return Message(md, body)
+        queue_reports(qm, [(msg.md, msg.body, Feedback.COD)])
         if msg.persistent:
             # an internal unit of work: the message stays locked until its delete is on
             # disk; a caller cancelled meanwhile never receives it, so it is put back
@@ -322,10 +324,13 @@ class EmbeddedQueueHandle:
             # pack now so a descriptor the store cannot hold fails this put (2026), not commit
             msg.packed_md = pack_md_for_store(stored_md)
         qm.stats.puts += 1
+        arrival = res.is_local and arrival_report(qm, q.name)
         if opts.syncpoint:
-            self._conn._track_put(q, msg)
+            self._conn._track_put(q, msg, arrival)
             q.pending_puts += 1
             return out
+        if arrival:
+            queue_reports(qm, [(out, body, Feedback.COA)])
         if persistent:
             # shielded as one step: once the row is on disk the message is also in
             # memory, even if the caller is cancelled meanwhile

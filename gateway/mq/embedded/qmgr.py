@@ -44,10 +44,12 @@ from gateway.mq.embedded.objects import (
     new_catalogue,
 )
 from gateway.mq.embedded.queues import LocalQueue, QueuedMessage, pack_md_for_store
+from gateway.mq.embedded.reports import queue_reports
 from gateway.mq.embedded.store import ChannelSync, MessageStore, StoredMessage, StoreError
 from gateway.mq.port import (
     MQError,
 )
+from gateway.wire.constants import Feedback
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
@@ -326,8 +328,14 @@ class EmbeddedQueueManager:
             raise MQError(Reason.Q_DELETED, f"queue {name} has been deleted")
         return q
 
+    @property
+    def appl_name(self) -> str:
+        """PutApplName of what the queue manager puts itself (reports, dead letters)."""
+        return self._context.appl_name
+
     def _on_expired(self, msg: QueuedMessage) -> None:
         self.stats.expired += 1
+        queue_reports(self, [(msg.md, msg.body, Feedback.EXPIRATION)])
         if msg.persistent:
             self._expired_persistent.append(msg.seq)
 
@@ -442,6 +450,7 @@ class QueueManagerStats:
     backouts: int = 0
     expired: int = 0
     dead_lettered: int = 0
+    reports: int = 0
     store_transactions: int = 0
 
 
