@@ -24,6 +24,7 @@ TYPE_ONLY_IMPORTS = {
     ("connection", "qmgr"),
     ("definitions", "qmgr"),
     ("handle", "connection"),
+    ("reports", "qmgr"),
     ("repository_queue", "connection"), ("repository_queue", "qmgr"),
 }
 

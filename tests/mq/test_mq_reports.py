@@ -188,3 +188,21 @@ async def test_inbound_transmission_to_unknown_queue_gives_exception_report(
     with pytest.raises(MQError) as err:
         await get(qm, "REPLY", wait_ms=0)
     assert err.value.reason == Reason.NO_MSG_AVAILABLE  # one report, not two
+
+
+async def test_exception_report_of_a_channel_unit_of_work_waits_for_commit(
+    qm: EmbeddedQueueManager,
+) -> None:
+    await setup(qm)
+    md, body = wrap_for_xmitq(original(Report.EXCEPTION), b"payload", "NOPE", "QM1",
+                              qmgr_ccsid=819, msg_id=b"X" * 24)
+    async with await qm.connect() as conn:
+        await conn.deliver_transmission(md, body, syncpoint=True)
+        assert await nothing_on(qm, "REPLY")
+        await conn.backout()  # the batch is redelivered later: no report for this try
+        assert await nothing_on(qm, "REPLY")
+        await conn.deliver_transmission(md, body, syncpoint=True)
+        await conn.commit()
+    rep = await get(qm, "REPLY")
+    assert rep.md.feedback == Reason.UNKNOWN_OBJECT_NAME and rep.body == b""
+    assert await nothing_on(qm, "REPLY")

@@ -77,6 +77,7 @@ class EmbeddedConnection:
         self._qm = qm
         self._puts: list[_UowPut] = []
         self._gets: list[_UowGet] = []
+        self._exceptions: list[tuple[MQMD, bytes, int]] = []  # reports due at commit
         self._handles: set[EmbeddedQueueHandle] = set()
         self._open = True
 
@@ -204,7 +205,9 @@ class EmbeddedConnection:
             return
         puts, gets = self._puts, self._gets
         self._puts, self._gets = [], []
+        exceptions, self._exceptions = self._exceptions, []
         await self._qm._complete(self._finish_commit(puts, gets, sync))
+        queue_reports(self._qm, exceptions)
 
     async def _finish_commit(
         self, puts: list[_UowPut], gets: list[_UowGet], sync: ChannelSync | None = None
@@ -244,6 +247,7 @@ class EmbeddedConnection:
             return
         puts, gets = self._puts, self._gets
         self._puts, self._gets = [], []
+        self._exceptions = []
         await self._qm._complete(self._finish_backout(puts, gets))
 
     async def _finish_backout(self, puts: list[_UowPut], gets: list[_UowGet]) -> None:
@@ -275,6 +279,7 @@ class EmbeddedConnection:
         if self._puts or self._gets:
             puts, gets = self._puts, self._gets
             self._puts, self._gets = [], []
+            self._exceptions = []
             await self._qm._complete(self._finish_backout(puts, gets))
         for h in list(self._handles):
             await h.close()
@@ -359,7 +364,10 @@ class EmbeddedConnection:
                 xmit.md, xmit.body, exc.reason, xmit.remote_q_name, xmit.remote_q_mgr_name,
                 syncpoint=syncpoint,
             )
-            queue_reports(self._qm, [(xmit.md, xmit.body, exc.reason)])
+            if syncpoint:  # the dead letter is in the channel's unit of work
+                self._exceptions.append((xmit.md, xmit.body, exc.reason))
+            else:
+                queue_reports(self._qm, [(xmit.md, xmit.body, exc.reason)])
             return TransmissionDelivery(xmit.remote_q_name, xmit.remote_q_mgr_name,
                             dead_lettered=True, reason=exc.reason)
 
