@@ -84,6 +84,8 @@ QUIET_S = 2.0
 #: The timeout of the route to SVC.IDLE (nobody serves it).
 IDLE_TIMEOUT_S = 3.0
 UNKNOWN_QM = "NOWHERE.QM"
+#: A queue QMA does not have: requests to it are dead-lettered there (2085).
+NO_SUCH_Q = "NO.SUCH.Q"
 
 
 # ---------------------------------------------------------------- the network alone -----
@@ -190,6 +192,8 @@ def _routes(base: str, prefix: str) -> dict[str, Any]:
              "destination": SVC_IDLE, "timeout": IDLE_TIMEOUT_S},
             {"name": "mqtt-held", "plugin": "mqtt", "source": f"{base}/held/req/#",
              "destination": SVC_HELD, "timeout": 300.0},
+            {"name": "mqtt-noq", "plugin": "mqtt", "source": f"{base}/noq/req/#",
+             "destination": f"{NO_SUCH_Q}@{QMA}", "timeout": 120.0},
         ],
         "services": [
             {"name": "pricing", "queue": GW_PRICING, "plugin": "kafka",
@@ -439,6 +443,25 @@ async def test_a_request_nobody_serves_gets_a_timeout_error_reply(rr: RR) -> Non
     assert (topic, corr) == (resp, "corr-idle-1")
     error = json.loads(payload)
     assert error["error"] == "timeout" and error["route"] == "mqtt-idle", error
+
+
+@needs_mosquitto_clients
+async def test_an_exception_report_from_qma_becomes_an_error_reply(rr: RR) -> None:
+    """The request reaches QMA, which has no NO.SUCH.Q: QMA dead-letters it (2085) and,
+    as the request asked (MQRO_EXCEPTION), sends an exception report to its ReplyToQ @
+    ReplyToQMgr (MQGW.REPLY @ GWREPLY); the gateway turns it into the documented error
+    reply long before the route's 120 s timeout."""
+    req, resp = rr.t("noq/req/x"), rr.t("noq/resp/client1")
+    sub = await mosquitto_sub(rr, resp)
+    await asyncio.to_thread(mqtt_request, rr, req, "lost?", resp, "corr-noq-1")
+    got = await mqtt_lines(sub, 1, ARRIVE_S, "the exception error reply of NO.SUCH.Q@QMA", rr)
+    assert len(got) == 1, f"one error reply, no duplicate: {got}"
+    topic, corr, payload = got[0].split("|", 2)
+    assert (topic, corr) == (resp, "corr-noq-1")
+    error = json.loads(payload)
+    assert error["error"] == "exception", error
+    assert error["feedback"] == Reason.UNKNOWN_OBJECT_NAME, error
+    assert error["route"] == "mqtt-noq", error
 
 
 # ---------------------------------------------------------------- the gateway as service -----
