@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +35,17 @@ from gateway.devstack import (
 from gateway.devstack.process import log_tail
 
 _SERVICE_MARKERS = {"kafka_broker": "kafka", "mqtt_broker": "mqtt", "spark_session": "spark"}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests driven by Debian's MQTT command-line clients fail, never skip, without them
+    (tools/setup.sh installs them; a skip would hide an untested path)."""
+    if item.get_closest_marker("mosquitto_clients") is None:
+        return
+    missing = [c for c in ("mosquitto_pub", "mosquitto_sub") if shutil.which(c) is None]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} not on PATH: install Debian's mosquitto-clients "
+                    "(make setup does)", pytrace=False)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

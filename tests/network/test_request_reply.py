@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -72,10 +71,7 @@ from tests.support.rr_network import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
-needs_mosquitto_clients = pytest.mark.skipif(
-    shutil.which("mosquitto_pub") is None or shutil.which("mosquitto_sub") is None,
-    reason="needs Debian's mosquitto-clients (tools/setup.sh installs it)",
-)
+needs_mosquitto_clients = pytest.mark.mosquitto_clients
 
 #: Bound of every wait for a message that must arrive.
 ARRIVE_S = 30.0

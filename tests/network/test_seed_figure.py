@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import io
 import json
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -62,10 +61,7 @@ pytestmark = [
     pytest.mark.kafka,
     pytest.mark.mqtt,
     pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(
-        shutil.which("mosquitto_pub") is None or shutil.which("mosquitto_sub") is None,
-        reason="needs Debian's mosquitto-clients (tools/setup.sh installs it)",
-    ),
+    pytest.mark.mosquitto_clients,
 ]
 
 STOCK, BULLETIN, SPORTS = "STOCK.STREAM", "BULLETIN.STREAM", "SPORTS.STREAM"

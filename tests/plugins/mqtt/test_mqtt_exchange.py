@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import subprocess
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -43,10 +42,7 @@ from tests.plugins.mqtt.mqtt_harness import (
 
 pytestmark = [
     pytest.mark.mqtt,
-    pytest.mark.skipif(
-        shutil.which("mosquitto_pub") is None or shutil.which("mosquitto_sub") is None,
-        reason="needs the mosquitto clients",
-    ),
+    pytest.mark.mosquitto_clients,
 ]
 
 

@@ -10,7 +10,6 @@ back-pressure: nothing is dead-lettered, everything arrives once the queue drain
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,10 +31,7 @@ from tests.support.gateway import BRIDGE_QUEUES
 
 pytestmark = [
     pytest.mark.mqtt,
-    pytest.mark.skipif(
-        shutil.which("mosquitto_pub") is None,
-        reason="needs Debian's mosquitto-clients (tools/setup.sh installs it)",
-    ),
+    pytest.mark.mosquitto_clients,
 ]
 
 DEAD_LETTER = "mqgw/dead-letter"
