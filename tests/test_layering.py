@@ -44,7 +44,7 @@ LAYERS: dict[str, frozenset[str]] = {
     # The byte codecs: pure, imports nothing else of the gateway.
     "gateway.wire": frozenset(),
     "gateway.pubsub": frozenset({"gateway.wire"}),
-    "gateway.mq": frozenset({"gateway.wire"}),
+    "gateway.mq": frozenset({"gateway.wire", "gateway.secrets"}),
     # Request/reply's pure core (routes, correlation, reply addressing): MQ names and
     # descriptors from below, and the plugin contract's Envelope it turns replies into.
     "gateway.routing": frozenset(
@@ -54,6 +54,9 @@ LAYERS: dict[str, frozenset[str]] = {
     # stream rule ($SYS/STREAM/, the default stream) and the usr property-name rule from
     # gateway.pubsub so there is one home for each.
     "gateway.plugin_api": frozenset({"gateway.pubsub"}),
+    # Secrets named in configuration (env/file/literal), never shown: imports nothing,
+    # used by every layer that holds a credential.
+    "gateway.secrets": frozenset(),
     # Tooling (real Kafka/Mosquitto on loopback): stands alone.
     "gateway.devstack": frozenset(),
     "gateway.runtime": frozenset(
@@ -64,6 +67,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "gateway.routing",
             "gateway.plugin_api",
             "gateway.devstack",  # `mqgw devstack` and the health of local services
+            "gateway.secrets",
             "analytics",  # only the `mqgw analytics` sub-command, imported by string
         }
     ),
@@ -71,7 +75,7 @@ LAYERS: dict[str, frozenset[str]] = {
     # import it (``from gateway import __version__``).
     "gateway": frozenset(),
     "plugins": frozenset(),
-    "plugins.*": frozenset({"gateway.plugin_api"}),
+    "plugins.*": frozenset({"gateway.plugin_api", "gateway.secrets"}),
     # Runs under spark-submit without the gateway installed; only the local runner asks
     # the devstack where the connector jars are (lazily).
     "analytics": frozenset({"gateway.devstack"}),
