@@ -29,6 +29,7 @@ are reported and left.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -53,6 +54,13 @@ from gateway.wire.reasons import Reason, reason_text
 #: A queue every queue manager has, opened for inquire to learn DEADQ when the rules
 #: table has no INPUTQ (the embedded queue manager answers DEADQ on any queue handle).
 _INQUIRE_VIA = "SYSTEM.ADMIN.COMMAND.QUEUE"
+
+
+#: Reasons that end the run (the queue manager or connection is gone), not an attempt.
+_CONNECTION_LOST = frozenset({
+    Reason.CONNECTION_BROKEN, Reason.HCONN_ERROR, Reason.Q_MGR_STOPPING,
+    Reason.Q_MGR_NOT_AVAILABLE, Reason.CONNECTION_QUIESCING, Reason.Q_MGR_QUIESCING,
+})
 
 
 class DlqHandlerError(Exception):
@@ -188,8 +196,8 @@ class _Handler:
             return _Outcome("IGNORE", _dest(dlh), f"left ({attempt})")
         if action is Action.DISCARD:
             if self.dry_run:
-                return _Outcome("DISCARD", "-", f"dry run: would discard ({attempt})")
-            return await self._move(msg, None, "DISCARD", "-", attempt)
+                return _Outcome("DISCARD", _dest(dlh), f"dry run: would discard ({attempt})")
+            return await self._move(msg, None, "DISCARD", _dest(dlh), attempt)
         if action is Action.RETRY:
             q, qm = dlh.dest_q_name, dlh.dest_q_mgr_name
             put_md, put_body = original_md, data
@@ -216,18 +224,12 @@ class _Handler:
     ) -> _Outcome:
         """Destructive get of ``msg`` and its put (if any) in one unit of work."""
         conn = self.conn
-        committed = False
         try:
-            try:
-                taken = await self.dlq.get(GetOptions(
-                    syncpoint=True,
-                    match_msg_id=msg.md.msg_id,
-                    match_correl_id=msg.md.correl_id,
-                ))
-            except MQError as exc:
-                if exc.reason == Reason.NO_MSG_AVAILABLE:
-                    return _Outcome(action, where, f"skipped: message left the DLQ ({attempt})")
-                raise
+            taken = await self.dlq.get(GetOptions(
+                syncpoint=True,
+                match_msg_id=msg.md.msg_id,
+                match_correl_id=msg.md.correl_id,
+            ))
             if taken.body != msg.body:  # another message with the same ids: not ours
                 await conn.backout()
                 return _Outcome(action, where, f"skipped: message changed ({attempt})")
@@ -236,6 +238,8 @@ class _Handler:
                 try:
                     await self._put(q, qm, md, body)
                 except MQError as exc:
+                    if exc.reason in _CONNECTION_LOST:
+                        raise
                     await conn.backout()
                     return _Outcome(
                         action, where,
@@ -243,13 +247,15 @@ class _Handler:
                         failed=True,
                     )
             await conn.commit()
-            committed = True
-        finally:
-            if not committed:
-                try:
-                    await conn.backout()
-                except MQError:
-                    pass  # the connection is gone: the queue manager backs it out
+        except MQError as exc:
+            if exc.reason == Reason.NO_MSG_AVAILABLE:
+                return _Outcome(action, where, f"skipped: message left the DLQ ({attempt})")
+            await _backout_quietly(conn)
+            raise
+        except BaseException:
+            # a crash (bug, cancellation) before the commit: nothing is half done
+            await _backout_quietly(conn)
+            raise
         done = {"RETRY": "retried", "FWD": "forwarded", "DISCARD": "discarded"}[action]
         return _Outcome(action, where, f"{done} ({attempt})", removed=True)
 
@@ -278,6 +284,11 @@ class _Handler:
         line = f"msgid={msg_id} reason={reason} dest={dest} action={action} {outcome}"
         self.report.lines.append(line)
         print(line, file=self.out, flush=True)
+
+
+async def _backout_quietly(conn: Connection) -> None:
+    with contextlib.suppress(MQError):  # connection gone: the queue manager backs out
+        await conn.backout()
 
 
 def _dest(dlh: MQDLH) -> str:
