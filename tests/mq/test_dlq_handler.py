@@ -279,9 +279,9 @@ async def test_inputq_and_errors(qm: EmbeddedQueueManager) -> None:
     report, _ = await run(qm, "INPUTQ(OTHER.DLQ)\nACTION(DISCARD)")
     assert report.discarded == 1 and qm.queue_depth("OTHER.DLQ") == 0
     assert qm.queue_depth(DLQ) == 1
-    with pytest.raises(DlqHandlerError, match="INPUTQM\\(QM9\\)"):
+    with pytest.raises(DlqHandlerError, match=r"INPUTQM\(QM9\)"):
         await run(qm, "INPUTQM(QM9)\nACTION(DISCARD)")
-    with pytest.raises(DlqHandlerError, match="NO.SUCH.DLQ"):
+    with pytest.raises(DlqHandlerError, match=r"NO\.SUCH\.DLQ"):
         await run(qm, "INPUTQ(NO.SUCH.DLQ)\nACTION(DISCARD)")
 
 
