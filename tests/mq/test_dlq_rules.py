@@ -3,6 +3,8 @@ line), matching (table order, generics, symbolic names) and round trips."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -332,3 +334,15 @@ def test_random_text_parses_or_fails_cleanly(text: str) -> None:
         return
     assert table.rules
     assert parse_rules(table.to_text()) == table
+
+
+def test_shipped_sample_parses() -> None:
+    sample = Path(__file__).resolve().parents[2] / "examples" / "dlq-rules.sample"
+    table = parse_rules(sample.read_text(encoding="utf-8"))
+    assert table.control == ControlData(wait="NO")
+    assert [r.action for r in table.rules] == [
+        Action.FWD, Action.RETRY, Action.RETRY, Action.RETRY, Action.DISCARD, Action.FWD,
+        Action.FWD,
+    ]
+    retry = table.match(dlh(), md())
+    assert retry is not None and retry.action is Action.RETRY and retry.retry == 5
