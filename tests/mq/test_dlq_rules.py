@@ -309,7 +309,7 @@ def rules_tables(draw: st.DrawFn) -> RulesTable:
 
 
 @given(rules_tables())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_round_trip_through_text(table: RulesTable) -> None:
     text = table.to_text()
     again = parse_rules(text)
@@ -324,7 +324,7 @@ _FRAGMENTS = st.sampled_from([
 
 
 @given(st.one_of(st.text(max_size=200), st.lists(_FRAGMENTS, max_size=40).map("".join)))
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_random_text_parses_or_fails_cleanly(text: str) -> None:
     try:
         table = parse_rules(text)
