@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.plugin_api import DEFAULT_STREAM

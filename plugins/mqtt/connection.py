@@ -49,6 +49,9 @@ from plugins.mqtt.config import MqttConfig, TlsConfig
 log = logging.getLogger(__name__)
 paho_log = logging.getLogger(f"{__name__}.paho")
 
+#: paho log level -> logging level (what ``enable_logger`` would use).
+_PAHO_LEVELS: dict[int, int] = {int(k): v for k, v in paho.LOGGING_LEVEL.items()}
+
 #: paho's Message Expiry Interval etc. live in Properties objects per packet type.
 MISC_INTERVAL = 1.0
 
@@ -79,6 +82,8 @@ RETRIABLE_REFUSALS = frozenset({0x80, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8C, 0x97, 
 #: ... and those among them that are about who we are.
 AUTH_REFUSALS = frozenset({0x86, 0x87, 0x8A, 0x8C})
 
+#: OpenSSL verify codes meaning "the chain does not end at a CA we trust" (18-21).
+UNTRUSTED_ISSUER = frozenset({18, 19, 20, 21})
 _SSL_NOISE = re.compile(r"^\[[A-Z0-9_: ]+\]\s*|\s*\(_ssl\.c:\d+\)$")
 
 
@@ -86,6 +91,8 @@ def ssl_cause(exc: BaseException | str) -> str:
     """The readable part of an ``ssl`` error: ``certificate has expired`` rather than
     ``[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: ... (_ssl.c:1006)``."""
     if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        if exc.verify_code in UNTRUSTED_ISSUER:
+            return f"{exc.verify_message} (no CA in tls.ca_file signed the broker's certificate)"
         return str(exc.verify_message)
     if isinstance(exc, ssl.SSLError) and exc.reason and not exc.args[1:]:
         return str(exc.reason).replace("_", " ").lower()
@@ -347,12 +354,6 @@ class MqttConnection:
             self._close_socket()
             self.last_error = f"TLS handshake failed: {ssl_cause(exc)} ({self._server()})"
             raise MqttConnectionError(self.last_error, kind="tls") from None
-        except (OSError, TimeoutError, ValueError) as exc:
-            self._close_socket()
-            self.last_error = (
-                f"cannot connect to {cfg.host}:{cfg.port}: {exc or type(exc).__name__}"
-            )
-            raise MqttConnectionError(self.last_error) from exc
         except MqttConnectionError as exc:
             # The link dropped before CONNACK: with TLS, usually the broker refusing our
             # certificate (an alert after the handshake) - paho saw it as a read error.
@@ -365,6 +366,12 @@ class MqttConnection:
                 raise MqttConnectionError(self.last_error, kind="tls") from None
             self.last_error = f"{self._server()} closed the connection before CONNACK: {exc}"
             raise MqttConnectionError(self.last_error) from None
+        except (OSError, TimeoutError, ValueError) as exc:
+            self._close_socket()
+            self.last_error = (
+                f"cannot connect to {cfg.host}:{cfg.port}: {exc or type(exc).__name__}"
+            )
+            raise MqttConnectionError(self.last_error) from exc
         finally:
             self._connack = None
         if rc != 0:
@@ -640,7 +647,7 @@ class MqttConnection:
             self._read_error = text.split(": ", 1)[-1]
             paho_log.debug("%s", text)
             return
-        paho_log.log(paho.LOGGING_LEVEL.get(level, logging.DEBUG), "%s", text)
+        paho_log.log(_PAHO_LEVELS.get(level, logging.DEBUG), "%s", text)
 
     def _handle_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         self._on_message(Received(msg, self._generation))
