@@ -32,11 +32,18 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from pydantic import ValidationError
 
+from gateway.devstack import mosquitto as mosquitto_module
+from gateway.devstack.mosquitto import (
+    MosquittoBroker,
+    MosquittoOptions,
+    SecureListener,
+    mosquitto_conf,
+)
 from gateway.devstack.ports import free_port
 from gateway.secrets import Secret
 from plugins.mqtt import MqttConfig
 from plugins.mqtt.config import TlsConfig
-from plugins.mqtt.connection import MqttConnectionError, ssl_cause, tls_context
+from plugins.mqtt.connection import MqttConnection, MqttConnectionError, ssl_cause, tls_context
 from tests.plugins.mqtt.mqtt_harness import (
     publish_rfh2,
     register_mq_subscribers,
@@ -148,6 +155,93 @@ def test_ssl_cause_keeps_the_readable_part() -> None:
         "(_ssl.c:2576)"
     )
     assert ssl_cause(text) == "tlsv13 alert certificate required"
+
+
+# ------------------------------------------------------------------- devstack pieces --
+
+
+def test_default_broker_configuration_is_unchanged() -> None:
+    conf = mosquitto_conf(port=1883)
+    assert conf.startswith("listener 1883 127.0.0.1\nallow_anonymous true\n")
+    assert "per_listener_settings" not in conf and "user " not in conf
+    assert "password_file" not in conf and "certfile" not in conf
+
+
+@pytest.mark.mqtt
+@pytest.mark.mosquitto_clients
+def test_password_file_written_without_mosquitto_passwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback hash format (no mosquitto_passwd on PATH) is what Mosquitto checks."""
+    real_which = mosquitto_module.shutil.which
+    monkeypatch.setattr(
+        mosquitto_module.shutil, "which",
+        lambda name: None if name == "mosquitto_passwd" else real_which(name),
+    )
+    options = MosquittoOptions(listeners=(SecureListener("pw"),), users={"bob": "pa:ss w"})
+    with MosquittoBroker(tmp_path, options) as broker:
+        assert (tmp_path / "passwords").read_text().startswith("bob:$7$101$")
+        results = [
+            subprocess.run(
+                ["mosquitto_pub", "-h", broker.host, "-p", str(broker.ports["pw"]),
+                 "-V", "mqttv5", "-t", "t", "-m", "m", "-u", "bob", "-P", password],
+                capture_output=True, text=True, timeout=20, check=False,
+            ).returncode
+            for password in ("pa:ss w", "wrong")
+        ]
+    assert results[0] == 0 and results[1] != 0, results
+
+
+async def _forward(listen_host: str, target_port: int) -> asyncio.Server:
+    """A TCP relay from ``listen_host`` to 127.0.0.1:``target_port`` (same broker, an
+    address its certificate does not name)."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    return await asyncio.start_server(relay, listen_host, 0)
+
+
+@pytest.mark.mqtt
+async def test_hostname_mismatch_is_refused_unless_check_hostname_is_off(
+    secure_mosquitto: SecureMosquitto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+    server = await _forward("127.0.0.2", secure_mosquitto.port("tls-password"))
+    port = server.sockets[0].getsockname()[1]
+    try:
+        for check in (True, False):
+            config = MqttConfig.model_validate({
+                "host": "127.0.0.2", "port": port, "username": USER,
+                "password": {"env": PASSWORD_ENV}, "connect_timeout": 5,
+                "tls": {"ca_file": str(secure_mosquitto.certs.ca_cert), "check_hostname": check},
+            })
+            conn = MqttConnection(config, unique("mismatch-"), on_message=lambda r: None,
+                                  subscriptions=list, name="mismatch")
+            if check:
+                with pytest.raises(MqttConnectionError) as info:
+                    await conn.start()
+                assert str(info.value) == (
+                    "TLS handshake failed: IP address mismatch, certificate is not valid for "
+                    f"'127.0.0.2'. (server 127.0.0.2:{port})"
+                )
+            else:
+                await conn.start()
+                assert conn.connected
+                await conn.close()
+    finally:
+        server.close()
 
 
 # ------------------------------------------------------------- round trips over TLS --
