@@ -94,8 +94,7 @@ def ssl_cause(exc: BaseException | str) -> str:
         if exc.verify_code in UNTRUSTED_ISSUER:
             return f"{exc.verify_message} (no CA in tls.ca_file signed the broker's certificate)"
         return str(exc.verify_message)
-    if isinstance(exc, ssl.SSLError) and exc.reason and not exc.args[1:]:
-        return str(exc.reason).replace("_", " ").lower()
+    # SSLError args: (errno, "[SSL: CODE] text (_ssl.c:NNN)"); paho's log: that text.
     text = str(exc.args[1] if isinstance(exc, ssl.SSLError) and exc.args[1:] else exc)
     return _SSL_NOISE.sub("", text).strip() or type(exc).__name__
 
@@ -475,6 +474,7 @@ class MqttConnection:
                 "the broker refused the subscriptions "
                 + ", ".join(f"{topic!r} (reason 0x{code:02X})" for topic, code in refused),
                 refused[0][1],
+                kind="refused",
             )
         self._granted.update(subs)
 
