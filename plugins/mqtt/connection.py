@@ -122,9 +122,15 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
             f"TLS setup failed: tls.key_password: {exc}", kind="tls", retriable=True
         ) from None
     except (OSError, ValueError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else ssl_cause(exc)
-        if isinstance(exc, ssl.SSLError) and "bad decrypt" in str(exc).lower():
-            detail = "cannot decrypt the key (wrong tls.key_password?)"
+        if isinstance(exc, ssl.SSLError):
+            detail = ssl_cause(exc)
+            if "PEM lib" in str(exc) or "bad decrypt" in str(exc).lower():
+                detail = (
+                    "cannot read the private key (wrong or missing tls.key_password, "
+                    "or not a PEM file)"
+                )
+        else:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise MqttConnectionError(
             f"TLS setup failed: {what}: {detail}", kind="tls", retriable=True
         ) from None

@@ -139,7 +139,10 @@ def test_tls_setup_errors_name_the_key_not_the_secret(
     monkeypatch.setenv("MQGW_TEST_KEY_PASS", "wrong-passphrase-xyz")
     with pytest.raises(MqttConnectionError) as info:
         tls_context(good)
-    assert "tls.cert_file/tls.key_file" in str(info.value)
+    assert str(info.value) == (
+        "TLS setup failed: tls.cert_file/tls.key_file: cannot read the private key "
+        "(wrong or missing tls.key_password, or not a PEM file)"
+    )
     assert "wrong-passphrase-xyz" not in str(info.value)
     assert info.value.kind == "tls" and info.value.retriable
     monkeypatch.delenv("MQGW_TEST_KEY_PASS")
@@ -147,6 +150,8 @@ def test_tls_setup_errors_name_the_key_not_the_secret(
                                                   r"MQGW_TEST_KEY_PASS: the variable is unset"):
         tls_context(good)
     assert tls_context(TlsConfig(check_hostname=False)).check_hostname is False
+    with pytest.raises(MqttConnectionError, match=r"tls\.key_file: key values mismatch$"):
+        tls_context(TlsConfig(cert_file=str(certs.client_cert), key_file=str(certs.server_key)))
 
 
 def test_ssl_cause_keeps_the_readable_part() -> None:
@@ -494,9 +499,10 @@ def test_failures_are_one_clear_line_retried_with_backoff(
         # backoff: a few attempts in these seconds, not a tight loop
         assert len(lines) <= 12, len(lines)
         kind = "auth" if name == "bad-password" else "tls"
-        assert re.search(
+        counted = re.search(
             rf'mqgw_plugin_stat\{{plugin="{name}",stat="{kind}_failures"\}} ([0-9.]+)', metrics
-        ), metrics
+        )
+        assert counted is not None and float(counted.group(1)) >= 3, metrics
     assert re.search(r'mqgw_plugin_stat\{plugin="good",stat="connected"\} 1\.0', metrics)
     assert proc.poll() is None, "the gateway must keep running and retrying"
 
