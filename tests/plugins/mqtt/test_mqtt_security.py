@@ -249,6 +249,27 @@ async def test_hostname_mismatch_is_refused_unless_check_hostname_is_off(
         server.close()
 
 
+@pytest.mark.mqtt
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+async def test_wrong_password_is_an_auth_failure_in_both_protocols(
+    secure_mosquitto: SecureMosquitto, protocol: str
+) -> None:
+    failures: list[MqttConnectionError] = []
+    config = MqttConfig.model_validate({
+        "host": secure_mosquitto.host, "port": secure_mosquitto.port("tls-password"),
+        "protocol": protocol, "username": USER, "password": WRONG_PASSWORD,
+        "tls": {"ca_file": str(secure_mosquitto.certs.ca_cert)},
+    })
+    conn = MqttConnection(config, unique("badpw-"), on_message=lambda r: None,
+                          subscriptions=list, name="badpw", on_failure=failures.append)
+    with pytest.raises(MqttConnectionError) as info:
+        await conn.start()
+    assert str(info.value).startswith("the broker refused the connection: Not authorized (0x87)")
+    assert (info.value.kind, info.value.retriable) == ("auth", True)
+    assert failures == [info.value]
+    assert WRONG_PASSWORD not in str(info.value)
+
+
 # ------------------------------------------------------------- round trips over TLS --
 
 
