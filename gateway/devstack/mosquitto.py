@@ -5,15 +5,23 @@ the foreground with ``-c <work_dir>/mosquitto.conf``; it keeps no files (no pers
 it logs to stderr, unbuffered unlike stdout, which goes to ``mosquitto.log``), so dropping
 privileges when started as root is harmless. Readiness means an MQTT CONNECT answered by
 a CONNACK with return code 0.
+
+Optional secured listeners (:class:`SecureListener`, in :attr:`MosquittoOptions.listeners`)
+add TLS (certificates from :mod:`gateway.devstack.certs`), client certificates and a
+password file, each with ``allow_anonymous false``; the anonymous loopback listener
+stays (it is how readiness is probed), so the default broker is unchanged.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import shutil
 import socket
+import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -44,17 +52,99 @@ def find_mosquitto() -> str:
     )
 
 
-def mosquitto_conf(*, port: int, max_queued_messages: int = 100_000) -> str:
-    """The broker configuration: one anonymous loopback listener, no persistence.
+@dataclass(frozen=True, slots=True)
+class SecureListener:
+    """One extra listener on 127.0.0.1 with TLS and/or credentials, never anonymous.
+
+    ``require_certificate``: clients must present a certificate signed by ``ca_file``;
+    its common name becomes the MQTT user name (``use_identity_as_username``), so no
+    password is asked. Otherwise, with ``passwords``, the user name and password are
+    checked against the broker's password file (:attr:`MosquittoOptions.users`).
+    """
+
+    #: Key of :attr:`MosquittoBroker.ports` (e.g. ``"tls-password"``).
+    name: str
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    ca_file: Path | None = None
+    require_certificate: bool = False
+    passwords: bool = True
+
+    def conf(self, port: int, password_file: Path | None) -> str:
+        lines = [f"listener {port} {LOOPBACK}", "allow_anonymous false"]
+        if self.cert_file is not None and self.key_file is not None:
+            lines += [f"certfile {self.cert_file}", f"keyfile {self.key_file}"]
+            if self.ca_file is not None:
+                lines.append(f"cafile {self.ca_file}")
+        if self.require_certificate:
+            lines += ["require_certificate true", "use_identity_as_username true"]
+        elif self.passwords and password_file is not None:
+            lines.append(f"password_file {password_file}")
+        return "\n".join(lines) + "\n"
+
+
+def _passwd_hash(password: str) -> str:
+    """Mosquitto 2.0's password file hash: ``$7$<iterations>$<b64 salt>$<b64 hash>``
+    (PBKDF2-HMAC-SHA512, 101 iterations, 12-byte salt), as ``mosquitto_passwd`` writes."""
+    salt = os.urandom(12)
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, 101)
+    return f"$7$101${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
+
+
+def write_password_file(path: Path, users: dict[str, str]) -> Path:
+    """A Mosquitto password file for ``users`` (name -> password): Debian's
+    ``mosquitto_passwd -b`` when installed, else the same hash format written here."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("", encoding="utf-8")
+    path.chmod(0o600)
+    tool = shutil.which("mosquitto_passwd")
+    if tool is None:
+        path.write_text(
+            "".join(f"{user}:{_passwd_hash(pw)}\n" for user, pw in users.items()),
+            encoding="utf-8",
+        )
+        return path
+    for user, password in users.items():
+        # -b takes the password on the command line: fine for throw-away dev accounts.
+        subprocess.run(
+            [tool, "-b", str(path), user, password],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+    return path
+
+
+def mosquitto_conf(
+    *,
+    port: int,
+    max_queued_messages: int = 100_000,
+    secure: dict[int, SecureListener] | None = None,
+    password_file: Path | None = None,
+) -> str:
+    """The broker configuration: one anonymous loopback listener, no persistence, plus
+    the ``secure`` listeners by port (then ``per_listener_settings`` is on so each
+    listener has its own ``allow_anonymous``/``password_file``).
 
     A configured ``listener`` turns ``allow_anonymous`` off by default, so it is set
     explicitly; the in-flight and queue limits are raised from 20 / 1000 so a gateway
     publishing bursts at QoS 1 is not silently dropped.
     """
+    extra = "".join(
+        listener.conf(listener_port, password_file)
+        for listener_port, listener in (secure or {}).items()
+    )
+    # Started as root, Mosquitto switches to the "mosquitto" user before it reads the
+    # password file, which (like the 0600 private keys, in a private temporary
+    # directory) that user cannot read: a secured dev broker keeps the starting user.
+    keep_user = "user root\n" if secure and hasattr(os, "geteuid") and os.geteuid() == 0 else ""
     return (
-        f"listener {port} {LOOPBACK}\n"
+        keep_user
+        + ("per_listener_settings true\n" if secure else "")
+        + f"listener {port} {LOOPBACK}\n"
         "allow_anonymous true\n"
-        "persistence false\n"
+        + extra
+        + "persistence false\n"
         "log_dest stderr\n"
         "log_type error\n"
         "log_type warning\n"
@@ -108,6 +198,10 @@ class MosquittoOptions:
     startup_timeout: float = 20.0
     stop_timeout: float = 5.0
     max_queued_messages: int = 100_000
+    #: Secured listeners besides the anonymous one (see :class:`SecureListener`).
+    listeners: tuple[SecureListener, ...] = ()
+    #: Accounts of the password file (user name -> password) for ``passwords`` listeners.
+    users: dict[str, str] = field(default_factory=dict)
 
 
 class MosquittoBroker:
@@ -121,6 +215,8 @@ class MosquittoBroker:
         self.detach = detach
         self.host = LOOPBACK
         self.port = 0
+        #: Port of each secured listener, by :attr:`SecureListener.name`.
+        self.ports: dict[str, int] = {}
         self.log_path = work_dir / "mosquitto.log"
         self.process: ServiceProcess | None = None
 
@@ -140,9 +236,27 @@ class MosquittoBroker:
     def _start_once(self, binary: str) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
+        self.ports = {}
+        taken = {self.port}
+        for listener in self.options.listeners:
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            taken.add(port)
+            self.ports[listener.name] = port
+        password_file = (
+            write_password_file(self.work_dir / "passwords", self.options.users)
+            if self.options.users
+            else None
+        )
         conf = self.work_dir / "mosquitto.conf"
         conf.write_text(
-            mosquitto_conf(port=self.port, max_queued_messages=self.options.max_queued_messages),
+            mosquitto_conf(
+                port=self.port,
+                max_queued_messages=self.options.max_queued_messages,
+                secure={self.ports[lst.name]: lst for lst in self.options.listeners},
+                password_file=password_file,
+            ),
             encoding="utf-8",
         )
         self.process = spawn(

@@ -9,11 +9,12 @@ docs/mqtt-plugin.md, "Guarantees").
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.plugin_api import DEFAULT_STREAM
+from gateway.secrets import Secret
 
 Qos = Literal[0, 1, 2]
 _STREAM_NAME = re.compile(r"[A-Za-z0-9._%]{1,48}")
@@ -149,6 +150,33 @@ class InboundConfig(BaseModel):
         return _check_topic_name(value, "inbound.dead_letter_topic") if value else value
 
 
+class TlsConfig(BaseModel):
+    """``tls:`` of an instance: how the broker's certificate is checked and, optionally,
+    the client certificate presented (docs/security.md, "MQTT: TLS and passwords")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: PEM file of the CA(s) that signed the broker's certificate; none: the system's.
+    ca_file: str | None = None
+    #: PEM client certificate (and its chain) for brokers that require one.
+    cert_file: str | None = None
+    #: PEM private key of ``cert_file`` (omit when the key is in ``cert_file``).
+    key_file: str | None = None
+    #: Passphrase of an encrypted ``key_file``.
+    key_password: Secret | None = None
+    #: Check that the certificate names ``host``. Turning it off lets anyone with a
+    #: certificate from the same CA impersonate the broker: testing only.
+    check_hostname: bool = True
+    #: Lowest TLS version accepted.
+    tls_version: Literal["1.2", "1.3"] = "1.2"
+
+    @model_validator(mode="after")
+    def _pairs(self) -> TlsConfig:
+        if (self.key_file is not None or self.key_password is not None) and not self.cert_file:
+            raise ValueError("tls.key_file / tls.key_password need tls.cert_file")
+        return self
+
+
 class MqttConfig(BaseModel):
     """One MQTT plugin instance: a broker connection, outbound and inbound mappings."""
 
@@ -160,10 +188,12 @@ class MqttConfig(BaseModel):
     #: Stable across restarts so the broker keeps our session; default
     #: ``mqgw-<gateway id>-<instance name>``.
     client_id: str = ""
+    #: MQTT user name and password (CONNECT); the password is a secret
+    #: (``{env: NAME}``, ``{file: PATH}``), read at every connect.
     username: str | None = None
-    password: str | None = None
-    tls: bool = False
-    ca_file: str | None = None
+    password: Secret | None = None
+    #: TLS to the broker (``tls: {}`` or ``tls: true``: system CAs, hostname checked).
+    tls: TlsConfig | None = None
     keepalive: int = Field(default=30, ge=5, le=65535)
     #: MQTT 5 Session Expiry Interval (seconds) of our persistent session.
     session_expiry: int = Field(default=86_400, ge=0)
@@ -179,6 +209,16 @@ class MqttConfig(BaseModel):
     #: has no No Local option, so each forwarded publication would come back once).
     allow_echo: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _tls_shorthand(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if "ca_file" in data:
+                raise ValueError("ca_file moved under tls: write tls: {ca_file: PATH}")
+            if isinstance(data.get("tls"), bool):
+                data = {**data, "tls": {} if data["tls"] else None}
+        return data
+
     @field_validator("client_id")
     @classmethod
     def _client_id(cls, value: str) -> str:
@@ -190,4 +230,6 @@ class MqttConfig(BaseModel):
     def _delays(self) -> MqttConfig:
         if self.reconnect_max_delay < self.reconnect_min_delay:
             raise ValueError("reconnect_max_delay must be >= reconnect_min_delay")
+        if self.password is not None and self.username is None:
+            raise ValueError("password needs username (MQTT sends no password without a user)")
         return self

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import ssl
 import threading
 from collections.abc import Callable, Sequence
@@ -42,20 +43,99 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from plugins.mqtt.config import MqttConfig
+from gateway.secrets import SecretError
+from plugins.mqtt.config import MqttConfig, TlsConfig
 
 log = logging.getLogger(__name__)
+paho_log = logging.getLogger(f"{__name__}.paho")
+
+#: paho log level -> logging level (what ``enable_logger`` would use).
+_PAHO_LEVELS: dict[int, int] = {int(k): v for k, v in paho.LOGGING_LEVEL.items()}
 
 #: paho's Message Expiry Interval etc. live in Properties objects per packet type.
 MISC_INTERVAL = 1.0
 
 
 class MqttConnectionError(ConnectionError):
-    """The broker connection is down or refused a request (``reason``: MQTT reason)."""
+    """The broker connection is down or refused a request (``reason``: MQTT reason;
+    ``kind``: ``tls``, ``auth``, ``connect`` or ``refused``, for counters;
+    ``retriable``: whether trying again later can succeed)."""
 
-    def __init__(self, message: str, reason: int = 0) -> None:
+    def __init__(
+        self,
+        message: str,
+        reason: int = 0,
+        *,
+        kind: str = "connect",
+        retriable: bool | None = None,
+    ) -> None:
         super().__init__(message)
         self.reason = reason
+        self.kind = kind
+        self.retriable = reason == 0 if retriable is None else retriable
+
+
+#: CONNACK reasons (MQTT 5 numbering; paho maps 3.1.1 return codes onto them) that an
+#: operator fixes outside the gateway (credentials, ACLs, broker load): retried with
+#: backoff, since a password file or a broker account may change while we wait.
+RETRIABLE_REFUSALS = frozenset({0x80, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8C, 0x97, 0x9F})
+#: ... and those among them that are about who we are.
+AUTH_REFUSALS = frozenset({0x86, 0x87, 0x8A, 0x8C})
+
+#: OpenSSL verify codes meaning "the chain does not end at a CA we trust" (18-21).
+UNTRUSTED_ISSUER = frozenset({18, 19, 20, 21})
+_SSL_NOISE = re.compile(r"^\[[A-Z0-9_: ]+\]\s*|\s*\(_ssl\.c:\d+\)$")
+
+
+def ssl_cause(exc: BaseException | str) -> str:
+    """The readable part of an ``ssl`` error: ``certificate has expired`` rather than
+    ``[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: ... (_ssl.c:1006)``."""
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        if exc.verify_code in UNTRUSTED_ISSUER:
+            return f"{exc.verify_message} (no CA in tls.ca_file signed the broker's certificate)"
+        return str(exc.verify_message)
+    # SSLError args: (errno, "[SSL: CODE] text (_ssl.c:NNN)"); paho's log: that text.
+    text = str(exc.args[1] if isinstance(exc, ssl.SSLError) and exc.args[1:] else exc)
+    return _SSL_NOISE.sub("", text).strip() or type(exc).__name__
+
+
+def tls_context(tls: TlsConfig) -> ssl.SSLContext:
+    """The client-side SSL context of ``tls`` (files read now). Raises
+    :class:`MqttConnectionError` naming the file and the cause, never a key passphrase."""
+    context = ssl.create_default_context()
+    context.minimum_version = (
+        ssl.TLSVersion.TLSv1_3 if tls.tls_version == "1.3" else ssl.TLSVersion.TLSv1_2
+    )
+    what = "tls.ca_file"
+    try:
+        if tls.ca_file:
+            context.load_verify_locations(cafile=tls.ca_file)
+        if tls.cert_file:
+            what = "tls.cert_file/tls.key_file"
+            password = tls.key_password.reveal() if tls.key_password is not None else None
+            # A callable, so an unencrypted key never prompts and a wrong one raises.
+            context.load_cert_chain(
+                tls.cert_file, tls.key_file, password=lambda: password or ""
+            )
+    except SecretError as exc:
+        raise MqttConnectionError(
+            f"TLS setup failed: tls.key_password: {exc}", kind="tls", retriable=True
+        ) from None
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ssl.SSLError):
+            detail = ssl_cause(exc)
+            if "PEM lib" in str(exc) or "bad decrypt" in str(exc).lower():
+                detail = (
+                    "cannot read the private key (wrong or missing tls.key_password, "
+                    "or not a PEM file)"
+                )
+        else:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise MqttConnectionError(
+            f"TLS setup failed: {what}: {detail}", kind="tls", retriable=True
+        ) from None
+    context.check_hostname = tls.check_hostname
+    return context
 
 
 class PublicationRefusedError(ValueError):
@@ -120,8 +200,18 @@ class MqttConnection:
         on_message: Callable[[Received], None],
         subscriptions: Callable[[], Sequence[tuple[str, int]]],
         client_factory: Callable[..., paho.Client] = paho.Client,
+        name: str = "",
+        on_failure: Callable[[MqttConnectionError], None] | None = None,
     ) -> None:
         self.config = config
+        #: How log lines name this connection: ``mqtt plugin 'NAME'``.
+        self.label = f"mqtt plugin {name!r}" if name else f"mqtt client {client_id!r}"
+        #: Told about every failed connection attempt (the instance counts them).
+        self._on_failure = on_failure
+        #: The socket error paho met while a connection was being set up (TLS alerts
+        #: after the handshake, such as "certificate required", arrive as read errors).
+        self._read_error = ""
+        self._tls_ready = False
         #: Builds the paho client (tests pass a paho.Client subclass that records acks).
         self._client_factory = client_factory
         self.client_id = client_id
@@ -131,7 +221,7 @@ class MqttConnection:
         self._loop = asyncio.get_running_loop()
         self._client = self._make_client()
         self._connected = asyncio.Event()
-        self._connack: asyncio.Future[tuple[bool, int]] | None = None
+        self._connack: asyncio.Future[tuple[bool, int, str]] | None = None
         self._pending: dict[int, asyncio.Future[None]] = {}
         self._sub_pending: dict[int, asyncio.Future[list[int]]] = {}
         self._generation = 0
@@ -161,14 +251,9 @@ class MqttConnection:
             manual_ack=True,
             reconnect_on_failure=False,
         )
-        client.enable_logger(logging.getLogger(f"{__name__}.paho"))
+        client.on_log = self._paho_log
         client.max_inflight_messages_set(cfg.max_inflight)
         client.max_queued_messages_set(0)
-        if cfg.username is not None:
-            client.username_pw_set(cfg.username, cfg.password)
-        if cfg.tls:
-            context = ssl.create_default_context(cafile=cfg.ca_file)
-            client.tls_set_context(context)
         client.on_connect = self._handle_connect
         client.on_disconnect = self._handle_disconnect
         client.on_publish = self._handle_publish
@@ -218,7 +303,40 @@ class MqttConnection:
     # --------------------------------------------------------------- connecting -----
 
     async def _connect_once(self) -> None:
+        try:
+            await self._try_connect()
+        except MqttConnectionError as exc:
+            if self._on_failure is not None:
+                self._on_failure(exc)
+            raise
+
+    def _prepare_security(self) -> None:
+        """TLS context (once: paho keeps it; a failure is retried) and credentials
+        (every attempt: a rotated password file takes effect on the next connect)."""
         cfg = self.config
+        if cfg.tls is not None and not self._tls_ready:
+            self._client.tls_set_context(tls_context(cfg.tls))
+            self._tls_ready = True
+        if cfg.username is not None:
+            try:
+                password = cfg.password.reveal() if cfg.password is not None else None
+            except SecretError as exc:
+                raise MqttConnectionError(
+                    f"cannot read the password: {exc}", kind="auth", retriable=True
+                ) from None
+            self._client.username_pw_set(cfg.username, password)
+
+    def _server(self) -> str:
+        return f"server {self.config.host}:{self.config.port}"
+
+    async def _try_connect(self) -> None:
+        cfg = self.config
+        try:
+            self._prepare_security()
+        except MqttConnectionError as exc:
+            self.last_error = str(exc)
+            raise
+        self._read_error = ""
         props: Properties | None = None
         if self.v5:
             props = _properties(PacketTypes.CONNECT)
@@ -234,7 +352,25 @@ class MqttConnection:
                 )
             finally:
                 self._connecting = False
-            session_present, rc = await asyncio.wait_for(self._connack, cfg.connect_timeout)
+            session_present, rc, why = await asyncio.wait_for(
+                self._connack, cfg.connect_timeout
+            )
+        except ssl.SSLError as exc:
+            self._close_socket()
+            self.last_error = f"TLS handshake failed: {ssl_cause(exc)} ({self._server()})"
+            raise MqttConnectionError(self.last_error, kind="tls") from None
+        except MqttConnectionError as exc:
+            # The link dropped before CONNACK: with TLS, usually the broker refusing our
+            # certificate (an alert after the handshake) - paho saw it as a read error.
+            self._close_socket()
+            if self._read_error and cfg.tls is not None:
+                self.last_error = (
+                    f"TLS handshake failed: the broker closed the connection: "
+                    f"{ssl_cause(self._read_error)} ({self._server()})"
+                )
+                raise MqttConnectionError(self.last_error, kind="tls") from None
+            self.last_error = f"{self._server()} closed the connection before CONNACK: {exc}"
+            raise MqttConnectionError(self.last_error) from None
         except (OSError, TimeoutError, ValueError) as exc:
             self._close_socket()
             self.last_error = (
@@ -245,8 +381,16 @@ class MqttConnection:
             self._connack = None
         if rc != 0:
             self._close_socket()
-            self.last_error = f"{cfg.host}:{cfg.port} refused the connection (reason {rc})"
-            raise MqttConnectionError(self.last_error, rc)
+            user = f"user {cfg.username!r}, " if cfg.username is not None else "no user name, "
+            self.last_error = (
+                f"the broker refused the connection: {why} (0x{rc:02X}) ({user}{self._server()})"
+            )
+            raise MqttConnectionError(
+                self.last_error,
+                rc,
+                kind="auth" if rc in AUTH_REFUSALS else "refused",
+                retriable=rc in RETRIABLE_REFUSALS,
+            )
         try:
             await self._subscribe_all(session_present)
         except TimeoutError as exc:
@@ -336,6 +480,7 @@ class MqttConnection:
                 "the broker refused the subscriptions "
                 + ", ".join(f"{topic!r} (reason 0x{code:02X})" for topic, code in refused),
                 refused[0][1],
+                kind="refused",
             )
         self._granted.update(subs)
 
@@ -357,10 +502,13 @@ class MqttConnection:
             try:
                 await self._connect_once()
             except MqttConnectionError as exc:
-                log.warning("MQTT reconnect attempt %d failed: %s", attempt, exc)
+                log.warning("%s: reconnect attempt %d failed: %s", self.label, attempt, exc)
             else:
                 log.info(
-                    "MQTT connection to %s:%d re-established", self.config.host, self.config.port
+                    "%s: connection to %s:%d re-established",
+                    self.label,
+                    self.config.host,
+                    self.config.port,
                 )
 
     # ------------------------------------------------------------------ traffic -----
@@ -441,7 +589,9 @@ class MqttConnection:
             self._generation += 1
             self._link_up = True
         if self._connack is not None and not self._connack.done():
-            self._connack.set_result((bool(flags.session_present), int(reason.value)))
+            self._connack.set_result(
+                (bool(flags.session_present), int(reason.value), str(reason))
+            )
 
     def _handle_disconnect(
         self,
@@ -459,7 +609,7 @@ class MqttConnection:
         self._forget_unacknowledged(set(self._pending))
         self._fail_pending(MqttConnectionError(self.last_error, int(reason.value)))
         if was_connected and not self._closing:
-            log.warning("%s; reconnecting", self.last_error)
+            log.warning("%s: %s; reconnecting", self.label, self.last_error)
             self._schedule_reconnect()
 
     def _handle_publish(
@@ -495,6 +645,15 @@ class MqttConnection:
         fut = self._sub_pending.get(mid)
         if fut is not None and not fut.done():
             fut.set_result([int(rc.value) for rc in reason_codes])
+
+    def _paho_log(self, client: paho.Client, userdata: Any, level: int, text: str) -> None:
+        """paho's log, at DEBUG for socket errors while connecting: the failed attempt
+        is reported once, with its cause, by :meth:`_try_connect`."""
+        if not self._link_up and text.startswith(("failed to receive on socket", "timeout on")):
+            self._read_error = text.split(": ", 1)[-1]
+            paho_log.debug("%s", text)
+            return
+        paho_log.log(_PAHO_LEVELS.get(level, logging.DEBUG), "%s", text)
 
     def _handle_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         self._on_message(Received(msg, self._generation))

@@ -31,6 +31,14 @@ def default_client_id(gateway_id: str, instance_name: str) -> str:
 CLAIM_GRACE = 5.0
 
 
+#: Which keys to look at, by :attr:`MqttConnectionError.kind`.
+_HINTS = {
+    "tls": "tls (ca_file, cert_file, key_file) and host",
+    "auth": "username/password",
+    "refused": "client_id/protocol and the broker's ACLs",
+}
+
+
 class MqttInstance:
     """Implements :class:`gateway.plugin_api.PluginInstance` for MQTT."""
 
@@ -44,6 +52,9 @@ class MqttInstance:
         self._held: list[Received] = []
         self._hold_until = 0.0
         self._release: asyncio.TimerHandle | None = None
+        #: failed connection attempts by kind (tls, auth, connect, refused), for metrics:
+        #: kept across start retries so a wrong CA or password shows as a rising count.
+        self.failures: dict[str, int] = {"tls": 0, "auth": 0, "connect": 0, "refused": 0}
 
     @property
     def name(self) -> str:
@@ -74,7 +85,12 @@ class MqttInstance:
         client_id = cfg.client_id or default_client_id(context.gateway_id, self._name)
         self.source = None
         connection = MqttConnection(
-            cfg, client_id, on_message=self._on_message, subscriptions=self._subscriptions
+            cfg,
+            client_id,
+            on_message=self._on_message,
+            subscriptions=self._subscriptions,
+            name=self._name,
+            on_failure=self._count_failure,
         )
         self.source = MqttSource(cfg.inbound, connection, context.publisher, self._name)
         self.exchanges = MqttExchanges(
@@ -92,11 +108,12 @@ class MqttInstance:
         except MqttConnectionError as exc:
             self._cancel_release()
             await connection.close()
+            keys = _HINTS.get(exc.kind, "host/port/credentials/ACLs")
             raise PluginError(
-                f"mqtt instance {self._name!r}: {exc} (check host/port/credentials/ACLs "
-                f"under plugins.{self._name}.config)",
-                retriable=exc.reason == 0,
-            ) from exc
+                f"mqtt plugin {self._name!r}: {exc} (check {keys} under "
+                f"plugins.{self._name}.config)",
+                retriable=exc.retriable,
+            ) from None
         except BaseException:
             self._cancel_release()
             await connection.close()
@@ -114,6 +131,9 @@ class MqttInstance:
             self._cancel_release()
             await connection.close()
             raise
+
+    def _count_failure(self, exc: MqttConnectionError) -> None:
+        self.failures[exc.kind] = self.failures.get(exc.kind, 0) + 1
 
     def _cancel_release(self) -> None:
         if self._release is not None:
@@ -202,6 +222,8 @@ class MqttInstance:
             for key, value in asdict(self.exchanges.counters).items():
                 out[f"exchange_{key}"] = value
         out["connected"] = int(self.connection is not None and self.connection.connected)
+        for kind, n in self.failures.items():
+            out[f"{kind}_failures"] = n
         return out
 
     def healthy(self) -> bool:
