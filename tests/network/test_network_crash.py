@@ -187,6 +187,7 @@ async def test_sigkill_sender_or_receiver_delivers_exactly_once(tmp_path: Path) 
         left.append(await depth(data, "SENDQM", "RECVQM"))
         assert left[-1] < left[-2], f"the channel moved nothing in a round: depths {left}"
     assert left[-1] == 0, f"messages left on the transmission queue: depths {left}"
+    print(f"final drain: transmission-queue depth per {DRAIN_ROUND_S} s round {left}")
     got = Counter(await take_all(data, "RECVQM", "IN"))
     expected = {f"t{t}-{i}".encode() for t in range(TRIALS) for i in range(PER_TRIAL)}
     duplicates = {m: n for m, n in got.items() if n > 1}
