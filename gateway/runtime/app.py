@@ -160,29 +160,23 @@ class GatewayApp:
     def _ibmmq_queue_manager(self) -> QueueManager:
         qmc = self.config.queue_manager
         assert isinstance(qmc, IBMMQQueueManagerConfig)
-        import os
-
-        from pydantic import SecretStr
-
         from gateway.mq.ibmmq import IBMMQConfig, IBMMQQueueManager
 
-        password = os.environ.get(qmc.password_env) if qmc.password_env else None
-        if qmc.password_env and password is None:
-            raise GatewayRuntimeError(
-                f"queue_manager.password_env names {qmc.password_env}, which is not set"
-            )
-        return IBMMQQueueManager(
-            IBMMQConfig(
+        try:
+            config = IBMMQConfig(
                 q_mgr_name=qmc.name,
                 host=qmc.host,
                 port=qmc.port,
                 channel=qmc.channel,
                 user=qmc.user,
-                password=SecretStr(password) if password is not None else None,
+                password=qmc.password_secret(),
                 tls_cipher_spec=qmc.tls_cipher_spec,
                 key_repository=qmc.key_repository,
+                cert_label=qmc.cert_label,
             )
-        )
+        except ValueError as exc:
+            raise GatewayRuntimeError(f"queue_manager: {exc}") from None
+        return IBMMQQueueManager(config)
 
     def _broker_config(self) -> BrokerConfig:
         section = self.config.broker

@@ -40,6 +40,7 @@ from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
 from gateway.runtime.neighbours.config import NeighbourConfig, unique_neighbours
 from gateway.runtime.pubsub_service import BrokerConfig
 from gateway.runtime.registry import PluginRegistry
+from gateway.secrets import Secret
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,35 @@ class IBMMQQueueManagerConfig(_Strict):
     port: int = Field(default=1414, ge=1, le=65535)
     channel: str = Field(default="DEV.APP.SVRCONN", min_length=1, max_length=20)
     user: str | None = None
-    #: Name of the environment variable holding the password (never the password).
+    #: The MQCSP password: ``{env: NAME}``, ``{file: PATH}`` or a literal (docs/security.md).
+    password: Secret | None = None
+    #: Older form of ``password: {env: NAME}`` (kept working; not both).
     password_env: str | None = None
+    #: MQCD SSLCipherSpec (e.g. ANY_TLS12_OR_HIGHER): set = TLS on the channel.
     tls_cipher_spec: str | None = None
+    #: MQSCO KeyRepository: the key database stem, e.g. /var/mqm/ssl/key (key.kdb + key.sth).
     key_repository: str | None = None
+    #: MQSCO CertificateLabel: the client certificate's label in the key repository.
+    cert_label: str | None = None
+
+    @model_validator(mode="after")
+    def _one_password(self) -> IBMMQQueueManagerConfig:
+        if self.password is not None and self.password_env is not None:
+            raise ValueError("give password ({env: NAME}) or password_env, not both")
+        if self.tls_cipher_spec is None:
+            for key in ("key_repository", "cert_label"):
+                if getattr(self, key) is not None:
+                    raise ValueError(
+                        f"{key} is set but tls_cipher_spec is not: TLS is used only with a "
+                        "cipher spec (e.g. ANY_TLS12_OR_HIGHER)"
+                    )
+        return self
+
+    def password_secret(self) -> Secret | None:
+        """The password as a Secret, whichever key gave it."""
+        if self.password_env is not None:
+            return Secret(env=self.password_env)
+        return self.password
 
 
 QueueManagerSection = Annotated[
