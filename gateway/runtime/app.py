@@ -38,7 +38,7 @@ from gateway.runtime.config import (
     LoadedConfig,
 )
 from gateway.runtime.errors import GatewayRuntimeError
-from gateway.runtime.metrics import GatewayMetrics, HealthServer
+from gateway.runtime.metrics import GatewayMetrics, HealthServer, server_ssl_context
 from gateway.runtime.neighbours.attach import links_for, with_admin_stream
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import neighbours_db_of
@@ -267,7 +267,13 @@ class GatewayApp:
             ) from exc
         mc = self.config.metrics
         if mc.enabled:
-            self.http = HealthServer(self.metrics, self.health, mc.host, mc.port)
+            try:
+                tls = server_ssl_context(mc.tls, self.loaded.path) if mc.tls else None
+            except ValueError as exc:
+                raise GatewayRuntimeError(str(exc)) from None
+            self.http = HealthServer(
+                self.metrics, self.health, mc.host, mc.port, ssl_context=tls, auth=mc.auth
+            )
             try:
                 await self.http.start()
             except OSError as exc:
@@ -275,7 +281,8 @@ class GatewayApp:
                     f"metrics.port {mc.port} on {mc.host} cannot be used ({exc.strerror}); "
                     "choose another metrics.port"
                 ) from exc
-            log.info("metrics on http://%s:%d/metrics", mc.host, self.http.port)
+            log.info("metrics on %s/metrics%s", self.http.url,
+                     " (authentication required)" if mc.auth and mc.auth.protect_metrics else "")
         for instance in instances:
             self._spawn(self._run_plugin(instance), f"plugin:{instance.name}")
         self._spawn(self._housekeeping(), "housekeeping")

@@ -136,12 +136,47 @@ class BrokerSection(BrokerConfig):
     store: Path = Path("data/pubsub.db")
 
 
+class MetricsTLSConfig(_Strict):
+    """HTTPS for the metrics endpoint (PEM files, relative to the config file)."""
+
+    cert_file: Path
+    key_file: Path
+    #: Passphrase of an encrypted ``key_file``.
+    key_password: Secret | None = None
+    #: Set: clients must present a certificate signed by this CA (mutual TLS).
+    client_ca_file: Path | None = None
+
+
+class MetricsAuthConfig(_Strict):
+    """Who may read the metrics endpoint: a bearer token, or a user name and password."""
+
+    token: Secret | None = None
+    username: str | None = Field(default=None, min_length=1, pattern=r"^[^:]+$")
+    password: Secret | None = None
+    #: Require the credentials for ``/metrics`` too (``/healthz`` stays open for probes).
+    #: The endpoint changes no state today, so this is what ``auth`` protects.
+    protect_metrics: bool = True
+
+    @model_validator(mode="after")
+    def _one_scheme(self) -> MetricsAuthConfig:
+        basic = self.username is not None or self.password is not None
+        if self.token is not None and basic:
+            raise ValueError("give token, or username and password, not both")
+        if self.token is None and not basic:
+            raise ValueError("give token ({env: NAME}) or username and password")
+        if basic and (self.username is None or self.password is None):
+            raise ValueError("basic auth needs both username and password")
+        return self
+
+
 class MetricsConfig(_Strict):
-    """Prometheus ``/metrics`` and ``/healthz`` over HTTP."""
+    """Prometheus ``/metrics`` and ``/healthz`` over HTTP(S) (docs/security.md)."""
 
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(default=9464, ge=0, le=65535)
+    tls: MetricsTLSConfig | None = None
+    auth: MetricsAuthConfig | None = None
 
 
 class LoggingConfig(_Strict):

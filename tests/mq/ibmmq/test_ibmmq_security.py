@@ -176,11 +176,12 @@ async def test_gateway_start_reports_a_wrong_password_in_one_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``mqgw run`` against IBM MQ with a refused password: start fails with one message
-    naming the queue manager and the cause (run.py logs it as ``cannot start: ...``)."""
+    naming the queue manager and the cause (run.py logs it as ``cannot start: ...``), and
+    MQCONNX is not repeated with the refused password."""
     monkeypatch.setitem(__import__("sys").modules, "ibmmq", standin.module)
     monkeypatch.setenv("MQ_TEST_PASSWORD", PASSWORD)
     caplog.set_level(logging.DEBUG)
-    standin.connect_failures = [2035]
+    standin.connect_failures = [2035] * 10
     registry = PluginRegistry()
     loaded = parse_config({"queue_manager": {
         "type": "ibmmq", "name": "STANDIN", "user": "app",
@@ -190,6 +191,9 @@ async def test_gateway_start_reports_a_wrong_password_in_one_line(
     with pytest.raises(GatewayRuntimeError) as err:
         await app.start()
     text = str(err.value)
-    assert "cannot open the queue manager" in text and "not authorized" in text
+    assert "IBM MQ queue manager STANDIN at 127.0.0.1(1414)" in text and "not authorized" in text
     assert "MQRC_NOT_AUTHORIZED" in text and "\n" not in text
     assert PASSWORD not in caplog.text and PASSWORD not in text
+    attempts = [c for c in standin.calls if c.name == "connect_with_options"]
+    # one MQCONNX per start step (stream report, depth sample, broker): none is retried
+    assert 1 <= len(attempts) <= 3
