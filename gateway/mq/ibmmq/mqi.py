@@ -24,9 +24,9 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
 __all__ = [
+    "CONNECT_CAUSES",
     "MD_CHAR_LENGTHS",
     "RECONNECT_REASONS",
-    "CONNECT_CAUSES",
     "MQIUnavailableError",
     "connect_client",
     "get_message",

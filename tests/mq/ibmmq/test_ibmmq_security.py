@@ -21,7 +21,7 @@ from gateway.runtime.registry import PluginRegistry
 from gateway.secrets import Secret
 from tests.support.mqi_standin import StandIn
 
-PASSWORD = "s3cr3t-Pa55-word"  # noqa: S105 - a test value looked for in logs
+PASSWORD = "s3cr3t-Pa55-word"  # a test value, looked for in logs
 
 
 async def _no_sleep(s: float) -> None:
