@@ -231,13 +231,15 @@ async def test_warning_on_a_non_loopback_bind(
     secure: bool, warned: bool,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.runtime.metrics")
-    metrics: dict[str, Any] = {"host": "0.0.0.0", "port": _free_port()}  # noqa: S104
+    metrics: dict[str, Any] = {"host": "0.0.0.0", "port": _free_port()}
     if secure:
         metrics["tls"] = {"cert_file": str(certs.server_cert), "key_file": str(certs.server_key)}
         metrics["auth"] = {"token": TOKEN}
     async with running(tmp_path, metrics):
         pass
-    lines = [r.getMessage() for r in caplog.records if "reachable from other hosts" in r.getMessage()]
+    lines = [
+        r.getMessage() for r in caplog.records if "reachable from other hosts" in r.getMessage()
+    ]
     assert bool(lines) is warned
     if warned:
         assert "without TLS or authentication" in lines[0]
