@@ -172,6 +172,7 @@ class GatewayApp:
                 password=qmc.password_secret(),
                 tls_cipher_spec=qmc.tls_cipher_spec,
                 key_repository=qmc.key_repository,
+                key_repository_password=qmc.key_repository_password,
                 cert_label=qmc.cert_label,
             )
         except ValueError as exc:

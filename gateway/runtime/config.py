@@ -99,6 +99,8 @@ class IBMMQQueueManagerConfig(_Strict):
     tls_cipher_spec: str | None = None
     #: MQSCO KeyRepository: the key database stem, e.g. /var/mqm/ssl/key (key.kdb + key.sth).
     key_repository: str | None = None
+    #: MQSCO KeyRepoPassword (MQ 9.3+): password of a PKCS#12 key repository, a Secret.
+    key_repository_password: Secret | None = None
     #: MQSCO CertificateLabel: the client certificate's label in the key repository.
     cert_label: str | None = None
 
@@ -107,7 +109,7 @@ class IBMMQQueueManagerConfig(_Strict):
         if self.password is not None and self.password_env is not None:
             raise ValueError("give password ({env: NAME}) or password_env, not both")
         if self.tls_cipher_spec is None:
-            for key in ("key_repository", "cert_label"):
+            for key in ("key_repository", "key_repository_password", "cert_label"):
                 if getattr(self, key) is not None:
                     raise ValueError(
                         f"{key} is set but tls_cipher_spec is not: TLS is used only with a "

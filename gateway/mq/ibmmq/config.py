@@ -38,6 +38,9 @@ class IBMMQConfig(BaseModel):
     #: MQSCO KeyRepository: the key database *stem* (``/var/mqm/ssl/key`` for key.kdb +
     #: key.sth); unset = the MQSSLKEYR environment variable or mqclient.ini decide.
     key_repository: str | None = Field(default=None, min_length=1, max_length=256)
+    #: MQSCO KeyRepoPassword (MQ 9.3+, MQSCO version 6): the password of a PKCS#12 key
+    #: repository; unset = a stash file (``key.sth``), MQKEYRPWD or mqclient.ini.
+    key_repository_password: Secret | None = None
     #: MQSCO CertificateLabel: the client certificate's label in the key repository
     #: (unset = ``ibmwebspheremq<user>``, MQ's default label).
     cert_label: str | None = Field(default=None, min_length=1, max_length=64)
@@ -50,7 +53,7 @@ class IBMMQConfig(BaseModel):
         if self.password is not None and self.user is None:
             raise ValueError("password is set but user is not: MQ sends both or neither")
         if self.tls_cipher_spec is None:
-            for key in ("key_repository", "cert_label"):
+            for key in ("key_repository", "key_repository_password", "cert_label"):
                 if getattr(self, key) is not None:
                     raise ValueError(
                         f"{key} is set but tls_cipher_spec is not: TLS is used only with a "

@@ -92,6 +92,7 @@ MQMD_VERSION_2 = 2
 MQGMO_VERSION_2 = 2
 MQOD_VERSION_3 = 3
 MQSCO_VERSION_5 = 5  # the first with CertificateLabel (MQ 8)
+MQSCO_VERSION_6 = 6  # the first with KeyRepoPassword (MQ 9.3)
 #: Selectors from here up name character attributes (MQCA_*), below integer ones (MQIA_*).
 MQCA_FIRST = 2000
 
@@ -220,7 +221,8 @@ def connect_client(mqi: ModuleType, cfg: IBMMQConfig) -> Any:
     """MQCONNX as a client: channel, ConnectionName, optional TLS and MQCSP user/password.
 
     TLS: MQCD.SSLCipherSpec (the MQI module raises the MQCD version it needs) and an MQSCO
-    with KeyRepository and CertificateLabel (MQSCO version 5). User/password go as the
+    with KeyRepository, CertificateLabel (MQSCO version 5) and KeyRepoPassword (version 6,
+    read from its Secret). User/password go as the
     ``user``/``password`` keywords, which ``ibmmq`` and pymqi put into an MQCSP with
     MQCSP_AUTH_USER_ID_AND_PWD. The password is read from its Secret here, on every
     connect; a :class:`SecretError` becomes an MQError naming the source only.
@@ -236,6 +238,13 @@ def connect_client(mqi: ModuleType, cfg: IBMMQConfig) -> Any:
         sco = mqi.SCO()
         if cfg.key_repository:
             sco.KeyRepository = _to_bytes(cfg.key_repository)
+        if cfg.key_repository_password is not None:
+            try:
+                sco.KeyRepoPassword = cfg.key_repository_password.reveal()
+            except SecretError as exc:
+                raise MQError(Reason.SSL_INITIALIZATION_ERROR,
+                              f"the key repository password cannot be read: {exc}") from None
+            sco.Version = max(int(getattr(sco, "Version", 0) or 0), MQSCO_VERSION_6)
         if cfg.cert_label:
             sco.CertificateLabel = _to_bytes(cfg.cert_label)
             sco.Version = max(int(getattr(sco, "Version", 0) or 0), MQSCO_VERSION_5)

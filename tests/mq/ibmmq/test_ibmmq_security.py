@@ -38,18 +38,21 @@ async def test_tls_and_credentials_reach_the_mqcd_mqsco_and_mqcsp(
     standin: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MQ_TEST_PASSWORD", PASSWORD)
+    monkeypatch.setenv("MQ_TEST_KEYR_PASSWORD", "keyr-" + PASSWORD)
     cfg = IBMMQConfig.model_validate({
         "q_mgr_name": "STANDIN", "channel": "GW.TLS.SVRCONN", "user": "mqgw",
         "password": {"env": "MQ_TEST_PASSWORD"}, "tls_cipher_spec": "ANY_TLS12_OR_HIGHER",
-        "key_repository": "/var/mqm/ssl/client/key", "cert_label": "mqgw-client",
+        "key_repository": "/var/mqm/ssl/client/key.p12", "cert_label": "mqgw-client",
+        "key_repository_password": {"env": "MQ_TEST_KEYR_PASSWORD"},
     })
     conn = await IBMMQQueueManager(cfg, mqi=standin.module).connect()
     await conn.disconnect()
     args = _connect_args(standin)
     cd, sco = args["cd"], args["sco"]
     assert cd.SSLCipherSpec == b"ANY_TLS12_OR_HIGHER" and cd.ChannelName == b"GW.TLS.SVRCONN"
-    assert sco.KeyRepository == b"/var/mqm/ssl/client/key"
-    assert sco.CertificateLabel == b"mqgw-client" and sco.Version >= 5
+    assert sco.KeyRepository == b"/var/mqm/ssl/client/key.p12"
+    assert sco.CertificateLabel == b"mqgw-client"
+    assert sco.KeyRepoPassword == "keyr-" + PASSWORD and sco.Version >= 6
     # the keywords ibmmq/pymqi turn into an MQCSP (MQCSP_AUTH_USER_ID_AND_PWD)
     assert args["user"] == "mqgw" and args["password"] == PASSWORD
     assert PASSWORD not in repr(cfg) and PASSWORD not in str(cfg.model_dump())
@@ -81,6 +84,8 @@ def test_inconsistent_security_settings_are_refused() -> None:
         IBMMQConfig(q_mgr_name="QM1", key_repository="/var/mqm/ssl/key")
     with pytest.raises(ValueError, match="tls_cipher_spec"):
         IBMMQConfig(q_mgr_name="QM1", cert_label="lbl")
+    with pytest.raises(ValueError, match="tls_cipher_spec"):
+        IBMMQConfig(q_mgr_name="QM1", key_repository_password=Secret(env="X"))
     with pytest.raises(ValueError, match="user"):
         IBMMQConfig(q_mgr_name="QM1", password=Secret(env="X"))
 
