@@ -181,6 +181,25 @@ class MetricsConfig(_Strict):
     auth: MetricsAuthConfig | None = None
 
 
+def check_metrics_files(metrics: MetricsConfig, base_dir: Path, source: str) -> list[ConfigError]:
+    """The metrics endpoint's TLS files exist (so ``--check`` catches a wrong path)."""
+    tls = metrics.tls
+    if not metrics.enabled or tls is None:
+        return []
+    problems = []
+    for key in ("cert_file", "key_file", "client_ca_file"):
+        path: Path | None = getattr(tls, key)
+        if path is None:
+            continue
+        full = path if path.is_absolute() else base_dir / path
+        if not full.is_file():
+            problems.append(ConfigError(
+                f"metrics.tls.{key}", f"{full} does not exist or is not a file",
+                "correct the path (relative to the config file)", source=source,
+            ))
+    return problems
+
+
 class LoggingConfig(_Strict):
     format: Literal["json", "text"] = "json"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -421,6 +440,7 @@ def parse_config(
         sections = [(f"plugins[{index.get(n, '?')}].config", c) for n, c in plugin_configs.items()]
         problems.extend(check_streams(serviced, sections, source))
         problems.extend(check_request_reply(gateway, registry, source))
+        problems.extend(check_metrics_files(gateway.metrics, base_dir or Path.cwd(), source))
     if problems or gateway is None:
         raise ConfigErrors(problems)
     for name, cfg in plugin_configs.items():

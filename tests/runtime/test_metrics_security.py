@@ -203,13 +203,15 @@ async def test_mutual_tls_with_an_encrypted_key(
     _no_secret_in(caplog.text)
 
 
-async def test_bad_tls_files_stop_the_start_with_the_key_named(
+async def test_bad_tls_files_are_refused_naming_the_key(
     tmp_path: Path, certs: DevCertificates
 ) -> None:
     missing = {"tls": {"cert_file": "nowhere.pem", "key_file": str(certs.server_key)}}
-    with pytest.raises(GatewayRuntimeError, match=r"metrics\.tls\.cert_file: .*nowhere\.pem"):
+    with pytest.raises(ConfigErrors) as err:
         async with running(tmp_path, missing):
             pass
+    [problem] = err.value.errors
+    assert problem.key == "metrics.tls.cert_file" and "nowhere.pem" in str(problem)
     mismatched = {"tls": {"cert_file": str(certs.server_cert),
                           "key_file": str(certs.client_key)}}
     with pytest.raises(GatewayRuntimeError, match=r"metrics\.tls: cannot load"):
@@ -265,6 +267,9 @@ def test_check_prints_the_effective_config_with_secrets_as_their_source(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("MQGW_TEST_METRICS_TOKEN", TOKEN)
+    (tmp_path / "tls").mkdir()
+    for name in ("server.pem", "server.key"):  # --check wants them to exist
+        (tmp_path / "tls" / name).write_text("-")
     config = tmp_path / "gateway.yaml"
     config.write_text(yaml.safe_dump({
         "queue_manager": {"type": "ibmmq", "name": "QM1", "user": "app",
