@@ -22,7 +22,7 @@ from pydantic import BaseModel, SecretBytes, SecretStr
 from gateway.runtime.config import LoadedConfig
 from gateway.secrets import Secret
 
-__all__ = ["HIDDEN", "effective_config", "effective_config_text"]
+__all__ = ["HIDDEN", "effective_config", "effective_config_text", "redacted"]
 
 HIDDEN = "<hidden>"
 #: Keys whose plain-string value is treated as a secret (``password_env`` names a
@@ -31,19 +31,21 @@ _SENSITIVE = re.compile(r"(password|passphrase|passwd|secret|token|credential)",
 _NAMES_A_SOURCE = re.compile(r"(_env|_file|_path)$", re.IGNORECASE)
 
 
-def _plain(value: Any, key: str = "") -> Any:
+def redacted(value: Any, key: str = "") -> Any:
+    """``value`` as plain data (YAML-ready) with every secret replaced; ``key`` is the
+    key it sits under (a plain string under a password-like key is hidden)."""
     if isinstance(value, Secret):
         return str(value)
     if isinstance(value, (SecretStr, SecretBytes)):
         return HIDDEN
     if isinstance(value, BaseModel):
-        return {name: _plain(getattr(value, name), name) for name in type(value).model_fields}
+        return {name: redacted(getattr(value, name), name) for name in type(value).model_fields}
     if isinstance(value, dict):
-        return {str(k): _plain(v, str(k)) for k, v in value.items()}
+        return {str(k): redacted(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v, key) for v in value]
+        return [redacted(v, key) for v in value]
     if isinstance(value, enum.Enum):
-        return _plain(value.value, key)
+        return redacted(value.value, key)
     if isinstance(value, PurePath):
         return str(value)
     if isinstance(value, (bytes, bytearray)):
@@ -59,13 +61,13 @@ def _plain(value: Any, key: str = "") -> Any:
 
 def effective_config(loaded: LoadedConfig) -> dict[str, Any]:
     """The configuration as plain data, secrets replaced by their source."""
-    out: dict[str, Any] = _plain(loaded.gateway)
+    out: dict[str, Any] = redacted(loaded.gateway)
     plugins = []
     for inst in loaded.gateway.plugins:
         entry: dict[str, Any] = {"name": inst.name, "plugin": inst.plugin,
                                  "enabled": inst.enabled}
         model = loaded.plugin_configs.get(inst.name)
-        entry["config"] = _plain(model) if model is not None else "(disabled: not validated)"
+        entry["config"] = redacted(model) if model is not None else "(disabled: not validated)"
         plugins.append(entry)
     out["plugins"] = plugins
     return out

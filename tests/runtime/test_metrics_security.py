@@ -13,7 +13,7 @@ import http.client
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -296,7 +296,7 @@ def test_check_prints_the_effective_config_with_secrets_as_their_source(
 def test_effective_config_hides_plain_strings_under_secret_keys() -> None:
     from pydantic import BaseModel, SecretStr
 
-    from gateway.runtime.effective_config import HIDDEN, _plain
+    from gateway.runtime.effective_config import HIDDEN, redacted
 
     class Legacy(BaseModel):
         password: str = PASSWORD
@@ -304,7 +304,6 @@ def test_effective_config_hides_plain_strings_under_secret_keys() -> None:
         api_token: SecretStr = SecretStr(TOKEN)
         host: str = "h"
 
-    plain: Callable[[Any], Any] = _plain
-    assert plain(Legacy()) == {
+    assert redacted(Legacy()) == {
         "password": HIDDEN, "password_env": "MQPW", "api_token": HIDDEN, "host": "h"
     }
