@@ -200,6 +200,14 @@ class _Collector(Collector):
             sink_down.add_metric([name], fc.down)
             errors.add_metric([name, "sink_retry"], fc.retries)
             errors.add_metric([name, "sink_backout"], fc.backouts)
+        connect_failed = CounterMetricFamily(
+            "mqgw_mq_connect_failures",
+            "Failed connection attempts to an IBM MQ queue manager, by MQ reason (2035 not "
+            "authorized, 2393 TLS set-up, 2059 not available, ...; docs/security.md)",
+            labels=["reason"],
+        )
+        for reason, n in sorted(getattr(self.service.qm, "connect_failures", {}).items()):
+            connect_failed.add_metric([str(reason)], n)
         depth = GaugeMetricFamily("mqgw_queue_depth", "Current depth of a queue", labels=["queue"])
         try:
             for q, n in self.queue_depths().items():
@@ -208,7 +216,7 @@ class _Collector(Collector):
             log.debug("queue depth unavailable", exc_info=True)
         yield from (
             out, inbound, refused, handled, errors, dead, sink_dead, sink_down, suspended, depth,
-            up, stats,
+            up, stats, connect_failed,
         )
 
 

@@ -73,6 +73,8 @@ class IBMMQQueueManager:
         self._mqi = mqi
         self._sleep = sleep
         self._import_module = import_module
+        #: Failed MQCONNX attempts by MQ reason (retried or not), for /metrics.
+        self.connect_failures: dict[int, int] = {}
 
     @property
     def name(self) -> str:
@@ -141,6 +143,8 @@ class IBMMQConnection:
                 err = mq_error(exc)
                 if err is None:
                     raise
+                failures = self._qm.connect_failures
+                failures[err.reason] = failures.get(err.reason, 0) + 1
                 cause = CONNECT_CAUSES.get(err.reason, "see the queue manager's error log")
                 # MQError's own text leads with the reason code and name
                 summary = f"{where}: connect failed: {cause}"

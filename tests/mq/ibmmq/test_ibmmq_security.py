@@ -127,9 +127,11 @@ async def test_2059_is_retried_with_backoff_one_line_each(
     standin.connect_failures = [2059, 2059]
     cfg = IBMMQConfig(q_mgr_name="STANDIN", user="app", password=Secret(value=PASSWORD),
                       backoff_initial_s=0.5, backoff_max_s=4.0)
-    conn = await IBMMQQueueManager(cfg, mqi=standin.module, sleep=sleep).connect()
+    qm = IBMMQQueueManager(cfg, mqi=standin.module, sleep=sleep)
+    conn = await qm.connect()
     await conn.disconnect()
     assert len(waits) == 2 and 0.25 <= waits[0] <= 0.5 and 0.5 <= waits[1] <= 1.0
+    assert qm.connect_failures == {2059: 2}  # exported as mqgw_mq_connect_failures
     lines = [r.getMessage() for r in caplog.records
              if r.name == "gateway.mq.ibmmq.connection" and r.levelno == logging.WARNING]
     assert len(lines) == 2
@@ -202,3 +204,22 @@ async def test_gateway_start_reports_a_wrong_password_in_one_line(
     attempts = [c for c in standin.calls if c.name == "connect_with_options"]
     # one MQCONNX per start step (stream report, depth sample, broker): none is retried
     assert 1 <= len(attempts) <= 3
+
+
+async def test_connect_failures_are_counted_on_metrics(
+    standin: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway that got through 2059s at start shows them on /metrics by reason."""
+    monkeypatch.setitem(__import__("sys").modules, "ibmmq", standin.module)
+    standin.connect_failures = [2059]  # the first start step's connect retries once
+    registry = PluginRegistry()
+    loaded = parse_config({"queue_manager": {"type": "ibmmq", "name": "STANDIN"},
+                           "metrics": {"enabled": False}}, registry, base_dir=tmp_path)
+    app = GatewayApp(loaded, registry)
+    await app.start()
+    try:
+        assert app.metrics is not None
+        text = app.metrics.exposition().decode()
+        assert 'mqgw_mq_connect_failures_total{reason="2059"} 1.0' in text
+    finally:
+        await app.shutdown()
