@@ -374,10 +374,10 @@ class HealthServer:
 
     async def _read_request(self, reader: asyncio.StreamReader) -> tuple[list[str], str | None]:
         """The request line's words and the Authorization header (if any)."""
-        request = await asyncio.wait_for(reader.readline(), 5.0)
+        request = await _read_line(reader)
         authorization = None
         for _ in range(MAX_HEADER_LINES):
-            line = await asyncio.wait_for(reader.readline(), 5.0)
+            line = await _read_line(reader)
             if line in (b"\r\n", b"\n", b""):
                 break
             name, _, value = line.decode("latin-1").partition(":")
@@ -425,7 +425,7 @@ class HealthServer:
             ).encode()
             writer.write(head + (body if parts[:1] != ["HEAD"] else b""))
             await writer.drain()
-        except (TimeoutError, ConnectionError, IndexError, ssl.SSLError, ValueError):
+        except (TimeoutError, ConnectionError, IndexError, ssl.SSLError):
             pass
         finally:
             writer.close()
@@ -441,6 +441,15 @@ class HealthServer:
             return refusal(auth, authorization)
         except SecretError as exc:
             return f"credentials unavailable ({exc})"
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    """One request or header line; an over-long line (more than the reader's 64 KiB
+    limit) ends the connection like a malformed request."""
+    try:
+        return await asyncio.wait_for(reader.readline(), 5.0)
+    except ValueError as exc:  # LimitOverrunError surfaces as ValueError from readline
+        raise ConnectionError("request line too long") from exc
 
 
 #: Seconds a client may take for the TLS handshake.

@@ -307,3 +307,24 @@ def test_effective_config_hides_plain_strings_under_secret_keys() -> None:
     assert redacted(Legacy()) == {
         "password": HIDDEN, "password_env": "MQPW", "api_token": HIDDEN, "host": "h"
     }
+
+
+async def test_an_oversized_header_closes_the_connection_and_the_server_keeps_serving(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with running(tmp_path, {"auth": {"token": TOKEN}}) as app:
+        assert app.http is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", app.http.port)
+        try:
+            writer.write(b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer " + b"x" * 100_000
+                         + b"\r\n\r\n")
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 10)
+        except ConnectionResetError:  # closed with our bytes unread: a reset
+            answer = b""
+        assert answer == b""  # closed without an answer
+        writer.close()
+        status, _, _ = await _get(app, "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert status == 200
+    assert not any(r.exc_info for r in caplog.records)
