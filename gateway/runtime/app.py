@@ -38,7 +38,7 @@ from gateway.runtime.config import (
     LoadedConfig,
 )
 from gateway.runtime.errors import GatewayRuntimeError
-from gateway.runtime.metrics import GatewayMetrics, HealthServer
+from gateway.runtime.metrics import GatewayMetrics, HealthServer, server_ssl_context
 from gateway.runtime.neighbours.attach import links_for, with_admin_stream
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import neighbours_db_of
@@ -160,29 +160,24 @@ class GatewayApp:
     def _ibmmq_queue_manager(self) -> QueueManager:
         qmc = self.config.queue_manager
         assert isinstance(qmc, IBMMQQueueManagerConfig)
-        import os
-
-        from pydantic import SecretStr
-
         from gateway.mq.ibmmq import IBMMQConfig, IBMMQQueueManager
 
-        password = os.environ.get(qmc.password_env) if qmc.password_env else None
-        if qmc.password_env and password is None:
-            raise GatewayRuntimeError(
-                f"queue_manager.password_env names {qmc.password_env}, which is not set"
-            )
-        return IBMMQQueueManager(
-            IBMMQConfig(
+        try:
+            config = IBMMQConfig(
                 q_mgr_name=qmc.name,
                 host=qmc.host,
                 port=qmc.port,
                 channel=qmc.channel,
                 user=qmc.user,
-                password=SecretStr(password) if password is not None else None,
+                password=qmc.password_secret(),
                 tls_cipher_spec=qmc.tls_cipher_spec,
                 key_repository=qmc.key_repository,
+                key_repository_password=qmc.key_repository_password,
+                cert_label=qmc.cert_label,
             )
-        )
+        except ValueError as exc:
+            raise GatewayRuntimeError(f"queue_manager: {exc}") from None
+        return IBMMQQueueManager(config)
 
     def _broker_config(self) -> BrokerConfig:
         section = self.config.broker
@@ -273,7 +268,13 @@ class GatewayApp:
             ) from exc
         mc = self.config.metrics
         if mc.enabled:
-            self.http = HealthServer(self.metrics, self.health, mc.host, mc.port)
+            try:
+                tls = server_ssl_context(mc.tls, self.loaded.path) if mc.tls else None
+            except ValueError as exc:
+                raise GatewayRuntimeError(str(exc)) from None
+            self.http = HealthServer(
+                self.metrics, self.health, mc.host, mc.port, ssl_context=tls, auth=mc.auth
+            )
             try:
                 await self.http.start()
             except OSError as exc:
@@ -281,7 +282,8 @@ class GatewayApp:
                     f"metrics.port {mc.port} on {mc.host} cannot be used ({exc.strerror}); "
                     "choose another metrics.port"
                 ) from exc
-            log.info("metrics on http://%s:%d/metrics", mc.host, self.http.port)
+            log.info("metrics on %s/metrics%s", self.http.url,
+                     " (authentication required)" if mc.auth and mc.auth.protect_metrics else "")
         for instance in instances:
             self._spawn(self._run_plugin(instance), f"plugin:{instance.name}")
         self._spawn(self._housekeeping(), "housekeeping")

@@ -40,6 +40,7 @@ from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
 from gateway.runtime.neighbours.config import NeighbourConfig, unique_neighbours
 from gateway.runtime.pubsub_service import BrokerConfig
 from gateway.runtime.registry import PluginRegistry
+from gateway.secrets import Secret
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,37 @@ class IBMMQQueueManagerConfig(_Strict):
     port: int = Field(default=1414, ge=1, le=65535)
     channel: str = Field(default="DEV.APP.SVRCONN", min_length=1, max_length=20)
     user: str | None = None
-    #: Name of the environment variable holding the password (never the password).
+    #: The MQCSP password: ``{env: NAME}``, ``{file: PATH}`` or a literal (docs/security.md).
+    password: Secret | None = None
+    #: Older form of ``password: {env: NAME}`` (kept working; not both).
     password_env: str | None = None
+    #: MQCD SSLCipherSpec (e.g. ANY_TLS12_OR_HIGHER): set = TLS on the channel.
     tls_cipher_spec: str | None = None
+    #: MQSCO KeyRepository: the key database stem, e.g. /var/mqm/ssl/key (key.kdb + key.sth).
     key_repository: str | None = None
+    #: MQSCO KeyRepoPassword (MQ 9.3+): password of a PKCS#12 key repository, a Secret.
+    key_repository_password: Secret | None = None
+    #: MQSCO CertificateLabel: the client certificate's label in the key repository.
+    cert_label: str | None = None
+
+    @model_validator(mode="after")
+    def _one_password(self) -> IBMMQQueueManagerConfig:
+        if self.password is not None and self.password_env is not None:
+            raise ValueError("give password ({env: NAME}) or password_env, not both")
+        if self.tls_cipher_spec is None:
+            for key in ("key_repository", "key_repository_password", "cert_label"):
+                if getattr(self, key) is not None:
+                    raise ValueError(
+                        f"{key} is set but tls_cipher_spec is not: TLS is used only with a "
+                        "cipher spec (e.g. ANY_TLS12_OR_HIGHER)"
+                    )
+        return self
+
+    def password_secret(self) -> Secret | None:
+        """The password as a Secret, whichever key gave it."""
+        if self.password_env is not None:
+            return Secret(env=self.password_env)
+        return self.password
 
 
 QueueManagerSection = Annotated[
@@ -110,12 +138,66 @@ class BrokerSection(BrokerConfig):
     store: Path = Path("data/pubsub.db")
 
 
+class MetricsTLSConfig(_Strict):
+    """HTTPS for the metrics endpoint (PEM files, relative to the config file)."""
+
+    cert_file: Path
+    key_file: Path
+    #: Passphrase of an encrypted ``key_file``.
+    key_password: Secret | None = None
+    #: Set: clients must present a certificate signed by this CA (mutual TLS).
+    client_ca_file: Path | None = None
+
+
+class MetricsAuthConfig(_Strict):
+    """Who may read the metrics endpoint: a bearer token, or a user name and password."""
+
+    token: Secret | None = None
+    username: str | None = Field(default=None, min_length=1, pattern=r"^[^:]+$")
+    password: Secret | None = None
+    #: Require the credentials for ``/metrics`` too (``/healthz`` stays open for probes).
+    #: The endpoint changes no state today, so this is what ``auth`` protects.
+    protect_metrics: bool = True
+
+    @model_validator(mode="after")
+    def _one_scheme(self) -> MetricsAuthConfig:
+        basic = self.username is not None or self.password is not None
+        if self.token is not None and basic:
+            raise ValueError("give token, or username and password, not both")
+        if self.token is None and not basic:
+            raise ValueError("give token ({env: NAME}) or username and password")
+        if basic and (self.username is None or self.password is None):
+            raise ValueError("basic auth needs both username and password")
+        return self
+
+
 class MetricsConfig(_Strict):
-    """Prometheus ``/metrics`` and ``/healthz`` over HTTP."""
+    """Prometheus ``/metrics`` and ``/healthz`` over HTTP(S) (docs/security.md)."""
 
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(default=9464, ge=0, le=65535)
+    tls: MetricsTLSConfig | None = None
+    auth: MetricsAuthConfig | None = None
+
+
+def check_metrics_files(metrics: MetricsConfig, base_dir: Path, source: str) -> list[ConfigError]:
+    """The metrics endpoint's TLS files exist (so ``--check`` catches a wrong path)."""
+    tls = metrics.tls
+    if not metrics.enabled or tls is None:
+        return []
+    problems = []
+    for key in ("cert_file", "key_file", "client_ca_file"):
+        path: Path | None = getattr(tls, key)
+        if path is None:
+            continue
+        full = path if path.is_absolute() else base_dir / path
+        if not full.is_file():
+            problems.append(ConfigError(
+                f"metrics.tls.{key}", f"{full} does not exist or is not a file",
+                "correct the path (relative to the config file)", source=source,
+            ))
+    return problems
 
 
 class LoggingConfig(_Strict):
@@ -358,6 +440,7 @@ def parse_config(
         sections = [(f"plugins[{index.get(n, '?')}].config", c) for n, c in plugin_configs.items()]
         problems.extend(check_streams(serviced, sections, source))
         problems.extend(check_request_reply(gateway, registry, source))
+        problems.extend(check_metrics_files(gateway.metrics, base_dir or Path.cwd(), source))
     if problems or gateway is None:
         raise ConfigErrors(problems)
     for name, cfg in plugin_configs.items():

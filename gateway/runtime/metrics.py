@@ -4,17 +4,25 @@ Why a collector rather than counters bumped per message: the broker service, the
 host and the publishers already keep plain integer counters; reading them at scrape
 time costs nothing on the message path. Only the end-to-end latency histogram is
 observed per delivery (one bucket increment). The HTTP endpoint is a small asyncio
-server (no thread), bound to 127.0.0.1 by default.
+server (no thread), bound to 127.0.0.1 by default, with optional TLS and a bearer token
+or basic auth for ``/metrics`` (docs/security.md "The metrics and admin endpoint").
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import hmac
+import ipaddress
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -28,7 +36,11 @@ from gateway.runtime.pubsub_service import BrokerService
 from gateway.runtime.request_reply.service import RequestReplyService
 from gateway.runtime.streams.check import StreamReport
 from gateway.runtime.streams.health import stream_metric_families
+from gateway.secrets import SecretError
 from gateway.wire.put_time import put_time_ms
+
+if TYPE_CHECKING:
+    from gateway.runtime.config import MetricsAuthConfig, MetricsTLSConfig
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +200,14 @@ class _Collector(Collector):
             sink_down.add_metric([name], fc.down)
             errors.add_metric([name, "sink_retry"], fc.retries)
             errors.add_metric([name, "sink_backout"], fc.backouts)
+        connect_failed = CounterMetricFamily(
+            "mqgw_mq_connect_failures",
+            "Failed connection attempts to an IBM MQ queue manager, by MQ reason (2035 not "
+            "authorized, 2393 TLS set-up, 2059 not available, ...; docs/security.md)",
+            labels=["reason"],
+        )
+        for reason, n in sorted(getattr(self.service.qm, "connect_failures", {}).items()):
+            connect_failed.add_metric([str(reason)], n)
         depth = GaugeMetricFamily("mqgw_queue_depth", "Current depth of a queue", labels=["queue"])
         try:
             for q, n in self.queue_depths().items():
@@ -196,7 +216,7 @@ class _Collector(Collector):
             log.debug("queue depth unavailable", exc_info=True)
         yield from (
             out, inbound, refused, handled, errors, dead, sink_dead, sink_down, suspended, depth,
-            up, stats,
+            up, stats, connect_failed,
         )
 
 
@@ -289,7 +309,13 @@ class RequestReplyCollector(Collector):
 
 
 class HealthServer:
-    """``GET /metrics`` (Prometheus text) and ``GET /healthz`` (JSON; 503 when unhealthy)."""
+    """``GET /metrics`` (Prometheus text) and ``GET /healthz`` (JSON; 503 when unhealthy).
+
+    Both are read-only: the endpoint changes no state (the admin operations are
+    ``mqgw qm`` over a local socket). ``ssl_context`` makes it HTTPS; ``auth`` requires a
+    bearer token or basic-auth credentials for ``/metrics`` (``protect_metrics``), never
+    for ``/healthz``, which liveness probes must reach without credentials.
+    """
 
     def __init__(
         self,
@@ -297,17 +323,47 @@ class HealthServer:
         health: Callable[[], tuple[bool, dict[str, object]]],
         host: str = "127.0.0.1",
         port: int = 9464,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: MetricsAuthConfig | None = None,
     ) -> None:
         self.metrics = metrics
         self.health = health
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context
+        self.auth = auth
         self._server: asyncio.Server | None = None
 
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.ssl_context is not None else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        self._server = await asyncio.start_server(
+            self._handle,
+            self.host,
+            self.port,
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self.ssl_context is not None else None,
+        )
         sock = self._server.sockets[0]
         self.port = int(sock.getsockname()[1])
+        missing = [
+            what
+            for what, given in (("TLS", self.ssl_context), ("authentication", self.auth))
+            if given is None
+        ]
+        if missing and not is_loopback(self.host):
+            log.warning(
+                "metrics endpoint %s is reachable from other hosts without %s: "
+                "set metrics.tls and metrics.auth, or bind metrics.host to 127.0.0.1 "
+                "(docs/security.md)",
+                self.url,
+                " or ".join(missing),
+            )
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -316,33 +372,164 @@ class HealthServer:
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
             self._server = None
 
+    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[list[str], str | None]:
+        """The request line's words and the Authorization header (if any)."""
+        request = await _read_line(reader)
+        authorization = None
+        for _ in range(MAX_HEADER_LINES):
+            line = await _read_line(reader)
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "authorization":
+                authorization = value.strip()
+        else:
+            raise ConnectionError("too many header lines")
+        return request.decode("latin-1").split(), authorization
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await asyncio.wait_for(reader.readline(), 5.0)
-            while (await asyncio.wait_for(reader.readline(), 5.0)) not in (b"\r\n", b"\n", b""):
-                pass
-            parts = request.decode("latin-1").split()
+            parts, authorization = await self._read_request(reader)
             path = parts[1].split("?")[0] if len(parts) >= 2 else ""
+            extra: list[str] = []
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
-                status, ctype = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
-                body = self.metrics.exposition()
+                extra.append("Allow: GET, HEAD")
             elif path == "/healthz":
                 ok, detail = self.health()
                 status = "200 OK" if ok else "503 Service Unavailable"
                 ctype, body = "application/json", json.dumps(detail).encode() + b"\n"
+            elif path == "/metrics":
+                refusal = self._refusal(authorization)
+                if refusal is None:
+                    status, ctype = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
+                    body = self.metrics.exposition()
+                else:
+                    assert self.auth is not None
+                    peer = writer.get_extra_info("peername")
+                    log.info("metrics endpoint: refused %s %s from %s: %s",
+                             parts[0], path, peer[0] if peer else "?", refusal)
+                    if refusal.startswith("credentials unavailable"):
+                        status, ctype, body = ("503 Service Unavailable", "text/plain",
+                                               b"credentials unavailable\n")
+                    else:
+                        status, ctype, body = "401 Unauthorized", "text/plain", b"unauthorized\n"
+                        extra.append(f"WWW-Authenticate: {challenge(self.auth)}")
             else:
                 status, ctype, body = "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            head = "".join(
+                [f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n",
+                 f"Content-Length: {len(body)}\r\n"]
+                + [f"{h}\r\n" for h in extra]
+                + ["Connection: close\r\n\r\n"]
             ).encode()
             writer.write(head + (body if parts[:1] != ["HEAD"] else b""))
             await writer.drain()
-        except (TimeoutError, ConnectionError, IndexError):
+        except (TimeoutError, ConnectionError, IndexError, ssl.SSLError):
             pass
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _refusal(self, authorization: str | None) -> str | None:
+        """Why a request for /metrics is refused (never naming the credentials), or None."""
+        auth = self.auth
+        if auth is None or not auth.protect_metrics:
+            return None
+        try:
+            return refusal(auth, authorization)
+        except SecretError as exc:
+            return f"credentials unavailable ({exc})"
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    """One request or header line; an over-long line (more than the reader's 64 KiB
+    limit) ends the connection like a malformed request."""
+    try:
+        return await asyncio.wait_for(reader.readline(), 5.0)
+    except ValueError as exc:  # LimitOverrunError surfaces as ValueError from readline
+        raise ConnectionError("request line too long") from exc
+
+
+#: Seconds a client may take for the TLS handshake.
+HANDSHAKE_TIMEOUT_S = 5.0
+#: Header lines read per request at most (the endpoint needs only Authorization).
+MAX_HEADER_LINES = 100
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the endpoint on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def challenge(auth: MetricsAuthConfig) -> str:
+    """The WWW-Authenticate value of a 401."""
+    if auth.token is not None:
+        return 'Bearer realm="mqgw-metrics"'
+    return 'Basic realm="mqgw-metrics", charset="UTF-8"'
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+
+
+def refusal(auth: MetricsAuthConfig, authorization: str | None) -> str | None:
+    """None when the Authorization header carries the configured credentials, else why
+    not. Reads the secrets now (a rotated file takes effect on the next request); raises
+    :class:`SecretError` when they cannot be read."""
+    if not authorization:
+        return "no credentials"
+    scheme, _, value = authorization.partition(" ")
+    value = value.strip()
+    if auth.token is not None:
+        if scheme.lower() != "bearer":
+            return f"{scheme[:16]!r} credentials where a bearer token is required"
+        return None if _same(value, auth.token.reveal()) else "wrong token"
+    assert auth.username is not None and auth.password is not None
+    if scheme.lower() != "basic":
+        return f"{scheme[:16]!r} credentials where basic authentication is required"
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return "malformed basic credentials"
+    user, sep, password = decoded.partition(":")
+    if not sep:
+        return "malformed basic credentials"
+    ok_user = _same(user, auth.username)
+    ok_password = _same(password, auth.password.reveal())
+    return None if ok_user and ok_password else "wrong user name or password"
+
+
+def server_ssl_context(tls: MetricsTLSConfig, resolve: Callable[[Path], Path]) -> ssl.SSLContext:
+    """The endpoint's TLS context (TLS 1.2 or later); ``resolve`` makes paths absolute
+    against the config file. Raises ValueError naming the key and the problem."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    cert, key = resolve(tls.cert_file), resolve(tls.key_file)
+    for name, path in (("metrics.tls.cert_file", cert), ("metrics.tls.key_file", key)):
+        if not path.is_file():
+            raise ValueError(f"{name}: {path} does not exist or is not a file")
+    password = tls.key_password
+    try:
+        ctx.load_cert_chain(cert, key, password=(password.reveal if password else None))
+    except SecretError as exc:
+        raise ValueError(f"metrics.tls.key_password: {exc}") from None
+    except ssl.SSLError as exc:
+        raise ValueError(
+            f"metrics.tls: cannot load {cert} with {key}: {exc.reason or exc} "
+            "(a PEM certificate and its private key; key_password if the key is encrypted)"
+        ) from None
+    if tls.client_ca_file is not None:
+        ca = resolve(tls.client_ca_file)
+        try:
+            ctx.load_verify_locations(cafile=ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"metrics.tls.client_ca_file: cannot load {ca}: {exc}") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx

@@ -77,6 +77,11 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"  plugin instance {p.name}: {p.plugin}{state}{target}")
         for path in data_paths(loaded):
             print(f"  writes: {path}")
+        from gateway.runtime.effective_config import effective_config_text
+
+        print("effective configuration (secrets shown by their source only):")
+        for line in effective_config_text(loaded).splitlines():
+            print(f"  {line}")
         return 0
     verbose = int(getattr(args, "verbose", 0) or 0)
     level = "debug" if verbose >= 2 else cfg.logging.level

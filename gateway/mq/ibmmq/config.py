@@ -2,13 +2,19 @@
 
 Why apart from the MQI code: the runtime validates this at start-up (``mqgw run``
 builds it from the YAML), long before any MQI module is imported.
+
+The password is a :class:`gateway.secrets.Secret` (``{env: NAME}``, ``{file: PATH}`` or,
+for local trials, a literal string): it is read only when connecting (so a rotated file
+takes effect on the next connect) and never appears in a repr, a log line or an error.
 """
 
 from __future__ import annotations
 
 import random
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.secrets import Secret
 
 __all__ = ["IBMMQConfig", "backoff_delays"]
 
@@ -22,13 +28,38 @@ class IBMMQConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=1414, ge=1, le=65535)
     channel: str = Field(default="DEV.APP.SVRCONN", min_length=1, max_length=20)
-    user: str | None = None
-    password: SecretStr | None = None
-    tls_cipher_spec: str | None = None
-    key_repository: str | None = None
+    #: MQCSP user id (connection authentication, CONNAUTH); without ``password`` an
+    #: empty password is sent (as before: a queue manager without CONNAUTH checks).
+    user: str | None = Field(default=None, min_length=1, max_length=1024)
+    #: MQCSP password: a Secret (a plain string is accepted as a literal secret).
+    password: Secret | None = None
+    #: MQCD SSLCipherSpec, e.g. ``ANY_TLS12_OR_HIGHER``; set = the channel uses TLS.
+    tls_cipher_spec: str | None = Field(default=None, min_length=1, max_length=32)
+    #: MQSCO KeyRepository: the key database *stem* (``/var/mqm/ssl/key`` for key.kdb +
+    #: key.sth); unset = the MQSSLKEYR environment variable or mqclient.ini decide.
+    key_repository: str | None = Field(default=None, min_length=1, max_length=256)
+    #: MQSCO KeyRepoPassword (MQ 9.3+, MQSCO version 6): the password of a PKCS#12 key
+    #: repository; unset = a stash file (``key.sth``), MQKEYRPWD or mqclient.ini.
+    key_repository_password: Secret | None = None
+    #: MQSCO CertificateLabel: the client certificate's label in the key repository
+    #: (unset = ``ibmwebspheremq<user>``, MQ's default label).
+    cert_label: str | None = Field(default=None, min_length=1, max_length=64)
     connect_attempts: int = Field(default=8, ge=1)
     backoff_initial_s: float = Field(default=0.5, gt=0)
     backoff_max_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IBMMQConfig:
+        if self.password is not None and self.user is None:
+            raise ValueError("password is set but user is not: MQ sends both or neither")
+        if self.tls_cipher_spec is None:
+            for key in ("key_repository", "key_repository_password", "cert_label"):
+                if getattr(self, key) is not None:
+                    raise ValueError(
+                        f"{key} is set but tls_cipher_spec is not: TLS is used only with a "
+                        "cipher spec (e.g. ANY_TLS12_OR_HIGHER)"
+                    )
+        return self
 
     @property
     def connection_name(self) -> str:

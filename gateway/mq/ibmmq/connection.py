@@ -27,13 +27,30 @@ from typing import Any, Self, TypeVar
 
 import gateway.mq.ibmmq.mqi as mqi_calls
 from gateway.mq.ibmmq.config import IBMMQConfig, backoff_delays
-from gateway.mq.ibmmq.mqi import RECONNECT_REASONS, load_mqi_module, mq_error
-from gateway.mq.port import GetOptions, Message, MQError, OpenOption, PutOptions, QueueAttr
+from gateway.mq.ibmmq.mqi import CONNECT_CAUSES, RECONNECT_REASONS, load_mqi_module, mq_error
+from gateway.mq.port import (
+    GetOptions,
+    Message,
+    MQError,
+    OpenOption,
+    PutOptions,
+    QueueAttr,
+    reason_name,
+)
 from gateway.wire.constants import CompCode
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
 __all__ = ["IBMMQConnection", "IBMMQQueueHandle", "IBMMQQueueManager"]
+
+#: Reason names the port's table lacks (MQRC_JSSE_ERROR is not in gateway.wire.reasons).
+_EXTRA_REASON_NAMES = {2397: "MQRC_JSSE_ERROR"}
+
+
+def _reason_text(reason: int) -> str:
+    """``MQRC_NOT_AUTHORIZED (2035)``."""
+    name = _EXTRA_REASON_NAMES.get(reason) or reason_name(reason)
+    return f"{name} ({reason})" if not name.isdigit() else f"reason {reason}"
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,6 +73,8 @@ class IBMMQQueueManager:
         self._mqi = mqi
         self._sleep = sleep
         self._import_module = import_module
+        #: Failed MQCONNX attempts by MQ reason (retried or not), for /metrics.
+        self.connect_failures: dict[int, int] = {}
 
     @property
     def name(self) -> str:
@@ -109,9 +128,12 @@ class IBMMQConnection:
         return mqi_calls.connect_client(self._qm.mqi(), self._qm.config)
 
     async def _connect(self) -> None:
+        """MQCONNX; transient reasons are retried with backoff (one warning line each,
+        naming the cause), the others raise at once with the cause in the message."""
         cfg = self._qm.config
         delays = backoff_delays(cfg)
         attempt = 0
+        where = f"IBM MQ queue manager {cfg.q_mgr_name} at {cfg.connection_name}"
         while True:
             try:
                 self._hconn = await self._run(self._connect_once)
@@ -121,12 +143,24 @@ class IBMMQConnection:
                 err = mq_error(exc)
                 if err is None:
                     raise
-                if err.reason not in RECONNECT_REASONS or attempt >= len(delays):
-                    raise err from exc
+                failures = self._qm.connect_failures
+                failures[err.reason] = failures.get(err.reason, 0) + 1
+                cause = CONNECT_CAUSES.get(err.reason, "see the queue manager's error log")
+                # MQError's own text leads with the reason code and name
+                summary = f"{where}: connect failed: {cause}"
+                if err.reason not in RECONNECT_REASONS:
+                    raise MQError(err.reason, summary, err.comp_code) from None
+                if attempt >= len(delays):
+                    raise MQError(
+                        err.reason,
+                        f"{summary}; gave up after {cfg.connect_attempts} attempt(s)",
+                        err.comp_code,
+                    ) from None
                 delay = delays[attempt]
                 attempt += 1
-                log.warning("connecting to %s at %s failed (%s); retrying in %.1fs",
-                            cfg.q_mgr_name, cfg.connection_name, err, delay)
+                log.warning("%s: connect failed with %s: %s; retrying in %.1fs (attempt %d of %d)",
+                            where, _reason_text(err.reason), cause, delay, attempt + 1,
+                            cfg.connect_attempts)
                 await self._qm._sleep(delay)
                 continue
             self._generation += 1

@@ -19,10 +19,12 @@ from typing import Any
 
 from gateway.mq.ibmmq.config import IBMMQConfig
 from gateway.mq.port import WAIT_UNLIMITED, Browse, GetOptions, MQError, PutOptions, QueueAttr
+from gateway.secrets import SecretError
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
 __all__ = [
+    "CONNECT_CAUSES",
     "MD_CHAR_LENGTHS",
     "RECONNECT_REASONS",
     "MQIUnavailableError",
@@ -42,6 +44,29 @@ __all__ = [
 
 #: Reasons after which connecting again later can succeed.
 RECONNECT_REASONS = frozenset({2009, 2059, 2161, 2162, 2538, 2543})
+
+#: What an MQCONNX failure means for an operator, by reason (docs/ibmmq.md). Whether it is
+#: retried is :data:`RECONNECT_REASONS`; the rest are fatal at connect: retrying cannot
+#: help until someone changes the configuration, the key repository or the queue manager.
+CONNECT_CAUSES: dict[int, str] = {
+    2009: "the connection was broken while connecting (network or queue manager restart)",
+    2035: "not authorized: wrong user or password, or a CHLAUTH/CONNAUTH rule blocks this "
+          "user, channel or address (the queue manager's AMQERR01.LOG names the rule); not "
+          "retried: repeating a wrong password can lock the account",
+    2058: "no queue manager of this name listens there (check q_mgr_name)",
+    2059: "queue manager not available: not running, listener down, or the channel was "
+          "refused, for example a TLS handshake the queue manager rejected (cipher spec "
+          "not matching the channel's SSLCIPH, certificate not trusted)",
+    2161: "the queue manager is quiescing",
+    2162: "the queue manager is shutting down",
+    2393: "TLS initialization failed on this side: the key repository is missing or "
+          "unreadable, its stash file is missing, or the certificate label is not in it "
+          "(check key_repository and cert_label); not retried: nothing changes by waiting",
+    2397: "TLS (JSSE) error: the handshake failed, e.g. the queue manager's certificate is "
+          "not trusted or has expired; not retried: fix the key repository or certificates",
+    2538: "host not available: nothing answers at host(port) (DNS, firewall, listener)",
+    2543: "the channel is stopped or in use up to its limit",
+}
 
 # MQI constants (cmqc.h); passed as plain integers so any MQI module accepts them.
 MQGMO_WAIT = 0x1
@@ -66,6 +91,8 @@ MQXPT_TCP = 2
 MQMD_VERSION_2 = 2
 MQGMO_VERSION_2 = 2
 MQOD_VERSION_3 = 3
+MQSCO_VERSION_5 = 5  # the first with CertificateLabel (MQ 8)
+MQSCO_VERSION_6 = 6  # the first with KeyRepoPassword (MQ 9.3)
 #: Selectors from here up name character attributes (MQCA_*), below integer ones (MQIA_*).
 MQCA_FIRST = 2000
 
@@ -191,7 +218,15 @@ def md_from_mqi(raw: Any) -> MQMD:
 
 
 def connect_client(mqi: ModuleType, cfg: IBMMQConfig) -> Any:
-    """MQCONNX as a client: channel, ConnectionName, optional TLS and MQCSP user/password."""
+    """MQCONNX as a client: channel, ConnectionName, optional TLS and MQCSP user/password.
+
+    TLS: MQCD.SSLCipherSpec (the MQI module raises the MQCD version it needs) and an MQSCO
+    with KeyRepository, CertificateLabel (MQSCO version 5) and KeyRepoPassword (version 6,
+    read from its Secret). User/password go as the
+    ``user``/``password`` keywords, which ``ibmmq`` and pymqi put into an MQCSP with
+    MQCSP_AUTH_USER_ID_AND_PWD. The password is read from its Secret here, on every
+    connect; a :class:`SecretError` becomes an MQError naming the source only.
+    """
     cd = mqi.CD()
     cd.ChannelName = _to_bytes(cfg.channel)
     cd.ConnectionName = _to_bytes(cfg.connection_name)
@@ -203,10 +238,24 @@ def connect_client(mqi: ModuleType, cfg: IBMMQConfig) -> Any:
         sco = mqi.SCO()
         if cfg.key_repository:
             sco.KeyRepository = _to_bytes(cfg.key_repository)
+        if cfg.key_repository_password is not None:
+            try:
+                sco.KeyRepoPassword = cfg.key_repository_password.reveal()
+            except SecretError as exc:
+                raise MQError(Reason.SSL_INITIALIZATION_ERROR,
+                              f"the key repository password cannot be read: {exc}") from None
+            sco.Version = max(int(getattr(sco, "Version", 0) or 0), MQSCO_VERSION_6)
+        if cfg.cert_label:
+            sco.CertificateLabel = _to_bytes(cfg.cert_label)
+            sco.Version = max(int(getattr(sco, "Version", 0) or 0), MQSCO_VERSION_5)
         kwargs["sco"] = sco
     if cfg.user:
+        try:
+            password = cfg.password.reveal() if cfg.password is not None else ""
+        except SecretError as exc:
+            raise MQError(Reason.NOT_AUTHORIZED, f"the password cannot be read: {exc}") from None
         kwargs["user"] = cfg.user
-        kwargs["password"] = cfg.password.get_secret_value() if cfg.password else ""
+        kwargs["password"] = password
     hconn = mqi.QueueManager(None)
     hconn.connect_with_options(cfg.q_mgr_name, **kwargs)
     return hconn
