@@ -209,6 +209,9 @@ def describe_failure(
         detail = cause.verify_message or cause.reason or str(cause)
         if "self-signed" in detail or "unable to get local issuer" in detail:
             detail += " (the broker's certificate is not signed by security.tls.ca_file)"
+        elif "mismatch" in detail:
+            detail += (" (connect by a name the broker's certificate lists, or set "
+                       "security.tls.check_hostname: false)")
         return "tls", f"TLS handshake failed: {detail} (server {server})"
     if isinstance(cause, ssl.SSLError):
         detail = cause.reason or str(cause)

@@ -263,20 +263,26 @@ def _failure_cases(secure: SecureKafka) -> dict[str, tuple[str, dict[str, Any], 
         "k-wrong-ca": (secure.address("SSL"), {"protocol": "SSL", "tls": {
             "ca_file": str(secure.certs.other_ca_cert), "cert_file": str(secure.certs.client_cert),
             "key_file": str(secure.certs.client_key)}},
-            "TLS handshake failed: unable to get local issuer certificate"),
+            "TLS handshake failed: unable to get local issuer certificate (the broker's "
+            "certificate is not signed by security.tls.ca_file)"),
         "k-expired": (secure.address("EXPIRED"), {"protocol": "SSL", "tls": {"ca_file": ca}},
                       "TLS handshake failed: certificate has expired"),
         "k-hostname": (secure.address("MISMATCH"), {"protocol": "SSL", "tls": {
             "ca_file": str(secure.mismatch_ca)}},
-            "TLS handshake failed: Hostname mismatch, certificate is not valid for '127.0.0.1'"),
+            "TLS handshake failed: IP address mismatch, certificate is not valid for "
+            "'127.0.0.1'. (connect by a name the broker's certificate lists, or set "
+            "security.tls.check_hostname: false)"),
         "k-no-client-cert": (secure.address("SSL"), {"protocol": "SSL", "tls": {"ca_file": ca}},
-                             "the broker refused the client certificate"),
+                             "TLS handshake failed: SSLV3_ALERT_BAD_CERTIFICATE (the broker "
+                             "refused the client certificate: security.tls.cert_file)"),
         "k-wrong-password": (secure.address("SASL_SSL"), {**scram, "sasl": {
             **scram["sasl"], "password": "wrong-literal-pw"}},
-            "SASL authentication failed for user 'carol' with SCRAM-SHA-512"),
+            "SASL authentication failed for user 'carol' with SCRAM-SHA-512: wrong password "
+            "or unknown user"),
         "k-unknown-user": (secure.address("SASL_SSL"), {**secure.security("plain"), "sasl": {
             "mechanism": "PLAIN", "username": "mallory", "password": {"env": "KSEC_PLAIN_PW"}}},
-            "SASL authentication failed for user 'mallory' with PLAIN"),
+            "SASL authentication failed for user 'mallory' with PLAIN: wrong password or "
+            "unknown user"),
     }
 
 
@@ -312,7 +318,7 @@ def test_tls_and_sasl_failures_are_one_clear_line_retried_and_visible(
             counts = {
                 name: len(re.findall(
                     rf"plugin instance {name} cannot start yet: kafka plugin '{name}': "
-                    + re.escape(cause), text))
+                    + re.escape(cause) + r" \(server 127\.0\.0\.1:\d+\)\n", text))
                 for name, (_, _, cause) in cases.items()
             }
             if min(counts.values()) >= 2 and "plugin instance k-good started" in text:
