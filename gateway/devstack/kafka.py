@@ -223,7 +223,9 @@ class SecureListeners:
     def settings(self, tls_dir: Path) -> dict[str, str]:
         """server.properties entries for the listeners; keystores are written to ``tls_dir``."""
         certs = self.certificates
-        keystore = pem_keystore(certs.server_cert, certs.server_key, tls_dir / "server-keystore.pem")
+        keystore = pem_keystore(
+            certs.server_cert, certs.server_key, tls_dir / "server-keystore.pem"
+        )
         out = {
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(keystore),

@@ -13,7 +13,6 @@ refuses becomes one :class:`KafkaSecurityError` naming the instance and the caus
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import ssl
@@ -51,6 +50,8 @@ SECURITY_CLIENT_OPTIONS = frozenset(
     }
 )
 
+#: TLS alerts of a broker that refuses the client's certificate (or its absence).
+_CLIENT_CERT_ALERTS = ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA")
 #: Longest wait for the pre-flight connection (TCP, TLS handshake, SASL exchange).
 _PREFLIGHT_TIMEOUT_MS = 10_000
 
@@ -215,12 +216,11 @@ def describe_failure(
         return "tls", f"TLS handshake failed: {detail} (server {server})"
     if isinstance(cause, ssl.SSLError):
         detail = cause.reason or str(cause)
-        if any(s in detail.upper() for s in ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA")):
+        if any(s in detail.upper() for s in _CLIENT_CERT_ALERTS):
             detail += " (the broker refused the client certificate: security.tls.cert_file)"
         return "tls", f"TLS handshake failed: {detail} (server {server})"
     if isinstance(cause, (AuthenticationFailedError, SaslAuthenticationFailed,
                           IllegalSaslStateError)):
-        assert security.sasl is not None or not security.protocol.startswith("SASL_")
         who = (f"user {security.sasl.username!r} with {security.sasl.mechanism}"
                if security.sasl is not None else "SASL")
         return "sasl", (f"SASL authentication failed for {who}: wrong password or unknown "
@@ -250,7 +250,7 @@ async def preflight(
                 request_timeout_ms=_PREFLIGHT_TIMEOUT_MS, **args
             )
             return
-        except (OSError, KafkaError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, OSError, KafkaError, ValueError) as exc:
             described = describe_failure(exc, security, f"{host}:{port}")
             if described is None:
                 log.debug("kafka plugin %r: pre-flight to %s:%s: %r", instance, host, port, exc)

@@ -53,13 +53,13 @@ from plugins.kafka.errors import (
     KafkaSendError,
 )
 from plugins.kafka.exactly_once import CommittedLedger, envelope_identity
-from plugins.kafka.security import security_args
 from plugins.kafka.mapping import (
     OutboundRecord,
     TopicRouter,
     is_from_origin,
     outbound_records,
 )
+from plugins.kafka.security import security_args
 
 log = logging.getLogger(__name__)
 
