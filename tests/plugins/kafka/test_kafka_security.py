@@ -32,7 +32,8 @@ from gateway.devstack import console_tool_command
 from gateway.devstack.ports import free_ports
 from gateway.wire.constants import MsgType
 from plugins.kafka import KafkaPluginConfig
-from plugins.kafka.security import KafkaSecurityConfig, KafkaTlsConfig, ssl_context
+from plugins.kafka.errors import KafkaSecurityError
+from plugins.kafka.security import KafkaSecurityConfig, KafkaTlsConfig, preflight, ssl_context
 from tests.plugins.kafka.kafka_harness import (
     CONTROL,
     STOCK,
@@ -348,3 +349,20 @@ def test_tls_and_sasl_failures_are_one_clear_line_retried_and_visible(
     assert "Traceback" not in text
     for secret in (secure_kafka.scram_password, secure_kafka.plain_password, "wrong-literal-pw"):
         assert secret not in text
+
+
+@pytest.mark.kafka
+async def test_preflight_accepts_a_wrong_name_with_check_hostname_false_and_ignores_a_down_broker(
+    secure_kafka: SecureKafka,
+) -> None:
+    tls = {"ca_file": str(secure_kafka.mismatch_ca)}
+    strict = KafkaSecurityConfig.model_validate({"protocol": "SSL", "tls": tls})
+    with pytest.raises(KafkaSecurityError) as info:
+        await preflight(secure_kafka.address("MISMATCH"), strict, "k")
+    assert info.value.cause == "tls" and info.value.retriable
+    lax = KafkaSecurityConfig.model_validate(
+        {"protocol": "SSL", "tls": {**tls, "check_hostname": False}})
+    await preflight(secure_kafka.address("MISMATCH"), lax, "k")
+    # Nothing listening: not a security failure (the clients' own start error applies).
+    [closed] = free_ports(1)
+    await preflight(f"127.0.0.1:{closed}", strict, "k")
