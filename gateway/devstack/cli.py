@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gateway.devstack.kafka import SecureListeners
     from gateway.devstack.state import StackState
 
 
@@ -47,6 +48,12 @@ def register(subparsers: Any) -> None:
         "--only", choices=("kafka", "mqtt"), default=None, help="start just one service"
     )
     up.add_argument("--kafka-heap", default="1g", help="Kafka JVM max heap (default 1g)")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="also start Kafka's TLS/SASL listeners (SSL, SASL_SSL, EXPIRED) with throw-away "
+        "certificates and users (written to kafka-secure.txt in the stack's directory)",
+    )
     up.set_defaults(func=_up)
 
     status = actions.add_parser("status", help="show what `up` started and whether it answers")
@@ -88,6 +95,36 @@ def _print_env(services: dict[str, str]) -> None:
         print(f"MQGW_MQTT_PORT={port}")
 
 
+def _secure_listeners(work_dir: Path) -> SecureListeners:
+    """Throw-away certificates and users for ``up --secure`` (docs/security.md)."""
+    import secrets
+
+    from gateway.devstack.certs import make_dev_certificates
+    from gateway.devstack.kafka import SecureListeners
+
+    return SecureListeners(
+        make_dev_certificates(work_dir / "certs"),
+        plain_users={"mqgw": secrets.token_hex(12)},
+        scram_users={"mqgw-scram": secrets.token_hex(12)},
+    )
+
+
+def _describe_secure(work_dir: Path, secure: SecureListeners, ports: dict[str, int]) -> None:
+    """Write the listeners, users and certificate paths to kafka-secure.txt (0600)."""
+    certs = secure.certificates
+    lines = [f"listener {name} 127.0.0.1:{port}" for name, port in ports.items()]
+    lines += [f"plain user {u} password {p}" for u, p in secure.plain_users.items()]
+    lines += [f"scram user {u} password {p}" for u, p in secure.scram_users.items()]
+    lines += [f"ca_file {certs.ca_cert}", f"cert_file {certs.client_cert}",
+              f"key_file {certs.client_key}"]
+    path = work_dir / "kafka-secure.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.chmod(0o600)
+    for name, port in ports.items():
+        print(f"kafka  {name:<9} 127.0.0.1:{port}")
+    print(f"kafka  TLS/SASL users and certificates: {path}")
+
+
 def _up(args: argparse.Namespace) -> int:
     from gateway.devstack.errors import DevstackError
     from gateway.devstack.kafka import KafkaBroker, KafkaOptions
@@ -119,11 +156,16 @@ def _up(args: argparse.Namespace) -> int:
             assert mqtt.process is not None
             started.append((mqtt.process, f"{mqtt.host}:{mqtt.port}"))
         if args.only in (None, "kafka"):
+            secure = _secure_listeners(work_dir) if getattr(args, "secure", False) else None
             kafka = KafkaBroker(
-                work_dir / "kafka", KafkaOptions(heap_max=args.kafka_heap), detach=True
+                work_dir / "kafka",
+                KafkaOptions(heap_max=args.kafka_heap, secure=secure),
+                detach=True,
             ).start()
             assert kafka.process is not None
             started.append((kafka.process, kafka.bootstrap))
+            if secure is not None:
+                _describe_secure(work_dir, secure, kafka.listener_ports)
     except DevstackError as exc:
         for proc, _ in started:
             proc.stop()

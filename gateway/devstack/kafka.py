@@ -17,14 +17,18 @@ import secrets
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from gateway.devstack.errors import ExecutableNotFoundError, ServiceStartError
 from gateway.devstack.jars import kafka_broker_jars
 from gateway.devstack.ports import LOOPBACK, free_ports, port_accepts
 from gateway.devstack.process import ServiceProcess, log_tail, spawn
+
+if TYPE_CHECKING:  # cryptography (certs) is in the dev extra only
+    from gateway.devstack.certs import DevCertificates
 
 #: Heap for a 2-core, 24 GB machine shared with Spark and the gateway: enough for
 #: benchmarks with a few hundred MB in flight, small enough to leave room for the rest.
@@ -62,23 +66,37 @@ def new_cluster_id() -> str:
 
 
 def server_properties(
-    *, port: int, controller_port: int, data_dir: Path, num_partitions: int = 1
+    *,
+    port: int,
+    controller_port: int,
+    data_dir: Path,
+    num_partitions: int = 1,
+    extra_listeners: dict[str, tuple[str, int]] | None = None,
+    extra_settings: dict[str, str] | None = None,
 ) -> str:
     """``server.properties`` for one node that is both broker and controller.
 
     Replication factors and ISR minimums are 1 (there is one node); the cleaner's dedupe
     buffer is shrunk from 128 MiB; the initial rebalance delay is 0 so consumer groups
-    form at once in tests.
+    form at once in tests. ``extra_listeners`` (name -> (security protocol, port)) are
+    added next to PLAINTEXT, which stays the inter-broker listener, with
+    ``extra_settings`` (their TLS/SASL configuration, see :class:`SecureListeners`).
     """
+    extra = extra_listeners or {}
+    listeners = "".join(f",{name}://{LOOPBACK}:{p}" for name, (_, p) in extra.items())
+    protocols = "".join(f",{name}:{proto}" for name, (proto, _) in extra.items())
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
-        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+        "listeners": (
+            f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}"
+            + listeners
+        ),
+        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}" + listeners,
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT" + protocols,
         "log.dirs": str(data_dir),
         "num.partitions": str(num_partitions),
         "auto.create.topics.enable": "true",
@@ -94,6 +112,7 @@ def server_properties(
         "log.cleaner.dedupe.buffer.size": "1048577",
         "num.network.threads": "2",
         "num.io.threads": "4",
+        **(extra_settings or {}),
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -153,6 +172,96 @@ def metadata_brokers(bootstrap: str, timeout: float = 5.0) -> list[int]:
         return future.result(timeout + 5.0)
 
 
+def pem_keystore(cert: Path, key: Path, out: Path) -> Path:
+    """Write ``out``: the private key (PKCS#8, as Kafka's PEM keystores need) followed by
+    the certificate, for ``ssl.keystore.type=PEM`` (broker and Java console clients)."""
+    from cryptography.hazmat.primitives import serialization  # dev extra, only for TLS
+
+    private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    pkcs8 = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(pkcs8 + cert.read_bytes())
+    out.chmod(0o600)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SecureListeners:
+    """Extra TLS/SASL listeners for the broker (controller and inter-broker traffic stay
+    PLAINTEXT on loopback; the PLAINTEXT listener stays too, for readiness and tooling).
+
+    * ``SSL``: the CA-signed server certificate; clients must present a certificate
+      signed by the same CA (ssl.client.auth=required).
+    * ``SASL_SSL``: the same server certificate, no client certificate, SASL with PLAIN
+      (``plain_users``, in the listener's JAAS config) and SCRAM-SHA-256/512
+      (``scram_users``, both mechanisms, written by the storage format ``--add-scram``).
+    * ``EXPIRED`` (``expired_listener``): TLS with the expired server certificate.
+    * one SSL listener per ``tls_listeners`` entry (NAME -> (cert, key) PEM files), e.g.
+      a certificate that does not name 127.0.0.1 for host-name checks.
+
+    PEM files come from :func:`gateway.devstack.certs.make_dev_certificates`.
+    """
+
+    certificates: DevCertificates
+    plain_users: dict[str, str] = field(default_factory=dict)
+    scram_users: dict[str, str] = field(default_factory=dict)
+    expired_listener: bool = True
+    tls_listeners: dict[str, tuple[Path, Path]] = field(default_factory=dict)
+
+    def listeners(self) -> dict[str, str]:
+        """Listener name -> security protocol."""
+        out = {"SSL": "SSL", "SASL_SSL": "SASL_SSL"}
+        if self.expired_listener:
+            out["EXPIRED"] = "SSL"
+        out.update(dict.fromkeys(self.tls_listeners, "SSL"))
+        return out
+
+    def settings(self, tls_dir: Path) -> dict[str, str]:
+        """server.properties entries for the listeners; keystores are written to ``tls_dir``."""
+        certs = self.certificates
+        keystore = pem_keystore(
+            certs.server_cert, certs.server_key, tls_dir / "server-keystore.pem"
+        )
+        out = {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(certs.ca_cert),
+            "ssl.endpoint.identification.algorithm": "",
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required"
+                + "".join(f' user_{u}="{p}"' for u, p in self.plain_users.items())
+                + ";"
+            ),
+        }
+        for mechanism in ("scram-sha-256", "scram-sha-512"):
+            out[f"listener.name.sasl_ssl.{mechanism}.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
+        others = dict(self.tls_listeners)
+        if self.expired_listener:
+            others["EXPIRED"] = (certs.expired_server_cert, certs.expired_server_key)
+        for name, (cert, key) in others.items():
+            store = pem_keystore(cert, key, tls_dir / f"{name.lower()}-keystore.pem")
+            out[f"listener.name.{name.lower()}.ssl.keystore.type"] = "PEM"
+            out[f"listener.name.{name.lower()}.ssl.keystore.location"] = str(store)
+        return out
+
+    def scram_arguments(self) -> list[str]:
+        """``kafka-storage format`` arguments creating the SCRAM credentials."""
+        args: list[str] = []
+        for user, password in self.scram_users.items():
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                args += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
+        return args
+
+
 @dataclass(slots=True)
 class KafkaOptions:
     """Knobs for the local broker; the defaults suit tests and the demo."""
@@ -162,6 +271,8 @@ class KafkaOptions:
     num_partitions: int = 1
     startup_timeout: float = 120.0
     stop_timeout: float = 15.0
+    #: Extra TLS/SASL listeners (None: the plaintext broker only).
+    secure: SecureListeners | None = None
 
 
 class KafkaBroker:
@@ -178,10 +289,16 @@ class KafkaBroker:
         self.controller_port = 0
         self.cluster_id = ""
         self.process: ServiceProcess | None = None
+        #: Port of each extra listener (``options.secure``), by listener name.
+        self.listener_ports: dict[str, int] = {}
 
     @property
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.port}"
+
+    def listener_address(self, name: str) -> str:
+        """``127.0.0.1:<port>`` of an extra listener (``SSL``, ``SASL_SSL``, ...)."""
+        return f"{LOOPBACK}:{self.listener_ports[name]}"
 
     def start(self) -> KafkaBroker:
         """Format storage, start the JVM and wait for a Metadata answer.
@@ -219,7 +336,10 @@ class KafkaBroker:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         data_dir = self.work_dir / "kraft-logs"
         shutil.rmtree(data_dir, ignore_errors=True)
-        self.port, self.controller_port = free_ports(2)
+        secure = self.options.secure
+        names = list(secure.listeners()) if secure is not None else []
+        self.port, self.controller_port, *extra = free_ports(2 + len(names))
+        self.listener_ports = dict(zip(names, extra, strict=True))
         self.cluster_id = new_cluster_id()
         config = self.work_dir / "server.properties"
         config.write_text(
@@ -228,6 +348,12 @@ class KafkaBroker:
                 controller_port=self.controller_port,
                 data_dir=data_dir,
                 num_partitions=self.options.num_partitions,
+                extra_listeners=(
+                    {n: (p, self.listener_ports[n]) for n, p in secure.listeners().items()}
+                    if secure is not None
+                    else None
+                ),
+                extra_settings=secure.settings(self.work_dir / "tls") if secure else None,
             ),
             encoding="utf-8",
         )
@@ -278,6 +404,7 @@ class KafkaBroker:
             self.cluster_id,
             "-c",
             str(config),
+            *(self.options.secure.scram_arguments() if self.options.secure else []),
         ]
         log = self.work_dir / "storage-format.log"
         with log.open("wb") as out:

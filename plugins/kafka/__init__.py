@@ -14,9 +14,10 @@ from pydantic import BaseModel
 
 from gateway.plugin_api import Envelope, ExchangeHandler, PluginContext, PluginError, Scheme
 from plugins.kafka.config import KafkaPluginConfig
-from plugins.kafka.errors import KafkaPluginError, TopicCollisionError
+from plugins.kafka.errors import KafkaPluginError, KafkaSecurityError, TopicCollisionError
 from plugins.kafka.exchange import KafkaExchanges
 from plugins.kafka.mapping import TopicRouter
+from plugins.kafka.security import preflight
 from plugins.kafka.sink import KafkaSink
 from plugins.kafka.source import KafkaSource
 
@@ -45,6 +46,9 @@ class KafkaInstance:
         self.sink: KafkaSink | None = None
         self.source: KafkaSource | None = None
         self.exchanges: KafkaExchanges | None = None
+        #: The last TLS/SASL failure (one line, no secret) until a start succeeds.
+        self.security_failure: str | None = None
+        self.security_failures = {"tls": 0, "sasl": 0, "secret": 0}
 
     @property
     def name(self) -> str:
@@ -58,6 +62,16 @@ class KafkaInstance:
         return [(route.unified_topic, Scheme.TOPIC) for route in self.config.outbound.routes]
 
     async def start(self, context: PluginContext) -> None:
+        try:
+            # One connection with the security settings first: a refused certificate
+            # or login becomes one error naming the cause (the runtime retries it with
+            # capped backoff) instead of the clients' endless reconnect logging.
+            await preflight(self.config.bootstrap_servers, self.config.security, self._name)
+        except KafkaSecurityError as exc:
+            self.security_failure = str(exc)
+            self.security_failures[exc.cause] = self.security_failures.get(exc.cause, 0) + 1
+            raise
+        self.security_failure = None
         gateway_id = context.gateway_id
         self.exchanges = KafkaExchanges(
             self.config, instance=self._name, gateway_id=gateway_id, sink=lambda: self.sink
@@ -121,7 +135,10 @@ class KafkaInstance:
     def stats(self) -> dict[str, int]:
         """Counters for metrics (``inbound_*`` from the source, e.g.
         ``inbound_commit_failures``); no per-record logging happens anywhere."""
-        out: dict[str, int] = {}
+        out: dict[str, int] = {
+            f"security_failures_{cause}": n for cause, n in self.security_failures.items()
+        }
+        out["security_failing"] = int(self.security_failure is not None)
         if self.source is not None:
             for key, value in asdict(self.source.counters).items():
                 out[f"inbound_{key}"] = value

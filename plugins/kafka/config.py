@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gateway.plugin_api import DEFAULT_STREAM
 from plugins.kafka.errors import KafkaPluginError, TopicNameError
 from plugins.kafka.mapping import InboundRoute, Route, TopicRouter, TopicTemplate
+from plugins.kafka.security import SECURITY_CLIENT_OPTIONS, KafkaSecurityConfig
 
 DEFAULT_TOPIC_TEMPLATE = "mqgw.{stream}"
 DEFAULT_RETAINED_TEMPLATE = "mqgw-retained.{stream}"
@@ -202,7 +203,9 @@ class KafkaPluginConfig(BaseModel):
     exactly_once_topic_name: str | None = Field(
         default=None, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
     )
-    #: Passed to aiokafka as is (security_protocol, sasl_*, ssl_context is not YAML-able).
+    #: TLS and SASL of every client (docs/security.md, "Kafka: TLS and SASL").
+    security: KafkaSecurityConfig = Field(default_factory=KafkaSecurityConfig)
+    #: Passed to aiokafka as is (not security_protocol, ssl_context, sasl_*: ``security``).
     client_options: dict[str, Any] = Field(default_factory=dict)
     outbound: OutboundConfig = Field(default_factory=OutboundConfig)
     inbound: InboundConfig = Field(default_factory=InboundConfig)
@@ -220,6 +223,13 @@ class KafkaPluginConfig(BaseModel):
                 f"client_options may not set {fixed}: the plugin fixes them (idempotent "
                 "producer with acks=all, offsets committed after MQ) or they have their own "
                 "key (bootstrap_servers, client_id, inbound.group_id, ...)"
+            )
+        security = sorted(set(value) & SECURITY_CLIENT_OPTIONS)
+        if security:
+            raise ValueError(
+                f"client_options may not set {security}: TLS and SASL are configured in "
+                "the security: block (protocol, tls: {ca_file, cert_file, key_file, "
+                "key_password, check_hostname}, sasl: {mechanism, username, password})"
             )
         return value
 

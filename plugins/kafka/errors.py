@@ -62,3 +62,15 @@ class KafkaSendError(KafkaPluginError):
         super().__init__(message, retriable=retriable)
         self.topic = topic
         self.failed = failed
+
+
+class KafkaSecurityError(KafkaPluginError):
+    """TLS or SASL failed (``cause``: ``tls``, ``sasl`` or ``secret``): a certificate the
+    client refuses (expired, unknown CA, host name mismatch), a login the broker refuses,
+    a secret that cannot be read. Retriable: the runtime retries with capped backoff, and
+    a fixed certificate or rotated secret takes effect on the next attempt. The message
+    names the instance and the cause; it never carries a secret."""
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message, retriable=True)
+        self.cause = cause

@@ -59,6 +59,7 @@ from plugins.kafka.mapping import (
     is_from_origin,
     outbound_records,
 )
+from plugins.kafka.security import security_args
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +113,15 @@ def producer_state_is_broken(exc: BaseException) -> bool:
 
 
 def client_args(config: KafkaPluginConfig, client_id: str) -> dict[str, Any]:
-    """Connection arguments shared by producer, consumer and admin client."""
+    """Connection arguments shared by producer, consumer and admin client, with the
+    ``security:`` block's TLS/SASL arguments (secrets read now, at connect time)."""
     args: dict[str, Any] = {
         "bootstrap_servers": config.bootstrap_servers,
         "client_id": config.client_id or client_id,
         "request_timeout_ms": config.request_timeout_ms,
     }
     args.update(config.client_options)
+    args.update(security_args(config.security, client_id))
     return args
 
 
