@@ -52,7 +52,7 @@ async def connect_local(
     """MQCONN over the socket of a running queue manager. ``where`` is its data directory
     or the socket itself. MQError 2059 (Q_MGR_NOT_AVAILABLE) when nothing serves it."""
     path = Path(where)
-    if path.is_dir():
+    if path.name != SOCKET_NAME:  # a data directory (not stat'ed: it may not be ours)
         path = path / SOCKET_NAME
     try:
         reader, writer = await asyncio.open_unix_connection(str(path))

@@ -72,7 +72,7 @@ def encode_frame(header: dict[str, Any], data: bytes = b"") -> bytes:
 
 def frame_length(prefix: bytes, who: str = "client") -> int:
     """The number of bytes following the 4-byte length prefix (checked)."""
-    (total,) = struct.unpack("!I", prefix)
+    total: int = struct.unpack("!I", prefix)[0]
     if total < 4:
         raise ProtocolError(Reason.DATA_LENGTH_ERROR, f"frame length {total} is too short", who)
     if total > MAX_FRAME:

@@ -272,8 +272,8 @@ class _Session:
                 out = await conn.put1(name, md, body, opts, q_mgr)
             return {"ok": True}, pack_message(out, b"")
         if op == "get":
-            opts = get_options_from_json(req.get("options", {}))
-            msg = await self._handle(req).get(opts)
+            gmo = get_options_from_json(req.get("options", {}))
+            msg = await self._handle(req).get(gmo)
             return {"ok": True}, pack_message(msg.md, msg.body)
         if op == "inquire":
             selectors = req.get("selectors")
