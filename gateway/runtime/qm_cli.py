@@ -54,7 +54,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     put = common("put", "put each line of stdin as one message (amqsput)")
     put.add_argument("queue", metavar="QUEUE")
-    put.add_argument("--persistent", action="store_true", help="persistent messages")
+    put.add_argument("--non-persistent", action="store_true",
+                     help="non-persistent messages (default persistent: on a stopped queue "
+                     "manager non-persistent messages end with the command)")
     put.add_argument("--format", default="MQSTR", help="MQMD Format (default MQSTR)")
     put.set_defaults(func=_run(_put))
 
@@ -167,7 +169,7 @@ async def _put(session: AdminSession, args: argparse.Namespace) -> int:
             if not text:
                 break  # amqsput ends at an empty line
             md = MQMD(format=args.format[:8], coded_char_set_id=1208,
-                      persistence=1 if args.persistent else 0)
+                      persistence=0 if args.non_persistent else 1)
             await q.put(md, text.encode("utf-8"))
             count += 1
     finally:
