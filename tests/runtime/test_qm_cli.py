@@ -37,6 +37,7 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 
 PYTHON = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 
 
@@ -53,7 +54,9 @@ class Gateway:
         self.root = root
         self.port = _free_port()
         self.config = root / "gateway.yaml"
-        (root / "queues.mqsc").write_text("DEFINE QLOCAL(SUB.Q) REPLACE\n")
+        (root / "queues.mqsc").write_text(
+            "DEFINE QLOCAL(SUB.Q) REPLACE\nDEFINE QLOCAL(CLI.STOPPED) REPLACE\n"
+            "DEFINE QLOCAL(CLI.RUNNING) REPLACE\n")
         self.config.write_text(f"""
 id: gw-qm-cli
 queue_manager:
@@ -132,10 +135,11 @@ def mode(request: pytest.FixtureRequest, gateway: Gateway) -> str:
     return str(request.param)
 
 
-def mqgw(gw: Gateway, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def mqgw(where: Gateway | Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    cwd = where.root if isinstance(where, Gateway) else where
     return subprocess.run(
         [PYTHON, "-m", "gateway.runtime.cli", *args], input=stdin, capture_output=True,
-        text=True, timeout=60, cwd=gw.root,
+        text=True, timeout=60, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 
@@ -165,8 +169,6 @@ def test_mqsc_displays_depth_status_subscriptions(gateway: Gateway, mode: str) -
 
 def test_put_then_get(gateway: Gateway, mode: str) -> None:
     q = f"CLI.{mode.upper()}"
-    mqgw(gateway, "qm", "mqsc", "--data-dir", str(gateway.data_dir),
-         stdin=f"DEFINE QLOCAL({q}) REPLACE\n")
     r = mqgw(gateway, "qm", "put", "-v", "--data-dir", str(gateway.data_dir), q,
              stdin="first line\nsecond line\n")
     assert r.returncode == 0, r.stderr
@@ -235,11 +237,11 @@ def test_mqgw_mqsc_on_the_run_layout(gateway: Gateway, mode: str) -> None:
     assert r.returncode == 20 and "AMQ8118E" in r.stderr
 
 
-def test_unreachable_data_directory(gateway: Gateway, mode: str) -> None:
-    r = mqgw(gateway, "qm", "get", "--data-dir", str(gateway.root / "nowhere"), "Q")
+def test_unreachable_data_directory(tmp_path: Path) -> None:
+    r = mqgw(tmp_path, "qm", "get", "--data-dir", str(tmp_path / "nowhere"), "Q")
     assert r.returncode == 2 and "no queue manager in" in r.stderr
 
 
-def test_version(gateway: Gateway, mode: str) -> None:
-    r = mqgw(gateway, "--version")
+def test_version(tmp_path: Path) -> None:
+    r = mqgw(tmp_path, "--version")
     assert r.returncode == 0 and r.stdout.strip() == f"mqgw {__version__}"
