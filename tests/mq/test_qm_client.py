@@ -393,3 +393,23 @@ async def test_mq_errors_do_not_close_the_connection(conn: ClientConnection) -> 
         await conn._call({"op": "close", "hobj": 999})
     assert info.value.reason == Reason.HOBJ_ERROR
     await q.put(_md(), b"after errors")  # same connection, still usable
+
+
+async def test_a_client_gone_during_a_waiting_get_takes_nothing(
+    served: tuple[EmbeddedQueueManager, QueueManagerServer]
+) -> None:
+    """amqsget killed while it waits: the message put afterwards stays on the queue."""
+    qm = served[0]
+    c = await connect_local(qm.path)
+    q = await c.open("APP.Q", OpenOption.INPUT_SHARED)
+    waiting = asyncio.create_task(q.get(GetOptions(wait_ms=30_000)))
+    await asyncio.sleep(0.2)
+    c._writer.transport.abort()  # killed: no MQDISC
+    with pytest.raises(MQError):
+        await asyncio.wait_for(waiting, 5)
+    await asyncio.sleep(0.2)
+    other = await connect_local(qm.path)
+    await other.put1("APP.Q", _md(persistence=1), b"for the next reader")
+    msg = await (await other.open("APP.Q", OpenOption.INPUT_SHARED)).get(GetOptions(wait_ms=1000))
+    assert msg.body == b"for the next reader"
+    await other.disconnect()

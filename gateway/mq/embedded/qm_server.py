@@ -25,6 +25,7 @@ import pwd
 import socket
 import struct
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,13 @@ class _Session:
                     raise ProtocolError(Reason.DATA_LENGTH_ERROR,
                                         "the connection ended inside a frame") from None
                 frame = decode_frame(payload)
-                header, data = await self.handle(frame)
+                if frame.header.get("op") == "get":
+                    done = await self._watched(self.handle(frame), reader)
+                    if done is None:
+                        return  # the client went away while its get waited
+                    header, data = done
+                else:
+                    header, data = await self.handle(frame)
             except ProtocolError as exc:
                 self.server.protocol_errors += 1
                 log.warning("queue manager %s: local client %s (uid %d): %s; connection closed",
@@ -186,6 +193,34 @@ class _Session:
             await writer.drain()
             if header.get("closing"):
                 return
+
+    async def _watched(
+        self, call: Coroutine[Any, Any, tuple[dict[str, Any], bytes]],
+        reader: asyncio.StreamReader,
+    ) -> tuple[dict[str, Any], bytes] | None:
+        """Run a (possibly long) get while watching the socket: a client that closes or
+        sends during its own call has gone, so the get is cancelled before it takes a
+        message nobody would receive (a cancelled get leaves the message queued)."""
+        task = asyncio.ensure_future(call)
+        peek = asyncio.ensure_future(reader.read(1))
+        try:
+            await asyncio.wait({task, peek}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if not peek.done():
+                peek.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await peek
+        if (peek.done() and not peek.cancelled() and peek.exception() is None
+                and peek.result()):  # bytes during a call: a pipelined request
+            raise ProtocolError(Reason.UNEXPECTED_ERROR,
+                                "a request arrived while a get was in progress")
+        if task.cancelled():
+            return None
+        return task.result()
 
     async def handle(self, frame: Frame) -> tuple[dict[str, Any], bytes]:
         req = frame.header
