@@ -130,6 +130,9 @@ class QueueManagerServer:
             await session.run(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except Exception:  # a bug must cost this client its connection, not the server
+            log.exception("queue manager %s: local client %s: unexpected failure; "
+                          "connection closed", self.qm.name, session.user)
         finally:
             self._clients.discard(task)
             await session.end()
