@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from examples.demo import legacy_process
 from examples.demo.bars import BarBook, expected_bars, tick_schedule
-from examples.demo.legacy_apps import publish_legacy, read_subscribers, register_subscribers
 from examples.demo.modern_clients import (
     kafka_consumer,
     kafka_producer,
@@ -199,15 +199,16 @@ async def exercise(
         port = app.http.port if app.http else 0
         print(f"  gateway up: embedded QM1, streams {STOCK} and {BULLETIN}; "
               f"metrics http://127.0.0.1:{port}/metrics")
-        assert app.qm is not None
-        conn = await app.qm.connect()
-        reader = await app.qm.connect()
-        await register_subscribers(conn)
+        # the legacy applications are processes of their own, connected to the
+        # gateway's queue manager through its local socket (docs/embedded-qm.md)
+        qm_dir = work / "qm"
+        print(f"  legacy MQ applications: separate processes on {qm_dir}/qm.sock")
+        await legacy_process.register(qm_dir)
         kafka_ready, mqtt_ready = asyncio.Event(), asyncio.Event()
         tasks = [
             asyncio.create_task(kafka_consumer(bootstrap, stats, kafka_ready, stop)),
             asyncio.create_task(mqtt_subscriber(mqtt_host, mqtt_port, stats, mqtt_ready, stop)),
-            asyncio.create_task(read_subscribers(reader, stats, run.book, stop)),
+            asyncio.create_task(legacy_process.read(qm_dir, stats, run.book, stop)),
         ]
         async with asyncio.timeout(60):
             await kafka_ready.wait()
@@ -216,7 +217,7 @@ async def exercise(
         first = time.strftime("%H:%M", time.gmtime(ticks[0].put_cs // 100)) if ticks else "-"
         print(f"[2/4] sending {count} messages on each path; {len(ticks)} ticks for "
               f"{', '.join(SYMBOLS)} put-timed over the two minutes from {first}Z")
-        await publish_legacy(conn, ticks, count, stats)
+        await legacy_process.publish(qm_dir, ticks, count, stats, work)
         await kafka_producer(bootstrap, count, stats)
         await mqtt_publisher(mqtt_host, mqtt_port, count, stats)
         await wait_delivered(stats, PATHS, timeout, progress)
@@ -245,7 +246,6 @@ async def exercise(
                                f"last lines of {run.job.log_path}:\n"
                                + log_tail(run.job.log_path))
                 print("    " + run.failure)
-        await conn.disconnect()
     finally:
         stop.set()
         for t in tasks:

@@ -3,7 +3,9 @@ with the broker, the MQRFH tick feed and the MQRFH2 bulletin publisher, and the 
 draining the subscriber queues.
 
 They speak only the queue-manager port and the wire codecs, as an application on a real
-queue manager would: the gateway is a broker node to them.
+queue manager would: the gateway is a broker node to them. The demo runs each as a
+separate process connected to the gateway's queue manager through its local socket
+(:mod:`examples.demo.legacy_process`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from examples.demo.bars import BarBook, Tick, parse_bar, put_stamp
 from examples.demo.paths import (
@@ -187,13 +189,16 @@ def _strip_header(md: MQMD, body: bytes) -> tuple[str, bytes]:
     return "", body
 
 
-async def read_subscribers(
-    conn: Connection, stats: dict[str, PathStats], book: BarBook, stop: asyncio.Event
+#: The subscriber queues the reader drains.
+SUBSCRIBER_QUEUES = (RFH_SUB_Q, RFH2_SUB_Q, OHLC_RFH_Q, OHLC_RFH2_Q)
+
+
+async def drain_subscribers(
+    conn: Connection, on_message: Callable[[str, str, bytes], None], stop: asyncio.Event
 ) -> None:
-    """Drain the four subscriber queues, counting what each path delivered."""
-    queues = (RFH_SUB_Q, RFH2_SUB_Q, OHLC_RFH_Q, OHLC_RFH2_Q)
-    handles = {q: await conn.open(q, OpenOption.INPUT_SHARED) for q in queues}
-    bar_rows = {q: name for name, q in OHLC_PATHS.items()}
+    """Get from the four subscriber queues until ``stop``; ``on_message(queue, topic,
+    data)`` for each publication (its MQRFH/MQRFH2 removed)."""
+    handles = {q: await conn.open(q, OpenOption.INPUT_SHARED) for q in SUBSCRIBER_QUEUES}
     while not stop.is_set():
         got_any = False
         for queue, handle in handles.items():
@@ -205,23 +210,40 @@ async def read_subscribers(
                 raise
             got_any = True
             topic, data_bytes = _strip_header(m.md, m.body)
-            if queue in bar_rows:
-                bar = parse_bar(data_bytes)
-                if bar is None:
-                    log.warning("%s: not a bar on topic %r: %r", queue, topic, data_bytes[:80])
-                    continue
-                book.receive(queue, *bar)
-                if bar_rows[queue] in stats:
-                    stats[bar_rows[queue]].received = book.matched(queue)
-                kind = "MQRFH" if queue == OHLC_RFH_Q else "MQRFH2"
-                SAMPLES.setdefault(f"bar {kind}", f"{queue} got topic={topic} "
-                                   f"data={data_bytes.decode(errors='replace')}")
-                continue
-            data = parse_path_body(data_bytes)
-            if data is None or data["path"] not in ("kafka", "mqtt"):
-                continue
-            source = "Kafka" if data["path"] == "kafka" else "MQTT"
-            kind = "MQRFH" if queue == RFH_SUB_Q else "MQRFH2"
-            stats[f"{source} -> {kind} subscriber"].add(float(data["sent"]))
+            on_message(queue, topic, data_bytes)
         if not got_any:
             await asyncio.sleep(0.02)
+
+
+def record_delivery(
+    queue: str, topic: str, data_bytes: bytes, stats: dict[str, PathStats], book: BarBook
+) -> None:
+    """Count one publication a subscriber queue delivered against its path."""
+    bar_rows = {q: name for name, q in OHLC_PATHS.items()}
+    if queue in bar_rows:
+        bar = parse_bar(data_bytes)
+        if bar is None:
+            log.warning("%s: not a bar on topic %r: %r", queue, topic, data_bytes[:80])
+            return
+        book.receive(queue, *bar)
+        if bar_rows[queue] in stats:
+            stats[bar_rows[queue]].received = book.matched(queue)
+        kind = "MQRFH" if queue == OHLC_RFH_Q else "MQRFH2"
+        SAMPLES.setdefault(f"bar {kind}", f"{queue} got topic={topic} "
+                           f"data={data_bytes.decode(errors='replace')}")
+        return
+    data = parse_path_body(data_bytes)
+    if data is None or data["path"] not in ("kafka", "mqtt"):
+        return
+    source = "Kafka" if data["path"] == "kafka" else "MQTT"
+    kind = "MQRFH" if queue == RFH_SUB_Q else "MQRFH2"
+    stats[f"{source} -> {kind} subscriber"].add(float(data["sent"]))
+
+
+async def read_subscribers(
+    conn: Connection, stats: dict[str, PathStats], book: BarBook, stop: asyncio.Event
+) -> None:
+    """Drain the four subscriber queues, counting what each path delivered."""
+    await drain_subscribers(
+        conn, lambda q, t, d: record_delivery(q, t, d, stats, book), stop
+    )

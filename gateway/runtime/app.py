@@ -59,6 +59,7 @@ from gateway.runtime.streams.repair import define_stream_queue
 
 if TYPE_CHECKING:
     from gateway.mq.embedded.network import QueueManagerNode
+    from gateway.mq.embedded.qm_server import QueueManagerServer
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ class GatewayApp:
         self.metrics: GatewayMetrics | None = None
         self.http: HealthServer | None = None
         self.request_reply: RequestReplyService | None = None
+        #: The embedded queue manager's local socket (``mqgw qm``, separate MQ programs).
+        self.qm_server: QueueManagerServer | None = None
         self.stop_requested = asyncio.Event()
         #: Set when a plugin cannot work with its config: the process exits 1.
         self.fatal: str | None = None
@@ -284,6 +287,7 @@ class GatewayApp:
                 ) from exc
             log.info("metrics on %s/metrics%s", self.http.url,
                      " (authentication required)" if mc.auth and mc.auth.protect_metrics else "")
+        await self._serve_queue_manager(store_path)
         for instance in instances:
             self._spawn(self._run_plugin(instance), f"plugin:{instance.name}")
         self._spawn(self._housekeeping(), "housekeeping")
@@ -294,6 +298,26 @@ class GatewayApp:
             len(service.serviced_queues) - 1,
             len(instances),
         )
+
+    async def _serve_queue_manager(self, store_path: Path) -> None:
+        """The local socket of the embedded queue manager (docs/embedded-qm.md), with
+        DISPLAY SUB/PUBSUB answered from the broker's stores. A socket that cannot be
+        made is logged, not fatal: the gateway's own traffic does not need it."""
+        if self.node is None:
+            return
+        from gateway.mq.embedded.qm_server import QueueManagerServer
+        from gateway.runtime.qm_status import broker_status_reports
+
+        qm = self.node.qm
+        qm.status_reports.update(broker_status_reports(store_path))
+        server = QueueManagerServer(qm)
+        try:
+            await server.start()
+        except OSError as exc:
+            log.error("queue manager %s: no local socket (mqgw qm cannot reach it while the "
+                      "gateway runs): %s", qm.name, exc)
+            return
+        self.qm_server = server
 
     async def _register_planned_subscriptions(self, instances: list[PluginInstance]) -> None:
         """Every route's subscription exists before the first get (issue 12 item 9): what
@@ -336,6 +360,11 @@ class GatewayApp:
         timeout = self.config.shutdown_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self.qm_server is not None:
+            # local clients first: their units of work are backed out before the drain
+            with contextlib.suppress(Exception):
+                await self.qm_server.stop()
+            self.qm_server = None
         try:
             if self.links is not None:
                 await self.links.stop()

@@ -22,7 +22,20 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.runtime.run",
     "gateway.runtime.subscriptions_cli",
     "gateway.runtime.streams.cli",
+    "gateway.runtime.qm_cli",
 )
+
+
+def _version() -> str:
+    """The installed distribution's version, else the source tree's ``__version__``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from gateway import __version__
+
+    try:
+        return version("mq-stream-gateway")
+    except PackageNotFoundError:
+        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)"
     )
+    parser.add_argument("--version", action="version", version=f"mqgw {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

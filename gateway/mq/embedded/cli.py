@@ -1,5 +1,10 @@
 """``mqgw mqsc QM``: run MQSC commands from stdin against an embedded queue manager.
 
+``--data-dir`` holds queue managers (``DIR/QM``) or is one queue manager's own directory
+(``mqgw run``'s ``queue_manager.data_dir``). A queue manager a running process owns is
+reached through its local socket (docs/embedded-qm.md); ``mqgw qm mqsc`` does the same
+from the gateway's configuration.
+
 Like ``runmqsc QM < script.mqsc``: echoes each command with its number, prints the
 AMQ messages, ends with the summary, and exits 0 (all processed), 10 (some commands
 failed) or 20 (the queue manager could not be used). A queue manager that does not exist
@@ -57,23 +62,56 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.mq.embedded.mqsc_run import format_results
-    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+    from gateway.mq.embedded.qm_protocol import SOCKET_NAME
     from gateway.mq.embedded.store import DB_FILE
-    from gateway.mq.port import MQError
 
     base: Path = args.data_dir if args.data_dir is not None else default_data_dir()
     path = base / args.qmgr
-    if not (path / DB_FILE).exists() and not args.create:
+    exists = [(p / DB_FILE).exists() or (p / SOCKET_NAME).exists() for p in (path, base)]
+    if not exists[0] and exists[1]:
+        path = base  # `mqgw run`'s layout: data_dir is the queue manager's own directory
+    script = sys.stdin.read()
+    if any(exists):
+        return asyncio.run(_run_existing(args.qmgr, path, script))
+    if not args.create:
         print(
             f"AMQ8118E: IBM MQ queue manager {args.qmgr} does not exist (no {path / DB_FILE}); "
             "use --create to create it.",
             file=sys.stderr,
         )
         return 20
-    script = sys.stdin.read()
+    return _run_new(args.qmgr, path, script)
+
+
+async def _run_existing(name: str, path: Path, script: str) -> int:
+    """Through the running process's socket, or opening the directory (admin.open_admin)."""
+    from gateway.mq.embedded.admin import AdminError, open_admin
+    from gateway.mq.port import MQError
+
     try:
-        qm = EmbeddedQueueManager(args.qmgr, path)
+        session = await open_admin(path, appl_name="mqgw mqsc")
+    except (AdminError, MQError) as exc:
+        print(f"AMQ8146E: IBM MQ queue manager not available: {exc}", file=sys.stderr)
+        return 20
+    try:
+        if session.q_mgr_name != name:
+            print(f"AMQ8118E: IBM MQ queue manager {name} does not exist ({path} holds "
+                  f"{session.q_mgr_name}).", file=sys.stderr)
+            return 20
+        output, ok = await session.mqsc(script)
+    finally:
+        await session.close()
+    sys.stdout.write(output)
+    return 0 if ok else 10
+
+
+def _run_new(name: str, path: Path, script: str) -> int:
+    from gateway.mq.embedded.mqsc_run import format_results
+    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+    from gateway.mq.port import MQError
+
+    try:
+        qm = EmbeddedQueueManager(name, path)
     except MQError as exc:
         print(f"AMQ8146E: IBM MQ queue manager not available: {exc.detail}", file=sys.stderr)
         return 20
@@ -81,10 +119,10 @@ def run(args: argparse.Namespace) -> int:
         results = qm.run_mqsc(script)
     finally:
         asyncio.run(qm.close())
-    sys.stdout.write(format_results(args.qmgr, results))
+    sys.stdout.write(format_results(name, results))
     for r in results:  # as `mqgw network` reports a bad start script: QM and line
         if not r.ok:
-            print(f"<stdin>: queue manager {args.qmgr}: line {r.line}: {r.lines[-1]}",
+            print(f"<stdin>: queue manager {name}: line {r.line}: {r.lines[-1]}",
                   file=sys.stderr)
     return 0 if all(r.ok for r in results) else 10
 

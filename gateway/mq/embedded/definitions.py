@@ -85,6 +85,15 @@ class QueueManagerDefinitions:
         self._qm._catalogue.channels.pop(name, None)
         self._qm._notify_definition("CHANNEL", name)
 
+    def status_report(self, what: str, pattern: str) -> list[list[str]] | None:
+        """DISPLAY CHSTATUS/SUB/PUBSUB rows from the provider registered on the queue
+        manager (``status_reports``); without one, no channel runs here (CHSTATUS shows
+        none) and the broker's state is unknown (None)."""
+        provider = self._qm.status_reports.get(what)
+        if provider is not None:
+            return provider(pattern)
+        return [] if what == "CHSTATUS" else None
+
     def cluster_report(self, what: str, pattern: str) -> list[list[str]]:
         report = getattr(self._qm.remote_directory, "display", None)
         if report is not None:

@@ -6,7 +6,10 @@ Supported (IBM MQ "MQSC commands" reference):
 QREMOTE(generic*) [ALL|attr ...]``, ``ALTER QMGR DEADQ() DEFXMITQ() DESCR() REPOS()``,
 ``DISPLAY QMGR``; ``CLUSTER()``/``DEFBIND()`` on queues; ``DEFINE|ALTER|DELETE|DISPLAY
 CHANNEL(name) CHLTYPE(SDR|RCVR|CLUSSDR|CLUSRCVR) CONNAME() XMITQ() CLUSTER() BATCHSZ()``;
-``DISPLAY CLUSQMGR(generic*)`` and ``DISPLAY QCLUSTER(generic*)`` (from the repository).
+``DISPLAY CLUSQMGR(generic*)`` and ``DISPLAY QCLUSTER(generic*)`` (from the repository);
+``DISPLAY QSTATUS(generic*)``, ``DISPLAY CHSTATUS(generic*)``, ``DISPLAY SUB(generic*)``
+(the broker's subscriptions) and ``DISPLAY PUBSUB`` (its neighbours), the last three
+from providers the process owning the queue manager registers.
 Abbreviations (DEF, ALT, DEL, DIS, QL, QA, QR, Q) and runmqsc's lexical rules apply:
 keywords in any case, unquoted values folded to upper case, quoted values kept, ``''``
 inside quotes, ``*`` comment lines, ``+``/``-`` continuation.
@@ -58,7 +61,11 @@ _VERBS = {"DEFINE": "DEFINE", "DEF": "DEFINE", "ALTER": "ALTER", "ALT": "ALTER",
 OBJECTS = {"QLOCAL": "QLOCAL", "QL": "QLOCAL", "QALIAS": "QALIAS", "QA": "QALIAS",
            "QREMOTE": "QREMOTE", "QR": "QREMOTE", "QUEUE": "QUEUE", "Q": "QUEUE",
            "QMGR": "QMGR", "CHANNEL": "CHANNEL", "CHL": "CHANNEL",
-           "CLUSQMGR": "CLUSQMGR", "QCLUSTER": "QCLUSTER", "QC": "QCLUSTER"}
+           "CLUSQMGR": "CLUSQMGR", "QCLUSTER": "QCLUSTER", "QC": "QCLUSTER",
+           "QSTATUS": "QSTATUS", "QS": "QSTATUS", "CHSTATUS": "CHSTATUS", "CHS": "CHSTATUS",
+           "SUB": "SUB", "PUBSUB": "PUBSUB"}
+#: Objects only DISPLAY takes (status, the repository's and the broker's views).
+DISPLAY_ONLY = frozenset({"CLUSQMGR", "QCLUSTER", "QSTATUS", "CHSTATUS", "SUB", "PUBSUB"})
 QTYPE_BY_OBJ = {"QLOCAL": QType.LOCAL, "QALIAS": QType.ALIAS, "QREMOTE": QType.REMOTE}
 
 # Attributes each queue type accepts (MQSC names) and attributes accepted but not modelled.
@@ -185,9 +192,9 @@ def parse_command(text: str, line: int) -> MQSCCommand:
     obj = OBJECTS.get(obj_kw)
     if obj is None:
         raise MQSCError(line, f"unsupported object type {obj_kw!r} for {verb}")
-    if obj in ("CLUSQMGR", "QCLUSTER"):
+    if obj in DISPLAY_ONLY:
         if verb != "DISPLAY":
-            raise MQSCError(line, f"{verb} {obj} is not supported (the repository owns it)")
+            raise MQSCError(line, f"{verb} {obj} is not supported (only DISPLAY {obj})")
         name = name or "*"
     elif obj == "QMGR":
         if name is not None:

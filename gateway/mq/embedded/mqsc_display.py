@@ -45,6 +45,10 @@ def display(target: MQSCView, cmd: MQSCCommand) -> list[str]:
         return display_channels(target, cmd)
     if cmd.obj in ("CLUSQMGR", "QCLUSTER"):
         return display_cluster(target, cmd)
+    if cmd.obj == "QSTATUS":
+        return display_qstatus(target, cmd)
+    if cmd.obj in STATUS_CODES:
+        return display_status(target, cmd)
     return display_queues(target, cmd)
 
 
@@ -88,6 +92,59 @@ def display_cluster(target: MQSCView, cmd: MQSCCommand) -> list[str]:
     out: list[str] = []
     for items in rows:
         out.append(code)
+        out.extend(columns(items))
+    return out
+
+
+def display_qstatus(target: MQSCView, cmd: MQSCCommand) -> list[str]:
+    """DISPLAY QSTATUS: depth, handles and uncommitted messages of local queues."""
+    pattern = cmd.name or "*"
+    names = sorted(n for n, d in target.catalogue.queues.items() if d.qtype is QType.LOCAL
+                   and (n.startswith(pattern[:-1]) if pattern.endswith("*") else n == pattern))
+    if not names:
+        raise MQSCError(cmd.line, f"IBM MQ object {pattern} not found.", "AMQ8147E")
+    uncommitted = getattr(target, "uncommitted", None)
+    out: list[str] = []
+    for n in names:
+        ipprocs, opprocs = target.open_count(n)
+        uncom = uncommitted(n) if uncommitted is not None else 0
+        out.append("AMQ8450I: Display queue status details.")
+        out.extend(columns([f"QUEUE({n})", "TYPE(QUEUE)",
+                            f"CURDEPTH({target.current_depth(n)})", f"IPPROCS({ipprocs})",
+                            f"OPPROCS({opprocs})", f"UNCOM({'YES' if uncom else 'NO'})"]))
+    return out
+
+
+#: DISPLAY CHSTATUS/SUB/PUBSUB: the message heading each row and the one when none match.
+STATUS_CODES = {
+    "CHSTATUS": ("AMQ8417I: Display Channel Status details.",
+                 "AMQ8420I: Channel Status not found."),
+    "SUB": ("AMQ8096I: IBM MQ subscription inquired.", "AMQ8147E: IBM MQ object {} not found."),
+    "PUBSUB": ("AMQ8723I: Display pub/sub status details.",
+               "AMQ8147E: IBM MQ object {} not found."),
+}
+
+
+def display_status(target: MQSCView, cmd: MQSCCommand) -> list[str]:
+    """DISPLAY CHSTATUS / SUB / PUBSUB from the provider the owning process registered
+    (``status_report(what, pattern)``; None: nothing here can answer)."""
+    pattern = cmd.name or "*"
+    report = getattr(target, "status_report", None)
+    rows: list[list[str]] | None = report(cmd.obj, pattern) if report is not None else None
+    if rows is None:
+        raise MQSCError(
+            cmd.line,
+            f"DISPLAY {cmd.obj} needs the gateway's broker state: run it against the running "
+            "gateway or give the gateway's configuration (mqgw qm mqsc -c CONFIG)",
+            "AMQ8147E",
+        )
+    heading, missing = STATUS_CODES[cmd.obj]
+    if not rows:
+        code, _, text = missing.format(pattern).partition(": ")
+        raise MQSCError(cmd.line, text, code)
+    out: list[str] = []
+    for items in rows:
+        out.append(heading)
         out.extend(columns(items))
     return out
 

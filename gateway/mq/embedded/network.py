@@ -75,6 +75,7 @@ class QueueManagerNode:
         if self._qm is None:
             self._qm = EmbeddedQueueManager(self.name, self.path, directory=self.cluster,
                                             appl_name=self.appl_name)
+            self._qm.status_reports["CHSTATUS"] = self.channel_status
         if self.mqsc:
             self._qm.check_mqsc(self.mqsc)
 
@@ -187,6 +188,22 @@ class QueueManagerNode:
             self.senders[key] = sender
         sender.start()
         return sender
+
+    def channel_status(self, pattern: str) -> list[list[str]]:
+        """DISPLAY CHSTATUS rows: the sending channels this node runs."""
+        rows = []
+        for s in sorted(self.senders.values(), key=lambda s: (s.spec.channel, s.spec.lane)):
+            name = s.spec.channel
+            if not (name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern):
+                continue
+            status = ("RUNNING" if s.connected.is_set() else "RETRYING" if s.retrying
+                      else "BINDING" if s.running else "STOPPED")
+            kind = "CLUSSDR" if s.spec.lane else "SDR"
+            rows.append([f"CHANNEL({name})", f"CHLTYPE({kind})", f"CONNAME({s.spec.conname})",
+                         "CURRENT", f"RQMNAME({s.partner})", f"STATUS({status})",
+                         f"XMITQ({s.spec.xmit_q_name})", f"MSGS({s.stats.messages})",
+                         f"BATCHES({s.stats.batches})"])
+        return rows
 
     def channel_running(self, q_mgr: str) -> bool:
         return any(s.partner == q_mgr and s.connected.is_set() for s in self.senders.values())

@@ -125,6 +125,9 @@ class EmbeddedQueueManager:
             tuple[list[StoredMessage], list[int], list[tuple[int, int]], list[ChannelSync],
                   asyncio.Future[None]]
         ] = []
+        #: DISPLAY CHSTATUS/SUB/PUBSUB providers (pattern -> rows of ``KEY(value)``)
+        #: registered by the process that runs channels or the broker.
+        self.status_reports: dict[str, Callable[[str], list[list[str]]]] = {}
         #: Called after MQSC changed a definition (the cluster manager re-advertises).
         self.definition_listeners: list[Callable[[str, str], None]] = []
         self._writer_task: asyncio.Future[None] | None = None

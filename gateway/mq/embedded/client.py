@@ -1,0 +1,251 @@
+"""A client connection to the embedded queue manager of a running process.
+
+``await connect_local(data_dir)`` returns a :class:`ClientConnection`, a
+:class:`gateway.mq.port.Connection`: code written against the port (the demo's legacy
+applications, ``mqgw qm put/get/browse``, the dead-letter handler) runs unchanged over
+it, in a process of its own. The server is :mod:`.qm_server`; the frames are
+:mod:`.qm_protocol`. The identity the queue manager stamps on puts (UserIdentifier) is
+this process's OS user, taken by the server from the socket, not from the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from gateway.mq.embedded.context import process_appl_name
+from gateway.mq.embedded.qm_protocol import (
+    PROTOCOL_VERSION,
+    SOCKET_NAME,
+    ProtocolError,
+    decode_frame,
+    encode_frame,
+    frame_length,
+    get_options_to_json,
+    pack_message,
+    put_options_to_json,
+    unpack_message,
+)
+from gateway.mq.port import (
+    GetOptions,
+    Message,
+    MQError,
+    OpenOption,
+    PutOptions,
+    QueueAttr,
+)
+from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
+
+
+def socket_path(data_dir: Path | str) -> Path:
+    """The socket of the queue manager stored in ``data_dir``."""
+    return Path(data_dir) / SOCKET_NAME
+
+
+async def connect_local(
+    where: Path | str, *, appl_name: str | None = None
+) -> ClientConnection:
+    """MQCONN over the socket of a running queue manager. ``where`` is its data directory
+    or the socket itself. MQError 2059 (Q_MGR_NOT_AVAILABLE) when nothing serves it."""
+    path = Path(where)
+    if path.name != SOCKET_NAME:  # a data directory (not stat'ed: it may not be ours)
+        path = path / SOCKET_NAME
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        raise MQError(Reason.Q_MGR_NOT_AVAILABLE,
+                      f"no queue manager serves {path} ({exc.strerror})") from None
+    except PermissionError:
+        raise MQError(Reason.NOT_AUTHORIZED,
+                      f"{path}: permission denied (the socket is the gateway user's, "
+                      "mode 0600)") from None
+    conn = ClientConnection(reader, writer)
+    try:
+        reply, _ = await conn._call({"op": "connect", "version": PROTOCOL_VERSION,
+                                     "appl_name": appl_name or process_appl_name()})
+    except BaseException:
+        await conn._close_stream()
+        raise
+    conn._q_mgr_name = str(reply["q_mgr_name"])
+    conn.user = str(reply["user"])
+    return conn
+
+
+class ClientQueueManager:
+    """A :class:`gateway.mq.port.QueueManager` whose connections go over the socket of
+    a running queue manager (``name`` is known after the first connect)."""
+
+    def __init__(self, where: Path | str, *, appl_name: str | None = None) -> None:
+        self.where = Path(where)
+        self.appl_name = appl_name
+        self._name = ""
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def connect(self) -> ClientConnection:
+        conn = await connect_local(self.where, appl_name=self.appl_name)
+        self._name = conn.q_mgr_name
+        return conn
+
+
+class ClientConnection:
+    """An hconn over the local socket (see module docstring)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._lock = asyncio.Lock()
+        self._q_mgr_name = ""
+        self._open = True
+        #: the OS user the queue manager identifies this connection as
+        self.user = ""
+
+    @property
+    def q_mgr_name(self) -> str:
+        return self._q_mgr_name
+
+    async def _call(self, header: dict[str, Any], data: bytes = b"") -> tuple[dict[str, Any],
+                                                                              bytes]:
+        if not self._open:
+            raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
+        async with self._lock:
+            try:
+                self._writer.write(encode_frame(header, data))
+                await self._writer.drain()
+                length = frame_length(await self._reader.readexactly(4), "server")
+                frame = decode_frame(await self._reader.readexactly(length), "server")
+            except (ConnectionError, asyncio.IncompleteReadError) as exc:
+                await self._close_stream()
+                raise MQError(Reason.CONNECTION_BROKEN,
+                              f"connection to the queue manager lost: {exc}") from None
+            except ProtocolError as exc:
+                await self._close_stream()
+                raise MQError(exc.reason, str(exc)) from None
+        reply = frame.header
+        if reply.get("closing"):
+            await self._close_stream()
+        if not reply.get("ok"):
+            raise MQError(int(reply.get("reason", Reason.UNEXPECTED_ERROR)),
+                          str(reply.get("message", "")),
+                          int(reply.get("comp_code", 2)))
+        return reply, frame.data
+
+    async def _close_stream(self) -> None:
+        self._open = False
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.disconnect()
+
+    async def open(
+        self, q_name: str, options: OpenOption, q_mgr_name: str = ""
+    ) -> ClientQueueHandle:
+        reply, _ = await self._call({"op": "open", "q_name": q_name, "options": int(options),
+                                     "q_mgr_name": q_mgr_name})
+        return ClientQueueHandle(self, int(reply["hobj"]), q_name,
+                                 str(reply["resolved_q_name"]),
+                                 str(reply["resolved_q_mgr_name"]))
+
+    async def put1(
+        self,
+        q_name: str,
+        md: MQMD,
+        body: bytes,
+        options: PutOptions | None = None,
+        q_mgr_name: str = "",
+    ) -> MQMD:
+        _, data = await self._call(
+            {"op": "put1", "q_name": q_name, "q_mgr_name": q_mgr_name,
+             "options": put_options_to_json(options or PutOptions())},
+            pack_message(md, body),
+        )
+        return unpack_message(data, "server")[0]
+
+    async def commit(self) -> None:
+        await self._call({"op": "commit"})
+
+    async def backout(self) -> None:
+        await self._call({"op": "backout"})
+
+    async def mqsc(self, script: str) -> tuple[str, list[dict[str, Any]]]:
+        """Run MQSC on the queue manager: (runmqsc's output, one result per command)."""
+        reply, _ = await self._call({"op": "mqsc", "script": script})
+        return str(reply["output"]), list(reply["results"])
+
+    async def disconnect(self) -> None:
+        """MQDISC (an open unit of work is backed out by the server)."""
+        if not self._open:
+            return
+        with contextlib.suppress(MQError):
+            await self._call({"op": "disconnect"})
+        if self._open:
+            await self._close_stream()
+
+
+class ClientQueueHandle:
+    """An open queue over the local socket."""
+
+    def __init__(self, conn: ClientConnection, hobj: int, name: str, resolved_q_name: str,
+                 resolved_q_mgr_name: str) -> None:
+        self._conn = conn
+        self._hobj = hobj
+        self._name = name
+        self._resolved_q_name = resolved_q_name
+        self._resolved_q_mgr_name = resolved_q_mgr_name
+        self._open = True
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def resolved_q_name(self) -> str:
+        return self._resolved_q_name
+
+    @property
+    def resolved_q_mgr_name(self) -> str:
+        return self._resolved_q_mgr_name
+
+    async def get(self, options: GetOptions | None = None) -> Message:
+        _, data = await self._conn._call(
+            {"op": "get", "hobj": self._hobj,
+             "options": get_options_to_json(options or GetOptions())})
+        md, body = unpack_message(data, "server")
+        return Message(md, body)
+
+    async def put(self, md: MQMD, body: bytes, options: PutOptions | None = None) -> MQMD:
+        _, data = await self._conn._call(
+            {"op": "put", "hobj": self._hobj,
+             "options": put_options_to_json(options or PutOptions())},
+            pack_message(md, body),
+        )
+        return unpack_message(data, "server")[0]
+
+    async def inquire(self, *selectors: QueueAttr) -> dict[QueueAttr, int | str]:
+        reply, _ = await self._conn._call(
+            {"op": "inquire", "hobj": self._hobj, "selectors": [int(s) for s in selectors]})
+        values: dict[str, int | str] = reply["values"]
+        return {QueueAttr(int(k)): v for k, v in values.items()}
+
+    async def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        if self._conn._open:
+            await self._conn._call({"op": "close", "hobj": self._hobj})

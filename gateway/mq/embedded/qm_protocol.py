@@ -1,0 +1,198 @@
+"""The local client protocol of the embedded queue manager: frames, sans-I/O.
+
+Why: a running ``mqgw run`` owns its queue manager's data directory, so administration
+(``mqgw qm``) and separate legacy applications reach the queue manager the way an MQ
+application with a local binding does: through the process that owns it. The server
+(:mod:`.qm_server`) listens on a Unix socket in the data directory; the client
+(:mod:`.client`) gives a :class:`gateway.mq.port.Connection` over it.
+
+A frame is ``!I`` total length, ``!I`` header length, a UTF-8 JSON object (the request
+or reply: ``op``, its arguments, ``ok``/``reason``), then binary data (a packed MQMD
+version 2 in native encoding followed by the message body, for put and get). Nothing
+read from the wire is trusted: lengths are checked against :data:`MAX_FRAME` and
+:data:`MAX_HEADER` before anything is allocated, and every malformed frame is a
+:class:`ProtocolError` carrying the MQ reason the server replies with.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.mq.port import Browse, GetOptions, MQError, PutOptions
+from gateway.wire.errors import WireError
+from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
+
+#: The socket's file name inside the queue manager's data directory.
+SOCKET_NAME = "qm.sock"
+#: Version of this protocol; the server refuses a client speaking another.
+PROTOCOL_VERSION = 1
+#: Largest JSON header accepted (requests are small; MQSC scripts are the largest).
+MAX_HEADER = 1 << 20
+#: Largest frame: MQ's largest message (100 MB) plus a descriptor and a header.
+MAX_FRAME = 100 * 1024 * 1024 + MAX_HEADER + 512
+_PREFIX = struct.Struct("!II")
+_MD_LEN = 364
+_ENC_NATIVE = 546
+
+#: Requests the server understands (MQI verbs plus MQSC and the sub-protocol's own).
+OPS = frozenset({"connect", "open", "put", "put1", "get", "commit", "backout", "inquire",
+                 "close", "mqsc", "disconnect"})
+
+
+class ProtocolError(Exception):
+    """A frame broke the protocol; ``reason`` is the MQRC the peer is told, ``who`` says
+    which side broke it (``client`` or ``server``)."""
+
+    def __init__(self, reason: int, message: str, who: str = "client") -> None:
+        self.reason = int(reason)
+        self.who = who
+        self.detail = message
+        super().__init__(f"{who} broke the queue-manager protocol: {message}")
+
+
+@dataclass(slots=True)
+class Frame:
+    """One decoded frame: its JSON object and its binary data."""
+
+    header: dict[str, Any]
+    data: bytes = b""
+
+
+def encode_frame(header: dict[str, Any], data: bytes = b"") -> bytes:
+    """Header and data as one frame (ValueError when it would exceed the limits)."""
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    if len(raw) > MAX_HEADER or len(raw) + len(data) + 4 > MAX_FRAME:
+        raise ValueError(f"frame of {len(raw) + len(data)} bytes exceeds the protocol limit")
+    return _PREFIX.pack(4 + len(raw) + len(data), len(raw)) + raw + data
+
+
+def frame_length(prefix: bytes, who: str = "client") -> int:
+    """The number of bytes following the 4-byte length prefix (checked)."""
+    total: int = struct.unpack("!I", prefix)[0]
+    if total < 4:
+        raise ProtocolError(Reason.DATA_LENGTH_ERROR, f"frame length {total} is too short", who)
+    if total > MAX_FRAME:
+        raise ProtocolError(
+            Reason.DATA_LENGTH_ERROR,
+            f"frame length {total} exceeds the limit of {MAX_FRAME} bytes", who,
+        )
+    return total
+
+
+def decode_frame(payload: bytes, who: str = "client") -> Frame:
+    """Decode what followed the length prefix: header length, JSON object, data."""
+    if len(payload) < 4:
+        raise ProtocolError(Reason.DATA_LENGTH_ERROR, "frame shorter than its header length", who)
+    (hlen,) = struct.unpack_from("!I", payload)
+    if hlen > MAX_HEADER or hlen > len(payload) - 4:
+        raise ProtocolError(
+            Reason.DATA_LENGTH_ERROR, f"header length {hlen} does not fit the frame", who
+        )
+    try:
+        header = json.loads(payload[4 : 4 + hlen].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(Reason.UNEXPECTED_ERROR, f"header is not JSON: {exc}", who) from None
+    if not isinstance(header, dict):
+        raise ProtocolError(Reason.UNEXPECTED_ERROR, "header is not a JSON object", who)
+    return Frame(header, payload[4 + hlen :])
+
+
+# ---------------------------------------------------------------- values ---------
+
+
+def pack_message(md: MQMD, body: bytes) -> bytes:
+    """A descriptor (as version 2, native encoding) followed by the body."""
+    try:
+        packed = md.copy(version=2).pack(_ENC_NATIVE) if md.version < 2 else md.pack(_ENC_NATIVE)
+    except WireError as exc:
+        raise MQError(Reason.MD_ERROR, f"the message descriptor cannot be sent: {exc}") from exc
+    return packed + body
+
+
+def unpack_message(data: bytes, who: str = "client") -> tuple[MQMD, bytes]:
+    """The descriptor and body of :func:`pack_message`'s bytes."""
+    if len(data) < _MD_LEN:
+        raise ProtocolError(Reason.MD_ERROR, f"message data of {len(data)} bytes has no MQMD", who)
+    try:
+        md = MQMD.unpack(data, 0, _ENC_NATIVE)
+    except WireError as exc:
+        raise ProtocolError(Reason.MD_ERROR, f"MQMD cannot be decoded: {exc}", who) from None
+    return md, data[_MD_LEN:]
+
+
+def get_options_to_json(o: GetOptions) -> dict[str, Any]:
+    return {
+        "wait_ms": o.wait_ms,
+        "syncpoint": o.syncpoint,
+        "browse": o.browse.value if o.browse is not None else None,
+        "match_msg_id": o.match_msg_id.hex() if o.match_msg_id is not None else None,
+        "match_correl_id": o.match_correl_id.hex() if o.match_correl_id is not None else None,
+        "max_length": o.max_length,
+        "accept_truncated": o.accept_truncated,
+    }
+
+
+def _field(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+    value = obj.get(key, default)
+    if value is default:
+        return value
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        name = getattr(kind, "__name__", kind)
+        raise ProtocolError(Reason.OPTIONS_ERROR, f"{key} must be {name}")
+    return value
+
+
+def _hex(obj: dict[str, Any], key: str) -> bytes | None:
+    value = _field(obj, key, str, None)
+    if value is None:
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raise ProtocolError(Reason.OPTIONS_ERROR, f"{key} is not hexadecimal") from None
+    if len(raw) != 24:
+        raise ProtocolError(Reason.OPTIONS_ERROR, f"{key} must be 24 bytes")
+    return raw
+
+
+def get_options_from_json(obj: Any) -> GetOptions:
+    if not isinstance(obj, dict):
+        raise ProtocolError(Reason.GMO_ERROR, "options must be an object")
+    browse = _field(obj, "browse", str, None)
+    if browse is not None and browse not in ("first", "next"):
+        raise ProtocolError(Reason.GMO_ERROR, f"browse {browse!r} is not first or next")
+    return GetOptions(
+        wait_ms=_field(obj, "wait_ms", int, 0),
+        syncpoint=_field(obj, "syncpoint", bool, False),
+        browse=Browse(browse) if browse is not None else None,
+        match_msg_id=_hex(obj, "match_msg_id"),
+        match_correl_id=_hex(obj, "match_correl_id"),
+        max_length=_field(obj, "max_length", int, None),
+        accept_truncated=_field(obj, "accept_truncated", bool, False),
+    )
+
+
+def put_options_to_json(o: PutOptions) -> dict[str, Any]:
+    return {"syncpoint": o.syncpoint, "new_msg_id": o.new_msg_id,
+            "new_correl_id": o.new_correl_id, "set_all_context": o.set_all_context,
+            "set_identity_context": o.set_identity_context}
+
+
+def put_options_from_json(obj: Any) -> PutOptions:
+    if not isinstance(obj, dict):
+        raise ProtocolError(Reason.PMO_ERROR, "options must be an object")
+    return PutOptions(**{k: _field(obj, k, bool, False) for k in (
+        "syncpoint", "new_msg_id", "new_correl_id", "set_all_context", "set_identity_context")})
+
+
+def error_reply(exc: MQError | ProtocolError) -> dict[str, Any]:
+    """The reply carrying a failed call's reason (and whether the server closes)."""
+    if isinstance(exc, ProtocolError):
+        return {"ok": False, "reason": exc.reason, "comp_code": 2, "message": str(exc),
+                "closing": True}
+    return {"ok": False, "reason": exc.reason, "comp_code": exc.comp_code,
+            "message": exc.detail}
