@@ -16,7 +16,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.mq.embedded.admin import AdminSession
@@ -230,23 +230,21 @@ async def _browse(session: AdminSession, args: argparse.Namespace) -> int:
 
 
 async def _dlq(session: AdminSession, args: argparse.Namespace) -> int:
-    try:
-        from gateway.mq.dlq_handler import run_dlq_handler  # type: ignore[import-not-found,unused-ignore]
-        from gateway.mq.dlq_rules import parse_rules  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        print("mqgw qm dlq: the dead-letter handler is not available in this version "
-              "(gateway.mq.dlq_handler is missing)", file=sys.stderr)
-        return 2
+    from gateway.mq.dlq_handler import DlqHandlerError, run_dlq_handler
+    from gateway.mq.dlq_rules import DlqRulesError, parse_rules
+
     try:
         rules = parse_rules(args.rules.read_text(encoding="utf-8"))
     except OSError as exc:
         print(f"mqgw qm dlq: cannot read {args.rules}: {exc.strerror}", file=sys.stderr)
         return 2
-    except ValueError as exc:
+    except DlqRulesError as exc:
         print(f"mqgw qm dlq: {args.rules}: {exc}", file=sys.stderr)
         return 2
-    report: Any = await run_dlq_handler(session.conn, rules, once=args.once,
-                                        dry_run=args.dry_run, out=sys.stdout)
-    if report is not None:
-        print(report)
-    return 0
+    try:
+        report = await run_dlq_handler(session.conn, rules, once=args.once,
+                                       dry_run=args.dry_run, out=sys.stdout)
+    except DlqHandlerError as exc:
+        print(f"mqgw qm dlq: {exc}", file=sys.stderr)
+        return 2
+    return 1 if report.failed else 0

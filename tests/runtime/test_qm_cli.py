@@ -13,7 +13,6 @@ confuse the commands.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import pwd
 import shutil
@@ -185,12 +184,13 @@ def test_put_then_get(gateway: Gateway, mode: str) -> None:
     assert _how(mode) in r.stderr
 
 
-async def _dead_letter(data_dir: Path) -> None:
+async def _dead_letter(data_dir: Path, dest_q: str = "NO.SUCH.Q",
+                       body: bytes = b"undeliverable tick") -> None:
     rfh2 = MQRFH2(format=FMT_STRING, coded_char_set_id=1208)
     rfh2.add_folder("usr", {"Colour": "Blue"})
     md = MQMD(format=FMT_RF_HEADER_2, coded_char_set_id=1208, persistence=1)
-    dl_md, dl_body = wrap_for_dlq(md, encode_rfh2(rfh2) + b"undeliverable tick", 2085,
-                                  "NO.SUCH.Q", "QM1", "test_qm_cli")
+    dl_md, dl_body = wrap_for_dlq(md, encode_rfh2(rfh2) + body, 2085,
+                                  dest_q, "QM1", "test_qm_cli")
     session = await open_admin(data_dir)
     try:
         await session.conn.put1(DLQ, dl_md, dl_body, PutOptions(set_all_context=True))
@@ -217,17 +217,52 @@ def test_browse_decodes_a_dead_letter(gateway: Gateway, mode: str) -> None:
     assert "undeliverable tick" in r.stdout and "no more messages" in r.stdout
 
 
-def test_dlq_subcommand(gateway: Gateway, mode: str) -> None:
+def test_dlq_handler_retries_to_a_queue_that_now_exists_and_discards_by_rule(
+    gateway: Gateway, mode: str
+) -> None:
+    """The issue's acceptance case: a runmqdlq rules table retries a message whose queue
+    has been defined since it was dead-lettered, and discards one its DESTQ rule names."""
+    target = f"LATE.{mode.upper()}"
+    asyncio.run(_dead_letter(gateway.data_dir, target, b"retry me"))
+    asyncio.run(_dead_letter(gateway.data_dir, "TEST.JUNK", b"throw me away"))
     rules = gateway.root / "rules.dlq"
-    rules.write_text("INPUTQ(SYSTEM.DEAD.LETTER.QUEUE)\nACTION(RETRY)\n")
+    rules.write_text(
+        "* runmqdlq syntax\n"
+        "INPUTQ(' ') RETRYINT(1) WAIT(NO)\n"
+        "DESTQ(TEST.*) ACTION(DISCARD)\n"
+        "REASON(MQRC_UNKNOWN_OBJECT_NAME) ACTION(RETRY) RETRY(3)\n")
+    r = mqgw(gateway, "qm", "mqsc", "-c", str(gateway.config),
+             stdin=f"DEFINE QLOCAL({target}) REPLACE\n")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # a dry run says what it would do and changes nothing
     r = mqgw(gateway, "qm", "dlq", "-c", str(gateway.config), "--rules", str(rules),
-             "--once", "--dry-run")
-    if importlib.util.find_spec("gateway.mq.dlq_handler") is None:
-        assert r.returncode == 2
-        assert "the dead-letter handler is not available" in r.stderr
-    else:  # merged: the handler ran once over an empty dead-letter queue
-        assert r.returncode in (0, 1), r.stderr
-        assert "Traceback" not in r.stderr
+             "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "RETRY" in r.stdout and "DISCARD" in r.stdout
+    r = mqgw(gateway, "qm", "browse", "-c", str(gateway.config), DLQ)
+    assert "No more messages (2 browsed)" in r.stdout
+    # the real run: one pass
+    r = mqgw(gateway, "qm", "dlq", "-v", "-c", str(gateway.config), "--rules", str(rules),
+             "--once")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _how(mode) in r.stderr
+    assert "retried 1" in r.stdout and "discarded 1" in r.stdout and "failed 0" in r.stdout
+    r = mqgw(gateway, "qm", "browse", "-c", str(gateway.config), DLQ)
+    assert "No more messages (0 browsed)" in r.stdout
+    # the retried message arrived without its MQDLH, its RFH2 and payload intact
+    r = mqgw(gateway, "qm", "browse", "-c", str(gateway.config), target)
+    assert "No more messages (1 browsed)" in r.stdout
+    assert "Format : 'MQHRF2'" in r.stdout and "MQDLH" not in r.stdout
+    assert "Folder usr: <usr><Colour>Blue</Colour></usr>" in r.stdout
+    assert "'retry me'" in r.stdout
+
+
+def test_dlq_handler_refuses_a_bad_rules_table(gateway: Gateway, mode: str) -> None:
+    rules = gateway.root / "bad.dlq"
+    rules.write_text("REASON(MQRC_UNKNOWN_OBJECT_NAME) ACTION(RETRY)\nACTION(EXPLODE)\n")
+    r = mqgw(gateway, "qm", "dlq", "-c", str(gateway.config), "--rules", str(rules), "--once")
+    assert r.returncode == 2
+    assert "line 2" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_mqgw_mqsc_on_the_run_layout(gateway: Gateway, mode: str) -> None:
