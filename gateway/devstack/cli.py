@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gateway.devstack.kafka import SecureListeners
+    from gateway.devstack.mosquitto import MosquittoOptions
     from gateway.devstack.state import StackState
 
 
@@ -51,8 +52,9 @@ def register(subparsers: Any) -> None:
     up.add_argument(
         "--secure",
         action="store_true",
-        help="also start Kafka's TLS/SASL listeners (SSL, SASL_SSL, EXPIRED) with throw-away "
-        "certificates and users (written to kafka-secure.txt in the stack's directory)",
+        help="also start Kafka's TLS/SASL listeners (SSL, SASL_SSL, EXPIRED) and Mosquitto's "
+        "TLS listeners (password, client certificate) with throw-away certificates and users "
+        "(written to kafka-secure.txt and mqtt-secure.txt in the stack's directory)",
     )
     up.set_defaults(func=_up)
 
@@ -125,6 +127,37 @@ def _describe_secure(work_dir: Path, secure: SecureListeners, ports: dict[str, i
     print(f"kafka  TLS/SASL users and certificates: {path}")
 
 
+def _secure_mosquitto(secure: SecureListeners | None) -> MosquittoOptions | None:
+    """With ``--secure``: Mosquitto's TLS+password and TLS+client-certificate listeners
+    (same certificates and PLAIN user as Kafka's), besides the anonymous one."""
+    if secure is None:
+        return None
+    from gateway.devstack.mosquitto import MosquittoOptions, SecureListener
+
+    c = secure.certificates
+    return MosquittoOptions(
+        listeners=(SecureListener("tls-password", c.server_cert, c.server_key, c.ca_cert),
+                   SecureListener("tls-cert", c.server_cert, c.server_key, c.ca_cert,
+                                  require_certificate=True)),
+        users=dict(secure.plain_users),
+    )
+
+
+def _describe_secure_mqtt(work_dir: Path, secure: SecureListeners, ports: dict[str, int]) -> None:
+    """Write Mosquitto's secured listeners and user to mqtt-secure.txt (0600)."""
+    certs = secure.certificates
+    lines = [f"listener {name} 127.0.0.1:{port}" for name, port in ports.items()]
+    lines += [f"user {u} password {p}" for u, p in secure.plain_users.items()]
+    lines += [f"ca_file {certs.ca_cert}", f"cert_file {certs.client_cert}",
+              f"key_file {certs.client_key}"]
+    path = work_dir / "mqtt-secure.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.chmod(0o600)
+    for name, port in ports.items():
+        print(f"mqtt   {name:<12} 127.0.0.1:{port}")
+    print(f"mqtt   TLS users and certificates: {path}")
+
+
 def _up(args: argparse.Namespace) -> int:
     from gateway.devstack.errors import DevstackError
     from gateway.devstack.kafka import KafkaBroker, KafkaOptions
@@ -151,12 +184,16 @@ def _up(args: argparse.Namespace) -> int:
     work_dir = Path(tempfile.mkdtemp(prefix="mqgw-devstack-"))
     started: list[tuple[ServiceProcess, str]] = []
     try:
+        secure = _secure_listeners(work_dir) if getattr(args, "secure", False) else None
         if args.only in (None, "mqtt"):
-            mqtt = MosquittoBroker(work_dir / "mosquitto", detach=True).start()
+            mqtt = MosquittoBroker(
+                work_dir / "mosquitto", _secure_mosquitto(secure), detach=True
+            ).start()
             assert mqtt.process is not None
             started.append((mqtt.process, f"{mqtt.host}:{mqtt.port}"))
+            if secure is not None:
+                _describe_secure_mqtt(work_dir, secure, mqtt.ports)
         if args.only in (None, "kafka"):
-            secure = _secure_listeners(work_dir) if getattr(args, "secure", False) else None
             kafka = KafkaBroker(
                 work_dir / "kafka",
                 KafkaOptions(heap_max=args.kafka_heap, secure=secure),

@@ -150,3 +150,35 @@ def test_dead_service_shows_in_status_and_up_replaces_it(tmp_path: Path) -> None
         shutil.rmtree(old_state["work_dir"], ignore_errors=True)
     assert down.returncode == 0
     assert not pid_alive(new["pid"], new["start_time"])
+
+
+@pytest.mark.mqtt
+@pytest.mark.mosquitto_clients
+def test_up_secure_mqtt_listeners_check_ca_and_password(tmp_path: Path) -> None:
+    """`up --secure`: Mosquitto's TLS+password listener takes the written user and CA and
+    refuses a wrong password (mosquitto_pub as the outside client)."""
+    up = _mqgw(tmp_path, "up", "--secure", "--only", "mqtt")
+    try:
+        assert up.returncode == 0, up.stderr
+        work_dir = Path(json.loads((tmp_path / "state.json").read_text())["work_dir"])
+        described = work_dir / "mqtt-secure.txt"
+        assert described.stat().st_mode & 0o077 == 0
+        facts = dict(line.split(" ", 1) for line in described.read_text().splitlines())
+        port = {k.split()[0]: v for k, v in (
+            line.split(" ", 1)[1].rsplit(" ", 1) for line in described.read_text().splitlines()
+            if line.startswith("listener "))}["tls-password"].rsplit(":", 1)[1]
+        user, password = facts["user"].split(" password ")
+
+        def pub(pw: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["mosquitto_pub", "-h", "127.0.0.1", "-p", port, "--cafile", facts["ca_file"],
+                 "-u", user, "-P", pw, "-t", "devstack/secure", "-m", "hello", "-q", "1"],
+                capture_output=True, text=True, timeout=20, check=False)
+
+        ok = pub(password)
+        assert ok.returncode == 0, ok.stderr
+        refused = pub(password + "x")
+        assert refused.returncode != 0 and "not authori" in refused.stderr.lower()
+    finally:
+        down = _mqgw(tmp_path, "down")
+    assert down.returncode == 0, down.stdout + down.stderr
