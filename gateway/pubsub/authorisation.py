@@ -14,7 +14,9 @@ Who asks (:class:`Principal`):
   (trailing blanks trimmed);
 * ``plugin`` — a plugin instance of this gateway (its inbound publications);
 * ``neighbour`` — a neighbour broker configured or joined (docs/neighbours.md): trusted
-  for everything while ``trust_neighbours`` holds (the default).
+  for everything while ``trust_neighbours`` holds (the default);
+* ``broker`` — the gateway itself (a command put under one of its own user
+  identifiers, without a plugin's origin marker): always trusted.
 
 Rules are read top to bottom, the first rule naming the principal, the action, the
 stream and covering the topic decides; with none, ``default_allow`` (users) or the
@@ -57,6 +59,8 @@ class PrincipalKind(enum.StrEnum):
     USER = "user"
     PLUGIN = "plugin"
     NEIGHBOUR = "neighbour"
+    #: the gateway itself (its own connections: stream-support publications, proxies)
+    BROKER = "broker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,8 @@ class Principal:
             return f"user {self.name!r}"
         if self.kind is PrincipalKind.PLUGIN:
             return f"plugin instance {self.name!r}"
+        if self.kind is PrincipalKind.BROKER:
+            return f"the gateway itself (user {self.name!r})"
         return f"neighbour broker {self.name}"
 
 
@@ -233,10 +239,10 @@ class Authoriser:
     subscriber's identity means it); ``broker_queues`` are the queues the broker
     services or keeps (stream queues, its dead-letter queue); ``is_transmission_queue``
     says whether a local queue is a transmission queue (the runtime asks the queue
-    manager's definitions). ``plugin_users`` are the user identifiers the queue
-    manager gives the gateway's own connections: a publication marked with a plugin
-    instance's origin is that instance's only when put under one of them (anyone can
-    write the marker). ``refusals`` counts (entrance, reason) for the metrics.
+    manager's definitions). ``gateway_users`` are the user identifiers the queue
+    manager gives the gateway's own connections: a command put under one of them is the
+    gateway's (trusted), or, marked with a plugin instance's origin, that instance's (the
+    marker counts only then: anyone can write it). ``refusals`` counts (entrance, reason) for the metrics.
     """
 
     def __init__(
@@ -245,10 +251,10 @@ class Authoriser:
         q_mgr_name: str = "",
         broker_queues: Collection[str] = (),
         is_transmission_queue: Callable[[str], bool] = lambda queue: False,
-        plugin_users: Collection[str] = (),
+        gateway_users: Collection[str] = (),
     ) -> None:
         self.policy = policy
-        self.plugin_users = frozenset(u.strip() for u in plugin_users if u.strip())
+        self.gateway_users = frozenset(u.strip() for u in gateway_users if u.strip())
         self.q_mgr_name = q_mgr_name.strip()
         self.broker_queues = frozenset(q.strip() for q in broker_queues)
         self.is_transmission_queue = is_transmission_queue
@@ -257,14 +263,22 @@ class Authoriser:
     def principal_of(
         self, user_identifier: str, *, origin: str = "", neighbour: str = ""
     ) -> Principal:
-        """Who sent a command: the neighbour broker it came from, else the plugin
-        instance its origin marker names when put by the gateway itself, else the user."""
+        """Who sent a command: the neighbour broker it came from; else, put under one of
+        the gateway's own user identifiers, the plugin instance its origin marker names
+        or the gateway itself; else the user."""
         if neighbour:
             return Principal(PrincipalKind.NEIGHBOUR, neighbour)
         user = user_identifier.strip()
-        if origin and user in self.plugin_users:
-            return Principal(PrincipalKind.PLUGIN, origin)
+        if user in self.gateway_users:
+            if origin:
+                return Principal(PrincipalKind.PLUGIN, origin)
+            return Principal(PrincipalKind.BROKER, user)
         return Principal(PrincipalKind.USER, user)
+
+    def _trusted(self, principal: Principal) -> bool:
+        if principal.kind is PrincipalKind.BROKER:
+            return True
+        return principal.kind is PrincipalKind.NEIGHBOUR and self.policy.trust_neighbours
 
     def count(self, entrance: str, decision: Decision) -> None:
         """Count a refusal at ``entrance`` (``mq``, ``plugin:<instance>``)."""
@@ -297,7 +311,7 @@ class Authoriser:
         policy = self.policy
         if not policy.enabled:
             return _ALLOWED
-        if principal.kind is PrincipalKind.NEIGHBOUR and policy.trust_neighbours:
+        if self._trusted(principal):
             return _ALLOWED
         what = f"{action.value} on stream {stream} topic {topic!r}"
         if action is Action.PUBLISH and policy.is_protected(stream):
@@ -334,7 +348,7 @@ class Authoriser:
         policy = self.policy
         if not policy.enabled:
             return _ALLOWED
-        if principal.kind is PrincipalKind.NEIGHBOUR and policy.trust_neighbours:
+        if self._trusted(principal):
             return _ALLOWED
         name, qm = queue.strip(), q_mgr.strip()
         local = not qm or qm == self.q_mgr_name

@@ -168,5 +168,5 @@ def authoriser_for(
         qm.name,
         keep,
         is_transmission_queue,
-        plugin_users=users,
+        gateway_users=users,
     )

@@ -154,9 +154,13 @@ def test_subscriber_queue_allow_and_deny_lists() -> None:
     )
 
 
-def test_origin_marks_a_plugin_only_under_the_gateways_own_user() -> None:
-    a = authoriser(plugin_users=["mqgw"])
+def test_the_gateways_own_user_is_trusted_and_marks_plugins() -> None:
+    a = authoriser(gateway_users=["mqgw"])
     assert a.principal_of("mqgw", origin="k1") == Principal(PrincipalKind.PLUGIN, "k1")
+    gateway = a.principal_of("mqgw  ")
+    assert gateway == Principal(PrincipalKind.BROKER, "mqgw")
+    assert a.may_publish(gateway, ADMIN, "MQ/QM1/StreamSupport")
+    assert a.may_use_subscriber_queue(gateway, "", "SYSTEM.ANY")
     assert a.principal_of("app1", origin="k1") == Principal.user("app1")
     assert a.principal_of("app1", neighbour="QM2").kind is PrincipalKind.NEIGHBOUR
 
@@ -229,7 +233,7 @@ def engine(policy: Policy | None = None) -> PubSubEngine:
         "QM1",
         MemoryStore(),
         broker_queues=[STOCK],
-        authoriser=authoriser(policy, plugin_users=["mqgw"]),
+        authoriser=authoriser(policy, gateway_users=["mqgw"]),
     )
 
 
