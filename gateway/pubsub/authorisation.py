@@ -242,7 +242,8 @@ class Authoriser:
     manager's definitions). ``gateway_users`` are the user identifiers the queue
     manager gives the gateway's own connections: a command put under one of them is the
     gateway's (trusted), or, marked with a plugin instance's origin, that instance's (the
-    marker counts only then: anyone can write it). ``refusals`` counts (entrance, reason) for the metrics.
+    marker counts only then: anyone can write it). ``refusals`` counts (entrance,
+    reason) for the metrics.
     """
 
     def __init__(

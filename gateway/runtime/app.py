@@ -33,7 +33,7 @@ from gateway.plugin_api import DeclaresSubscriptions, Exchanges, PluginError, Pl
 from gateway.pubsub.authorisation import Authoriser
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.authorisation_config import authoriser_for
+from gateway.runtime.authorisation import authoriser_for
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
     IBMMQQueueManagerConfig,

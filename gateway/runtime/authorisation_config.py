@@ -4,32 +4,24 @@ Why its own module: the section is a small language of its own (rules read top t
 bottom, globs, MQ topic patterns); keeping it apart from ``config.py`` keeps that file
 about the gateway's shape. The pure policy lives in :mod:`gateway.pubsub.authorisation`;
 docs/security.md ("Stream and topic authorisation") and docs/config-reference.md
-describe every key.
+describe every key; ``gateway.runtime.authorisation`` builds the running gateway's
+authoriser from it.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.mq.port import QueueManager
-from gateway.pubsub.authorisation import Action, Authoriser, Policy, Rule
-
-if TYPE_CHECKING:
-    from gateway.runtime.config import GatewayConfig
+from gateway.pubsub.authorisation import Action, Policy, Rule
 
 __all__ = [
     "AuthorisationConfig",
     "PluginAuthorisation",
     "RuleConfig",
     "SubscriberQueuesConfig",
-    "authoriser_for",
 ]
-
-log = logging.getLogger(__name__)
 
 
 class _Strict(BaseModel):
@@ -126,47 +118,3 @@ class AuthorisationConfig(_Strict):
             queue_allow=tuple(self.subscriber_queues.allow),
             queue_deny=tuple(self.subscriber_queues.deny),
         )
-
-
-def authoriser_for(
-    config: GatewayConfig, qm: QueueManager, broker_queues: Collection[str]
-) -> Authoriser:
-    """The running gateway's :class:`Authoriser`: its policy, the queues the broker keeps
-    (``broker_queues`` and the request/reply queue), the embedded queue manager's
-    transmission queues, and the user identifiers of the gateway's own connections."""
-    from gateway.mq.embedded.context import process_user
-    from gateway.runtime.config import EmbeddedQueueManagerConfig
-
-    section = config.authorisation
-    known = {p.name for p in config.plugins}
-    for name in section.plugins:
-        if name not in known:
-            log.warning(
-                "authorisation.plugins.%s names no plugin instance: its rules apply to none",
-                name,
-            )
-    qmc = config.queue_manager
-    users = set(section.gateway_user_ids)
-    if isinstance(qmc, EmbeddedQueueManagerConfig):
-        users.add(process_user())
-    elif qmc.user:
-        users.add(qmc.user)
-    catalogue = getattr(qm, "catalogue", None)
-
-    def is_transmission_queue(queue: str) -> bool:
-        if catalogue is None:
-            return False  # IBM MQ: its own authority checks (docs/security.md)
-        found = catalogue.queues.get(queue)
-        return found is not None and bool(found.is_xmitq)
-
-    keep = {*broker_queues}
-    rr = config.request_reply
-    if rr.requests or rr.services:
-        keep.add(rr.reply_queue)
-    return Authoriser(
-        section.policy(),
-        qm.name,
-        keep,
-        is_transmission_queue,
-        gateway_users=users,
-    )
