@@ -22,8 +22,9 @@ Rules are read top to bottom, the first rule naming the principal, the action, t
 stream and covering the topic decides; with none, ``default_allow`` (users) or the
 plugin instance's default decides. Whatever the rules say, nobody but a
 neighbour broker publishes on a *protected* stream (``SYSTEM.*`` by default, the
-default stream excepted), and no subscriber queue is a ``SYSTEM.*`` queue, a queue the
-broker services (stream queues, its dead-letter queue) or a transmission queue.
+default stream excepted), and no subscriber queue is a ``SYSTEM.*`` queue (another
+broker's inter-broker queue aside: its proxy subscriptions), a queue the broker
+services (stream queues, its dead-letter queue) or a transmission queue.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from gateway.pubsub.streams import DEFAULT_STREAM
+from gateway.pubsub.streams import DEFAULT_STREAM, INTER_BROKER_QUEUE
 from gateway.pubsub.topics import Scheme, match_topic_pattern
 
 __all__ = [
@@ -354,6 +355,10 @@ class Authoriser:
         name, qm = queue.strip(), q_mgr.strip()
         local = not qm or qm == self.q_mgr_name
         where = name if local else f"{name} at {qm}"
+        if not local and name == INTER_BROKER_QUEUE:
+            # Another broker's proxy subscription (before it is a known neighbour, e.g.
+            # while joining): its publications arrive there as a neighbour's.
+            return _ALLOWED
         if name.startswith("SYSTEM."):
             return Decision(
                 False,

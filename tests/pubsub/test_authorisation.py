@@ -141,6 +141,10 @@ def test_subscriber_queue_allow_and_deny_lists() -> None:
     assert a.may_use_subscriber_queue(APP, "QM2", "ANY.Q").allowed
     assert a.may_use_subscriber_queue(APP, "", "SECRET.Q").reason is Refusal.QUEUE_DENIED
     assert a.may_use_subscriber_queue(APP, "", "OTHER.Q").reason is Refusal.QUEUE_NOT_LISTED
+    # Another broker's proxy subscriptions name its inter-broker queue.
+    inter = "SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS"
+    assert authoriser().may_use_subscriber_queue(APP, "QM7", inter).allowed
+    assert not authoriser().may_use_subscriber_queue(APP, "", inter).allowed
     # Another queue manager's stream-queue name is no broker queue here.
     assert authoriser().may_use_subscriber_queue(APP, "QM2", STOCK).allowed
     assert (
