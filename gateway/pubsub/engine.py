@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 
+from gateway.pubsub.authorisation import Authoriser
 from gateway.pubsub.commands import STREAM_COMMANDS, CommandName, HeaderKind
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
@@ -96,6 +97,9 @@ class PubSubEngine:
     propagate to them (docs/neighbours.md). ``supported_streams`` set is the legacy
     profile: commands on any other stream (the admin and default streams are always
     supported) are refused with MQRCCF_STREAM_ERROR, as the V6 broker did.
+
+    ``authoriser`` (:mod:`gateway.pubsub.authorisation`) refuses what the policy does
+    not allow with MQRCCF_NOT_AUTHORIZED: the response, and the command dead-lettered.
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class PubSubEngine:
         suspend_after: int = 10,
         neighbours: Mapping[str, Neighbour] | None = None,
         supported_streams: frozenset[str] | None = None,
+        authoriser: Authoriser | None = None,
     ) -> None:
         if suspend_after < 1:
             raise ValueError(f"suspend_after must be at least 1, not {suspend_after}")
@@ -132,8 +137,16 @@ class PubSubEngine:
         self._failures: dict[tuple[str, str], int] = {}
         self._state = WorkingSet.load(store)
         self._fanout = Fanout(self._state, q_mgr_name, clock, dict(neighbours or {}))
+        #: Stream/topic/subscriber-queue authorisation (None: everything allowed).
+        self.authoriser = authoriser
         self._handlers = CommandHandlers(
-            self._state, self._fanout, q_mgr_name, clock, self.counters, self.is_broker_queue
+            self._state,
+            self._fanout,
+            q_mgr_name,
+            clock,
+            self.counters,
+            self.is_broker_queue,
+            authoriser,
         )
         self._remove_broker_queue_subscriptions()
 

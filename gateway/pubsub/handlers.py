@@ -17,8 +17,10 @@ source_neighbour`); split by command, each piece would need the others' internal
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 
+from gateway.pubsub.authorisation import Authoriser, Decision, Principal
 from gateway.pubsub.commands import STREAM_COMMANDS, Command, CommandName, HeaderKind
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
@@ -60,6 +62,8 @@ from gateway.wire.reasons import Reason
 
 __all__ = ["CommandHandlers"]
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[InboundMessage, ParsedCommand, Outcome], None]
 
 
@@ -73,11 +77,14 @@ class CommandHandlers:
 
     ``broker_q_mgr`` resolves blank identity queue managers; ``clock`` returns seconds
     since the epoch; ``counters`` are the engine's (Publish counts publications);
-    ``is_broker_queue(q_mgr, queue)`` says which queues no subscriber may name.
+    ``is_broker_queue(q_mgr, queue)`` says which queues no subscriber may name;
+    ``authoriser`` (None: no authorisation) decides who may publish and subscribe where
+    and which subscriber queues they may name (docs/security.md).
     """
 
     __slots__ = (
         "_table",
+        "authoriser",
         "broker_q_mgr",
         "clock",
         "counters",
@@ -94,8 +101,10 @@ class CommandHandlers:
         clock: Callable[[], float],
         counters: Counters,
         is_broker_queue: Callable[[str, str], bool] = lambda q_mgr, queue: False,
+        authoriser: Authoriser | None = None,
     ) -> None:
         self.state = state
+        self.authoriser = authoriser
         self.is_broker_queue = is_broker_queue
         self.fanout = fanout
         self.broker_q_mgr = broker_q_mgr
@@ -175,6 +184,59 @@ class CommandHandlers:
             out.append((raw, split_subscription_topic(full, scheme, parm)))
         return scheme, out
 
+    # ---------------------------------------------------------------- authorisation -
+
+    def _principal(self, msg: InboundMessage, parsed: ParsedCommand, source: str) -> Principal:
+        assert self.authoriser is not None
+        origin, _ = split_origin(parsed.extra_folders)
+        return self.authoriser.principal_of(
+            msg.md.user_identifier, origin=origin, neighbour=source
+        )
+
+    def _require(self, decision: Decision, cmd: Command, parm: str, value: str) -> None:
+        """Refuse the command when ``decision`` says no: MQRCCF_NOT_AUTHORIZED in the
+        response and the MQDLH (the command is dead-lettered), counted and logged."""
+        if decision.allowed:
+            return
+        assert self.authoriser is not None
+        self.authoriser.count("mq", decision)
+        log.warning("%s refused (MQRCCF_NOT_AUTHORIZED): %s", cmd.name, decision.detail)
+        raise CommandError(Reason.CF_NOT_AUTHORIZED, decision.detail, parm_id=parm, value=value)
+
+    def _authorise_subscriber(
+        self,
+        msg: InboundMessage,
+        parsed: ParsedCommand,
+        ident: tuple[str, str, bytes],
+        scheme: Scheme,
+        patterns: list[tuple[str, StreamTopic]],
+        *,
+        check_queue: bool,
+    ) -> None:
+        """RegSub/DeregSub/ReqUpdate: the subscriber queue and every pattern."""
+        authoriser = self.authoriser
+        if authoriser is None:
+            return
+        cmd = parsed.command
+        source = self.source_neighbour(cmd.q_mgr_name, msg.md.reply_to_q_mgr)
+        who = self._principal(msg, parsed, source)
+        rfh = cmd.header is HeaderKind.RFH
+        if check_queue:
+            q_mgr, queue, _ = ident
+            self._require(
+                authoriser.may_use_subscriber_queue(who, q_mgr, queue),
+                cmd,
+                "MQPSQName" if rfh else "QName",
+                queue.strip(),
+            )
+        for raw, st in patterns:
+            self._require(
+                authoriser.may_subscribe(who, st.stream, st.topic, scheme),
+                cmd,
+                _topic_parm(cmd),
+                raw,
+            )
+
     # ---------------------------------------------------------------- publications --
 
     def publish(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
@@ -206,6 +268,13 @@ class CommandHandlers:
                 Reason.STREAM_ERROR, "one publication cannot span streams", parm_id=parm
             )
         stream = topics[0].stream
+        if self.authoriser is not None:
+            who = self._principal(msg, parsed, source)
+            for raw, target in zip(cmd.topics, topics, strict=True):
+                decision = self.authoriser.may_publish(who, stream, target.topic)
+                if not decision.allowed and cmd.header is HeaderKind.RFH and cmd.stream:
+                    self._require(decision, cmd, "MQPSStreamName", stream)
+                self._require(decision, cmd, parm, raw)
         correl_as_id = bool(
             pub_opts & PubOpt.CORREL_ID_AS_IDENTITY or cmd.reg_opts & RegOpt.CORREL_ID_AS_IDENTITY
         )
@@ -326,6 +395,16 @@ class CommandHandlers:
         cmd = parsed.command
         scheme, patterns = self._command_patterns(msg, cmd)
         origin, _ = split_origin(parsed.extra_folders)
+        if self.authoriser is not None:
+            source = self.source_neighbour(cmd.q_mgr_name, msg.md.reply_to_q_mgr)
+            who = self._principal(msg, parsed, source)
+            for raw, st in patterns:
+                self._require(
+                    self.authoriser.may_publish(who, st.stream, st.topic, scheme),
+                    cmd,
+                    _topic_parm(cmd),
+                    raw,
+                )
         for _raw, st in patterns:
             bucket = self.state.retained.get(st.stream, {})
             deleted_topics = [t for t in bucket if match_pattern(scheme, st.topic, t)]
@@ -354,6 +433,11 @@ class CommandHandlers:
         cmd = parsed.command
         md = msg.md
         q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        if self.authoriser is not None:
+            scheme, patterns = self._command_patterns(msg, cmd)
+            self._authorise_subscriber(
+                msg, parsed, (q_mgr, queue, correl), scheme, patterns, check_queue=True
+            )
         if self.is_broker_queue(q_mgr, queue):
             # MQ answers a subscriber queue it cannot use with MQRCCF_Q_NAME_ERROR.
             raise CommandRefusedError(
@@ -406,6 +490,15 @@ class CommandHandlers:
         dest = Destination(q_mgr, queue)
         if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
             stream = self._command_stream(msg, cmd) if cmd.header is HeaderKind.RFH else None
+            if stream is not None:
+                self._authorise_subscriber(
+                    msg,
+                    parsed,
+                    (q_mgr, queue, correl),
+                    Scheme.TOPIC,
+                    [("#", StreamTopic(stream, "#"))],
+                    check_queue=False,
+                )
             keys = [
                 k
                 for k, s in self.state.subs.items()
@@ -420,6 +513,9 @@ class CommandHandlers:
                 self.state.delete_sub(k, outcome.mutations)
             return
         scheme, patterns = self._command_patterns(msg, cmd)
+        self._authorise_subscriber(
+            msg, parsed, (q_mgr, queue, correl), scheme, patterns, check_queue=False
+        )
         missing: list[str] = []
         for raw, st in patterns:
             key: SubKey = (st.stream, int(scheme), st.topic, q_mgr, queue, "", correl)
@@ -445,6 +541,9 @@ class CommandHandlers:
         cmd = parsed.command
         q_mgr, queue, correl = self._registration_identity(msg, cmd)
         scheme, patterns = self._command_patterns(msg, cmd)
+        self._authorise_subscriber(
+            msg, parsed, (q_mgr, queue, correl), scheme, patterns[:1], check_queue=True
+        )
         parm = _topic_parm(cmd)
         raw, st = patterns[0]
         key: SubKey = (st.stream, int(scheme), st.topic, q_mgr, queue, "", correl)

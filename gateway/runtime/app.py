@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.mq.port import MQError, OpenOption, QueueAttr, QueueManager
 from gateway.plugin_api import DeclaresSubscriptions, Exchanges, PluginError, PluginInstance
+from gateway.pubsub.authorisation import Authoriser
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.authorisation import authoriser_for
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
     IBMMQQueueManagerConfig,
@@ -98,6 +100,8 @@ class GatewayApp:
         self.request_reply: RequestReplyService | None = None
         #: The embedded queue manager's local socket (``mqgw qm``, separate MQ programs).
         self.qm_server: QueueManagerServer | None = None
+        #: Stream/topic/subscriber-queue authorisation (docs/security.md).
+        self.authoriser: Authoriser | None = None
         self.stop_requested = asyncio.Event()
         #: Set when a plugin cannot work with its config: the process exits 1.
         self.fatal: str | None = None
@@ -207,11 +211,13 @@ class GatewayApp:
         store_path.parent.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(store_path)
         broker = self._broker_config()
+        self.authoriser = authoriser_for(self.config, qm, broker.broker_queues)
         engine = PubSubEngine(
             qm.name,
             self.store,
             broker_queues=broker.broker_queues,
             suspend_after=broker.suspend_subscription_after,
+            authoriser=self.authoriser,
         )
         # Neighbour links run on the embedded queue manager (it defines their queues),
         # and on IBM MQ once neighbours are configured or joined (docs/neighbours.md).
@@ -228,7 +234,9 @@ class GatewayApp:
         )
         if linked:
             self.links = links_for(service, store_path, self.config.neighbours)
-        self.host = host = PluginHost(qm, service, self.config.gateway_id)
+        self.host = host = PluginHost(
+            qm, service, self.config.gateway_id, authoriser=self.authoriser
+        )
         instances: list[PluginInstance] = []
         for inst_cfg in self.config.plugins:
             if not inst_cfg.enabled:
@@ -248,6 +256,7 @@ class GatewayApp:
             lambda: self.stream_report,
             neighbours=self.links,
             request_reply=lambda: self.request_reply,
+            authoriser=self.authoriser,
         )
         host.observer = self.metrics.observe
         await self._sample_depths()

@@ -29,6 +29,7 @@ from pydantic import (
 
 from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.routing.routes import RequestReplyConfig
+from gateway.runtime.authorisation_config import AuthorisationConfig
 from gateway.runtime.config_checks import (
     check_migrated_streams,
     check_numbers,
@@ -234,6 +235,8 @@ class GatewayConfig(_Strict):
     neighbours: list[NeighbourConfig] = Field(default_factory=list)
     #: Request/reply routes between MQ and the plugins (docs/request-reply.md).
     request_reply: RequestReplyConfig = Field(default_factory=RequestReplyConfig)
+    #: Who may publish/subscribe where, which subscriber queues (docs/security.md).
+    authorisation: AuthorisationConfig = Field(default_factory=AuthorisationConfig)
 
     @field_validator("neighbours")
     @classmethod

@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.plugin_api import Envelope, ReportsStats
+from gateway.pubsub.authorisation import Authoriser, Refusal
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.plugin_host import PluginHost
@@ -65,6 +66,7 @@ class GatewayMetrics:
         stream_report: Callable[[], StreamReport | None] = lambda: None,
         neighbours: NeighbourLinks | None = None,
         request_reply: Callable[[], RequestReplyService | None] = lambda: None,
+        authoriser: Authoriser | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = Histogram(
@@ -79,6 +81,7 @@ class GatewayMetrics:
         if neighbours is not None:
             self.registry.register(NeighbourCollector(neighbours))
         self.registry.register(RequestReplyCollector(request_reply))
+        self.registry.register(AuthorisationCollector(authoriser, host))
 
     def observe(self, plugin: str, envelopes: Sequence[Envelope]) -> None:
         """Record end-to-end latency of acknowledged envelopes (sink observer)."""
@@ -533,3 +536,43 @@ def server_ssl_context(tls: MetricsTLSConfig, resolve: Callable[[Path], Path]) -
             raise ValueError(f"metrics.tls.client_ca_file: cannot load {ca}: {exc}") from None
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+#: A plugin's own ``stats()`` entry counting records refused by its route's stream
+#: allow-list (the Kafka plugin's ``inbound_authorisation_refused``).
+PLUGIN_AUTHORISATION_STAT = "authorisation_refused"
+
+
+class AuthorisationCollector(Collector):
+    """``mqgw_authorisation_refused_total{entrance,reason}``: refusals by the policy at
+    each entrance (``mq`` for MQ commands, ``plugin:<instance>`` for a plugin's inbound
+    publications, including those its route's ``allowed_streams`` refused)."""
+
+    def __init__(self, authoriser: Authoriser | None, host: PluginHost) -> None:
+        self.authoriser = authoriser
+        self.host = host
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "mqgw_authorisation_refused",
+            "Commands and publications refused by stream/topic/subscriber-queue "
+            "authorisation (docs/security.md)",
+            labels=["entrance", "reason"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        if self.authoriser is not None:
+            counts.update(self.authoriser.refusals)
+        for name, inst in self.host.instances.items():
+            if not isinstance(inst, ReportsStats):
+                continue
+            try:
+                stats = inst.stats()
+            except Exception:  # a scrape must not fail because one plugin cannot answer
+                continue
+            n = sum(v for k, v in stats.items() if k.endswith(PLUGIN_AUTHORISATION_STAT))
+            if n:
+                key = (f"plugin:{name}", Refusal.STREAM_NOT_IN_ROUTE.value)
+                counts[key] = counts.get(key, 0) + n
+        for (entrance, reason), n in sorted(counts.items()):
+            family.add_metric([entrance, reason], n)
+        yield family

@@ -40,9 +40,10 @@ from gateway.plugin_api import (
     PluginInstance,
     PublishRefusedError,
 )
+from gateway.pubsub.authorisation import Authoriser, Principal, PrincipalKind
 from gateway.pubsub.command_encoding import CommandEncodingError, encode_publish_command
 from gateway.pubsub.options import RegOpt
-from gateway.pubsub.streams import DEFAULT_STREAM
+from gateway.pubsub.streams import DEFAULT_STREAM, prefixed_topic, split_topic
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.mqmd import MQMD
@@ -153,8 +154,11 @@ class MQPublisher:
         origin: str = "",
         gateway_id: str = "",
         serviced_queues: Collection[str] | Callable[[], Collection[str]] = (),
+        authoriser: Authoriser | None = None,
     ) -> None:
         self.qm = qm
+        #: Bounds what this instance (``origin``) may publish (docs/security.md).
+        self.authoriser = authoriser
         self.origin = origin
         self.gateway_id = gateway_id
         self._serviced = serviced_queues
@@ -177,6 +181,7 @@ class MQPublisher:
         for i, pub in enumerate(publications):
             if not pub.origin and self.origin:
                 pub = dataclasses.replace(pub, origin=self.origin)
+            self._authorise(pub, i)
             try:
                 # Whatever cannot be encoded can never be published: refusing it (not
                 # retrying) keeps one bad record from blocking its source for ever.
@@ -227,6 +232,24 @@ class MQPublisher:
         per = self.counters.per_stream
         for pub in publications:
             per[pub.stream] = per.get(pub.stream, 0) + 1
+
+    def _authorise(self, pub: Envelope, index: int) -> None:
+        """Refuse (PublishRefusedError, MQRCCF_NOT_AUTHORIZED) a publication on a stream
+        or topic the policy does not allow this instance: the plugin dead-letters it."""
+        authoriser = self.authoriser
+        if authoriser is None or not self.origin:
+            return
+        who = Principal(PrincipalKind.PLUGIN, self.origin)
+        # The stream the command will name: a default-stream topic "$SYS/STREAM/S/..."
+        # is stream S's (never judged by the envelope's stream alone).
+        st = split_topic(prefixed_topic(pub.stream, pub.topic))
+        decision = authoriser.may_publish(who, st.stream, st.topic)
+        if decision.allowed:
+            return
+        authoriser.count(f"plugin:{self.origin}", decision)
+        self._count_refused(Reason.CF_NOT_AUTHORIZED)
+        log.warning("inbound publication refused (MQRCCF_NOT_AUTHORIZED): %s", decision.detail)
+        raise PublishRefusedError(decision.detail, index=index, reason=Reason.CF_NOT_AUTHORIZED)
 
     def _count_refused(self, reason: int) -> None:
         key = reason_text(reason) if reason else "UNENCODABLE"
@@ -404,8 +427,17 @@ class PluginHost:
     restarts (client ids, origins).
     """
 
-    def __init__(self, qm: QueueManager, service: BrokerService, gateway_id: str) -> None:
+    def __init__(
+        self,
+        qm: QueueManager,
+        service: BrokerService,
+        gateway_id: str,
+        *,
+        authoriser: Authoriser | None = None,
+    ) -> None:
         self.qm = qm
+        #: Bounds every instance's inbound publications (``authorisation.plugins``).
+        self.authoriser = authoriser
         self.service = service
         self.gateway_id = gateway_id
         self.instances: dict[str, PluginInstance] = {}
@@ -422,6 +454,7 @@ class PluginHost:
             origin=instance_name,
             gateway_id=self.gateway_id,
             serviced_queues=lambda: {q for q, _ in self.service.serviced_queues},
+            authoriser=self.authoriser,
         )
 
     def attach(self, instance: PluginInstance) -> HostedPluginContext:

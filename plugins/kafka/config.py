@@ -136,9 +136,29 @@ class InboundTopic(BaseModel):
     #: Publish as retained publications; a tombstone then deletes the retained one.
     retain: bool = False
     persistent: bool = True
+    #: Streams a record of this topic may choose (``mq.stream`` header or a
+    #: ``$SYS/STREAM/<stream>/`` topic); default: only ``stream``. Any other is refused
+    #: (dead-letter topic, reason 3081 MQRCCF_NOT_AUTHORIZED; docs/security.md).
+    allowed_streams: list[str] | None = None
+
+    @field_validator("allowed_streams")
+    @classmethod
+    def _stream_names(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or ():
+            if not 1 <= len(name) <= 48 or name != name.strip():
+                raise ValueError(f"{name!r} is no stream name (1 to 48 characters, no blanks)")
+        return value
 
     def route(self) -> InboundRoute:
-        return InboundRoute(self.kafka_topic, self.stream, self.topic, self.retain, self.persistent)
+        allowed = (self.stream, *(self.allowed_streams or ()))
+        return InboundRoute(
+            self.kafka_topic,
+            self.stream,
+            self.topic,
+            self.retain,
+            self.persistent,
+            allowed_streams=frozenset(allowed),
+        )
 
 
 class InboundConfig(BaseModel):

@@ -317,15 +317,30 @@ def is_from_origin(envelope: Envelope, instance: str) -> bool:
 # ------------------------------------------------------------------ inbound ----------
 
 
+#: MQRCCF_NOT_AUTHORIZED: the reason (``mq.dlh.reason``) of a record whose ``mq.stream``
+#: (or ``$SYS/STREAM/`` topic) is outside its route's ``allowed_streams``.
+NOT_AUTHORIZED_REASON = 3081
+
+
 @dataclass(frozen=True, slots=True)
 class InboundRoute:
-    """How records of one consumed Kafka topic become publications."""
+    """How records of one consumed Kafka topic become publications.
+
+    ``allowed_streams``: the streams a record may choose (``mq.stream`` header or a
+    ``$SYS/STREAM/`` topic); None means only ``stream``."""
 
     kafka_topic: str
     stream: str = DEFAULT_STREAM
     topic: str = ""
     retain: bool = False
     persistent: bool = True
+    allowed_streams: frozenset[str] | None = None
+
+    def allows(self, stream: str) -> bool:
+        """May a record of this route publish on ``stream``?"""
+        return stream == self.stream or (
+            self.allowed_streams is not None and stream in self.allowed_streams
+        )
 
 
 def _text(raw: bytes | None) -> str | None:
@@ -348,11 +363,13 @@ def _int(raw: bytes | None, default: int) -> int:
 
 
 class SkippedRecord(Exception):
-    """Internal signal: the record cannot become a publication (``why`` says why)."""
+    """Internal signal: the record cannot become a publication (``why`` says why;
+    ``reason`` is the MQ reason code of its dead letter, 0 when it has none)."""
 
-    def __init__(self, why: str) -> None:
+    def __init__(self, why: str, reason: int = 0) -> None:
         super().__init__(why)
         self.why = why
+        self.reason = reason
 
 
 def inbound_publication(
@@ -388,6 +405,13 @@ def inbound_publication(
         stream, _, topic = rest.partition("/")
         if not stream or not topic:
             raise SkippedRecord(f"malformed stream topic {topic!r}")
+    if not route.allows(stream):
+        raise SkippedRecord(
+            f"stream {stream!r} is not allowed for records of Kafka topic "
+            f"{route.kafka_topic!r} (allowed_streams: "
+            f"{', '.join(sorted({route.stream, *(route.allowed_streams or ())}))})",
+            NOT_AUTHORIZED_REASON,
+        )
     retain = route.retain or h.get("mq.retain") == b"1"
     correl = h.get("mq.correlId", b"")
     persistence = h.get("mq.persistence")

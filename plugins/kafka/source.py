@@ -27,6 +27,7 @@ from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.mapping import (
     CONTRACT_VERSION,
+    NOT_AUTHORIZED_REASON,
     InboundRoute,
     SkippedRecord,
     inbound_publication,
@@ -59,6 +60,9 @@ class SourceCounters:
     #: records written to the dead-letter topic (or, without one, dropped)
     dead_lettered: int = 0
     dead_letter_failures: int = 0
+    #: records refused because their stream is outside the route's ``allowed_streams``
+    #: (also in skipped_invalid; ``mqgw_authorisation_refused_total``)
+    authorisation_refused: int = 0
 
 
 @dataclass(slots=True)
@@ -370,7 +374,9 @@ class KafkaSource:
                 pub = self.mapper(rec)
             except SkippedRecord as exc:
                 self.counters.skipped_invalid += 1
-                refused.append(_Refused(rec, exc.why))
+                if exc.reason == NOT_AUTHORIZED_REASON:
+                    self.counters.authorisation_refused += 1
+                refused.append(_Refused(rec, exc.why, exc.reason))
                 log.warning(
                     "kafka instance %r: record %s[%d]@%d not published: %s",
                     self.instance,

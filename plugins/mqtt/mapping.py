@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from gateway.plugin_api import DEFAULT_STREAM, PROPERTY_NAME, Envelope
+from gateway.plugin_api import DEFAULT_STREAM, PROPERTY_NAME, Envelope, split_unified_topic
 from plugins.mqtt.config import InboundFilter, OutboundConfig
 
 #: MQTT's Message Expiry Interval is a four-byte integer (MQTT 5.0 §3.3.2.3.3).
@@ -77,6 +77,16 @@ def mq_topic(mqtt_name: str, inbound: InboundFilter) -> str:
     name = inbound.topic_prefix + name
     if not name:
         raise MappingError("the MQ topic would be empty", mqtt_name)
+    if inbound.stream == DEFAULT_STREAM:
+        # A default-stream topic "$SYS/STREAM/S/..." is stream S's: an MQTT message
+        # cannot choose its stream (docs/security.md), only the filter's config does.
+        chosen, _ = split_unified_topic(name)
+        if chosen != DEFAULT_STREAM:
+            raise MappingError(
+                f"the MQ topic would choose stream {chosen!r}: not authorised (the "
+                f"filter {inbound.filter!r} publishes on {DEFAULT_STREAM} only)",
+                mqtt_name,
+            )
     return name
 
 

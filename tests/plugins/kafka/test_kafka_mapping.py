@@ -281,7 +281,7 @@ def test_unconfigured_subscription_falls_back_to_the_default_templates() -> None
 
 
 def test_inbound_headers_win_over_key_and_route() -> None:
-    route = InboundRoute("orders", STOCK, "Orders/Default")
+    route = InboundRoute("orders", STOCK, "Orders/Default", allowed_streams=frozenset({"OTHER"}))
     pub = inbound_publication(
         route,
         b"ignored/key",
@@ -307,7 +307,7 @@ def test_inbound_headers_win_over_key_and_route() -> None:
 
 
 def test_inbound_defaults_key_then_route_topic() -> None:
-    route = InboundRoute("orders", STOCK, "Orders/Default")
+    route = InboundRoute("orders", STOCK, "Orders/Default", allowed_streams=frozenset({"S2"}))
     by_key = inbound_publication(route, b"K/1", b"x", [], gateway_id="gw1", instance="k1")
     assert by_key is not None and (by_key.stream, by_key.topic) == (STOCK, "K/1")
     assert (by_key.payload_format, by_key.encoding, by_key.ccsid) == ("MQSTR", 546, 1208)
@@ -372,3 +372,19 @@ def test_entry_point_names_the_plugin_object() -> None:
     instance = loaded.create("k1", KafkaPluginConfig())
     assert isinstance(instance, PluginInstance) and instance.name == "k1"
     assert not instance.healthy()
+
+
+def test_inbound_stream_outside_the_route_allow_list_is_refused_not_authorised() -> None:
+    """Issue 15 bypass (a): a record cannot choose a stream its route does not allow."""
+    route = InboundRoute("orders", STOCK, "Orders/Default")
+    for headers, key in (
+        ([("mq.stream", b"SYSTEM.BROKER.ADMIN.STREAM")], b"x"),
+        ([], b"$SYS/STREAM/SYSTEM.BROKER.ADMIN.STREAM/x"),
+    ):
+        with pytest.raises(SkippedRecord, match="not allowed") as info:
+            inbound_publication(route, key, b"v", headers, gateway_id="gw1", instance="k1")
+        assert info.value.reason == 3081
+    same = inbound_publication(
+        route, b"k", b"v", [("mq.stream", STOCK.encode())], gateway_id="gw1", instance="k1"
+    )
+    assert same is not None and same.stream == STOCK

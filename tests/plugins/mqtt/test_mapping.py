@@ -173,3 +173,13 @@ def test_config_validation_names_the_key() -> None:
         MqttConfig.model_validate({"hots": "x"})
     cfg = MqttConfig.model_validate({"outbound": {"prefix": "a/b/"}})
     assert cfg.outbound.prefix == "a/b"
+
+
+def test_an_mqtt_message_cannot_choose_its_stream() -> None:
+    """Issue 15: a default-stream filter whose MQ topic would read ``$SYS/STREAM/<s>/``
+    would publish on stream <s>: refused (dead-letter topic), never published."""
+    f = InboundFilter(filter="in/#", strip_prefix="in/")
+    with pytest.raises(MappingError, match="would choose stream"):
+        mq_topic("in/$SYS/STREAM/SYSTEM.BROKER.ADMIN.STREAM/x", f)
+    named = InboundFilter(filter="in/#", strip_prefix="in/", stream="STOCK.STREAM")
+    assert mq_topic("in/$SYS/STREAM/X/y", named) == "$SYS/STREAM/X/y"  # stays in STOCK

@@ -1,0 +1,120 @@
+"""The ``authorisation:`` section of gateway.yaml and the :class:`Policy` it makes.
+
+Why its own module: the section is a small language of its own (rules read top to
+bottom, globs, MQ topic patterns); keeping it apart from ``config.py`` keeps that file
+about the gateway's shape. The pure policy lives in :mod:`gateway.pubsub.authorisation`;
+docs/security.md ("Stream and topic authorisation") and docs/config-reference.md
+describe every key; ``gateway.runtime.authorisation`` builds the running gateway's
+authoriser from it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.pubsub.authorisation import Action, Policy, Rule
+
+__all__ = [
+    "AuthorisationConfig",
+    "PluginAuthorisation",
+    "RuleConfig",
+    "SubscriberQueuesConfig",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+_ActionName = Literal["publish", "subscribe"]
+_BOTH: tuple[_ActionName, ...] = ("publish", "subscribe")
+
+
+def _names(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+class RuleConfig(_Strict):
+    """One rule: ``users`` (MQMD UserIdentifier globs) may (``allow: true``) or may not
+    ``publish``/``subscribe`` on ``streams`` (globs) within ``topics`` (MQ patterns)."""
+
+    #: User identifiers (``*`` any, ``?`` one character); ignored in a plugin's rules.
+    users: str | list[str] = "*"
+    actions: list[_ActionName] = Field(default_factory=lambda: [*_BOTH], min_length=1)
+    streams: str | list[str] = "*"
+    topics: str | list[str] = "#"
+    allow: bool = True
+
+    @field_validator("users", "streams", "topics")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        names = _names(value)
+        if not names or any(not n for n in names):
+            raise ValueError("must name at least one (use '*' or '#' for any)")
+        return value
+
+    def to_rule(self) -> Rule:
+        return Rule(
+            actions=frozenset(Action(a) for a in self.actions),
+            streams=tuple(_names(self.streams)),
+            topics=tuple(_names(self.topics)),
+            who=tuple(u.strip() for u in _names(self.users)),
+            allow=self.allow,
+        )
+
+
+class PluginAuthorisation(_Strict):
+    """What one plugin instance may publish (its inbound side)."""
+
+    rules: list[RuleConfig] = Field(default_factory=list)
+    #: Without a matching rule: allow (true) or refuse.
+    default_allow: bool = True
+
+
+class SubscriberQueuesConfig(_Strict):
+    """Queues MQ applications may name as subscriber queues, beyond the fixed rules
+    (never SYSTEM.*, a broker-serviced queue or a transmission queue)."""
+
+    #: Globs on ``QUEUE`` or ``QMGR/QUEUE``: a match is refused.
+    deny: list[str] = Field(default_factory=list)
+    #: When not empty, only a matching queue is accepted.
+    allow: list[str] = Field(default_factory=list)
+
+
+class AuthorisationConfig(_Strict):
+    """The ``authorisation:`` section (the defaults are the safe policy of a new
+    install: see docs/security.md)."""
+
+    #: false: everything allowed (the behaviour before issue 15); not for production.
+    enabled: bool = True
+    #: Streams (globs) only neighbour brokers may publish on (the default stream never is).
+    protected_streams: list[str] = Field(default_factory=lambda: ["SYSTEM.*"])
+    #: MQ applications: the first rule naming the user, the action, the stream and
+    #: covering the topic decides; with none, ``default_allow``.
+    rules: list[RuleConfig] = Field(default_factory=list)
+    default_allow: bool = True
+    #: Plugin instance name -> what it may publish (instances not listed: allowed).
+    plugins: dict[str, PluginAuthorisation] = Field(default_factory=dict)
+    subscriber_queues: SubscriberQueuesConfig = Field(default_factory=SubscriberQueuesConfig)
+    #: Neighbour brokers (configured or joined) may publish and subscribe anywhere.
+    trust_neighbours: bool = True
+    #: User identifiers the queue manager gives the gateway's own connections, besides
+    #: the embedded queue manager's (the process user) and queue_manager.user.
+    gateway_user_ids: list[str] = Field(default_factory=list)
+
+    def policy(self) -> Policy:
+        return Policy(
+            enabled=self.enabled,
+            protected_streams=tuple(self.protected_streams),
+            rules=tuple(r.to_rule() for r in self.rules),
+            default_allow=self.default_allow,
+            plugin_rules={
+                name: tuple(r.to_rule() for r in p.rules) for name, p in self.plugins.items()
+            },
+            plugin_defaults={name: p.default_allow for name, p in self.plugins.items()},
+            trust_neighbours=self.trust_neighbours,
+            queue_allow=tuple(self.subscriber_queues.allow),
+            queue_deny=tuple(self.subscriber_queues.deny),
+        )
