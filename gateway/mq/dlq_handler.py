@@ -8,7 +8,9 @@ table is processed"). The rules are parsed by :mod:`gateway.mq.dlq_rules`.
 
 How a pass works: the handler browses the DLQ; for each message it finds the first
 matching rule whose RETRY attempts are not used up (the attempt counts are kept in
-memory, per message and rule, as runmqdlq does) and applies it:
+memory, per message and rule, as runmqdlq does, also for a message this run moved off
+the DLQ, so one that is dead-lettered again, with the same MsgId and CorrelId, uses up
+its RETRY(n) instead of looping) and applies it:
 
 * RETRY: strip the MQDLH (its Format/CodedCharSetId/Encoding go back into the MQMD) and
   put the message to DestQName at DestQMgrName;
@@ -63,6 +65,10 @@ _CONNECTION_LOST = frozenset({
 })
 
 
+#: How many moved messages a run remembers (their attempt counts) against coming back.
+MOVED_MEMORY = 100_000
+
+
 class DlqHandlerError(Exception):
     """The handler cannot start: no DLQ to read, or a DLQ on another queue manager."""
 
@@ -113,6 +119,10 @@ class _Handler:
     dlq_name: str
     #: attempts made, per message (MsgId, CorrelId) and rule index
     attempts: dict[tuple[bytes, bytes], dict[int, int]] = field(default_factory=dict)
+    #: messages this run took off the DLQ (oldest first, at most MOVED_MEMORY): their
+    #: attempt counts are kept, so one that comes back (a retried command the broker
+    #: refuses again) uses up RETRY(n) instead of looping for ever
+    moved: dict[tuple[bytes, bytes], None] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ a pass
 
@@ -134,7 +144,7 @@ class _Handler:
             seen.add(key)
             pending = await self.handle(msg, key) or pending
         for key in list(self.attempts):
-            if key not in seen:  # gone from the DLQ: forget its attempts
+            if key not in seen and key not in self.moved:  # gone, not by us: forget it
                 del self.attempts[key]
         return pending
 
@@ -166,7 +176,7 @@ class _Handler:
             counts[index] = counts.get(index, 0) + 1
         result = await self.apply(rule, msg, dlh, original_md, data)
         if result.removed:
-            self.attempts.pop(key, None)
+            self._remember_moved(key)
             if rule.action is Action.RETRY:
                 self.report.retried += 1
             elif rule.action is Action.FWD:
@@ -184,6 +194,14 @@ class _Handler:
         return any(
             counts.get(i, 0) < r.retry for i, r in self.rules.matches(dlh, msg.md)
         )
+
+    def _remember_moved(self, key: tuple[bytes, bytes]) -> None:
+        self.moved.pop(key, None)
+        self.moved[key] = None
+        while len(self.moved) > MOVED_MEMORY:
+            oldest = next(iter(self.moved))
+            del self.moved[oldest]
+            self.attempts.pop(oldest, None)
 
     # ------------------------------------------------------------------ actions
 

@@ -5,6 +5,7 @@ run, failed retries kept, retry counts across passes, WAIT, and crash safety."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -335,3 +336,40 @@ async def test_crash_at_commit_keeps_one_copy(
         report, _ = await run(again, "ACTION(RETRY)")
         assert report.retried == 1
         assert again.queue_depth(DLQ) == 0 and again.queue_depth("APP.LATE") == 1
+
+
+async def test_a_retried_message_that_comes_back_uses_up_its_retries(
+    qm: EmbeddedQueueManager,
+) -> None:
+    """A retried message dead-lettered again with the same MsgId/CorrelId (as the broker
+    does with a command it refuses) is retried RETRY(n) times in all, then left: the
+    handler does not loop put/refuse for ever."""
+    mqsc_ok(qm, "DEFINE QLOCAL(BOUNCE.Q)")
+    sent = await dead_letter(qm, 7, "BOUNCE.Q", Reason.NOT_AUTHORIZED)
+    bounced = 0
+
+    async def refuse_again() -> None:  # what the broker does with a refused command
+        nonlocal bounced
+        async with await qm.connect() as conn:
+            q = await conn.open("BOUNCE.Q", OpenOption.INPUT_SHARED)
+            while True:
+                try:
+                    msg = await q.get(GetOptions(wait_ms=200))
+                except MQError:
+                    continue
+                await conn.put_dead_letter(msg.md, msg.body, Reason.NOT_AUTHORIZED, "BOUNCE.Q")
+                bounced += 1
+
+    bouncer = asyncio.create_task(refuse_again())
+    try:
+        report, text = await asyncio.wait_for(
+            run(qm, "RETRYINT(1) WAIT(1)\nREASON(MQRC_NOT_AUTHORIZED) ACTION(RETRY) RETRY(2)",
+                once=False), 30)
+    finally:
+        bouncer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await bouncer
+    assert report.retried == 2 and bounced == 2, text
+    assert "retries exhausted" in text
+    [left] = await browse_all(qm, DLQ)
+    assert left.md.msg_id == sent.msg_id
