@@ -482,6 +482,18 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
+#: Authorization schemes a refusal may name (anything else could be a bare credential).
+_KNOWN_SCHEMES = frozenset({"basic", "bearer", "digest", "negotiate", "ntlm"})
+
+
+def _scheme_name(scheme: str) -> str:
+    """How a refusal names the scheme sent: a known scheme by name, anything else (a
+    token sent without ``Bearer``, say) never echoed — it may be the credential."""
+    if scheme.lower() in _KNOWN_SCHEMES:
+        return f"{scheme.capitalize()} credentials"
+    return "a malformed Authorization header"
+
+
 def refusal(auth: MetricsAuthConfig, authorization: str | None) -> str | None:
     """None when the Authorization header carries the configured credentials, else why
     not. Reads the secrets now (a rotated file takes effect on the next request); raises
@@ -492,11 +504,11 @@ def refusal(auth: MetricsAuthConfig, authorization: str | None) -> str | None:
     value = value.strip()
     if auth.token is not None:
         if scheme.lower() != "bearer":
-            return f"{scheme[:16]!r} credentials where a bearer token is required"
+            return f"{_scheme_name(scheme)} where a bearer token is required"
         return None if _same(value, auth.token.reveal()) else "wrong token"
     assert auth.username is not None and auth.password is not None
     if scheme.lower() != "basic":
-        return f"{scheme[:16]!r} credentials where basic authentication is required"
+        return f"{_scheme_name(scheme)} where basic authentication is required"
     try:
         decoded = base64.b64decode(value, validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):

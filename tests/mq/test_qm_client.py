@@ -336,6 +336,13 @@ _CONNECT = {"op": "connect", "version": 1}
         ("bad options", [encode_frame(_CONNECT), encode_frame(
             {"op": "open", "q_name": "APP.Q", "options": "all"})], Reason.OPTIONS_ERROR,
          "open needs"),
+        ("deeply nested json", [struct.pack("!II", 4 + 200_000, 200_000) + b"[" * 200_000],
+         Reason.UNEXPECTED_ERROR, "not JSON"),
+        ("wait out of range", [encode_frame(_CONNECT),
+                               encode_frame({"op": "open", "q_name": "APP.Q", "options": 2}),
+                               encode_frame({"op": "get", "hobj": 1,
+                                             "options": {"wait_ms": 10**400}})],
+         Reason.GMO_ERROR, "out of range"),
         ("bad get options", [encode_frame(_CONNECT),
                              encode_frame({"op": "open", "q_name": "APP.Q", "options": 2}),
                              encode_frame({"op": "get", "hobj": 1,
@@ -413,3 +420,24 @@ async def test_a_client_gone_during_a_waiting_get_takes_nothing(
     msg = await (await other.open("APP.Q", OpenOption.INPUT_SHARED)).get(GetOptions(wait_ms=1000))
     assert msg.body == b"for the next reader"
     await other.disconnect()
+
+
+async def test_one_client_too_many_is_told_2025_and_the_others_carry_on(tmp_path: Path) -> None:
+    qm = EmbeddedQueueManager("QMC", tmp_path / "qm")
+    qm.run_mqsc("DEFINE QLOCAL(APP.Q)\n")
+    server = QueueManagerServer(qm, max_clients=2)
+    await server.start()
+    try:
+        first, second = await connect_local(qm.path), await connect_local(qm.path)
+        with pytest.raises(MQError) as refused:
+            await connect_local(qm.path)
+        assert refused.value.reason == Reason.MAX_CONNS_LIMIT_REACHED
+        await first.put1("APP.Q", _md(), b"still served")
+        await second.disconnect()
+        third = await connect_local(qm.path)  # a freed slot is taken again
+        await third.disconnect()
+        await first.disconnect()
+        assert qm.queue_depth("APP.Q") == 1
+    finally:
+        await server.stop()
+        await qm.close()

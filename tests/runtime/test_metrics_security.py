@@ -328,3 +328,19 @@ async def test_an_oversized_header_closes_the_connection_and_the_server_keeps_se
         status, _, _ = await _get(app, "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
         assert status == 200
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_a_refusal_never_echoes_what_may_be_a_credential() -> None:
+    """A token sent without ``Bearer`` (a common scraper mistake) is refused without any
+    part of it in the reason, which is logged; known schemes are named."""
+    from gateway.runtime.config import MetricsAuthConfig
+    from gateway.runtime.metrics import refusal
+
+    token_auth = MetricsAuthConfig.model_validate({"token": "s3cr3t-token-abcdefgh"})
+    why = refusal(token_auth, "s3cr3t-token-abcdefgh")
+    assert why is not None and "s3cr3t" not in why and "malformed" in why
+    why = refusal(token_auth, "Basic czNjcjN0")
+    assert why == "Basic credentials where a bearer token is required"
+    basic = MetricsAuthConfig.model_validate({"username": "u", "password": "pw-secret-123"})
+    why = refusal(basic, "pw-secret-123 x")
+    assert why is not None and "pw-secret" not in why

@@ -11,10 +11,10 @@ counter starting from the clock so it keeps rising across restarts.
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import itertools
 import os
+import pwd
 import sys
 import time
 
@@ -30,9 +30,11 @@ def process_appl_name() -> str:
 
 
 def process_user() -> str:
+    """The process's user name from the account database (as the local socket names its
+    peers), not from $USER/$LOGNAME, which a caller's environment can change."""
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
         user = str(os.getuid())
     return user[:12]
 

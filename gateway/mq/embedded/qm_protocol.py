@@ -94,8 +94,9 @@ def decode_frame(payload: bytes, who: str = "client") -> Frame:
         )
     try:
         header = json.loads(payload[4 : 4 + hlen].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(Reason.UNEXPECTED_ERROR, f"header is not JSON: {exc}", who) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(Reason.UNEXPECTED_ERROR,
+                            f"header is not JSON: {type(exc).__name__}", who) from None
     if not isinstance(header, dict):
         raise ProtocolError(Reason.UNEXPECTED_ERROR, "header is not a JSON object", who)
     return Frame(header, payload[4 + hlen :])
@@ -159,19 +160,29 @@ def _hex(obj: dict[str, Any], key: str) -> bytes | None:
     return raw
 
 
+#: The largest MQLONG: bounds of numbers a client sends.
+_MAX_LONG = 2**31 - 1
+
+
 def get_options_from_json(obj: Any) -> GetOptions:
     if not isinstance(obj, dict):
         raise ProtocolError(Reason.GMO_ERROR, "options must be an object")
     browse = _field(obj, "browse", str, None)
     if browse is not None and browse not in ("first", "next"):
         raise ProtocolError(Reason.GMO_ERROR, f"browse {browse!r} is not first or next")
+    wait_ms = _field(obj, "wait_ms", int, 0)
+    if not -1 <= wait_ms <= _MAX_LONG:  # MQWI_UNLIMITED (-1) .. an MQLONG
+        raise ProtocolError(Reason.GMO_ERROR, f"wait_ms {wait_ms} is out of range")
+    max_length = _field(obj, "max_length", int, None)
+    if max_length is not None and not 0 <= max_length <= _MAX_LONG:
+        raise ProtocolError(Reason.BUFFER_LENGTH_ERROR, f"max_length {max_length} is out of range")
     return GetOptions(
-        wait_ms=_field(obj, "wait_ms", int, 0),
+        wait_ms=wait_ms,
         syncpoint=_field(obj, "syncpoint", bool, False),
         browse=Browse(browse) if browse is not None else None,
         match_msg_id=_hex(obj, "match_msg_id"),
         match_correl_id=_hex(obj, "match_correl_id"),
-        max_length=_field(obj, "max_length", int, None),
+        max_length=max_length,
         accept_truncated=_field(obj, "accept_truncated", bool, False),
     )
 

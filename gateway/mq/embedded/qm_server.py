@@ -58,6 +58,11 @@ log = logging.getLogger(__name__)
 
 #: Unix socket paths are limited to 107 bytes (sun_path).
 MAX_SOCKET_PATH = 107
+#: Clients connected at once; one more is told 2025 (MQRC_MAX_CONNS_LIMIT_REACHED).
+MAX_CLIENTS = 64
+#: Seconds a client may take to send the rest of a frame it started (a stalled client
+#: must not hold a frame buffer for ever; idle time between frames is not limited).
+FRAME_READ_TIMEOUT_S = 60.0
 
 
 def peer_identity(sock: socket.socket | None) -> tuple[int, str]:
@@ -81,9 +86,13 @@ class QueueManagerServer:
     owner of the queue manager registers; they are installed on the queue manager.
     """
 
-    def __init__(self, qm: EmbeddedQueueManager, path: Path | None = None) -> None:
+    def __init__(
+        self, qm: EmbeddedQueueManager, path: Path | None = None, *,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
         self.qm = qm
         self.path = path if path is not None else qm.path / SOCKET_NAME
+        self.max_clients = max_clients
         self._server: asyncio.AbstractServer | None = None
         self._clients: set[asyncio.Task[None]] = set()
         #: counters (protocol errors, connections) for tests and metrics
@@ -123,6 +132,18 @@ class QueueManagerServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._clients) >= self.max_clients:
+            # MQ's answer to one connection too many (2025), then the connection ends
+            log.warning("queue manager %s: local socket refused a client: %d clients "
+                        "connected already (the limit)", self.qm.name, len(self._clients))
+            reply = error_reply(MQError(Reason.MAX_CONNS_LIMIT_REACHED,
+                                        f"{self.max_clients} local clients are connected"))
+            reply["closing"] = True
+            with contextlib.suppress(Exception):
+                writer.write(encode_frame(reply))
+                await writer.drain()
+            writer.close()
+            return
         self._clients.add(task)
         self.connections += 1
         session = _Session(self, writer.get_extra_info("socket"))
@@ -172,10 +193,15 @@ class _Session:
             try:
                 length = frame_length(prefix)
                 try:
-                    payload = await reader.readexactly(length)
+                    payload = await asyncio.wait_for(reader.readexactly(length),
+                                                     FRAME_READ_TIMEOUT_S)
                 except asyncio.IncompleteReadError:
                     raise ProtocolError(Reason.DATA_LENGTH_ERROR,
                                         "the connection ended inside a frame") from None
+                except TimeoutError:
+                    raise ProtocolError(
+                        Reason.DATA_LENGTH_ERROR,
+                        f"a frame was not complete after {FRAME_READ_TIMEOUT_S:.0f} s") from None
                 frame = decode_frame(payload)
                 if frame.header.get("op") == "get":
                     done = await self._watched(self.handle(frame), reader)
