@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gateway.devstack.certs import DevCertificates
     from gateway.devstack.kafka import SecureListeners
     from gateway.devstack.mosquitto import MosquittoOptions
     from gateway.devstack.state import StackState
@@ -111,20 +112,22 @@ def _secure_listeners(work_dir: Path) -> SecureListeners:
     )
 
 
-def _describe_secure(work_dir: Path, secure: SecureListeners, ports: dict[str, int]) -> None:
-    """Write the listeners, users and certificate paths to kafka-secure.txt (0600)."""
-    certs = secure.certificates
+def _describe_secure(
+    work_dir: Path, service: str, ports: dict[str, int], users: list[str],
+    certs: DevCertificates,
+) -> None:
+    """Write a service's secured listeners, users and certificate paths to
+    ``<service>-secure.txt`` (0600) in the stack's directory, and say where it is."""
     lines = [f"listener {name} 127.0.0.1:{port}" for name, port in ports.items()]
-    lines += [f"plain user {u} password {p}" for u, p in secure.plain_users.items()]
-    lines += [f"scram user {u} password {p}" for u, p in secure.scram_users.items()]
+    lines += users
     lines += [f"ca_file {certs.ca_cert}", f"cert_file {certs.client_cert}",
               f"key_file {certs.client_key}"]
-    path = work_dir / "kafka-secure.txt"
+    path = work_dir / f"{service}-secure.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     path.chmod(0o600)
     for name, port in ports.items():
-        print(f"kafka  {name:<9} 127.0.0.1:{port}")
-    print(f"kafka  TLS/SASL users and certificates: {path}")
+        print(f"{service:<6} {name:<12} 127.0.0.1:{port}")
+    print(f"{service:<6} TLS users and certificates: {path}")
 
 
 def _secure_mosquitto(secure: SecureListeners | None) -> MosquittoOptions | None:
@@ -141,21 +144,6 @@ def _secure_mosquitto(secure: SecureListeners | None) -> MosquittoOptions | None
                                   require_certificate=True)),
         users=dict(secure.plain_users),
     )
-
-
-def _describe_secure_mqtt(work_dir: Path, secure: SecureListeners, ports: dict[str, int]) -> None:
-    """Write Mosquitto's secured listeners and user to mqtt-secure.txt (0600)."""
-    certs = secure.certificates
-    lines = [f"listener {name} 127.0.0.1:{port}" for name, port in ports.items()]
-    lines += [f"user {u} password {p}" for u, p in secure.plain_users.items()]
-    lines += [f"ca_file {certs.ca_cert}", f"cert_file {certs.client_cert}",
-              f"key_file {certs.client_key}"]
-    path = work_dir / "mqtt-secure.txt"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    path.chmod(0o600)
-    for name, port in ports.items():
-        print(f"mqtt   {name:<12} 127.0.0.1:{port}")
-    print(f"mqtt   TLS users and certificates: {path}")
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -192,7 +180,9 @@ def _up(args: argparse.Namespace) -> int:
             assert mqtt.process is not None
             started.append((mqtt.process, f"{mqtt.host}:{mqtt.port}"))
             if secure is not None:
-                _describe_secure_mqtt(work_dir, secure, mqtt.ports)
+                _describe_secure(work_dir, "mqtt", mqtt.ports, [
+                    f"user {u} password {p}" for u, p in secure.plain_users.items()
+                ], secure.certificates)
         if args.only in (None, "kafka"):
             kafka = KafkaBroker(
                 work_dir / "kafka",
@@ -202,7 +192,10 @@ def _up(args: argparse.Namespace) -> int:
             assert kafka.process is not None
             started.append((kafka.process, kafka.bootstrap))
             if secure is not None:
-                _describe_secure(work_dir, secure, kafka.listener_ports)
+                _describe_secure(work_dir, "kafka", kafka.listener_ports, [
+                    *(f"plain user {u} password {p}" for u, p in secure.plain_users.items()),
+                    *(f"scram user {u} password {p}" for u, p in secure.scram_users.items()),
+                ], secure.certificates)
     except DevstackError as exc:
         for proc, _ in started:
             proc.stop()

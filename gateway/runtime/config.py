@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.mq.ibmmq.config import check_tls_keys
 from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.routing.routes import RequestReplyConfig
 from gateway.runtime.authorisation_config import AuthorisationConfig
@@ -109,13 +110,7 @@ class IBMMQQueueManagerConfig(_Strict):
     def _one_password(self) -> IBMMQQueueManagerConfig:
         if self.password is not None and self.password_env is not None:
             raise ValueError("give password ({env: NAME}) or password_env, not both")
-        if self.tls_cipher_spec is None:
-            for key in ("key_repository", "key_repository_password", "cert_label"):
-                if getattr(self, key) is not None:
-                    raise ValueError(
-                        f"{key} is set but tls_cipher_spec is not: TLS is used only with a "
-                        "cipher spec (e.g. ANY_TLS12_OR_HIGHER)"
-                    )
+        check_tls_keys(self)
         return self
 
     def password_secret(self) -> Secret | None:

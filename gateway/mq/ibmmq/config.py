@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.secrets import Secret
 
-__all__ = ["IBMMQConfig", "backoff_delays"]
+__all__ = ["IBMMQConfig", "backoff_delays", "check_tls_keys"]
 
 
 class IBMMQConfig(BaseModel):
@@ -52,19 +52,25 @@ class IBMMQConfig(BaseModel):
     def _consistent(self) -> IBMMQConfig:
         if self.password is not None and self.user is None:
             raise ValueError("password is set but user is not: MQ sends both or neither")
-        if self.tls_cipher_spec is None:
-            for key in ("key_repository", "key_repository_password", "cert_label"):
-                if getattr(self, key) is not None:
-                    raise ValueError(
-                        f"{key} is set but tls_cipher_spec is not: TLS is used only with a "
-                        "cipher spec (e.g. ANY_TLS12_OR_HIGHER)"
-                    )
+        check_tls_keys(self)
         return self
 
     @property
     def connection_name(self) -> str:
         """The MQCD ConnectionName: ``host(port)``."""
         return f"{self.host}({self.port})"
+
+
+def check_tls_keys(config: object) -> None:
+    """Refuse TLS keys without a cipher spec (the runtime's YAML section and
+    :class:`IBMMQConfig` share this rule)."""
+    if getattr(config, "tls_cipher_spec", None) is None:
+        for key in ("key_repository", "key_repository_password", "cert_label"):
+            if getattr(config, key, None) is not None:
+                raise ValueError(
+                    f"{key} is set but tls_cipher_spec is not: TLS is used only with a "
+                    "cipher spec (e.g. ANY_TLS12_OR_HIGHER)"
+                )
 
 
 def backoff_delays(config: IBMMQConfig, rnd: random.Random | None = None) -> list[float]:
