@@ -77,7 +77,9 @@ class RequestRoute(_Strict):
     #: correl_id: we ask PASS_CORREL_ID and send our token as CorrelId.
     correlation: Literal["msg_id", "correl_id"] = "msg_id"
     #: Reply topic when a request carries none (MQTT 3.1.1); "{topic}" = request's topic.
-    reply_topic: str = Field(default="{topic}/reply", min_length=1)
+    #: The default joins with "." (not "/"): a valid name for every plugin kind (Kafka
+    #: allows only A-Z a-z 0-9 . _ -, MQTT any level), outside a source "quotes/+".
+    reply_topic: str = Field(default="{topic}.reply", min_length=1)
     persistent: bool = True
 
     @field_validator("destination")

@@ -1,0 +1,228 @@
+"""Request/reply under failures (review of issue 14): one route that cannot produce does
+not stall the others, correlation-less requests are not merged, replies that cannot be
+put nor dead-lettered are refused to the plugin's dead-letter path, the service entry
+exists before the request is produced, and the MQ loops restart after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gateway.mq.embedded.network import Network
+from gateway.plugin_api import Envelope, PluginError
+from gateway.routing.correlation_store import CorrelationStoreError
+from gateway.wire.dlh import unwrap_from_dlq
+from plugins.memory import get_bus
+from tests.network.network_helpers import drain, get_one, wait_for
+from tests.runtime.request_reply.conftest import Gateway, echo
+from tests.runtime.request_reply.test_service import SERVICE, put_request
+from tests.support.exchanges import started_memory
+
+#: MQRC_BACKOUT_THRESHOLD_REACHED: the MQDLH reason of a reply backed out too often.
+BACKOUT_THRESHOLD_REACHED = 2362
+
+
+def _two_routes(down_timeout: float, up_timeout: float) -> list[dict[str, object]]:
+    return [
+        {"name": "down", "plugin": "kd", "source": "d/req", "destination": "SVC.QUOTE",
+         "timeout": down_timeout},
+        {"name": "up", "plugin": "ku", "source": "u/req", "destination": "SVC.QUOTE",
+         "timeout": up_timeout},
+    ]
+
+
+async def test_a_route_that_cannot_produce_does_not_stop_other_routes_timeouts(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=_two_routes(0.2, 1.0), reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start(kd="fd1", ku="fu1")
+    await get_bus("fd1").exchanges.append(
+        [Envelope("", "d/req", b"1", reply_topic="d/rep", correlation_data=b"d1")]
+    )
+    await wait_for(lambda: svc.stats().get("requests_sent") == 1)
+    svc.detach("kd")  # its broker is down: every produce to it fails retriably
+    await get_bus("fu1").exchanges.append(
+        [Envelope("", "u/req", b"2", reply_topic="u/rep", correlation_data=b"u1")]
+    )
+    (err,) = await get_bus("fu1").exchanges.wait_on("u/rep", 1, timeout=8)
+    assert json.loads(err.payload)["error"] == "timeout"
+    assert svc.stats()["requester_open"] == 1  # down's entry waits for its instance
+
+
+async def test_a_timeout_error_reply_the_plugin_refuses_finishes_the_entry(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=_two_routes(0.2, 1.0), reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start(ku="fu2")
+    # kd refuses everything larger than 1 byte: the timeout error reply for good
+    gw.instances["kd"] = kd = await started_memory("kd", "fd2", refuse_larger_than=1)
+    svc.attach("kd", kd)
+    await get_bus("fd2").exchanges.append(
+        [Envelope("", "d/req", b"1", reply_topic="d/rep", correlation_data=b"d1")]
+    )
+    await get_bus("fu2").exchanges.append(
+        [Envelope("", "u/req", b"2", reply_topic="u/rep", correlation_data=b"u1")]
+    )
+    await get_bus("fu2").exchanges.wait_on("u/rep", 1, timeout=8)
+    await wait_for(lambda: svc.stats().get("error_replies_undeliverable") == 1)
+    assert svc.stats()["requester_open"] == 0
+    assert svc.store.counts()["requester_done"] == 2
+
+
+async def test_a_reply_for_a_down_route_is_dead_lettered_after_the_backout_bound(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=_two_routes(30, 30), reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start(kd="fd3", ku="fu3")
+    await get_bus("fd3").exchanges.append(
+        [Envelope("", "d/req", b"1", reply_topic="d/rep", correlation_data=b"d1")]
+    )
+    await wait_for(lambda: svc.stats().get("requests_sent") == 1)
+    svc.detach("kd")
+    await get_bus("fu3").exchanges.append(
+        [Envelope("", "u/req", b"2", reply_topic="u/rep", correlation_data=b"u1")]
+    )
+    await wait_for(lambda: svc.stats().get("requests_sent") == 2)
+    await echo(net["QMA"].qm, "SVC.QUOTE", 2)  # down's request first: its reply first
+    (reply,) = await get_bus("fu3").exchanges.wait_on("u/rep", 1, timeout=15)
+    assert reply.payload == b"re:2"
+    await wait_for(lambda: svc.stats().get("replies_backed_out") == 1)
+    (dead,) = await drain(net["GW"].qm, "SYSTEM.DEAD.LETTER.QUEUE")
+    dlh, _, body = unwrap_from_dlq(dead.md, dead.body)
+    assert dlh.reason == BACKOUT_THRESHOLD_REACHED and body == b"re:1"
+
+
+async def test_identical_requests_without_correlation_data_are_two_requests(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=[{"name": "q", "plugin": "req", "source": "quote/req",
+                            "destination": "SVC.QUOTE", "timeout": 15}],
+                 reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start(req="fa")
+    bus = get_bus("fa")
+    app = asyncio.create_task(echo(net["QMA"].qm, "SVC.QUOTE", 2))
+    await bus.exchanges.append([Envelope("", "quote/req", b"time?")])  # MQTT 3.1.1 style
+    await bus.exchanges.append([Envelope("", "quote/req", b"time?")])
+    replies = await bus.exchanges.wait_on("quote/req.reply", 2, timeout=20)
+    assert len(await app) == 2
+    assert [r.payload for r in replies] == [b"re:time?", b"re:time?"]
+    assert svc.stats().get("duplicates_filtered", 0) == 0
+
+
+async def test_oversize_and_unknown_replies_go_to_the_plugins_dead_letter_path(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(services=[{**SERVICE, "timeout": 30}])
+    svc = await gw.start(resp="ff")
+    bus = get_bus("ff")
+    await put_request(net)
+    await put_request(net)
+    reqs = await bus.exchanges.wait_on("pricing/req", 2, timeout=20)
+    junk = Envelope("", "pricing/rep", b"junk", correlation_data=b"nope")
+    big = Envelope("", "pricing/rep", b"x" * 4_194_400, correlation_data=reqs[0].correlation_data)
+    ok = Envelope("", "pricing/rep", b"ok", correlation_data=reqs[1].correlation_data)
+    await bus.exchanges.append([junk])
+    await bus.exchanges.append([big])
+    await bus.exchanges.append([ok])
+    reply = await get_one(net["QMA"].qm, "APP.REPLY", wait_ms=15_000)
+    assert reply.body == b"ok"
+    await wait_for(lambda: len(bus.exchanges.refused) == 2)
+    assert [e for _, e in bus.exchanges.refused] == [junk, big]
+    stats = svc.stats()
+    assert stats["replies_unmatched"] == 1 and stats["replies_refused"] == 1
+
+
+async def test_a_late_responder_reply_goes_to_the_plugins_dead_letter_path(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(services=[{**SERVICE, "timeout": 0.2}])
+    svc = await gw.start(resp="fl")
+    bus = get_bus("fl")
+    await put_request(net)
+    (req,) = await bus.exchanges.wait_on("pricing/req", 1, timeout=20)
+    await wait_for(lambda: svc.stats().get("timeouts") == 1, timeout=10)
+    late = Envelope("", "pricing/rep", b"late", correlation_data=req.correlation_data)
+    await bus.exchanges.append([late])
+    await wait_for(lambda: len(bus.exchanges.refused) == 1, timeout=10)
+    assert bus.exchanges.refused[0][1] is late
+    assert svc.stats()["replies_late"] == 1
+    assert await drain(net["QMA"].qm, "APP.REPLY", wait_ms=200) == []
+
+
+async def test_the_service_entry_exists_before_the_request_is_produced(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    """A crash after the produce, before the MQ commit: the responder's answer to the
+    first copy arrives before the request is got again, and still reaches the app."""
+    gw = gateway(services=[SERVICE])
+    svc = await gw.start(resp="fs")
+    real = svc.produce
+    crashed = asyncio.Event()
+    release = asyncio.Event()
+
+    async def produce_then_crash(instance: str, envs: Any) -> None:
+        if not crashed.is_set():
+            await real(instance, envs)
+            crashed.set()
+            raise PluginError("crash before the MQ commit", retriable=True)
+        if not release.is_set():
+            raise PluginError("still down", retriable=True)
+        await real(instance, envs)
+
+    svc.produce = produce_then_crash  # type: ignore[method-assign]
+    sent = await put_request(net)
+    (req,) = await get_bus("fs").exchanges.wait_on("pricing/req", 1, timeout=20)
+    await get_bus("fs").exchanges.append(
+        [Envelope("", req.reply_topic, b"42", correlation_data=req.correlation_data)]
+    )
+    reply = await get_one(net["QMA"].qm, "APP.REPLY", wait_ms=15_000)
+    assert reply.md.correl_id == sent.msg_id and reply.body == b"42"
+    release.set()
+    await wait_for(lambda: svc.stats().get("duplicates_filtered") == 1, timeout=10)
+    assert len(get_bus("fs").exchanges.on("pricing/req")) == 1
+
+
+async def test_the_sweeper_restarts_after_an_unexpected_failure_and_health_shows_it(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=[{"name": "q", "plugin": "req", "source": "quote/req",
+                            "destination": "SVC.QUOTE", "timeout": 0.3}],
+                 reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start(req="fr")
+    real_due = svc.store.due
+    failures = 0
+
+    def failing_due(now: float, limit: int = 100) -> list[Any]:
+        nonlocal failures
+        if failures < 2:
+            failures += 1
+            raise CorrelationStoreError("disk full")
+        return real_due(now, limit)
+
+    svc.store.due = failing_due  # type: ignore[method-assign]
+    await wait_for(lambda: svc.stats().get("tasks_failing") == 1, timeout=5)
+    assert not svc.healthy
+    await get_bus("fr").exchanges.append(
+        [Envelope("", "quote/req", b"t", reply_topic="r", correlation_data=b"k")]
+    )
+    (err,) = await get_bus("fr").exchanges.wait_on("r", 1, timeout=10)
+    assert json.loads(err.payload)["error"] == "timeout"
+    assert svc.stats()["tasks_failing"] == 0 and svc.healthy
+
+
+async def test_a_refused_request_whose_error_reply_is_refused_goes_to_the_dead_letter_topic(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=[{"name": "q", "plugin": "req", "source": "quote/req",
+                            "destination": "NO.SUCH.Q@GW", "timeout": 15}])
+    svc = await gw.start()
+    gw.instances["req"] = inst = await started_memory("req", "fx", refuse_larger_than=1)
+    svc.attach("req", inst)
+    bus = get_bus("fx")
+    env = Envelope("", "quote/req", b"?", reply_topic="r", correlation_data=b"q")
+    await bus.exchanges.append([env])
+    await wait_for(lambda: len(bus.exchanges.refused) == 1, timeout=10)
+    assert bus.exchanges.refused[0][1] is env
+    assert svc.stats()["requester_open"] == 0
