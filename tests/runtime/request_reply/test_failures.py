@@ -226,3 +226,32 @@ async def test_a_refused_request_whose_error_reply_is_refused_goes_to_the_dead_l
     await wait_for(lambda: len(bus.exchanges.refused) == 1, timeout=10)
     assert bus.exchanges.refused[0][1] is env
     assert svc.stats()["requester_open"] == 0
+
+
+async def test_a_reply_and_the_timeout_racing_give_the_requester_one_answer(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    """The reply's produce is still running when the deadline passes: the sweeper must
+    not send a timeout error reply as well (only the one that finishes produces)."""
+    gw = gateway(requests=[{"name": "q", "plugin": "req", "source": "quote/req",
+                            "destination": "SVC.QUOTE", "timeout": 1.0}],
+                 reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start(req="fz")
+    real = svc.produce
+
+    async def slow_replies(instance: str, envs: Any) -> None:
+        if all("mq.error" not in e.properties for e in envs):
+            await asyncio.sleep(1.5)  # past the deadline and a few sweeps
+        await real(instance, envs)
+
+    svc.produce = slow_replies  # type: ignore[method-assign]
+    app = asyncio.create_task(echo(net["QMA"].qm, "SVC.QUOTE"))
+    await get_bus("fz").exchanges.append(
+        [Envelope("", "quote/req", b"r", reply_topic="rz", correlation_data=b"z")]
+    )
+    await app
+    (answer,) = await get_bus("fz").exchanges.wait_on("rz", 1, timeout=10)
+    await asyncio.sleep(1.0)
+    assert [e.payload for e in get_bus("fz").exchanges.on("rz")] == [b"re:r"]
+    assert "mq.error" not in answer.properties
+    assert svc.stats().get("timeouts", 0) == 0
