@@ -36,6 +36,7 @@ from gateway.routing.addressing import (
     error_envelope,
     reply_md,
     request_md,
+    request_message,
 )
 from gateway.routing.correlation import (
     TOKEN_LENGTH,
@@ -288,9 +289,10 @@ class RequestReplyService:
             reply_to_q_mgr=cfg.reply_to_q_mgr,
             now=now,
         )
+        md, body = request_message(md, env)
         q, q_mgr = split_destination(route.destination)
         try:
-            await conn.put1(q, md, env.payload, PutOptions(syncpoint=True), q_mgr_name=q_mgr)
+            await conn.put1(q, md, body, PutOptions(syncpoint=True), q_mgr_name=q_mgr)
             await conn.commit()
         except MQError as exc:
             with contextlib.suppress(MQError):
