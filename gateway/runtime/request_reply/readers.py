@@ -36,6 +36,7 @@ from gateway.wire.constants import Feedback, MsgType, Persistence
 from gateway.wire.errors import WireError
 from gateway.wire.folder import usr_properties_of
 from gateway.wire.formats import FMT_RF_HEADER_2
+from gateway.wire.mqmd import MQMD
 from gateway.wire.rfh2 import decode_rfh2
 
 if TYPE_CHECKING:
@@ -265,9 +266,7 @@ async def handle_service_request(
         )
     except WireError as exc:
         log.warning("service route %s: request body does not parse: %s", route.name, exc)
-        await svc.dead_letter(conn, md, msg.body, exc.reason, route.queue, "")
-        await conn.commit()
-        svc.count(route.name, "service_requests_refused")
+        await _refuse_request(svc, route, conn, msg, exc.reason, is_request)
         return
     properties = dict(props)
     properties["mq.msg.id"] = md.msg_id.hex()
@@ -289,39 +288,69 @@ async def handle_service_request(
         correlation_data=token if is_request else b"",
     )
     if is_request and existing is None:
-        expiry_at = now + md.expiry / 10 if md.expiry > 0 else None
-        deadline = now + route.timeout
-        if expiry_at is not None:
-            deadline = min(deadline, expiry_at)
-        svc.store.add_service(
-            PendingService(
-                token=token,
-                route=route.name,
-                msg_id=md.msg_id,
-                correl_id=md.correl_id,
-                reply_to_q=md.reply_to_q.strip(),
-                reply_to_q_mgr=md.reply_to_q_mgr.strip(),
-                report=md.report,
-                persistence=md.persistence,
-                priority=md.priority,
-                expiry_at=expiry_at,
-                deadline=deadline,
-                produced=False,
-            )
-        )
+        svc.store.add_service(_service_entry(route, md, now, produced=False))
     try:
         await svc.produce(route.plugin, [env])
     except DeliveryRefusedError as exc:
-        await svc.dead_letter(conn, md, msg.body, exc.reason, route.queue, "")
-        if is_request:
-            svc.store.finish_service(token, "refused", svc.clock())
-        await conn.commit()
-        svc.count(route.name, "service_requests_refused")
+        await _refuse_request(svc, route, conn, msg, exc.reason, is_request)
         return
     if is_request:
         svc.store.mark_service_produced(token)
     await conn.commit()
     svc.count(route.name, "service_requests")
+
+
+def _service_entry(
+    route: ServiceRoute, md: MQMD, now: float, *, produced: bool
+) -> PendingService:
+    expiry_at = now + md.expiry / 10 if md.expiry > 0 else None
+    deadline = now + route.timeout
+    if expiry_at is not None:
+        deadline = min(deadline, expiry_at)
+    return PendingService(
+        token=md.msg_id,
+        route=route.name,
+        msg_id=md.msg_id,
+        correl_id=md.correl_id,
+        reply_to_q=md.reply_to_q.strip(),
+        reply_to_q_mgr=md.reply_to_q_mgr.strip(),
+        report=md.report,
+        persistence=md.persistence,
+        priority=md.priority,
+        expiry_at=expiry_at,
+        deadline=deadline,
+        produced=produced,
+    )
+
+
+async def _refuse_request(
+    svc: RequestReplyService,
+    route: ServiceRoute,
+    conn: Connection,
+    msg: Message,
+    reason: int,
+    is_request: bool,
+) -> None:
+    """A service request that cannot be forwarded for good: to the DLQ with ``reason``,
+    plus an exception report (Feedback = ``reason``) when the request asked for one;
+    its entry finishes "refused". One MQ unit of work."""
+    md = msg.md
+    await svc.dead_letter(conn, md, msg.body, reason, route.queue, "")
+    if is_request and wants_report(md.report, reason):
+        entry = _service_entry(route, md, svc.clock(), produced=False)
+        report = report_md(entry, reason, now=svc.clock())
+        try:
+            await svc.put_or_dead_letter(  # commits the dead-lettering with it
+                conn, route.name, entry.reply_to_q, entry.reply_to_q_mgr, report, b""
+            )
+        except DeadLetterRefusedError as exc:
+            log.error("service route %s: exception report lost: %s", route.name, exc)
+            await conn.commit()
+    else:
+        await conn.commit()
+    if is_request:
+        svc.store.finish_service(md.msg_id, "refused", svc.clock())
+    svc.count(route.name, "service_requests_refused")
 
 
 # ------------------------------------------------------------------- sweeper ---------

@@ -13,6 +13,7 @@ from typing import Any
 from gateway.mq.embedded.network import Network
 from gateway.plugin_api import Envelope, PluginError
 from gateway.routing.correlation_store import CorrelationStoreError
+from gateway.wire.constants import MsgType, Report
 from gateway.wire.dlh import unwrap_from_dlq
 from plugins.memory import get_bus
 from tests.network.network_helpers import drain, get_one, wait_for
@@ -255,3 +256,21 @@ async def test_a_reply_and_the_timeout_racing_give_the_requester_one_answer(
     assert [e.payload for e in get_bus("fz").exchanges.on("rz")] == [b"re:r"]
     assert "mq.error" not in answer.properties
     assert svc.stats().get("timeouts", 0) == 0
+
+
+async def test_a_request_the_plugin_refuses_is_dead_lettered_with_an_exception_report(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(services=[SERVICE])
+    svc = await gw.start()
+    gw.instances["resp"] = inst = await started_memory("resp", "fe", refuse_larger_than=1)
+    svc.attach("resp", inst)
+    sent = await put_request(net, report=int(Report.EXCEPTION))
+    report = await get_one(net["QMA"].qm, "APP.REPLY", wait_ms=15_000)
+    assert report.md.msg_type == MsgType.REPORT and report.md.feedback == 2030
+    assert report.md.correl_id == sent.msg_id
+    (dead,) = await drain(net["GW"].qm, "SYSTEM.DEAD.LETTER.QUEUE")
+    dlh, _, body = unwrap_from_dlq(dead.md, dead.body)
+    assert dlh.reason == 2030 and body == b"price?"
+    stats = svc.stats()
+    assert stats["service_requests_refused"] == 1 and stats["service_open"] == 0
