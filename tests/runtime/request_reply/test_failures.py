@@ -106,7 +106,7 @@ async def test_identical_requests_without_correlation_data_are_two_requests(
     app = asyncio.create_task(echo(net["QMA"].qm, "SVC.QUOTE", 2))
     await bus.exchanges.append([Envelope("", "quote/req", b"time?")])  # MQTT 3.1.1 style
     await bus.exchanges.append([Envelope("", "quote/req", b"time?")])
-    replies = await bus.exchanges.wait_on("quote/req.reply", 2, timeout=20)
+    replies = await bus.exchanges.wait_on("quote/req/reply", 2, timeout=20)
     assert len(await app) == 2
     assert [r.payload for r in replies] == [b"re:time?", b"re:time?"]
     assert svc.stats().get("duplicates_filtered", 0) == 0

@@ -62,7 +62,7 @@ async def test_request_without_reply_topic_uses_the_route_template(
     bus = get_bus("b2")
     app = asyncio.create_task(echo(net["QMA"].qm, "SVC.QUOTE"))
     await bus.exchanges.append([Envelope("", "quote/req", b"x")])  # MQTT 3.1.1 style
-    (reply,) = await bus.exchanges.wait_on("quote/req.reply", 1, timeout=20)
+    (reply,) = await bus.exchanges.wait_on("quote/req/reply", 1, timeout=20)
     await app
     assert reply.payload == b"re:x"
 
