@@ -78,14 +78,15 @@ async def _serve(
     handle_one: Callable[[Connection, Message], Awaitable[None]],
     *,
     task: str,
-    give_up: Callable[[Connection, Message], Awaitable[None]] | None = None,
+    give_up: Callable[[Connection, Message], Awaitable[bool]] | None = None,
 ) -> None:
     """Get each message of ``queue`` under syncpoint and hand it to ``handle_one``,
     which commits; a retriable failure backs out and retries with backoff.
 
     ``give_up``: a message already backed out the queue's BOTHRESH times (or
-    :data:`BACKOUT_LIMIT` when it has none) goes to ``give_up`` instead, so one message
-    whose route is down cannot hold back the messages behind it."""
+    :data:`BACKOUT_LIMIT` when it has none) is first offered to ``give_up``, which may
+    take it (True), so one message whose route is down cannot hold back the messages
+    behind it for long."""
     delay = 0.1
     while svc.running:
         try:
@@ -106,9 +107,11 @@ async def _serve(
                         continue
                     raise
                 try:
-                    if give_up is not None and msg.md.backout_count >= limit:
-                        await give_up(conn, msg)
-                    else:
+                    if not (
+                        give_up is not None
+                        and msg.md.backout_count >= limit
+                        and await give_up(conn, msg)
+                    ):
                         await handle_one(conn, msg)
                     delay = 0.1
                     svc.task_ok(task)
@@ -144,21 +147,33 @@ async def _backout_limit(handle: QueueHandle) -> int:
 
 async def read_replies(svc: RequestReplyService) -> None:
     async def one(conn: Connection, msg: Message) -> None:
-        await handle_reply(svc, conn, msg)
+        pending = svc.store.request(msg.md.correl_id)
+        route = pending.route if pending is not None else ""
+        try:
+            await handle_reply(svc, conn, msg)
+        except PluginError as exc:
+            if exc.retriable:
+                svc.reply_failing_since.setdefault(route, svc.clock())
+            raise
+        svc.reply_failing_since.pop(route, None)
 
-    async def give_up(conn: Connection, msg: Message) -> None:
-        await give_up_reply(svc, conn, msg)
+    async def give_up(conn: Connection, msg: Message) -> bool:
+        return await give_up_reply(svc, conn, msg)
 
     await _serve(svc, svc.config.reply_queue, "reply queue", one, task=TASK_REPLIES,
                  give_up=give_up)
 
 
-async def give_up_reply(svc: RequestReplyService, conn: Connection, msg: Message) -> None:
-    """A reply backed out too often (its route's plugin stays down): to the DLQ with
-    MQRC_BACKOUT_THRESHOLD_REACHED. The request's entry stays open: its requester gets
-    the timeout error reply once the plugin is back."""
+async def give_up_reply(svc: RequestReplyService, conn: Connection, msg: Message) -> bool:
+    """A reply backed out BOTHRESH times whose route has been failing for
+    ``svc.reply_retry`` seconds (its plugin stays down, not just restarting): to the DLQ
+    with MQRC_BACKOUT_THRESHOLD_REACHED (True). The request's entry stays open: its
+    requester gets the timeout error reply once the plugin is back. False: not yet."""
     pending = svc.store.request(msg.md.correl_id)
     route = pending.route if pending is not None else ""
+    since = svc.reply_failing_since.get(route)
+    if since is None or svc.clock() - since < svc.reply_retry:
+        return False
     log.warning(
         "reply queue: reply with CorrelId %s (route %s) backed out %d times: dead-lettered",
         msg.md.correl_id.hex(), route or "?", msg.md.backout_count,
@@ -168,6 +183,7 @@ async def give_up_reply(svc: RequestReplyService, conn: Connection, msg: Message
     )
     await conn.commit()
     svc.count(route, "replies_backed_out")
+    return True
 
 
 async def handle_reply(svc: RequestReplyService, conn: Connection, msg: Message) -> None:

@@ -81,6 +81,7 @@ class RequestReplyService:
         clock: Callable[[], float] = time.time,
         dead_letter_queue: str = DEFAULT_DEAD_LETTER_QUEUE,
         wait_ms: int = 200,
+        reply_retry: float = 10.0,
     ) -> None:
         self.qm = qm
         self.config = config
@@ -88,6 +89,11 @@ class RequestReplyService:
         self.clock = clock
         self.dead_letter_queue = dead_letter_queue
         self.wait_ms = wait_ms
+        #: Seconds a route's replies keep failing before one backed out BOTHRESH times
+        #: is dead-lettered (a plugin restart is shorter: nothing is dead-lettered).
+        self.reply_retry = reply_retry
+        #: requester route -> when its replies started failing retriably (reply reader)
+        self.reply_failing_since: dict[str, float] = {}
         self.requests = {r.name: r for r in config.requests}
         self.services = {s.name: s for s in config.services}
         self._instances: dict[str, Exchanges] = {}

@@ -77,6 +77,7 @@ async def test_a_reply_for_a_down_route_is_dead_lettered_after_the_backout_bound
 ) -> None:
     gw = gateway(requests=_two_routes(30, 30), reply_to_q="MQGW.REPLY.ALIAS")
     svc = await gw.start(kd="fd3", ku="fu3")
+    svc.reply_retry = 1.0  # the route has been failing this long: not a restart
     await get_bus("fd3").exchanges.append(
         [Envelope("", "d/req", b"1", reply_topic="d/rep", correlation_data=b"d1")]
     )
@@ -93,6 +94,27 @@ async def test_a_reply_for_a_down_route_is_dead_lettered_after_the_backout_bound
     (dead,) = await drain(net["GW"].qm, "SYSTEM.DEAD.LETTER.QUEUE")
     dlh, _, body = unwrap_from_dlq(dead.md, dead.body)
     assert dlh.reason == BACKOUT_THRESHOLD_REACHED and body == b"re:1"
+
+
+async def test_a_reply_waits_for_a_plugin_that_restarts_within_the_retry_time(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=_two_routes(30, 30), reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start(kd="fd4")
+    svc.reply_retry = 5.0
+    await get_bus("fd4").exchanges.append(
+        [Envelope("", "d/req", b"1", reply_topic="d/rep", correlation_data=b"d1")]
+    )
+    await wait_for(lambda: svc.stats().get("requests_sent") == 1)
+    kd = gw.instances["kd"]
+    svc.detach("kd")  # the instance restarts
+    await echo(net["QMA"].qm, "SVC.QUOTE")
+    await asyncio.sleep(2.0)  # backed out more than BACKOUT_LIMIT times meanwhile
+    svc.attach("kd", kd)
+    (reply,) = await get_bus("fd4").exchanges.wait_on("d/rep", 1, timeout=15)
+    assert reply.payload == b"re:1"
+    assert svc.stats().get("replies_backed_out", 0) == 0
+    assert await drain(net["GW"].qm, "SYSTEM.DEAD.LETTER.QUEUE", wait_ms=100) == []
 
 
 async def test_identical_requests_without_correlation_data_are_two_requests(
