@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -123,9 +124,8 @@ class RequestReplyService:
             self._spawn(self._supervise(lambda: read_replies(self), TASK_REPLIES), TASK_REPLIES)
         for route in self.services.values():
             name = f"{TASK_SERVICE}{route.name}"
-            self._spawn(
-                self._supervise(lambda r=route: read_service_queue(self, r), name), name  # type: ignore[misc]
-            )
+            loop = functools.partial(read_service_queue, self, route)
+            self._spawn(self._supervise(loop, name), name)
         self._spawn(self._supervise(lambda: sweep(self), TASK_SWEEPER), TASK_SWEEPER)
 
     def attach(self, instance_name: str, exchanges: Exchanges) -> None:
