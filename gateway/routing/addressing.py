@@ -11,20 +11,23 @@ manager"; docs/request-reply.md "Reply addressing".
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gateway.plugin_api import Envelope
 from gateway.routing.correlation import PendingRequest, PendingService
 from gateway.routing.routes import ReportOption, RequestRoute
 from gateway.wire.chain import parse_message
-from gateway.wire.constants import CI_NONE, EI_UNLIMITED, MI_NONE
+from gateway.wire.constants import CI_NONE, EI_UNLIMITED, ENC_NATIVE, MI_NONE
 from gateway.wire.errors import WireError
-from gateway.wire.folder import usr_properties_of
+from gateway.wire.folder import Element, usr_properties_of
 from gateway.wire.formats import FMT_NONE, FMT_RF_HEADER_2, FMT_STRING
 from gateway.wire.mqmd import MQMD, Feedback, MsgType, Persistence, Report
-from gateway.wire.rfh2 import MQRFH2
+from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 
 __all__ = [
     "ERROR_KINDS",
@@ -37,6 +40,8 @@ __all__ = [
     "reply_md",
     "report_md",
     "request_md",
+    "request_message",
+    "usr_folder",
     "wants_report",
 ]
 
@@ -115,6 +120,52 @@ def request_md(
         reply_to_q=reply_to_q,
         reply_to_q_mgr=reply_to_q_mgr,
     )
+
+
+#: A property name that can be an MQRFH2 ``usr`` element (dots: nested groups).
+_USR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
+#: CCSID of the MQRFH2 the gateway writes (its folders are UTF-8).
+_HEADER_CCSID = 1208
+
+
+def usr_folder(properties: Iterable[tuple[str, str]]) -> Element | None:
+    """The MQRFH2 ``usr`` folder of a request's properties (a dotted name is a nested
+    group, as on the way back); names that cannot be XML element names are left out.
+    None when nothing remains."""
+    usr = Element("usr")
+    for name, value in properties:
+        if not _USR_NAME.fullmatch(name):
+            continue
+        *groups, leaf = name.split(".")
+        parent = usr
+        for group in groups:
+            found = next((c for c in parent.children if c.name == group and c.children), None)
+            if found is None:
+                found = Element(group)
+                parent.children.append(found)
+            parent = found
+        parent.children.append(Element(leaf, text=value))
+    return usr if usr.children else None
+
+
+def request_message(md: MQMD, env: Envelope) -> tuple[MQMD, bytes]:
+    """The MQMD and body put for a request: the payload as is, or, when the request
+    carries properties, behind an MQRFH2 whose ``usr`` folder holds them (the MQMD then
+    says MQHRF2; the MQRFH2 keeps the payload's format, encoding and CCSID)."""
+    usr = usr_folder(env.property_items())
+    if usr is None:
+        return md, env.payload
+    rfh2 = MQRFH2(
+        folders=[usr],
+        encoding=md.encoding,
+        coded_char_set_id=md.coded_char_set_id,
+        format=md.format,
+    )
+    header = encode_rfh2(rfh2, ENC_NATIVE, ccsid=_HEADER_CCSID)
+    out = dataclasses.replace(
+        md, format=FMT_RF_HEADER_2, encoding=ENC_NATIVE, coded_char_set_id=_HEADER_CCSID
+    )
+    return out, header + env.payload
 
 
 def correlation_key(route: RequestRoute, msg_id: bytes) -> bytes:

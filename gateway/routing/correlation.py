@@ -85,6 +85,8 @@ class PendingService:
     deadline: float
     state: State = State.OPEN
     outcome: str = ""
+    #: The request has been produced to the responder (the entry is recorded before).
+    produced: bool = True
 
 
 def request_token(source_id: str) -> bytes:

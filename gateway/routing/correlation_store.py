@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS services (
     correl_id BLOB NOT NULL, reply_to_q TEXT NOT NULL, reply_to_q_mgr TEXT NOT NULL,
     report INTEGER NOT NULL, persistence INTEGER NOT NULL, priority INTEGER NOT NULL,
     expiry_at REAL, deadline REAL NOT NULL, state TEXT NOT NULL, outcome TEXT NOT NULL,
-    finished_at REAL
+    finished_at REAL, produced INTEGER NOT NULL DEFAULT 1
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS services_due ON services (state, deadline);
 """
@@ -58,7 +58,7 @@ _REQUEST_COLUMNS = (
 )
 _SERVICE_COLUMNS = (
     "token, route, msg_id, correl_id, reply_to_q, reply_to_q_mgr, report, persistence,"
-    " priority, expiry_at, deadline, state, outcome"
+    " priority, expiry_at, deadline, state, outcome, produced"
 )
 
 
@@ -112,6 +112,7 @@ def _service_from(row: Any) -> PendingService:
         deadline=row[10],
         state=State(row[11]),
         outcome=row[12],
+        produced=bool(row[13]),
     )
 
 
@@ -160,6 +161,12 @@ class CorrelationStore:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            columns = {r[1] for r in db.execute("PRAGMA table_info(services)")}
+            if "produced" not in columns:
+                # a file of before the column: its entries were all produced already
+                db.execute(
+                    "ALTER TABLE services ADD COLUMN produced INTEGER NOT NULL DEFAULT 1"
+                )
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -250,7 +257,7 @@ class CorrelationStore:
     def add_service(self, p: PendingService) -> bool:
         """Record ``p``; False (and nothing written) when its token is already present."""
         changed = self._write(
-            f"INSERT INTO services ({_SERVICE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            f"INSERT INTO services ({_SERVICE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT DO NOTHING",
             (
                 p.token,
@@ -266,9 +273,14 @@ class CorrelationStore:
                 p.deadline,
                 str(p.state),
                 p.outcome,
+                int(p.produced),
             ),
         )
         return changed == 1
+
+    def mark_service_produced(self, token: bytes) -> None:
+        """The request has been produced to the responder."""
+        self._write("UPDATE services SET produced=1 WHERE token=?", (token,))
 
     def service(self, token: bytes) -> PendingService | None:
         rows = self._fetch(f"SELECT {_SERVICE_COLUMNS} FROM services WHERE token=?", (token,))

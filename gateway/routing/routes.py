@@ -30,6 +30,9 @@ ROUTE_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 #: Characters IBM MQ allows in queue and queue-manager names.
 _MQ_NAME = re.compile(r"^[A-Za-z0-9._/%]+$")
 
+#: A topic name of only the characters Kafka allows (no MQTT levels).
+_PLAIN_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+
 ReportOption = Literal["exception", "expiration", "coa", "cod"]
 
 
@@ -77,7 +80,8 @@ class RequestRoute(_Strict):
     #: correl_id: we ask PASS_CORREL_ID and send our token as CorrelId.
     correlation: Literal["msg_id", "correl_id"] = "msg_id"
     #: Reply topic when a request carries none (MQTT 3.1.1); "{topic}" = request's topic.
-    reply_topic: str = Field(default="{topic}/reply", min_length=1)
+    #: None: :meth:`default_reply_topic` picks one valid for the request's kind.
+    reply_topic: str | None = Field(default=None, min_length=1)
     persistent: bool = True
 
     @field_validator("destination")
@@ -94,8 +98,15 @@ class RequestRoute(_Strict):
         return value
 
     def default_reply_topic(self, topic: str) -> str:
-        """The reply topic for a request on ``topic`` that names none."""
-        return self.reply_topic.replace("{topic}", topic)
+        """The reply topic for a request on ``topic`` that names none: the route's
+        template, else ``{topic}.reply`` for a plain name (every Kafka topic: Kafka
+        refuses "/") and ``{topic}/reply`` for a topic with levels (MQTT), one level
+        below the request, outside a source such as ``quotes/+``."""
+        if self.reply_topic is not None:
+            return self.reply_topic.replace("{topic}", topic)
+        if _PLAIN_TOPIC.fullmatch(topic):
+            return f"{topic}.reply"
+        return f"{topic}/reply"
 
 
 class ServiceRoute(_Strict):

@@ -11,16 +11,24 @@ refused records) and one producer (acks=all, refusals as DeliveryRefusedError).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
 
 from aiokafka import ConsumerRecord
+from aiokafka.errors import KafkaError
 
-from gateway.plugin_api import Envelope, ExchangeHandler
+from gateway.plugin_api import DeliveryRefusedError, Envelope, ExchangeHandler
 from plugins.kafka.config import KafkaPluginConfig
-from plugins.kafka.mapping import OutboundRecord, SkippedRecord
+from plugins.kafka.errors import (
+    MQRC_UNKNOWN_OBJECT_NAME,
+    KafkaPluginError,
+    KafkaSendError,
+    TopicNameError,
+)
+from plugins.kafka.mapping import OutboundRecord, SkippedRecord, check_topic_name
 from plugins.kafka.sink import KafkaSink
 from plugins.kafka.source import KafkaSource
 
@@ -166,7 +174,38 @@ class KafkaExchanges:
         )
 
     async def produce(self, envelopes: Sequence[Envelope]) -> None:
+        """Produce ``envelopes``; a topic Kafka refuses (an illegal name such as a
+        reply topic with "/", or one the cluster will not create) raises
+        DeliveryRefusedError for its first envelope, before anything is sent."""
+        for index, e in enumerate(envelopes):
+            try:
+                check_topic_name(e.topic, "reply topic")
+            except TopicNameError as exc:
+                self.refused += 1
+                raise DeliveryRefusedError(
+                    f"kafka instance {self.instance!r}: {exc}",
+                    index=index,
+                    reason=MQRC_UNKNOWN_OBJECT_NAME,
+                ) from exc
         sink = await self._sink()
+        for topic in dict.fromkeys(e.topic for e in envelopes):
+            try:
+                async with asyncio.timeout(self.config.send_timeout_s):
+                    await sink.topics.ensure({topic: False})
+            except (KafkaError, TimeoutError) as exc:
+                raise KafkaSendError(
+                    f"kafka instance {self.instance!r}: cannot make sure topic {topic!r} "
+                    f"exists: {exc!r}"
+                ) from exc
+            except KafkaPluginError as exc:
+                if exc.retriable:
+                    raise
+                self.refused += 1
+                raise DeliveryRefusedError(
+                    f"kafka instance {self.instance!r}: {exc}",
+                    index=next(i for i, e in enumerate(envelopes) if e.topic == topic),
+                    reason=MQRC_UNKNOWN_OBJECT_NAME,
+                ) from exc
         records = [(index, exchange_record(e)) for index, e in enumerate(envelopes)]
         refused_before = sink.refused
         try:

@@ -64,6 +64,9 @@ from plugins.kafka.security import security_args
 log = logging.getLogger(__name__)
 
 _TOPIC_ALREADY_EXISTS = 36
+#: CreateTopics errors that asking again cannot cure: INVALID_TOPIC_EXCEPTION (17),
+#: INVALID_CONFIG (40), POLICY_VIOLATION (44).
+TOPIC_CREATE_REFUSALS = frozenset({17, 40, 44})
 #: Kafka refuses these records whatever the retry: the envelope goes to the sink's
 #: dead-letter destination (DeliveryRefusedError) with the MQ reason code of its kind.
 _REFUSALS: dict[type[KafkaError], int] = {
@@ -201,7 +204,7 @@ class TopicCreator:
                 message = rest[0] if rest else ""
                 raise KafkaPluginError(
                     f"cannot create Kafka topic {name!r}: error {code} {message}".rstrip(),
-                    retriable=True,
+                    retriable=code not in TOPIC_CREATE_REFUSALS,
                 )
         log.info("created Kafka topics %s", ", ".join(t.name for t in new))
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.plugin_api import (
     DeliveryRefusedError,
@@ -41,6 +42,11 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
         if i >= len(t_parts) or (part != "+" and part != t_parts[i]):
             return False
     return len(f_parts) == len(t_parts)
+
+
+def receive_id(position: int) -> bytes:
+    """24 bytes naming the log entry at ``position`` (as Kafka's topic/partition/offset)."""
+    return hashlib.sha256(f"memory:{position}".encode()).digest()[:24]
 
 
 @dataclass
@@ -79,7 +85,9 @@ class ExchangeLog:
         self, group: str, sources: Sequence[str], limit: int
     ) -> tuple[list[Envelope], int]:
         """The next envelopes matching ``sources`` after the group's offset, and the
-        offset to commit once they are handled."""
+        offset to commit once they are handled. Each carries a ``msg_id`` naming its
+        place in the log (:func:`receive_id`) unless it had one: the same entry offered
+        again is the same request, two equal entries are two requests."""
         cond = self._cond()
         async with cond:
             while True:
@@ -90,7 +98,7 @@ class ExchangeLog:
                     end = i + 1
                     env = self.entries[i]
                     if any(topic_matches(s, env.topic) for s in sources):
-                        batch.append(env)
+                        batch.append(env if env.msg_id else replace(env, msg_id=receive_id(i)))
                         if len(batch) >= limit:
                             break
                 if batch:
@@ -136,9 +144,10 @@ class MemoryExchanges:
                 await handler(batch)
             except PublishRefusedError as exc:
                 if 0 <= exc.index < len(batch):
-                    self.log.refused.append((group, batch[exc.index]))
+                    entry = self._entry_of(group, batch[exc.index])
+                    self.log.refused.append((group, entry))
                     # those before it were handled, the refused one is acknowledged
-                    self.log.commit(group, self._offset_after(group, batch[exc.index]))
+                    self.log.commit(group, self._offset_after(group, entry))
                 else:
                     log.error("exchange %s: refusal with bad index %d", group, exc.index)
                 continue
@@ -161,6 +170,15 @@ class MemoryExchanges:
                 continue
             delay = 0.05
             self.log.commit(group, end)
+
+    def _entry_of(self, group: str, env: Envelope) -> Envelope:
+        """The log entry ``env`` was offered for (it may carry an added msg_id)."""
+        start = self.log.offsets.get(group, 0)
+        for i in range(start, len(self.log.entries)):
+            entry = self.log.entries[i]
+            if entry is env or (not entry.msg_id and env.msg_id == receive_id(i)):
+                return entry
+        return env
 
     def _offset_after(self, group: str, env: Envelope) -> int:
         start = self.log.offsets.get(group, 0)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import paho.mqtt.client as paho
 
@@ -56,6 +57,11 @@ EXCHANGE_QOS = 1
 #: format invalid) map to it and to MQRC_FORMAT_ERROR.
 TOPIC_REFUSED = 2425
 _PUBACK_REASONS = {0x90: TOPIC_REFUSED, 0x99: 2110}
+
+
+def _unique_id() -> bytes:
+    """The receive identity (``msg_id``) of a request without correlation data."""
+    return os.urandom(24)
 
 
 @dataclass(slots=True)
@@ -254,6 +260,7 @@ class MqttExchanges:
     async def _handle(self, route: _Route, batch: list[Received]) -> None:
         items = batch
         attempt = 0
+        ids: dict[int, bytes] = {}
         while items and not self._stopping:
             # QoS 1 messages of a lost connection are redelivered by the broker: drop them.
             live = [
@@ -267,6 +274,10 @@ class MqttExchanges:
             for rec in items:
                 envelope, dropped = to_exchange_envelope(rec.message, self.origin)
                 self.counters.dropped_properties += dropped
+                if not envelope.correlation_data:
+                    # nothing names this request: a receive identity of its own, the
+                    # same while this batch is offered again (docs/mqtt-plugin.md)
+                    envelope = replace(envelope, msg_id=ids.setdefault(id(rec), _unique_id()))
                 envelopes.append(envelope)
             try:
                 await route.handler(envelopes)

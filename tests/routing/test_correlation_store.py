@@ -94,6 +94,37 @@ def test_service_lifecycle(store: CorrelationStore) -> None:
     assert done is not None and (done.state, done.outcome) == (State.DONE, "reply")
 
 
+def test_service_entry_is_recorded_before_it_is_produced(store: CorrelationStore) -> None:
+    p = _service(produced=False)
+    assert store.add_service(p)
+    got = store.service(p.token)
+    assert got is not None and not got.produced and got.state is State.OPEN
+    store.mark_service_produced(p.token)
+    got = store.service(p.token)
+    assert got is not None and got.produced
+
+
+def test_a_file_without_the_produced_column_is_upgraded(tmp_path: Path) -> None:
+    """A store written before services.produced: its entries count as produced."""
+    path = tmp_path / "request_reply.db"
+    s = CorrelationStore(path)
+    s.add_service(_service(3))
+    s.close()
+    db = sqlite3.connect(str(path))
+    db.execute("ALTER TABLE services DROP COLUMN produced")
+    db.commit()
+    db.close()
+    s = CorrelationStore(path)
+    try:
+        got = s.service(bytes([3]) * 24)
+        assert got is not None and got.produced
+        assert s.add_service(_service(4, produced=False))
+        got = s.service(bytes([4]) * 24)
+        assert got is not None and not got.produced
+    finally:
+        s.close()
+
+
 def test_requester_and_service_keys_are_separate(store: CorrelationStore) -> None:
     assert store.add_request(_request(7))
     assert store.add_service(_service(7))
@@ -185,6 +216,7 @@ _services = st.builds(
     deadline=_times,
     state=st.sampled_from(State),
     outcome=_text,
+    produced=st.booleans(),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,14 @@ def test_request_route_defaults() -> None:
     assert r.expiry is None
     assert r.report == ["exception", "expiration"]
     assert r.correlation == "msg_id"
-    assert r.reply_topic == "{topic}/reply"
+    assert r.reply_topic is None
     assert r.persistent is True
+    # MQTT: one level below the request; Kafka: a valid Kafka name (no "/")
     assert r.default_reply_topic("a/b") == "a/b/reply"
+    assert r.default_reply_topic("quotes.get") == "quotes.get.reply"
+    assert re.fullmatch(r"[A-Za-z0-9._-]{1,249}", r.default_reply_topic("quotes.get"))
+    t = RequestRoute.model_validate(_request(reply_topic="answers/{topic}"))
+    assert t.default_reply_topic("quotes.get") == "answers/quotes.get"
 
 
 def test_request_route_report_default_is_not_shared() -> None:

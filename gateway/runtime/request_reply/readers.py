@@ -19,6 +19,7 @@ from gateway.mq.port import (
     Message,
     MQError,
     OpenOption,
+    QueueAttr,
     QueueHandle,
 )
 from gateway.plugin_api import DeliveryRefusedError, Envelope, PluginError
@@ -35,16 +36,27 @@ from gateway.wire.constants import Feedback, MsgType, Persistence
 from gateway.wire.errors import WireError
 from gateway.wire.folder import usr_properties_of
 from gateway.wire.formats import FMT_RF_HEADER_2
+from gateway.wire.mqmd import MQMD
 from gateway.wire.rfh2 import decode_rfh2
 
 if TYPE_CHECKING:
     from gateway.runtime.request_reply.service import RequestReplyService
 
+from gateway.runtime.request_reply.errors import DeadLetterRefusedError
+
 log = logging.getLogger(__name__)
 
 #: MQFB_APPL_FIRST + 1: the MQDLH reason of a reply no pending request waits for.
 NO_PENDING_REQUEST = 65537
+#: MQRC_BACKOUT_THRESHOLD_REACHED: the MQDLH reason of a reply backed out too often.
+BACKOUT_THRESHOLD_REACHED = 2362
+#: Gets of one reply before it is dead-lettered, when the reply queue has no BOTHRESH.
+BACKOUT_LIMIT = 3
 _NO_MSG = 2033
+#: Task names (health: :meth:`RequestReplyService.failing_tasks`).
+TASK_REPLIES = "rr:replies"
+TASK_SERVICE = "rr:service:"
+TASK_SWEEPER = "rr:sweeper"
 _MAX_BACKOFF = 5.0
 
 
@@ -64,9 +76,17 @@ async def _serve(
     queue: str,
     what: str,
     handle_one: Callable[[Connection, Message], Awaitable[None]],
+    *,
+    task: str,
+    give_up: Callable[[Connection, Message], Awaitable[bool]] | None = None,
 ) -> None:
     """Get each message of ``queue`` under syncpoint and hand it to ``handle_one``,
-    which commits; a retriable failure backs out and retries with backoff."""
+    which commits; a retriable failure backs out and retries with backoff.
+
+    ``give_up``: a message already backed out the queue's BOTHRESH times (or
+    :data:`BACKOUT_LIMIT` when it has none) is first offered to ``give_up``, which may
+    take it (True), so one message whose route is down cannot hold back the messages
+    behind it for long."""
     delay = 0.1
     while svc.running:
         try:
@@ -77,16 +97,24 @@ async def _serve(
             delay = min(_MAX_BACKOFF, delay * 2)
             continue
         try:
+            limit = await _backout_limit(handle) if give_up is not None else 0
             while svc.running:
                 try:
                     msg = await handle.get(GetOptions(wait_ms=svc.wait_ms, syncpoint=True))
                 except MQError as exc:
                     if exc.reason == _NO_MSG:
+                        svc.task_ok(task)
                         continue
                     raise
                 try:
-                    await handle_one(conn, msg)
+                    if not (
+                        give_up is not None
+                        and msg.md.backout_count >= limit
+                        and await give_up(conn, msg)
+                    ):
+                        await handle_one(conn, msg)
                     delay = 0.1
+                    svc.task_ok(task)
                 except PluginError as exc:
                     with contextlib.suppress(MQError):
                         await conn.backout()
@@ -104,18 +132,68 @@ async def _serve(
                 await conn.disconnect()
 
 
+async def _backout_limit(handle: QueueHandle) -> int:
+    """The queue's BOTHRESH, or :data:`BACKOUT_LIMIT` when it has none (0)."""
+    try:
+        attrs = await handle.inquire(QueueAttr.BACKOUT_THRESHOLD)
+        value = int(attrs.get(QueueAttr.BACKOUT_THRESHOLD, 0) or 0)
+    except (MQError, ValueError, TypeError):
+        value = 0
+    return value if value > 0 else BACKOUT_LIMIT
+
+
 # ------------------------------------------------------------------- replies ---------
 
 
 async def read_replies(svc: RequestReplyService) -> None:
     async def one(conn: Connection, msg: Message) -> None:
-        await handle_reply(svc, conn, msg)
+        pending = svc.store.request(msg.md.correl_id)
+        route = pending.route if pending is not None else ""
+        try:
+            await handle_reply(svc, conn, msg)
+        except PluginError as exc:
+            if exc.retriable:
+                svc.reply_failing_since.setdefault(route, svc.clock())
+            raise
+        svc.reply_failing_since.pop(route, None)
 
-    await _serve(svc, svc.config.reply_queue, "reply queue", one)
+    async def give_up(conn: Connection, msg: Message) -> bool:
+        return await give_up_reply(svc, conn, msg)
+
+    await _serve(svc, svc.config.reply_queue, "reply queue", one, task=TASK_REPLIES,
+                 give_up=give_up)
+
+
+async def give_up_reply(svc: RequestReplyService, conn: Connection, msg: Message) -> bool:
+    """A reply backed out BOTHRESH times whose route has been failing for
+    ``svc.reply_retry`` seconds (its plugin stays down, not just restarting): to the DLQ
+    with MQRC_BACKOUT_THRESHOLD_REACHED (True). The request's entry stays open: its
+    requester gets the timeout error reply once the plugin is back. False: not yet."""
+    pending = svc.store.request(msg.md.correl_id)
+    route = pending.route if pending is not None else ""
+    since = svc.reply_failing_since.get(route)
+    if since is None or svc.clock() - since < svc.reply_retry:
+        return False
+    log.warning(
+        "reply queue: reply with CorrelId %s (route %s) backed out %d times: dead-lettered",
+        msg.md.correl_id.hex(), route or "?", msg.md.backout_count,
+    )
+    await svc.dead_letter(
+        conn, msg.md, msg.body, BACKOUT_THRESHOLD_REACHED, svc.config.reply_queue, ""
+    )
+    await conn.commit()
+    svc.count(route, "replies_backed_out")
+    return True
 
 
 async def handle_reply(svc: RequestReplyService, conn: Connection, msg: Message) -> None:
     """Reply → requester: produce → finish_request → MQ commit."""
+    md = msg.md
+    async with svc.entry_lock(md.correl_id):
+        await _handle_reply(svc, conn, msg)
+
+
+async def _handle_reply(svc: RequestReplyService, conn: Connection, msg: Message) -> None:
     md = msg.md
     kind = classify(md)
     pending = svc.store.request(md.correl_id)
@@ -128,11 +206,13 @@ async def handle_reply(svc: RequestReplyService, conn: Connection, msg: Message)
         svc.count(pending.route if pending else "", "replies_unmatched")
         return
     if pending.state is State.DONE:
-        if pending.outcome == "timeout":
+        if pending.outcome == "reply" or not kind.final:
+            svc.count(route.name, "duplicates_filtered")
+        else:
+            # late: after a timeout, refusal, exception or expiry the requester got
+            # its error reply already
             await svc.dead_letter(conn, md, msg.body, NO_PENDING_REQUEST, reply_queue, "")
             svc.count(route.name, "replies_late")
-        else:
-            svc.count(route.name, "duplicates_filtered")
         await conn.commit()
         return
     if kind.kind == "reply":
@@ -142,6 +222,11 @@ async def handle_reply(svc: RequestReplyService, conn: Connection, msg: Message)
     try:
         await svc.produce(route.plugin, [env])
     except DeliveryRefusedError as exc:
+        # The requester still hears of it: one (small) error reply "refused".
+        await svc.error_reply_or_give_up(
+            route, pending,
+            error_envelope(pending, "refused", feedback=exc.reason, text=str(exc)),
+        )
         await svc.dead_letter(conn, md, msg.body, exc.reason, reply_queue, "")
         svc.store.finish_request(pending.key, "refused", svc.clock())
         await conn.commit()
@@ -161,7 +246,8 @@ async def read_service_queue(svc: RequestReplyService, route: ServiceRoute) -> N
     async def one(conn: Connection, msg: Message) -> None:
         await handle_service_request(svc, route, conn, msg)
 
-    await _serve(svc, route.queue, f"service route {route.name}", one)
+    await _serve(svc, route.queue, f"service route {route.name}", one,
+                 task=f"{TASK_SERVICE}{route.name}")
 
 
 def _body_of(md_format: str, encoding: int, ccsid: int, body: bytes) -> tuple[
@@ -178,12 +264,15 @@ def _body_of(md_format: str, encoding: int, ccsid: int, body: bytes) -> tuple[
 async def handle_service_request(
     svc: RequestReplyService, route: ServiceRoute, conn: Connection, msg: Message
 ) -> None:
-    """MQ request → responder: produce → add_service → MQ commit."""
+    """MQ request → responder: add_service (open, not produced) → produce →
+    mark_service_produced → MQ commit. The entry exists before the responder can see
+    the request, so its answer finds the entry even across a crash and restart."""
     md = msg.md
     now = svc.clock()
     is_request = md.msg_type == MsgType.REQUEST and bool(md.reply_to_q.strip())
     token = md.msg_id
-    if is_request and svc.store.service(token) is not None:
+    existing = svc.store.service(token) if is_request else None
+    if existing is not None and (existing.produced or existing.state is State.DONE):
         await conn.commit()
         svc.count(route.name, "duplicates_filtered")
         return
@@ -193,8 +282,7 @@ async def handle_service_request(
         )
     except WireError as exc:
         log.warning("service route %s: request body does not parse: %s", route.name, exc)
-        await svc.dead_letter(conn, md, msg.body, exc.reason, route.queue, "")
-        await conn.commit()
+        await _refuse_request(svc, route, conn, msg, exc.reason, is_request)
         return
     properties = dict(props)
     properties["mq.msg.id"] = md.msg_id.hex()
@@ -215,35 +303,70 @@ async def handle_service_request(
         reply_topic=route.replies if is_request else "",
         correlation_data=token if is_request else b"",
     )
+    if is_request and existing is None:
+        svc.store.add_service(_service_entry(route, md, now, produced=False))
     try:
         await svc.produce(route.plugin, [env])
     except DeliveryRefusedError as exc:
-        await svc.dead_letter(conn, md, msg.body, exc.reason, route.queue, "")
-        await conn.commit()
-        svc.count(route.name, "service_requests_refused")
+        await _refuse_request(svc, route, conn, msg, exc.reason, is_request)
         return
     if is_request:
-        expiry_at = now + md.expiry / 10 if md.expiry > 0 else None
-        deadline = now + route.timeout
-        if expiry_at is not None:
-            deadline = min(deadline, expiry_at)
-        svc.store.add_service(
-            PendingService(
-                token=token,
-                route=route.name,
-                msg_id=md.msg_id,
-                correl_id=md.correl_id,
-                reply_to_q=md.reply_to_q.strip(),
-                reply_to_q_mgr=md.reply_to_q_mgr.strip(),
-                report=md.report,
-                persistence=md.persistence,
-                priority=md.priority,
-                expiry_at=expiry_at,
-                deadline=deadline,
-            )
-        )
+        svc.store.mark_service_produced(token)
     await conn.commit()
     svc.count(route.name, "service_requests")
+
+
+def _service_entry(
+    route: ServiceRoute, md: MQMD, now: float, *, produced: bool
+) -> PendingService:
+    expiry_at = now + md.expiry / 10 if md.expiry > 0 else None
+    deadline = now + route.timeout
+    if expiry_at is not None:
+        deadline = min(deadline, expiry_at)
+    return PendingService(
+        token=md.msg_id,
+        route=route.name,
+        msg_id=md.msg_id,
+        correl_id=md.correl_id,
+        reply_to_q=md.reply_to_q.strip(),
+        reply_to_q_mgr=md.reply_to_q_mgr.strip(),
+        report=md.report,
+        persistence=md.persistence,
+        priority=md.priority,
+        expiry_at=expiry_at,
+        deadline=deadline,
+        produced=produced,
+    )
+
+
+async def _refuse_request(
+    svc: RequestReplyService,
+    route: ServiceRoute,
+    conn: Connection,
+    msg: Message,
+    reason: int,
+    is_request: bool,
+) -> None:
+    """A service request that cannot be forwarded for good: to the DLQ with ``reason``,
+    plus an exception report (Feedback = ``reason``) when the request asked for one;
+    its entry finishes "refused". One MQ unit of work."""
+    md = msg.md
+    await svc.dead_letter(conn, md, msg.body, reason, route.queue, "")
+    if is_request and wants_report(md.report, reason):
+        entry = _service_entry(route, md, svc.clock(), produced=False)
+        report = report_md(entry, reason, now=svc.clock())
+        try:
+            await svc.put_or_dead_letter(  # commits the dead-lettering with it
+                conn, route.name, entry.reply_to_q, entry.reply_to_q_mgr, report, b""
+            )
+        except DeadLetterRefusedError as exc:
+            log.error("service route %s: exception report lost: %s", route.name, exc)
+            await conn.commit()
+    else:
+        await conn.commit()
+    if is_request:
+        svc.store.finish_service(md.msg_id, "refused", svc.clock())
+    svc.count(route.name, "service_requests_refused")
 
 
 # ------------------------------------------------------------------- sweeper ---------
@@ -253,36 +376,55 @@ async def sweep(svc: RequestReplyService) -> None:
     """Every ``sweep_interval``: time out due entries, then purge old finished ones."""
     while svc.running:
         await asyncio.sleep(svc.config.sweep_interval)
-        try:
-            await sweep_once(svc)
-        except (MQError, PluginError) as exc:
-            log.warning("request/reply sweep: %s (retrying next sweep)", exc)
+        await sweep_once(svc)
+        svc.task_ok(TASK_SWEEPER)
 
 
 async def sweep_once(svc: RequestReplyService) -> None:
+    """Each due entry on its own: one that cannot be finished now (its plugin down, its
+    ReplyToQ full) is logged and tried again next sweep, the others go on."""
     now = svc.clock()
     due = svc.store.due(now)
     if due:
-        conn = await svc.qm.connect()
+        conn: Connection | None = None
         try:
             for entry in due:
-                if isinstance(entry, PendingRequest):
-                    await _time_out_request(svc, entry)
-                else:
-                    await _time_out_service(svc, conn, entry)
+                try:
+                    if isinstance(entry, PendingRequest):
+                        await _time_out_request(svc, entry)
+                    else:
+                        if conn is None:
+                            conn = await svc.qm.connect()
+                        await _time_out_service(svc, conn, entry)
+                except (MQError, PluginError) as exc:
+                    log.warning("request/reply sweep: route %s: %s (retrying next sweep)",
+                                entry.route, exc)
+                    if isinstance(exc, MQError) and conn is not None:
+                        with contextlib.suppress(MQError):
+                            await conn.disconnect()
+                        conn = None
         finally:
-            with contextlib.suppress(MQError):
-                await conn.disconnect()
+            if conn is not None:
+                with contextlib.suppress(MQError):
+                    await conn.disconnect()
     svc.store.purge(now, svc.config.retention)
 
 
 async def _time_out_request(svc: RequestReplyService, entry: PendingRequest) -> None:
-    route = svc.requests.get(entry.route)
-    if route is not None:
-        await svc.produce(route.plugin, [error_envelope(entry, "timeout", text="no reply in time")])
-    svc.store.finish_request(entry.key, "timeout", svc.clock())
+    async with svc.entry_lock(entry.key):
+        current = svc.store.request(entry.key)
+        if current is None or current.state is not State.OPEN:
+            return  # answered meanwhile: only the one that finishes it produces
+        route = svc.requests.get(entry.route)
+        delivered = True
+        if route is not None:
+            delivered = await svc.error_reply_or_give_up(
+                route, entry, error_envelope(entry, "timeout", text="no reply in time")
+            )
+        svc.store.finish_request(entry.key, "timeout", svc.clock())
     svc.count(entry.route, "timeouts")
-    svc.count(entry.route, "error_replies.timeout")
+    if delivered:
+        svc.count(entry.route, "error_replies.timeout")
 
 
 async def _time_out_service(
@@ -290,8 +432,12 @@ async def _time_out_service(
 ) -> None:
     if wants_report(entry.report, Feedback.EXPIRATION):
         md = report_md(entry, int(Feedback.EXPIRATION), now=svc.clock())
-        await svc.put_or_dead_letter(
-            conn, entry.route, entry.reply_to_q, entry.reply_to_q_mgr, md, b""
-        )
+        try:
+            await svc.put_or_dead_letter(
+                conn, entry.route, entry.reply_to_q, entry.reply_to_q_mgr, md, b""
+            )
+        except DeadLetterRefusedError as exc:
+            log.error("route %s: expiration report lost: %s", entry.route, exc)
+            svc.count(entry.route, "reports_lost")
     svc.store.finish_service(entry.token, "timeout", svc.clock())
     svc.count(entry.route, "timeouts")

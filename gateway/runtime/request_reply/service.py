@@ -16,21 +16,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 from gateway.mq.port import Connection, MQError, PutOptions, QueueManager
-from gateway.plugin_api import Envelope, ExchangeHandler, Exchanges, PluginError
+from gateway.plugin_api import (
+    DeliveryRefusedError,
+    Envelope,
+    ExchangeHandler,
+    Exchanges,
+    PluginError,
+    PublishRefusedError,
+)
 from gateway.routing.addressing import (
     correlation_key,
     error_envelope,
     reply_md,
     request_md,
+    request_message,
 )
 from gateway.routing.correlation import (
+    TOKEN_LENGTH,
     PendingRequest,
     State,
     request_token,
@@ -43,6 +53,7 @@ from gateway.routing.routes import (
     ServiceRoute,
     split_destination,
 )
+from gateway.runtime.request_reply.errors import DeadLetterRefusedError
 from gateway.wire.dlh import wrap_for_dlq
 from gateway.wire.mqmd import MQMD
 
@@ -52,6 +63,11 @@ log = logging.getLogger(__name__)
 
 #: The gateway QM's dead-letter queue when the config names no other.
 DEFAULT_DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
+#: MQFB_APPL_FIRST + 1: the reason of a reply no pending request waits for.
+_NO_PENDING_REQUEST = 65537
+#: Backoff bounds (seconds) of restarting an MQ loop that failed unexpectedly.
+_RESTART_MIN = 0.1
+_RESTART_MAX = 10.0
 
 
 class RequestReplyService:
@@ -66,6 +82,7 @@ class RequestReplyService:
         clock: Callable[[], float] = time.time,
         dead_letter_queue: str = DEFAULT_DEAD_LETTER_QUEUE,
         wait_ms: int = 200,
+        reply_retry: float = 10.0,
     ) -> None:
         self.qm = qm
         self.config = config
@@ -73,12 +90,20 @@ class RequestReplyService:
         self.clock = clock
         self.dead_letter_queue = dead_letter_queue
         self.wait_ms = wait_ms
+        #: Seconds a route's replies keep failing before one backed out BOTHRESH times
+        #: is dead-lettered (a plugin restart is shorter: nothing is dead-lettered).
+        self.reply_retry = reply_retry
+        #: requester route -> when its replies started failing retriably (reply reader)
+        self.reply_failing_since: dict[str, float] = {}
         self.requests = {r.name: r for r in config.requests}
         self.services = {s.name: s for s in config.services}
         self._instances: dict[str, Exchanges] = {}
         #: (route, event) -> count; events named in docs/request-reply.md "Metrics"
         self.events: Counter[tuple[str, str]] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
+        #: MQ loop name -> its last unexpected failure, until it works again
+        self._failing: dict[str, str] = {}
+        self._locks: dict[bytes, tuple[asyncio.Lock, int]] = {}
         self.running = False
 
     # ---------------------------------------------------------------- lifecycle -----
@@ -86,6 +111,9 @@ class RequestReplyService:
     async def start(self) -> None:
         """Reply-queue reader, one reader per service route, and the sweeper."""
         from gateway.runtime.request_reply.readers import (
+            TASK_REPLIES,
+            TASK_SERVICE,
+            TASK_SWEEPER,
             read_replies,
             read_service_queue,
             sweep,
@@ -93,10 +121,12 @@ class RequestReplyService:
 
         self.running = True
         if self.requests:
-            self._spawn(read_replies(self), "rr:replies")
+            self._spawn(self._supervise(lambda: read_replies(self), TASK_REPLIES), TASK_REPLIES)
         for route in self.services.values():
-            self._spawn(read_service_queue(self, route), f"rr:service:{route.name}")
-        self._spawn(sweep(self), "rr:sweeper")
+            name = f"{TASK_SERVICE}{route.name}"
+            loop = functools.partial(read_service_queue, self, route)
+            self._spawn(self._supervise(loop, name), name)
+        self._spawn(self._supervise(lambda: sweep(self), TASK_SWEEPER), TASK_SWEEPER)
 
     def attach(self, instance_name: str, exchanges: Exchanges) -> None:
         """Called after every successful start of plugin instance ``instance_name``:
@@ -128,6 +158,56 @@ class RequestReplyService:
                 await task
         self._tasks.clear()
 
+    async def _supervise(
+        self, loop: Callable[[], Coroutine[Any, Any, None]], name: str
+    ) -> None:
+        """Run an MQ loop; restart it with backoff after an unexpected exception (a
+        correlation-store error, a bug), which stays visible in :meth:`failing_tasks`
+        until the loop reports progress again (:meth:`task_ok`)."""
+        delay = _RESTART_MIN
+        while self.running:
+            try:
+                await loop()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failing[name] = f"{type(exc).__name__}: {exc}"
+                log.error("request/reply task %s failed; restarting in %.1f s", name, delay,
+                          exc_info=exc)
+                await asyncio.sleep(delay)
+                delay = min(_RESTART_MAX, delay * 2)
+
+    def task_ok(self, name: str) -> None:
+        """Loop ``name`` made progress: no longer failing."""
+        if self._failing:
+            self._failing.pop(name, None)
+
+    def failing_tasks(self) -> dict[str, str]:
+        """MQ loops that failed and have not worked since: name -> last error."""
+        return dict(self._failing)
+
+    @property
+    def healthy(self) -> bool:
+        """Every MQ loop is working."""
+        return not self._failing
+
+    @contextlib.asynccontextmanager
+    async def entry_lock(self, key: bytes) -> AsyncIterator[None]:
+        """Serialises the reply reader and the sweeper on one requester entry, so only
+        the one that finishes it produces to the requester."""
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         task.add_done_callback(_log_failure)
@@ -145,6 +225,7 @@ class RequestReplyService:
             out[event] = out.get(event, 0) + n
         for name, n in self.store.counts().items():
             out[name] = n
+        out["tasks_failing"] = len(self._failing)
         return out
 
     # ---------------------------------------------------------------- plugin side ---
@@ -174,8 +255,11 @@ class RequestReplyService:
         the plugin acknowledges the batch (we return)."""
         conn = await self._connect()
         try:
-            for env in batch:
-                await self._send_request(conn, route, env)
+            for index, env in enumerate(batch):
+                try:
+                    await self._send_request(conn, route, env)
+                except PublishRefusedError as exc:
+                    raise PublishRefusedError(str(exc), index=index, reason=exc.reason) from exc
         finally:
             with contextlib.suppress(MQError):
                 await conn.disconnect()
@@ -211,9 +295,10 @@ class RequestReplyService:
             reply_to_q_mgr=cfg.reply_to_q_mgr,
             now=now,
         )
+        md, body = request_message(md, env)
         q, q_mgr = split_destination(route.destination)
         try:
-            await conn.put1(q, md, env.payload, PutOptions(syncpoint=True), q_mgr_name=q_mgr)
+            await conn.put1(q, md, body, PutOptions(syncpoint=True), q_mgr_name=q_mgr)
             await conn.commit()
         except MQError as exc:
             with contextlib.suppress(MQError):
@@ -224,11 +309,19 @@ class RequestReplyService:
             pending = self.store.request(key)
             assert pending is not None
             log.warning("route %s: request refused by %s: %s", route.name, route.destination, exc)
-            await self.produce(
-                route.plugin,
-                [error_envelope(pending, "refused", feedback=exc.reason, text=str(exc))],
+            delivered = await self.error_reply_or_give_up(
+                route,
+                pending,
+                error_envelope(pending, "refused", feedback=exc.reason, text=str(exc)),
             )
             self.store.finish_request(key, "refused", self.clock())
+            if not delivered:
+                # nobody can be told: the request record goes to the dead-letter topic
+                raise PublishRefusedError(
+                    f"route {route.name}: request refused by {route.destination} ({exc}) "
+                    "and its error reply refused by the plugin",
+                    reason=exc.reason,
+                ) from exc
             self.count(route.name, "error_replies.refused")
             return
         self.store.mark_sent(key)
@@ -239,29 +332,68 @@ class RequestReplyService:
         acknowledges (we return). Unresolvable ReplyToQ/QMgr → the DLQ."""
         conn = await self._connect()
         try:
-            for env in batch:
-                await self._send_reply(conn, route, env)
+            for index, env in enumerate(batch):
+                try:
+                    await self._send_reply(conn, route, env)
+                except PublishRefusedError as exc:
+                    raise PublishRefusedError(str(exc), index=index, reason=exc.reason) from exc
         finally:
             with contextlib.suppress(MQError):
                 await conn.disconnect()
 
     async def _send_reply(self, conn: Connection, route: ServiceRoute, env: Envelope) -> None:
+        """One responder reply. Raises PublishRefusedError (the plugin dead-letters the
+        record) for a reply no open request of this route waits for, and for one that
+        can be neither put nor dead-lettered on MQ."""
         token = env.correlation_data
-        pending = self.store.service(token) if len(token) == 24 else None
-        if pending is None:
-            log.info("route %s: reply with unknown correlation data: dropped", route.name)
+        pending = self.store.service(token) if len(token) == TOKEN_LENGTH else None
+        if pending is None or pending.route != route.name:
             self.count(route.name, "replies_unmatched")
-            return
-        if pending.state is State.DONE:
-            log.info("route %s: second reply to a finished request: dropped", route.name)
+            raise PublishRefusedError(
+                f"route {route.name}: reply with unknown correlation data {token.hex()[:48]}",
+                reason=_NO_PENDING_REQUEST,
+            )
+        if pending.state is State.DONE and pending.outcome in ("reply", "dead-lettered"):
+            # the same reply offered again (a crash before the plugin's ack)
             self.count(route.name, "duplicates_filtered")
             return
+        if pending.state is State.DONE:
+            self.count(route.name, "replies_late")
+            raise PublishRefusedError(
+                f"route {route.name}: reply to a request already finished "
+                f"({pending.outcome})",
+                reason=_NO_PENDING_REQUEST,
+            )
         md = reply_md(pending, env, now=self.clock())
-        outcome = await self.put_or_dead_letter(
-            conn, route.name, pending.reply_to_q, pending.reply_to_q_mgr, md, env.payload
-        )
+        try:
+            outcome = await self.put_or_dead_letter(
+                conn, route.name, pending.reply_to_q, pending.reply_to_q_mgr, md, env.payload
+            )
+        except DeadLetterRefusedError as exc:
+            self.store.finish_service(token, "refused", self.clock())
+            self.count(route.name, "replies_refused")
+            raise PublishRefusedError(
+                f"route {route.name}: reply can be neither put nor dead-lettered: {exc}",
+                reason=exc.reason,
+            ) from exc
         self.store.finish_service(token, outcome, self.clock())
         self.count(route.name, "service_replies" if outcome == "reply" else "replies_dead_lettered")
+
+    async def error_reply_or_give_up(
+        self, route: RequestRoute, pending: PendingRequest, env: Envelope
+    ) -> bool:
+        """Produce an error reply; False (logged, counted) when the plugin refuses it
+        for good. A retriable failure raises as produce() does."""
+        try:
+            await self.produce(route.plugin, [env])
+        except DeliveryRefusedError as exc:
+            log.error(
+                "route %s: error reply to %r refused by the plugin: %s",
+                route.name, pending.reply_topic, exc,
+            )
+            self.count(route.name, "error_replies_undeliverable")
+            return False
+        return True
 
     # ---------------------------------------------------------------- MQ helpers ----
 
@@ -309,10 +441,10 @@ class RequestReplyService:
                 PutOptions(syncpoint=True, set_all_context=True),
             )
         except MQError as exc:
-            raise PluginError(
-                f"cannot put to the dead-letter queue {self.dead_letter_queue}: {exc}",
-                retriable=True,
-            ) from exc
+            message = f"cannot put to the dead-letter queue {self.dead_letter_queue}: {exc}"
+            if exc.retriable:
+                raise PluginError(message, retriable=True) from exc
+            raise DeadLetterRefusedError(message, reason=exc.reason) from exc
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -9,7 +9,7 @@ import hashlib
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -24,8 +24,10 @@ from gateway.plugin_api import (
     Scheme,
 )
 from plugins.kafka import KafkaInstance, KafkaPluginConfig
+from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.exchange import exchange_envelope, exchange_record
 from plugins.kafka.mapping import SkippedRecord
+from plugins.kafka.sink import TopicCreator
 from tests.plugins.kafka.kafka_harness import consume, headers_of, produce, unique
 
 pytestmark = [pytest.mark.kafka]
@@ -397,3 +399,42 @@ async def test_produce_shares_the_outbound_producer_unless_it_is_transactional(
         await instance.stop()
     [record] = await consume(kafka_broker.bootstrap, target, 1)
     assert (record.value, headers_of(record)) == (b"r", {"mq.reply.topic": b"x"})
+
+
+async def test_reply_topic_kafka_cannot_name_is_refused_before_sending(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """A reply topic with "/" (an MQTT-style template) is refused for good with 2085,
+    not retried forever as a topic-creation failure."""
+    target = unique("rr-name")
+    instance = await _started(_config(kafka_broker))
+    envelopes = [
+        Envelope(stream="", topic=target, payload=b"ok", correlation_data=b"c1"),
+        Envelope(stream="", topic=f"{target}/reply", payload=b"bad", correlation_data=b"c2"),
+    ]
+    try:
+        with pytest.raises(DeliveryRefusedError) as refused:
+            await instance.produce(envelopes)
+        assert instance.stats()["exchange_refused"] == 1
+    finally:
+        await instance.stop()
+    assert (refused.value.index, refused.value.reason) == (1, 2085)
+
+
+async def test_topic_creation_kafka_refuses_for_good_is_not_retriable() -> None:
+    class _Admin:
+        async def create_topics(self, new: list[Any]) -> Any:
+            return type("R", (), {"topic_errors": [("bad", 17, "Invalid topic")]})()
+
+    creator = TopicCreator(KafkaPluginConfig(), "test")
+    with pytest.raises(KafkaPluginError) as failed:
+        await creator._create(cast(Any, _Admin()), [])
+    assert not failed.value.retriable
+
+    class _Down(_Admin):
+        async def create_topics(self, new: list[Any]) -> Any:
+            return type("R", (), {"topic_errors": [("t", 7, "Request timed out")]})()
+
+    with pytest.raises(KafkaPluginError) as timed_out:
+        await creator._create(cast(Any, _Down()), [])
+    assert timed_out.value.retriable

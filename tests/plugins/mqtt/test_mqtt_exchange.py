@@ -532,3 +532,24 @@ async def test_qos1_messages_of_a_lost_connection_are_left_for_redelivery() -> N
     assert [e.payload for e in handler.batches[1]] == [b"q2"]
     assert conn.acked == [2]
     assert exchanges.counters.abandoned == 1
+
+
+async def test_requests_without_correlation_data_get_an_identity_of_their_own() -> None:
+    """Two equal MQTT 3.1.1 requests are two requests (distinct msg_id); one batch
+    offered again after a handler failure keeps its identities (one MQ request each)."""
+    conn = FakeConnection()
+    conn.v5 = False
+    exchanges = MqttExchanges(
+        cast(MqttConnection, conn), origin="m1", dead_letter_topic="dlq", ack_timeout=5
+    )
+    handler = Handler(lambda envs, n: PluginError("MQ down", retriable=True) if n == 1 else None)
+    await exchanges.consume("quote", ["req/#"], handler)
+    exchanges.offer(_received(1, b"time?"))
+    exchanges.offer(_received(2, b"time?"))
+    await handler.wait_for(4)
+    await exchanges.stop()
+    first, again = handler.batches
+    ids = [e.msg_id for e in first]
+    assert len(set(ids)) == 2 and all(len(i) == 24 for i in ids)
+    assert [e.msg_id for e in again] == ids
+    assert conn.acked == [1, 2]

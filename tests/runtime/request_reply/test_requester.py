@@ -15,6 +15,7 @@ from gateway.plugin_api import Envelope
 from gateway.wire.constants import MsgType, Report
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.mqmd import MQMD
+from gateway.wire.rfh2 import decode_rfh2
 from plugins.memory import get_bus
 from tests.network.network_helpers import drain, wait_for
 from tests.runtime.request_reply.conftest import Gateway, echo
@@ -149,3 +150,28 @@ async def test_reply_matching_no_request_is_dead_lettered_as_no_pending_request(
     assert dlh.reason == 65537 and dlh.dest_q_name.strip() == "MQGW.REPLY"
     assert original.correl_id == b"U" * 24 and body == b"stray"
     assert get_bus("b7").exchanges.entries == []
+
+
+async def test_request_properties_reach_mq_as_an_mqrfh2_usr_folder(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=[_route()], reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start()
+    gw.instances["req"] = inst = await started_memory("req", "b8")
+    svc.attach("req", inst)
+    env = Envelope("", "quote/req", "p€".encode(), reply_topic="r8", correlation_data=b"1",
+                   property_list=(("trace", "abc"), ("a.b", "nested"), ("bad name", "x")))
+    await svc.on_requests(svc.requests["quote"], [env])
+    (m,) = await drain(net["QMA"].qm, "SVC.QUOTE", wait_ms=2000)
+    assert m.md.format.strip() == "MQHRF2"
+    rfh2, length = decode_rfh2(m.body, m.md.encoding, ccsid=m.md.coded_char_set_id)
+    assert rfh2.format.strip() == "MQSTR" and rfh2.coded_char_set_id == 1208
+    assert m.body[length:] == "p€".encode()
+    (usr,) = rfh2.folders_named("usr")
+    assert usr.get("trace") == "abc" and usr.get("a/b") == "nested"
+    assert len(usr.children) == 2  # "bad name" cannot be an element name
+    # a request without properties stays a plain MQSTR message
+    plain_env = Envelope("", "quote/req", b"q", reply_topic="r8", correlation_data=b"2")
+    await svc.on_requests(svc.requests["quote"], [plain_env])
+    (plain,) = await drain(net["QMA"].qm, "SVC.QUOTE", wait_ms=2000)
+    assert plain.md.format.strip() == "MQSTR" and plain.body == b"q"
