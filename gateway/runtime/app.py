@@ -546,10 +546,12 @@ class GatewayApp:
     # ---------------------------------------------------------------- health ---------
 
     def health(self) -> tuple[bool, dict[str, object]]:
-        """(healthy, detail) for /healthz: serving, and every plugin instance healthy."""
+        """(healthy, detail) for /healthz: serving, every plugin instance healthy, and
+        request/reply's MQ loops working."""
         plugins = self.host.healthy() if self.host is not None else {}
         serving = self.service is not None and self.service.running
-        ok = serving and all(plugins.values()) and not self.fatal
+        rr_ok = self.request_reply is None or self.request_reply.healthy
+        ok = serving and all(plugins.values()) and rr_ok and not self.fatal
         return ok, {
             "status": "ok" if ok else "degraded",
             "gateway": self.config.gateway_id,
