@@ -44,6 +44,7 @@ from benchmarks.summary import Row, record
 from gateway.devstack import KafkaBroker, MosquittoBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import OpenOption, PutOptions
+from gateway.plugin_api import PluginInstance
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.store import MemoryStore
 from gateway.runtime.plugin_host import PluginHost
@@ -122,6 +123,12 @@ async def timed(
             await task
 
 
+async def _run_instance(host: PluginHost, instance: PluginInstance) -> None:
+    """Start ``instance`` on ``host`` and keep it running (until cancelled)."""
+    await host.start(instance)
+    await asyncio.Event().wait()
+
+
 # ----------------------------------------------------------------------- Kafka -> MQ ---
 
 
@@ -165,7 +172,7 @@ async def kafka_gateway(bootstrap: str, work: Path, n: int, limit: float) -> flo
     )
     instance = kafka_plugin.create("kafka", config)
     try:
-        return await timed(qm, n, limit, lambda: host.start(instance))
+        return await timed(qm, n, limit, lambda: _run_instance(host, instance))
     finally:
         await host.stop_all()
         await qm.close()
@@ -270,7 +277,7 @@ async def mqtt_gateway(broker: MosquittoBroker, work: Path, n: int, limit: float
     )
     instance = mqtt_plugin.create("mqtt", config)
     try:
-        return await timed(qm, n, limit, lambda: host.start(instance))
+        return await timed(qm, n, limit, lambda: _run_instance(host, instance))
     finally:
         await host.stop_all()
         await qm.close()
