@@ -3,15 +3,17 @@
 One embedded queue manager with a stream queue, the broker service (default batch
 settings) and one plugin instance (``kafka``: idempotent acks=all, linger 0; ``mqtt``:
 MQTT 5, QoS 1), a Kafka or MQTT consumer in the same process. An MQ application puts
-persistent 1 KiB MQRFH2 publications at a fixed offered rate (default 1,000 msg/s), each
-its own unit of work, on a schedule that does not wait for the previous one (open loop:
-a late put is counted late, no coordinated omission). Latency of a message = the
-consumer's receipt minus its *scheduled* put time; the message carries its sequence
-number. After a warm-up (topic creation, connections), ``--seconds`` of load per path
-(default 3). Goal (issue 16): p99 < 20 ms. The Kafka consumer uses
-``fetch_max_wait_ms=5`` (a latency-minded consumer; aiokafka's default 500 ms would be
-the consumer's own latency, not the bridge's).
-Run: .venv/bin/python -m benchmarks.bench_latency [--rate 1000] [--seconds 3]
+persistent 1 KiB MQRFH2 publications at a fixed offered rate, ``--per-unit`` (10) per
+unit of work every ``per-unit/rate`` seconds, on a schedule that does not wait for the
+previous unit (open loop: a late put is counted late, no coordinated omission; one
+commit per message would itself cap the embedded queue manager near 1,000 puts/s on
+this machine, see bench_embedded_qm). Latency of a message = the consumer's receipt
+minus its *scheduled* put time; the message carries its sequence number. After a
+warm-up (topic creation, connections), ``--seconds`` (3) of load per path and rate.
+Rates: 1,000 msg/s (issue 16's goal: p99 < 20 ms) and 200 msg/s for information. The
+Kafka consumer uses ``fetch_max_wait_ms=5`` (a latency-minded consumer; aiokafka's
+default 500 ms would be the consumer's own latency, not the bridge's).
+Run: .venv/bin/python -m benchmarks.bench_latency [--rates 1000,200] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -192,7 +194,9 @@ def kafka_consumer(bootstrap: str, topic: str) -> Consumer:
 def mqtt_consumer(broker: MosquittoBroker, prefix: str) -> Consumer:
     @contextlib.asynccontextmanager
     async def consume(arrived: Callable[[bytes], None]) -> AsyncIterator[None]:
-        async with aiomqtt.Client(broker.host, port=broker.port, identifier="lat-sub") as client:
+        async with aiomqtt.Client(
+            broker.host, port=broker.port, identifier=f"lat-sub-{prefix}"
+        ) as client:
             await client.subscribe(f"{prefix}/#", qos=1)
 
             async def loop() -> None:
@@ -210,7 +214,7 @@ def mqtt_consumer(broker: MosquittoBroker, prefix: str) -> Consumer:
     return consume
 
 
-def report(path: str, latencies: list[float], rate: float, per_unit: int) -> None:
+def report(path: str, latencies: list[float], rate: float, per_unit: int, *, goal: bool) -> None:
     p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
     print(
         f"{path:28s} {rate:,.0f} msg/s offered, {len(latencies):,} msgs: p50 {p50:6.1f} ms  "
@@ -222,7 +226,7 @@ def report(path: str, latencies: list[float], rate: float, per_unit: int) -> Non
             path,
             p99,
             p50,
-            GOAL_P99_MS,
+            GOAL_P99_MS if goal else None,
             kind="latency",
             unit="ms",
             note=f"{rate:,.0f} msg/s offered, {per_unit} per MQ unit of work",
@@ -230,58 +234,64 @@ def report(path: str, latencies: list[float], rate: float, per_unit: int) -> Non
     )
 
 
-async def run(rate: float, seconds: float, per_unit: int, paths: set[str]) -> int:
+async def run(rates: list[float], seconds: float, per_unit: int, paths: set[str]) -> int:
+    """The first rate is the goal's (recorded with the goal); the others are info rows."""
     work = Path(tempfile.mkdtemp(prefix="mqgw-bench-latency-"))
     try:
         if "kafka" in paths:
             kafka = KafkaBroker(work / "kafka")
             kafka.start()
             try:
-                config = KafkaPluginConfig.model_validate(
-                    {
-                        "bootstrap_servers": kafka.bootstrap,
-                        "outbound": {
-                            "topic_template": "lat.{stream}",
-                            "routes": [{"stream": STREAM}],
-                        },
-                    }
-                )
-                lat = await with_gateway(
-                    work,
-                    "kafka",
-                    kafka_plugin.create("kafka", config),
-                    kafka_consumer(kafka.bootstrap, f"lat.{STREAM}"),
-                    rate,
-                    seconds,
-                    per_unit,
-                )
+                for i, rate in enumerate(rates):
+                    config = KafkaPluginConfig.model_validate(
+                        {
+                            "bootstrap_servers": kafka.bootstrap,
+                            "outbound": {
+                                "topic_template": f"lat{i}.{{stream}}",
+                                "routes": [{"stream": STREAM}],
+                            },
+                        }
+                    )
+                    lat = await with_gateway(
+                        work,
+                        f"kafka{i}",
+                        kafka_plugin.create("kafka", config),
+                        kafka_consumer(kafka.bootstrap, f"lat{i}.{STREAM}"),
+                        rate,
+                        seconds,
+                        per_unit,
+                    )
+                    report("MQ put -> Kafka consumer", lat, rate, per_unit, goal=i == 0)
             finally:
                 kafka.stop()
-            report("MQ put -> Kafka consumer", lat, rate, per_unit)
         if "mqtt" in paths:
             mqtt = MosquittoBroker(work / "mosquitto")
             mqtt.start()
             try:
-                config_m = MqttConfig.model_validate(
-                    {
-                        "host": mqtt.host,
-                        "port": mqtt.port,
-                        "client_id": "lat-gw",
-                        "outbound": {"prefix": "lat", "topics": [f"$SYS/STREAM/{STREAM}/#"]},
-                    }
-                )
-                lat = await with_gateway(
-                    work,
-                    "mqtt",
-                    mqtt_plugin.create("mqtt", config_m),
-                    mqtt_consumer(mqtt, "lat"),
-                    rate,
-                    seconds,
-                    per_unit,
-                )
+                for i, rate in enumerate(rates):
+                    config_m = MqttConfig.model_validate(
+                        {
+                            "host": mqtt.host,
+                            "port": mqtt.port,
+                            "client_id": f"lat-gw{i}",
+                            "outbound": {
+                                "prefix": f"lat{i}",
+                                "topics": [f"$SYS/STREAM/{STREAM}/#"],
+                            },
+                        }
+                    )
+                    lat = await with_gateway(
+                        work,
+                        f"mqtt{i}",
+                        mqtt_plugin.create("mqtt", config_m),
+                        mqtt_consumer(mqtt, f"lat{i}"),
+                        rate,
+                        seconds,
+                        per_unit,
+                    )
+                    report("MQ put -> MQTT subscriber", lat, rate, per_unit, goal=i == 0)
             finally:
                 mqtt.stop()
-            report("MQ put -> MQTT subscriber", lat, rate, per_unit)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
@@ -289,14 +299,19 @@ async def run(rate: float, seconds: float, per_unit: int, paths: set[str]) -> in
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=1000.0, help="offered msg/s")
+    parser.add_argument(
+        "--rates",
+        default="1000,200",
+        help="offered msg/s; the first is the goal's, the others are shown for information",
+    )
     parser.add_argument("--seconds", type=float, default=3.0, help="of load per path")
     parser.add_argument(
         "--per-unit", type=int, default=10, help="puts per MQ application unit of work"
     )
     parser.add_argument("--paths", default="kafka,mqtt")
     args = parser.parse_args(argv)
-    return asyncio.run(run(args.rate, args.seconds, args.per_unit, set(args.paths.split(","))))
+    rates = [float(r) for r in args.rates.split(",")]
+    return asyncio.run(run(rates, args.seconds, args.per_unit, set(args.paths.split(","))))
 
 
 if __name__ == "__main__":
