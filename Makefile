@@ -3,6 +3,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: setup test demo bench fuzz lint devstack-up devstack-status devstack-down clean
 
@@ -21,8 +22,9 @@ lint: setup
 demo: setup
 	$(PY) -m examples.demo $(DEMO_ARGS)
 
+# BENCH_ARGS=--quick: small counts (a smoke run); --only pubsub,latency picks some.
 bench: setup
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 fuzz: setup
 	$(PY) -m tests.fuzz.run_fuzz --seconds $${FUZZ_SECONDS:-120}

@@ -32,6 +32,7 @@ from analytics.job import JobOptions
 from analytics.jobs import traffic
 from analytics.runner import run_job
 from analytics.source import KafkaInput, read_batch
+from benchmarks.summary import Row, record
 from gateway.devstack import KafkaBroker, spark_session_conf
 
 STREAM = "BENCH.STREAM"
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         counted = int(totals[0]) if totals and totals[0] is not None else 0
         print(f"traffic_streams total messages: {counted:,} (expected {count:,})")
         print(f"ratio traffic/bare: {job_rate / bare_rate:.2f}")
+        record(Row("Spark traffic job", job_rate, bare_rate, 0.7, unit="rows/s",
+                   note="vs bare Kafka read + count"))
         return 0 if counted == count and rows == count else 1
     finally:
         if spark is not None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from benchmarks.summary import Row, record
 from gateway.devstack import KafkaBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import PutOptions
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"records on Kafka: {on_kafka:,}",
                 flush=True,
             )
+            record(Row(f"MQ -> Kafka, batch {batch}", rate, raw_rate, 0.8,
+                       note="vs raw aiokafka producer"))
             if done != n or on_kafka != n:
                 print(
                     f"error: expected {n} bridged and on Kafka, got {done} / {on_kafka}"

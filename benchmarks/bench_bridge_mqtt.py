@@ -26,6 +26,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from benchmarks.summary import Row, record
 from gateway.devstack import MosquittoBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import PutOptions
@@ -179,7 +180,7 @@ async def bench_raw(broker: MosquittoBroker, n: int) -> float:
     return n / elapsed
 
 
-async def run(n: int) -> None:
+async def run(n: int, batches: list[int]) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-mqtt-"))
     broker = MosquittoBroker(work / "mosquitto")
     broker.start()
@@ -187,12 +188,14 @@ async def run(n: int) -> None:
         await bench_raw(broker, min(n, 500))  # warm-up
         raw = await bench_raw(broker, n)
         print(f"raw aiomqtt publisher, QoS 1, pipelined   : {raw:10,.0f} msg/s  ({n} x 1 KiB)")
-        for batch in (32, 256):
+        for batch in batches:
             rate = await bench_gateway(broker, n, batch, work)
             print(
                 f"MQ -> MQTT gateway, persistent, batch {batch:>3}: {rate:10,.0f} msg/s"
                 f"  ratio to raw {rate / raw:5.2f}"
             )
+            record(Row(f"MQ -> MQTT QoS 1, batch {batch}", rate, raw, 0.8,
+                       note="vs raw aiomqtt publisher"))
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -201,8 +204,9 @@ async def run(n: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10000)
+    parser.add_argument("--batch-sizes", default="32,256")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.messages))
+    asyncio.run(run(args.messages, [int(b) for b in args.batch_sizes.split(",")]))
     return 0
 
 

@@ -43,6 +43,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from benchmarks.summary import Row, record
 from gateway.devstack import KafkaBroker, MosquittoBroker
 from gateway.mq.port import GetOptions, MQError, OpenOption
 from gateway.wire.constants import MsgType, Persistence
@@ -281,6 +282,9 @@ async def bench(work: Path, kafka: KafkaBroker, mqtt: MosquittoBroker, count: in
         baseline = results[("MQ baseline (TESTER)", w)]
         print(f"{name:22s} {w:6d} {r['rate']:9.1f} {r['p50']:8.1f} {r['p99']:8.1f} "
               f"{r['rate'] / baseline['rate']:7.2f}")
+        if not name.startswith("MQ baseline"):
+            record(Row(f"request/reply {name}, window {w}", r["rate"], baseline["rate"], None,
+                       unit="rt/s", note="vs MQ requester"))
     if bad:
         print(f"{bad} replies did not match their request", file=sys.stderr)
         return 1

@@ -1,0 +1,318 @@
+"""Open-loop latency: MQ put -> Kafka consumer and MQ put -> MQTT subscriber, p50/p99.
+
+One embedded queue manager with a stream queue, the broker service (default batch
+settings) and one plugin instance (``kafka``: idempotent acks=all, linger 0; ``mqtt``:
+MQTT 5, QoS 1), a Kafka or MQTT consumer in the same process. An MQ application puts
+persistent 1 KiB MQRFH2 publications at a fixed offered rate, ``--per-unit`` (10) per
+unit of work every ``per-unit/rate`` seconds, on a schedule that does not wait for the
+previous unit (open loop: a late put is counted late, no coordinated omission; one
+commit per message would itself cap the embedded queue manager near 1,000 puts/s on
+this machine, see bench_embedded_qm). Latency of a message = the consumer's receipt
+minus its *scheduled* put time; the message carries its sequence number. After a
+warm-up (topic creation, connections), ``--seconds`` (3) of load per path and rate.
+Rates: 1,000 msg/s (issue 16's goal: p99 < 20 ms) and 200 msg/s for information. The
+Kafka consumer uses ``fetch_max_wait_ms=5`` (a latency-minded consumer; aiokafka's
+default 500 ms would be the consumer's own latency, not the bridge's).
+Run: .venv/bin/python -m benchmarks.bench_latency [--rates 1000,200] [--seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiomqtt
+from aiokafka import AIOKafkaConsumer
+
+from benchmarks.summary import Row, record
+from gateway.devstack import KafkaBroker, MosquittoBroker
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.port import OpenOption, PutOptions
+from gateway.plugin_api import PluginInstance
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.store import MemoryStore
+from gateway.runtime.plugin_host import PluginHost
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.wire.constants import Persistence
+from gateway.wire.folder import Element
+from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
+from gateway.wire.mqmd import MQMD
+from gateway.wire.rfh2 import MQRFH2, encode_rfh2
+from plugins.kafka import KafkaPluginConfig
+from plugins.kafka import plugin as kafka_plugin
+from plugins.mqtt import MqttConfig
+from plugins.mqtt import plugin as mqtt_plugin
+
+STREAM = "BENCH.STREAM"
+SIZE = 1024
+WARM_UP = 50
+GOAL_P99_MS = 20.0
+
+#: Calls back with each received payload; yields once the consumer is listening.
+Consumer = Callable[[Callable[[bytes], None]], contextlib.AbstractAsyncContextManager[None]]
+
+
+def publication(seq: int) -> tuple[MQMD, bytes]:
+    psc = Element.from_pairs(
+        "psc", {"Command": "Publish", "Topic": f"$SYS/STREAM/{STREAM}/T{seq % 16}"}
+    )
+    rfh2 = MQRFH2(folders=[psc], format=FMT_STRING, coded_char_set_id=1208)
+    md = MQMD(format=FMT_RF_HEADER_2, persistence=Persistence.PERSISTENT, coded_char_set_id=1208)
+    payload = f"{seq:012d}".encode().ljust(SIZE, b"x")
+    return md, encode_rfh2(rfh2, ccsid=1208) + payload
+
+
+async def measure(
+    qm: EmbeddedQueueManager, consumer: Consumer, rate: float, seconds: float, per_unit: int
+) -> list[float]:
+    """Latencies (ms) of ``rate * seconds`` publications put on an open-loop schedule."""
+    scheduled: dict[int, float] = {}
+    latencies: list[float] = []
+    warm = asyncio.Event()
+    done = asyncio.Event()
+    total = WARM_UP + int(rate * seconds)
+
+    def arrived(payload: bytes) -> None:
+        now = time.perf_counter()
+        try:
+            seq = int(payload[:12])
+        except ValueError:
+            return
+        if seq < WARM_UP:
+            if seq == WARM_UP - 1:
+                warm.set()
+            return
+        at = scheduled.pop(seq, None)
+        if at is not None:
+            latencies.append((now - at) * 1000)
+        if len(latencies) >= total - WARM_UP:
+            done.set()
+
+    async with consumer(arrived):
+        conn = await qm.connect()
+        handle = await conn.open(STREAM, OpenOption.OUTPUT)
+        opts = PutOptions(syncpoint=True)
+
+        async def put(seq: int) -> None:
+            md, body = publication(seq)
+            await handle.put(md, body, opts)
+            await conn.commit()
+
+        try:
+            for seq in range(WARM_UP):
+                await put(seq)
+            await asyncio.wait_for(warm.wait(), 60)
+            start = time.perf_counter() + 0.05
+            for i in range(0, total - WARM_UP, per_unit):
+                at = start + i / rate
+                delay = at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                for seq in range(WARM_UP + i, min(total, WARM_UP + i + per_unit)):
+                    scheduled[seq] = at
+                    md, body = publication(seq)
+                    await handle.put(md, body, opts)
+                await conn.commit()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), 10)
+        finally:
+            await conn.disconnect()
+    if len(latencies) != total - WARM_UP:
+        raise SystemExit(f"received {len(latencies)} of {total - WARM_UP} publications")
+    return latencies
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+async def with_gateway(
+    work: Path,
+    name: str,
+    instance: PluginInstance,
+    consumer: Consumer,
+    rate: float,
+    seconds: float,
+    per_unit: int,
+) -> list[float]:
+    qm = EmbeddedQueueManager("QMLAT", work / f"qm-{name}")
+    qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
+    service = BrokerService(
+        qm,
+        PubSubEngine(qm.name, MemoryStore()),
+        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)]),
+    )
+    host = PluginHost(qm, service, "bench")
+    try:
+        await host.start(instance)
+        await service.start()
+        return await measure(qm, consumer, rate, seconds, per_unit)
+    finally:
+        await host.stop_all()
+        await service.stop()
+        await qm.close()
+
+
+def kafka_consumer(bootstrap: str, topic: str) -> Consumer:
+    @contextlib.asynccontextmanager
+    async def consume(arrived: Callable[[bytes], None]) -> AsyncIterator[None]:
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=5,
+            metadata_max_age_ms=500,
+        )
+        await consumer.start()
+
+        async def loop() -> None:
+            async for msg in consumer:
+                arrived(msg.value or b"")
+
+        task = asyncio.create_task(loop())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await consumer.stop()
+
+    return consume
+
+
+def mqtt_consumer(broker: MosquittoBroker, prefix: str) -> Consumer:
+    @contextlib.asynccontextmanager
+    async def consume(arrived: Callable[[bytes], None]) -> AsyncIterator[None]:
+        async with aiomqtt.Client(
+            broker.host, port=broker.port, identifier=f"lat-sub-{prefix}"
+        ) as client:
+            await client.subscribe(f"{prefix}/#", qos=1)
+
+            async def loop() -> None:
+                async for msg in client.messages:
+                    arrived(msg.payload if isinstance(msg.payload, bytes) else b"")
+
+            task = asyncio.create_task(loop())
+            try:
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    return consume
+
+
+def report(path: str, latencies: list[float], rate: float, per_unit: int, *, goal: bool) -> None:
+    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+    print(
+        f"{path:28s} {rate:,.0f} msg/s offered, {len(latencies):,} msgs: p50 {p50:6.1f} ms  "
+        f"p99 {p99:6.1f} ms  max {max(latencies):6.1f} ms  mean {statistics.mean(latencies):6.1f}",
+        flush=True,
+    )
+    record(
+        Row(
+            path,
+            p99,
+            p50,
+            GOAL_P99_MS if goal else None,
+            kind="latency",
+            unit="ms",
+            note=f"{rate:,.0f} msg/s offered, {per_unit} per MQ unit of work",
+        )
+    )
+
+
+async def run(rates: list[float], seconds: float, per_unit: int, paths: set[str]) -> int:
+    """The first rate is the goal's (recorded with the goal); the others are info rows."""
+    work = Path(tempfile.mkdtemp(prefix="mqgw-bench-latency-"))
+    try:
+        if "kafka" in paths:
+            kafka = KafkaBroker(work / "kafka")
+            kafka.start()
+            try:
+                for i, rate in enumerate(rates):
+                    config = KafkaPluginConfig.model_validate(
+                        {
+                            "bootstrap_servers": kafka.bootstrap,
+                            "outbound": {
+                                "topic_template": f"lat{i}.{{stream}}",
+                                "routes": [{"stream": STREAM}],
+                            },
+                        }
+                    )
+                    lat = await with_gateway(
+                        work,
+                        f"kafka{i}",
+                        kafka_plugin.create("kafka", config),
+                        kafka_consumer(kafka.bootstrap, f"lat{i}.{STREAM}"),
+                        rate,
+                        seconds,
+                        per_unit,
+                    )
+                    report("MQ put -> Kafka consumer", lat, rate, per_unit, goal=i == 0)
+            finally:
+                kafka.stop()
+        if "mqtt" in paths:
+            mqtt = MosquittoBroker(work / "mosquitto")
+            mqtt.start()
+            try:
+                for i, rate in enumerate(rates):
+                    config_m = MqttConfig.model_validate(
+                        {
+                            "host": mqtt.host,
+                            "port": mqtt.port,
+                            "client_id": f"lat-gw{i}",
+                            "outbound": {
+                                "prefix": f"lat{i}",
+                                "topics": [f"$SYS/STREAM/{STREAM}/#"],
+                            },
+                        }
+                    )
+                    lat = await with_gateway(
+                        work,
+                        f"mqtt{i}",
+                        mqtt_plugin.create("mqtt", config_m),
+                        mqtt_consumer(mqtt, f"lat{i}"),
+                        rate,
+                        seconds,
+                        per_unit,
+                    )
+                    report("MQ put -> MQTT subscriber", lat, rate, per_unit, goal=i == 0)
+            finally:
+                mqtt.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--rates",
+        default="1000,200",
+        help="offered msg/s; the first is the goal's, the others are shown for information",
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="of load per path")
+    parser.add_argument(
+        "--per-unit", type=int, default=10, help="puts per MQ application unit of work"
+    )
+    parser.add_argument("--paths", default="kafka,mqtt")
+    args = parser.parse_args(argv)
+    rates = [float(r) for r in args.rates.split(",")]
+    return asyncio.run(run(rates, args.seconds, args.per_unit, set(args.paths.split(","))))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

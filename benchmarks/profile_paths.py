@@ -1,0 +1,174 @@
+"""cProfile of each bridge path's timed part: top-N tables for docs/performance.md.
+
+Runs the gateway side of a benchmark (no raw baseline) with cProfile enabled only while
+the path is timed: from ``BrokerService.start`` (outbound and fan-out paths: the backlog
+is put before) or from the inbound benchmark's ``timed`` (inbound paths: the external
+broker is loaded before). Prints, per path, the top ``--top`` functions by own time and
+by cumulative time as Markdown tables (module paths shortened to the repository or the
+package), plus the share of the profile spent in the event loop's selector (idle).
+
+Not a benchmark (``make bench`` does not run it): cProfile slows Python code down about
+twofold, so rates printed here are not figures. Run:
+.venv/bin/python -m benchmarks.profile_paths [--paths kafka_out,mqtt_out,...] [--messages N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import pstats
+import shutil
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import bench_bridge_kafka, bench_bridge_mqtt, bench_inbound, bench_pubsub
+from gateway.devstack import KafkaBroker, MosquittoBroker
+from gateway.runtime.pubsub_service import BrokerService
+
+PATHS = ("kafka_out", "mqtt_out", "kafka_in", "mqtt_in", "fanout")
+
+
+class Window:
+    """One profiler, switched on when the timed part starts."""
+
+    def __init__(self) -> None:
+        self.profile = cProfile.Profile()
+        self.on = False
+
+    def start(self) -> None:
+        if not self.on:
+            self.on = True
+            self.profile.enable()
+
+    def stop(self) -> None:
+        if self.on:
+            self.profile.disable()
+            self.on = False
+
+
+def _short(filename: str) -> str:
+    for marker in ("/site-packages/", "/lib/python3"):
+        if marker in filename:
+            return filename.split(marker, 1)[1].removeprefix(".11/").removeprefix("11/")
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    return filename.removeprefix(root)
+
+
+def tables(window: Window, top: int) -> str:
+    stats = pstats.Stats(window.profile, stream=io.StringIO())
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in raw.values()) or 1e-9
+    rows = [
+        (f"{_short(f)}:{line}({name})", cc, nc, tt, ct)
+        for (f, line, name), (cc, nc, tt, ct, _callers) in raw.items()
+    ]
+    idle = sum(row[3] for row in rows if "select.epoll" in row[0])
+    out = [
+        f"profiled {total:.2f} s of the event-loop thread; in epoll (waiting for sockets and "
+        f"for the queue manager's writer thread: fsync) {idle / total:.0%}",
+        "",
+    ]
+    for title, key in (("own time", 3), ("cumulative time", 4)):
+        out.append(f"| top {top} by {title} | calls | own s | cum s | own % |")
+        out.append("|---|---:|---:|---:|---:|")
+        for name, _cc, nc, tt, ct in sorted(rows, key=lambda r: r[key], reverse=True)[:top]:
+            out.append(f"| `{name}` | {nc:,} | {tt:.2f} | {ct:.2f} | {tt / total:.0%} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def profiled_service_start(window: Window) -> Callable[[], None]:
+    original = BrokerService.start
+
+    async def start(self: BrokerService) -> None:
+        window.start()
+        await original(self)
+
+    BrokerService.start = start  # type: ignore[method-assign]
+
+    def undo() -> None:
+        BrokerService.start = original  # type: ignore[method-assign]
+
+    return undo
+
+
+def profiled_timed(window: Window) -> Callable[[], None]:
+    original = bench_inbound.timed
+
+    async def timed(*args: Any) -> float:
+        window.start()
+        return await original(*args)
+
+    bench_inbound.timed = timed  # type: ignore[assignment]
+
+    def undo() -> None:
+        bench_inbound.timed = original
+
+    return undo
+
+
+def profile(name: str, n: int, work: Path, top: int) -> str:
+    window = Window()
+    undo = profiled_timed(window) if name.endswith("_in") else profiled_service_start(window)
+    body: Callable[[], Awaitable[Any]]
+    try:
+        if name in ("kafka_out", "kafka_in"):
+            kafka = KafkaBroker(work / f"kafka-{name}")
+            kafka.start()
+            try:
+                if name == "kafka_out":
+                    body = lambda: bench_bridge_kafka.bridge(  # noqa: E731
+                        kafka.bootstrap, work, n, 256, "prof"
+                    )
+                else:
+                    body = lambda: bench_inbound.kafka_gateway(  # noqa: E731
+                        kafka.bootstrap, work, n, 60.0
+                    )
+                result = asyncio.run(body())
+            finally:
+                window.stop()
+                kafka.stop()
+        elif name in ("mqtt_out", "mqtt_in"):
+            mqtt = MosquittoBroker(work / f"mqtt-{name}")
+            mqtt.start()
+            try:
+                if name == "mqtt_out":
+                    body = lambda: bench_bridge_mqtt.bench_gateway(mqtt, n, 256, work)  # noqa: E731
+                else:
+                    body = lambda: bench_inbound.mqtt_gateway(mqtt, work, n, 60.0)  # noqa: E731
+                result = asyncio.run(body())
+            finally:
+                window.stop()
+                mqtt.stop()
+        else:
+            try:
+                result = asyncio.run(bench_pubsub.bench_service(1000, max_pubs=100))
+            finally:
+                window.stop()
+    finally:
+        undo()
+    return f"### {name} (result under the profiler: {result!r})\n\n" + tables(window, top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="mqgw-profile-"))
+    try:
+        for name in args.paths.split(","):
+            print(profile(name, args.messages, work, args.top), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
