@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.runtime.subscriptions_cli",
     "gateway.runtime.streams.cli",
     "gateway.runtime.qm_cli",
+    "gateway.runtime.completion",
 )
 
 
