@@ -163,9 +163,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _completion(args: argparse.Namespace) -> int:
-    from gateway.runtime.cli import build_parser
-
-    parser = build_parser()
+    # the root parser, set as a default by gateway.runtime.cli.build_parser: importing
+    # that module here would be an import circle (it imports this one to register it)
+    parser = getattr(args, "root_parser", None)
+    if not isinstance(parser, argparse.ArgumentParser):
+        print("mqgw completion: the command's parser is not available", file=sys.stderr)
+        return 2
     script = bash_script(parser) if args.shell == "bash" else zsh_script(parser)
     sys.stdout.write(script)
     return 0
