@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -123,6 +124,8 @@ class _Handler:
     #: attempt counts are kept, so one that comes back (a retried command the broker
     #: refuses again) uses up RETRY(n) instead of looping for ever
     moved: dict[tuple[bytes, bytes], None] = field(default_factory=dict)
+    #: called with the report after each message handled (a CLI progress display)
+    on_message: Callable[[DlqReport], None] | None = None
 
     # ------------------------------------------------------------------ a pass
 
@@ -302,6 +305,8 @@ class _Handler:
         line = f"msgid={msg_id} reason={reason} dest={dest} action={action} {outcome}"
         self.report.lines.append(line)
         print(line, file=self.out, flush=True)
+        if self.on_message is not None:
+            self.on_message(self.report)
 
 
 async def _backout_quietly(conn: Connection) -> None:
@@ -360,6 +365,7 @@ async def run_dlq_handler(
     once: bool,
     dry_run: bool,
     out: TextIO,
+    on_message: Callable[[DlqReport], None] | None = None,
 ) -> DlqReport:
     """Process the DLQ by ``rules`` (see the module docstring) and return the report.
 
@@ -368,7 +374,8 @@ async def run_dlq_handler(
     (YES: wait for new messages for ever; NO: stop; n: stop after n seconds without a new
     message). ``dry_run``: one pass that prints what would be done and changes nothing
     (destinations are only opened, to say whether they resolve). The caller owns
-    ``conn``; the handler leaves no unit of work open.
+    ``conn``; the handler leaves no unit of work open. ``on_message``, if given, is
+    called with the report after each message handled.
     """
     report = DlqReport()
     control = rules.control
@@ -382,7 +389,7 @@ async def run_dlq_handler(
         raise DlqHandlerError(
             f"cannot open the dead-letter queue {name}: {reason_text(exc.reason)}"
         ) from exc
-    handler = _Handler(conn, rules, dry_run, out, report, dlq, name)
+    handler = _Handler(conn, rules, dry_run, out, report, dlq, name, on_message=on_message)
     mode = "dry run" if dry_run else ("one pass" if once else f"WAIT({control.wait})")
     print(f"dead-letter queue {name} on {conn.q_mgr_name}: {len(rules.rules)} rules, {mode}",
           file=out, flush=True)

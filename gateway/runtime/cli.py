@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.runtime.subscriptions_cli",
     "gateway.runtime.streams.cli",
     "gateway.runtime.qm_cli",
+    "gateway.runtime.completion",
 )
 
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)"
     )
     parser.add_argument("--version", action="version", version=f"mqgw {_version()}")
+    parser.set_defaults(root_parser=parser)  # `mqgw completion` walks it (no import circle)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -79,6 +79,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="handle what the queue holds now, then stop")
     dlq.add_argument("--dry-run", action="store_true",
                      help="say what each rule would do, change nothing")
+    dlq.add_argument("--progress", action="store_true",
+                     help="show messages handled as they go on stderr even when it is not "
+                     "a terminal (a final count is always written)")
     dlq.set_defaults(func=_run(_dlq))
 
 
@@ -241,10 +244,16 @@ async def _dlq(session: AdminSession, args: argparse.Namespace) -> int:
     except DlqRulesError as exc:
         print(f"mqgw qm dlq: {args.rules}: {exc}", file=sys.stderr)
         return 2
+    from gateway.runtime.progress import Progress
+
+    progress = Progress("mqgw qm dlq", "messages handled", force=args.progress)
     try:
-        report = await run_dlq_handler(session.conn, rules, once=args.once,
-                                       dry_run=args.dry_run, out=sys.stdout)
+        report = await run_dlq_handler(
+            session.conn, rules, once=args.once, dry_run=args.dry_run, out=sys.stdout,
+            on_message=lambda r: progress.update(len(r.lines), f"failed {r.failed}"),
+        )
     except DlqHandlerError as exc:
         print(f"mqgw qm dlq: {exc}", file=sys.stderr)
         return 2
+    progress.finish(f"removed {report.removed}, failed {report.failed}")
     return 1 if report.failed else 0
