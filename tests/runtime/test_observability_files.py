@@ -76,11 +76,11 @@ def metric_names(expr: str) -> set[str]:
     names: set[str] = set()
     for m in _IDENT.finditer(text):
         word, call = m.group(1), m.group(2)
-        if call:
-            if word not in PROMQL_FUNCTIONS | PROMQL_AGGREGATIONS:
-                raise ValueError(f"unknown PromQL function {word!r} in {expr!r}")
-            continue
         if word.lower() in PROMQL_KEYWORDS or word in PROMQL_AGGREGATIONS:
+            continue
+        if call:
+            if word not in PROMQL_FUNCTIONS:
+                raise ValueError(f"unknown PromQL function {word!r} in {expr!r}")
             continue
         names.add(word)
     return names
