@@ -132,6 +132,24 @@ async def _run_instance(host: PluginHost, instance: PluginInstance) -> None:
 # ----------------------------------------------------------------------- Kafka -> MQ ---
 
 
+async def through_gateway(
+    qm: EmbeddedQueueManager, instance: PluginInstance, n: int, limit: float
+) -> float:
+    """Run ``instance`` in a plugin host on ``qm`` (the stream serviced) until ``n``
+    publications are on the stream queue; msg/s. Stops the host and ``qm``."""
+    service = BrokerService(
+        qm,
+        PubSubEngine(qm.name, MemoryStore()),
+        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)]),
+    )
+    host = PluginHost(qm, service, "bench")
+    try:
+        return await timed(qm, n, limit, lambda: _run_instance(host, instance))
+    finally:
+        await host.stop_all()
+        await qm.close()
+
+
 async def kafka_preload(bootstrap: str, topic: str, n: int) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -154,12 +172,6 @@ async def kafka_gateway(bootstrap: str, work: Path, n: int, limit: float) -> flo
     topic = "in-gw"
     await kafka_preload(bootstrap, topic, n)
     qm = new_qm(work, "qm-kafka-gw")
-    service = BrokerService(
-        qm,
-        PubSubEngine(qm.name, MemoryStore()),
-        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)]),
-    )
-    host = PluginHost(qm, service, "bench")
     config = KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": bootstrap,
@@ -170,12 +182,7 @@ async def kafka_gateway(bootstrap: str, work: Path, n: int, limit: float) -> flo
             },
         }
     )
-    instance = kafka_plugin.create("kafka", config)
-    try:
-        return await timed(qm, n, limit, lambda: _run_instance(host, instance))
-    finally:
-        await host.stop_all()
-        await qm.close()
+    return await through_gateway(qm, kafka_plugin.create("kafka", config), n, limit)
 
 
 async def kafka_raw(bootstrap: str, work: Path, n: int, limit: float, tag: str = "") -> float:
@@ -259,12 +266,6 @@ async def mqtt_gateway(broker: MosquittoBroker, work: Path, n: int, limit: float
     await mqtt_subscribe_session(broker, client_id, "in-gw/#")
     await mqtt_preload(broker, "in-gw", n)
     qm = new_qm(work, "qm-mqtt-gw")
-    service = BrokerService(
-        qm,
-        PubSubEngine(qm.name, MemoryStore()),
-        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)]),
-    )
-    host = PluginHost(qm, service, "bench")
     config = MqttConfig.model_validate(
         {
             "host": broker.host,
@@ -275,12 +276,7 @@ async def mqtt_gateway(broker: MosquittoBroker, work: Path, n: int, limit: float
             "inbound": {"filters": [{"filter": "in-gw/#", "stream": STREAM}]},
         }
     )
-    instance = mqtt_plugin.create("mqtt", config)
-    try:
-        return await timed(qm, n, limit, lambda: _run_instance(host, instance))
-    finally:
-        await host.stop_all()
-        await qm.close()
+    return await through_gateway(qm, mqtt_plugin.create("mqtt", config), n, limit)
 
 
 async def mqtt_raw(broker: MosquittoBroker, work: Path, n: int, limit: float) -> float:
