@@ -704,3 +704,32 @@ def test_no_literal_secrets_in_compose() -> None:
         qm = data["queue_manager"]
         if "password" in qm:
             assert qm["password"] == {"env": "MQ_APP_PASSWORD"}, config
+
+
+def test_the_image_gets_every_file_of_the_packages() -> None:
+    """The Dockerfile builds a wheel from a context without .git, so setuptools packs
+    only ``.py`` files and ``[tool.setuptools.package-data]``: a template, page or data
+    file under the packages must be declared there, or the image (and any wheel) lacks it."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    setuptools_cfg = pyproject.get("tool", {}).get("setuptools", {})
+    assert setuptools_cfg["packages"]["find"]["include"] == ["gateway*", "plugins*", "analytics*"]
+    package_data: dict[str, list[str]] = setuptools_cfg.get("package-data", {})
+    missing = []
+    for top in ("gateway", "plugins", "analytics"):
+        for path in (ROOT / top).rglob("*"):
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".py", ".pyc"):
+                continue
+            rel = path.relative_to(ROOT)
+            package = ".".join(rel.parent.parts)
+            covered = any(
+                (pkg == "*" or package == pkg or package.startswith(pkg + "."))
+                and any(
+                    fnmatch.fnmatch(str(rel.relative_to(Path(*pkg.split(".")))), pattern)
+                    if pkg != "*" else fnmatch.fnmatch(path.name, pattern)
+                    for pattern in patterns
+                )
+                for pkg, patterns in package_data.items()
+            )
+            if not covered:
+                missing.append(str(rel))
+    assert missing == [], "declare these in [tool.setuptools.package-data]: " + ", ".join(missing)
