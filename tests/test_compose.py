@@ -188,6 +188,13 @@ def test_the_expected_services_and_profiles() -> None:
     assert svc["ibmmq"]["environment"]["LICENSE"] == "accept"
 
 
+def test_kafka_image_is_the_version_the_tests_run() -> None:
+    """The compose Kafka is the release `make test` runs for real (tools/jvm/kafka)."""
+    pom = (ROOT / "tools/jvm/kafka/pom.xml").read_text(encoding="utf-8")
+    (version,) = re.findall(r"<kafka\.version>([^<]+)</kafka\.version>", pom)
+    assert services()["kafka"]["image"] == f"apache/kafka:{version}"
+
+
 def test_depends_on_waits_for_health_checks_that_exist() -> None:
     svc = services()
     for name, s in svc.items():
