@@ -11,22 +11,29 @@ msg/s, baseline msg/s, ratio, goal, met or not (issue 16).
 
 ``--quick`` passes small counts (:data:`QUICK_ARGS`) for a smoke run of a few minutes;
 its figures are noisier and its verdicts only indicative.
+
+Progress goes to stderr when it is a terminal or with ``--progress``: a line when each
+benchmark starts and ends (``[bench 3/11, 42 s] bench_wire: ...``) and one per result a
+running benchmark records (each measured batch size / path), so a long run shows where it
+is; stdout keeps the benchmarks' own output and the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TextIO
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.summary import RESULTS_ENV, format_table, load  # noqa: E402
+from benchmarks.summary import RESULTS_ENV, Row, cells, format_table, load  # noqa: E402
 
 #: Small bounded counts for ``--quick`` (benchmarks not listed run as they are).
 QUICK_ARGS: dict[str, list[str]] = {
@@ -42,10 +49,76 @@ QUICK_ARGS: dict[str, list[str]] = {
 }
 
 
+class BenchProgress:
+    """Progress lines on ``stream`` (stderr): shown when it is a terminal or ``force``."""
+
+    def __init__(self, total: int, *, force: bool = False, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        try:
+            tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        self.enabled = tty or force
+        self.total = total
+        self.index = 0
+        self._started = time.monotonic()
+
+    def line(self, text: str) -> None:
+        if self.enabled:
+            took = time.monotonic() - self._started
+            self.stream.write(f"[bench {self.index}/{self.total}, {took:.0f} s] {text}\n")
+            self.stream.flush()
+
+
+def _complete_rows(path: Path, seen: int) -> list[Row]:
+    """Rows recorded in ``path`` after the first ``seen`` (whole lines only: a writer may
+    be half-way through one)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    complete = text[: text.rfind("\n") + 1] if "\n" in text else ""
+    return [Row(**json.loads(x)) for x in complete.splitlines()[seen:] if x]
+
+
+def run_one(
+    name: str,
+    command: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    results: Path,
+    progress: BenchProgress,
+    poll: float = 0.5,
+) -> int:
+    """Run one benchmark; while it runs, a progress line per result row it records."""
+    seen = len(_complete_rows(results, 0))
+    proc = subprocess.Popen(command, cwd=cwd, env=env)
+    try:
+        while True:
+            try:
+                code: int | None = proc.wait(timeout=poll)
+            except subprocess.TimeoutExpired:
+                code = None
+            for row in _complete_rows(results, seen):
+                seen += 1
+                path, gateway, baseline, ratio, _goal, _met = cells(row)
+                detail = f"{gateway} vs {baseline}" + (f", ratio {ratio}" if ratio != "-" else "")
+                progress.line(f"{name}: recorded {path}: {detail}")
+            if code is not None:
+                return code
+    finally:
+        if proc.poll() is None:  # interrupted: leave no benchmark running
+            proc.kill()
+            proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated names, e.g. wire,pubsub")
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    parser.add_argument("--progress", action="store_true",
+                        help="progress lines on stderr even when it is not a terminal")
     args = parser.parse_args(argv)
     wanted = {name.strip() for name in args.only.split(",") if name.strip()}
     scripts = sorted(HERE.glob("bench_*.py"))
@@ -58,20 +131,26 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mqgw-bench-") as tmp:
         results = Path(tmp) / "results.jsonl"
         env = {**os.environ, RESULTS_ENV: str(results)}
+        progress = BenchProgress(len(scripts), force=args.progress)
         for script in scripts:
             name = script.stem.removeprefix("bench_")
             extra = QUICK_ARGS.get(name, []) if args.quick else []
             print(f"\n=== {script.stem} {' '.join(extra)} ===", flush=True)
+            progress.index += 1
+            progress.line(f"{script.stem}: started")
             started = time.monotonic()
-            result = subprocess.run(
+            returncode = run_one(
+                script.stem,
                 [sys.executable, "-m", f"benchmarks.{script.stem}", *extra],
                 cwd=HERE.parent,
-                check=False,
                 env=env,
+                results=results,
+                progress=progress,
             )
             took = time.monotonic() - started
-            print(f"--- {script.stem}: exit {result.returncode} in {took:.1f} s", flush=True)
-            if result.returncode != 0:
+            print(f"--- {script.stem}: exit {returncode} in {took:.1f} s", flush=True)
+            progress.line(f"{script.stem}: exit {returncode} in {took:.1f} s")
+            if returncode != 0:
                 failed.append(script.stem)
         print("\n" + format_table(load(results), failed), flush=True)
     if failed:

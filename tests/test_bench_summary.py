@@ -73,3 +73,40 @@ def test_empty_run_says_so() -> None:
 def test_quick_arguments_name_existing_benchmarks() -> None:
     names = {p.stem.removeprefix("bench_") for p in run.HERE.glob("bench_*.py")}
     assert set(run.QUICK_ARGS) <= names
+
+
+def test_progress_lines_per_recorded_result_on_stderr(tmp_path: Path) -> None:
+    """A running benchmark's rows show up as progress lines as they are recorded (only
+    when asked for or on a terminal); the runner returns the benchmark's exit status."""
+    import io
+    import os
+    import sys
+
+    results = tmp_path / "results.jsonl"
+    script = (
+        "import time\n"
+        "from benchmarks.summary import Row, record\n"
+        "record(Row('MQ -> Kafka, batch 64', 7300.0, 9100.0, 0.8))\n"
+        "time.sleep(0.4)\n"
+        "record(Row('MQ put -> Kafka consumer', 12.5, 4.0, 20.0, kind='latency', unit='ms'))\n"
+        "raise SystemExit(3)\n"
+    )
+    env = {**os.environ, RESULTS_ENV: str(results), "PYTHONPATH": str(run.HERE.parent)}
+    shown = io.StringIO()
+    progress = run.BenchProgress(2, force=True, stream=shown)
+    progress.index = 1
+    code = run.run_one("bench_x", [sys.executable, "-c", script], cwd=tmp_path, env=env,
+                       results=results, progress=progress, poll=0.1)
+    assert code == 3
+    lines = shown.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("[bench 1/2, ")
+    assert lines[0].endswith(
+        "s] bench_x: recorded MQ -> Kafka, batch 64: 7,300 msg/s vs 9,100 msg/s, ratio 0.80"
+    )
+    assert lines[1].endswith(
+        "s] bench_x: recorded MQ put -> Kafka consumer: p99 12.5 ms vs (p50 4.0 ms)"
+    )
+    quiet = io.StringIO()  # not a terminal, not forced: nothing
+    run.BenchProgress(1, stream=quiet).line("hidden")
+    assert quiet.getvalue() == ""

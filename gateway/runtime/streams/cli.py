@@ -55,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="put dead-lettered publications back on their (existing) stream queue",
     )
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="with --fix/--replay-dlq: show progress on stderr even when it is not a "
+        "terminal (on a terminal it is always shown)",
+    )
     p.set_defaults(func=run_check)
     register_migrate(subparsers)
 
@@ -100,6 +106,7 @@ async def _check(args: argparse.Namespace, loaded: Any, name: str, data_dir: Pat
 
 
 async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
+    from gateway.runtime.progress import Progress
     from gateway.runtime.streams.health import collect_report
     from gateway.runtime.streams.migration import (
         migration_path,
@@ -114,6 +121,14 @@ async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
         streams_yaml,
     )
 
+    # --fix and --replay-dlq: one count of repairs (queues defined + publications
+    # replayed) on stderr, live on a terminal or with --progress, the summary always.
+    progress = (
+        Progress("mqgw streams check", "repairs", force=args.progress)
+        if args.fix or args.replay_dlq
+        else None
+    )
+    defined = replayed = 0
     conn = await qm.connect()
     try:
         report = await collect_report(conn, loaded)
@@ -123,6 +138,9 @@ async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
                 if not f.queue_exists:
                     define_stream_queue(qm, f.stream)
                     notes.append(f"defined stream queue {f.stream}")
+                    defined += 1
+                    if progress is not None:
+                        progress.update(defined, f"defined {f.stream}")
             unserviced = sorted({f.stream for f in report.streams if not f.serviced})
             if unserviced and args.write_config:
                 add_streams_to_config(args.config, unserviced)
@@ -144,7 +162,15 @@ async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
                 report = await collect_report(conn, loaded)
             present = [f.stream for f in report.streams if f.queue_exists]
             items = await browse_dead_lettered(conn, report.dead_letter_queue, present)
-            moved, error = await replay_dead_lettered(conn, report.dead_letter_queue, items)
+
+            def on_batch(total: int) -> None:
+                if progress is not None:
+                    progress.update(defined + total, f"replayed {total} of {len(items)}")
+
+            moved, error = await replay_dead_lettered(
+                conn, report.dead_letter_queue, items, on_batch=on_batch
+            )
+            replayed = sum(moved.values())
             for stream, n in sorted(moved.items()):
                 notes.append(f"replayed {n} publication(s) from the dead-letter queue to {stream}")
             if error is not None:
@@ -161,6 +187,10 @@ async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
             notes.append(f"migration from {report.migrated_from} complete: stream set fixed")
     finally:
         await conn.disconnect()
+    if progress is not None:
+        progress.finish(
+            f"{defined} stream queue(s) defined, {replayed} publication(s) replayed"
+        )
     _print(args, report.to_json(), report.text(), notes)
     return OK if report.ok else PROBLEM
 

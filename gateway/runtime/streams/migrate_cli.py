@@ -65,6 +65,12 @@ def register_migrate(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "queue_manager.listener_port)",
     )
     m.add_argument("--timeout", type=float, default=10.0, help="seconds per broker answer")
+    m.add_argument(
+        "--progress",
+        action="store_true",
+        help="with --copy-retained: show progress (streams copied) on stderr even when it "
+        "is not a terminal (on a terminal it is always shown)",
+    )
     m.set_defaults(func=run_migrate)
 
 
@@ -218,13 +224,29 @@ def _on_node(args: argparse.Namespace, loaded: Any, queues: list[str], work: Any
 
 def _copy_retained(args: argparse.Namespace, loaded: Any, streams: list[str]) -> Any:
     """Copy the broker's retained publications on ``streams``: the result, or an error
-    text."""
-    from gateway.runtime.streams.retained_copy import copy_retained
+    text. One stream at a time, with a progress line per stream on stderr (live on a
+    terminal or with ``--progress``, the summary always)."""
+    from gateway.runtime.progress import Progress
+    from gateway.runtime.streams.retained_copy import RetainedCopyResult, copy_retained
+
+    progress = Progress("mqgw migrate", "streams copied", force=args.progress)
 
     async def work(_qm: Any, conn: Any) -> Any:
-        return await copy_retained(conn, args.from_broker, streams, timeout=args.timeout)
+        result = RetainedCopyResult()
+        for i, stream in enumerate(streams, 1):
+            part = await copy_retained(conn, args.from_broker, [stream], timeout=args.timeout)
+            result.copied.update(part.copied)
+            result.failed.update(part.failed)
+            progress.update(i, f"{stream}: {part.copied.get(stream, 0)} retained")
+        return result
 
-    return _on_node(args, loaded, streams, work)
+    outcome = _on_node(args, loaded, streams, work)
+    if not isinstance(outcome, str):
+        progress.finish(
+            f"{sum(outcome.copied.values())} retained publication(s) of {len(streams)} "
+            f"stream(s), {len(outcome.failed)} failed"
+        )
+    return outcome
 
 
 def _read_stream_support(args: argparse.Namespace, loaded: Any) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,11 +88,13 @@ async def replay_dead_lettered(
     items: Sequence[DeadLettered],
     *,
     batch: int = REPLAY_BATCH,
+    on_batch: Callable[[int], None] | None = None,
 ) -> tuple[Counter[str], MQError | None]:
     """Move ``items`` from ``dlq`` back to their stream queue: the MQDLH stripped, the
     MQMD's Format/Encoding/CodedCharSetId restored from it, context kept. Streams whose
     queue cannot be opened are left on the DLQ. Returns the count moved per stream (in
-    committed batches) and the MQ error that stopped it, if any (its batch backed out)."""
+    committed batches) and the MQ error that stopped it, if any (its batch backed out).
+    ``on_batch(moved so far)`` is called after each committed batch (progress)."""
     moved: Counter[str] = Counter()
     src = await conn.open(dlq, OpenOption.INPUT_SHARED)
     outs: dict[str, QueueHandle | None] = {}
@@ -135,6 +137,8 @@ async def replay_dead_lettered(
             await conn.commit()
             moved.update(done)
             log.info("replay: committed a batch of %d (%d so far)", done.total(), moved.total())
+            if on_batch is not None:
+                on_batch(moved.total())
     except MQError as exc:
         with contextlib.suppress(MQError):
             await conn.backout()

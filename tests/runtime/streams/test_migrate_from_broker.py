@@ -88,7 +88,7 @@ def test_migrate_copies_retained_publications(
                     [
                         "migrate", "--config", str(cfg), "--from-streams", S,
                         "--from-broker", "OLD", "--copy-retained", "--listen", str(p_gw),
-                        "--timeout", "15",
+                        "--timeout", "15", "--progress",
                     ],
                 )  # fmt: skip
             finally:
@@ -100,6 +100,11 @@ def test_migrate_copies_retained_publications(
     out, err = capsys.readouterr()
     assert code == 0, out + err
     assert f"retained publications on {S}: 1 copied from OLD" in out
+    # --progress on a stderr that is no terminal: a plain line per stream, then the summary
+    live, summary = err.splitlines()[-2:]
+    assert live == f"mqgw migrate: 1 streams copied ({S}: 1 retained)"
+    assert summary.startswith("mqgw migrate: 1 streams copied in ")
+    assert summary.endswith("(1 retained publication(s) of 1 stream(s), 0 failed)")
     record = json.loads((tmp_path / "migration.json").read_text())
     assert record["retained_copied"] == 1 and record["from_q_mgr"] == "OLD"
     ((_md, body),) = queue_contents(tmp_path, S)

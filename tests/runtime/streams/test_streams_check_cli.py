@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,35 @@ def test_missing_queue_dead_letters_reported_then_fixed_and_replayed(
     # what was not a stream's publication stays on the DLQ, untouched
     left = queue_contents(tmp_path, DLQ)
     assert len(left) == 2 and [m.msg_id for m, _ in left] == ids["OTHER.QUEUE"]
+
+
+def test_fix_and_replay_show_progress_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Repairs are counted on stderr (stdout keeps the report): live lines with
+    --progress when stderr is no terminal, the summary line always, nothing for a
+    check that repairs nothing."""
+    cfg = write_config(tmp_path, [T, B])
+    prepare(tmp_path, [T], {B: 5}, {})
+    assert main(["streams", "check", "--config", str(cfg), "--json"]) == 1
+    assert capsys.readouterr().err == ""  # a plain check: no progress
+    code = main(["streams", "check", "--config", str(cfg), "--json", "--fix", "--replay-dlq",
+                 "--progress"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["problems"] == []
+    lines = err.splitlines()
+    assert lines[0] == f"mqgw streams check: 1 repairs (defined {B})"
+    for line in lines[1:-1]:  # batch lines, at most one per 0.2 s
+        assert re.fullmatch(r"mqgw streams check: \d repairs \(replayed \d of 5\)", line)
+    assert re.fullmatch(
+        r"mqgw streams check: 6 repairs in \d+\.\d s "
+        r"\(1 stream queue\(s\) defined, 5 publication\(s\) replayed\)",
+        lines[-1],
+    ), lines
+    # without --progress (and no terminal): the summary only
+    assert main(["streams", "check", "--config", str(cfg), "--fix"]) == 0
+    (summary,) = capsys.readouterr().err.splitlines()
+    assert summary.startswith("mqgw streams check: 0 repairs in ")
 
 
 def test_unserviced_queue_backlog_reported_yaml_printed_then_written(
