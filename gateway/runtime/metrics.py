@@ -312,12 +312,16 @@ class RequestReplyCollector(Collector):
 
 
 class HealthServer:
-    """``GET /metrics`` (Prometheus text) and ``GET /healthz`` (JSON; 503 when unhealthy).
+    """``GET /metrics`` (Prometheus text), ``GET /healthz`` (JSON; 503 when unhealthy) and,
+    with a ``dashboard`` source, the live dashboard under ``/dashboard`` (page, static
+    files, JSON snapshot, server-sent events; docs/dashboard.md) behind the same
+    credentials as ``/metrics``.
 
-    Both are read-only: the endpoint changes no state (the admin operations are
+    All are read-only: the endpoint changes no state (the admin operations are
     ``mqgw qm`` over a local socket). ``ssl_context`` makes it HTTPS; ``auth`` requires a
-    bearer token or basic-auth credentials for ``/metrics`` (``protect_metrics``), never
-    for ``/healthz``, which liveness probes must reach without credentials.
+    bearer token or basic-auth credentials for ``/metrics`` and the dashboard
+    (``protect_metrics``), never for ``/healthz``, which liveness probes must reach
+    without credentials.
     """
 
     def __init__(
@@ -350,6 +354,7 @@ class HealthServer:
         return f"{scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
+        self._closing = asyncio.Event()
         self._server = await asyncio.start_server(
             self._handle,
             self.host,

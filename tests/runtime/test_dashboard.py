@@ -245,3 +245,32 @@ def test_rate_window_counts_per_second_over_the_window() -> None:
     assert rates.rate("a") == 0.0
     rates.observe(12.0, {"a": 3})  # a restarted counter counts from zero
     assert rates.rate("a") >= 0.0
+
+
+def test_plugins_describe_their_routes_from_config_alone() -> None:
+    """The names the network picture shows: Kafka topics (``{topic}`` kept as a marker)
+    and MQTT topics/filters, per stream and direction, with no connection made."""
+    from plugins.kafka import KafkaInstance, KafkaPluginConfig
+    from plugins.mqtt.config import MqttConfig
+    from plugins.mqtt.instance import MqttInstance
+
+    kafka = KafkaInstance("k", KafkaPluginConfig.model_validate({
+        "outbound": {"routes": [{"stream": BULLETIN, "topic": "news/#"},
+                                {"stream": "STOCK.STREAM", "kafka_topic": "px.{topic}"}]},
+        "inbound": {"topics": [{"kafka_topic": "orders", "stream": BULLETIN}]},
+    }))
+    assert [(t.direction, t.stream, t.target) for t in kafka.route_targets()] == [
+        ("out", BULLETIN, "mqgw.BULLETIN.STREAM"),
+        ("out", "STOCK.STREAM", "px.{topic}"),
+        ("in", BULLETIN, "orders"),
+    ]
+    mqtt = MqttInstance("m", MqttConfig.model_validate({
+        "outbound": {"topics": ["#", f"$SYS/STREAM/{BULLETIN}/news/+"], "prefix": "mq",
+                     "stream_levels": {BULLETIN: "bulletin"}},
+        "inbound": {"filters": [{"filter": "sensors/#", "stream": BULLETIN}]},
+    }))
+    assert [(t.direction, t.stream, t.target) for t in mqtt.route_targets()] == [
+        ("out", "SYSTEM.BROKER.DEFAULT.STREAM", "mq/#"),
+        ("out", BULLETIN, "mq/bulletin/news/+"),
+        ("in", BULLETIN, "sensors/#"),
+    ]
