@@ -180,7 +180,7 @@ def _attr(browser: Any, css: str, name: str) -> str | None:
 
 async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
                                               mqtt_broker: MosquittoBroker) -> None:
-    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -267,9 +267,16 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     await asyncio.to_thread(driver.save_screenshot, str(ARTIFACTS / "overview-full.png"))
     await asyncio.to_thread(driver.set_window_size, 1280, 800)
 
-    # the details view, reached with the keyboard
-    link = driver.find_element(By.CSS_SELECTOR, f'a[data-stream-link="{BULLETIN}"]')
-    await asyncio.to_thread(link.send_keys, Keys.ENTER)
+    # the details view, reached with the keyboard: the focused link keeps the focus
+    # across the redraws of the live updates
+    driver.execute_script(
+        f"document.querySelector('a[data-stream-link=\"{BULLETIN}\"]').focus();")
+    await asyncio.sleep(2.2)  # two snapshots redraw the table
+    assert driver.execute_script(
+        "return document.activeElement.getAttribute('data-stream-link')") == BULLETIN
+    # ENTER goes to whatever has the focus when it is pressed (no element reference to
+    # go stale across a redraw)
+    await asyncio.to_thread(ActionChains(driver).send_keys(Keys.ENTER).perform)
     await _until(lambda: _text(driver, "#h-stream") == f"Stream {BULLETIN}", "the stream view")
     assert driver.current_url.endswith(f"#/stream/{BULLETIN}")
     flows = _text(driver, "#stream-flows") or ""

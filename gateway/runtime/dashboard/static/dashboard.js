@@ -173,6 +173,9 @@
 
   function render(s) {
     last = s;
+    // a redraw every second must not take the keyboard focus away from a stream link
+    const active = document.activeElement;
+    const focused = active && active.getAttribute ? active.getAttribute("data-stream-link") : null;
     const name = currentStream();
     document.getElementById("overview").hidden = name !== null;
     document.getElementById("stream-view").hidden = name === null;
@@ -185,10 +188,15 @@
     }
     document.getElementById("updated").textContent = new Date(s.generated_at * 1000).toLocaleTimeString();
     document.body.setAttribute("data-generated-at", String(s.generated_at));
+    if (focused !== null && document.activeElement !== active) {
+      const again = document.querySelector('a[data-stream-link="' + CSS.escape(focused) + '"]');
+      if (again) again.focus();
+    }
   }
 
   function setConn(word, kind) {
     const c = document.getElementById("conn");
+    if (c.textContent === word) return; // a live region: announce changes only
     c.textContent = word; c.className = "badge " + kind;
   }
 
