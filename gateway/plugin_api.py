@@ -76,6 +76,7 @@ __all__ = [
     "STREAM_PREFIX",
     "DeclaresSubscriptions",
     "DeliveryRefusedError",
+    "DescribesRoutes",
     "Envelope",
     "ExchangeHandler",
     "Exchanges",
@@ -87,6 +88,7 @@ __all__ = [
     "PublishRefusedError",
     "Publisher",
     "ReportsStats",
+    "RouteTarget",
     "Scheme",
     "Sink",
     "split_unified_topic",
@@ -337,6 +339,26 @@ class ReportsStats(Protocol):
     Kafka source's ``inbound_commit_failures``. Cheap: no I/O, no locking."""
 
     def stats(self) -> Mapping[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTarget:
+    """One configured route of a plugin instance as an operator reads it: the MQ stream
+    it feeds (``direction="in"``) or is fed by (``"out"``) and the name in the plugin's
+    own topic space (a Kafka topic, an MQTT topic or filter; ``{topic}`` marks a part
+    taken from each publication's MQ topic)."""
+
+    direction: str
+    stream: str
+    target: str
+
+
+@runtime_checkable
+class DescribesRoutes(Protocol):
+    """Optional for a :class:`PluginInstance`: its routes from its configuration alone
+    (no I/O), for the dashboard's network picture (docs/dashboard.md)."""
+
+    def route_targets(self) -> Sequence[RouteTarget]: ...
 
 
 @runtime_checkable

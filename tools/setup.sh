@@ -4,13 +4,14 @@
 #   1. checks prerequisites: Python >= 3.11, Java >= 17 (Maven only when jars must be resolved)
 #   2. .venv with the project installed editable with the dev, spark and demo extras
 #      (re-run when pyproject.toml changes; stamped in .venv/.mqgw-setup-stamp)
-#   3. Debian's mosquitto and mosquitto-clients, installed with apt-get when missing (needs root)
+#   3. Debian's mosquitto, mosquitto-clients, chromium and chromium-driver, installed with
+#      apt-get when missing (needs root)
 #   4. the Kafka broker jars (tools/jvm/kafka/pom.xml) and the Spark Kafka connector jars
 #      (tools/jvm/spark-kafka/pom.xml, at exactly the installed pyspark's version), resolved
 #      with mvn into .cache/jvm/<name>/lib, skipped when the stamp matches the pom's hash.
 #
 # Environment: MQGW_PYTHON (interpreter for the venv, default: python3.11, then python3),
-#              MQGW_SKIP_APT=1 (never call apt-get; fail instead when mosquitto is missing).
+#              MQGW_SKIP_APT=1 (never call apt-get; fail instead when one of them is missing).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -94,19 +95,27 @@ find_mosquitto() {
     return 1
 }
 # mosquitto-clients (mosquitto_pub/mosquitto_sub): the tests drive the gateway from outside.
-if mosq="$(find_mosquitto)" && command -v mosquitto_pub >/dev/null 2>&1; then
-    say "mosquitto present ($mosq), with mosquitto-clients"
+# chromium + chromium-driver: the dashboard's browser test (tests/browser/) drives the
+# system's headless Chromium with Selenium; nothing downloads a browser of its own.
+missing=()
+mosq="$(find_mosquitto)" || missing+=(mosquitto)
+command -v mosquitto_pub >/dev/null 2>&1 || missing+=(mosquitto-clients)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+if [[ ${#missing[@]} == 0 ]]; then
+    say "mosquitto present ($mosq), with mosquitto-clients; chromium and chromium-driver present"
 else
-    [[ "${MQGW_SKIP_APT:-0}" != 1 ]] || die "mosquitto or mosquitto-clients not found and MQGW_SKIP_APT=1: install Debian's mosquitto and mosquitto-clients packages"
+    [[ "${MQGW_SKIP_APT:-0}" != 1 ]] || die "${missing[*]} not found and MQGW_SKIP_APT=1: install Debian's ${missing[*]} packages"
     [[ "$(id -u)" == 0 ]] ||
-        die "mosquitto or mosquitto-clients not found and not running as root: run 'sudo apt-get update && sudo apt-get install -y mosquitto mosquitto-clients' (or set MQGW_MOSQUITTO to its path), then re-run"
-    command -v apt-get >/dev/null 2>&1 || die "mosquitto not found and apt-get unavailable: install mosquitto 2.x (and its clients) and set MQGW_MOSQUITTO"
-    say "installing mosquitto: apt-get update && apt-get install -y mosquitto mosquitto-clients"
+        die "${missing[*]} not found and not running as root: run 'sudo apt-get update && sudo apt-get install -y ${missing[*]}' (or set MQGW_MOSQUITTO to mosquitto's path), then re-run"
+    command -v apt-get >/dev/null 2>&1 || die "${missing[*]} not found and apt-get unavailable: install mosquitto 2.x (and its clients), chromium and chromium-driver (set MQGW_MOSQUITTO for mosquitto)"
+    say "installing ${missing[*]}: apt-get update && apt-get install -y ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null || die "apt-get update failed"
-    apt-get install -y -q --no-install-recommends mosquitto mosquitto-clients >/dev/null || die "apt-get install mosquitto mosquitto-clients failed"
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
     mosq="$(find_mosquitto)" || die "mosquitto installed but its binary was not found"
-    say "mosquitto installed ($mosq)"
+    command -v chromedriver >/dev/null 2>&1 || die "chromium-driver installed but chromedriver was not found on PATH"
+    say "installed ${missing[*]} (mosquitto: $mosq)"
 fi
 
 # --- 4. JVM jars --------------------------------------------------------------------------

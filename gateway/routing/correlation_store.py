@@ -352,3 +352,13 @@ class CorrelationStore:
             for state, n in self._fetch(f"SELECT state, COUNT(*) FROM {table} GROUP BY state"):
                 out[f"{side}_{state}"] = int(n)
         return out
+
+    def open_by_route(self) -> dict[str, int]:
+        """Open entries (waiting for a reply) per route, both sides (the dashboard's
+        in-flight count)."""
+        out: dict[str, int] = {}
+        for table in ("requests", "services"):
+            sql = f"SELECT route, COUNT(*) FROM {table} WHERE state=? GROUP BY route"
+            for route, n in self._fetch(sql, (State.OPEN,)):
+                out[str(route)] = out.get(str(route), 0) + int(n)
+        return out

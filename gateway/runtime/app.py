@@ -39,6 +39,7 @@ from gateway.runtime.config import (
     IBMMQQueueManagerConfig,
     LoadedConfig,
 )
+from gateway.runtime.dashboard import DashboardSource
 from gateway.runtime.errors import GatewayRuntimeError
 from gateway.runtime.metrics import GatewayMetrics, HealthServer, server_ssl_context
 from gateway.runtime.neighbours.attach import links_for, with_admin_stream
@@ -285,7 +286,8 @@ class GatewayApp:
             except ValueError as exc:
                 raise GatewayRuntimeError(str(exc)) from None
             self.http = HealthServer(
-                self.metrics, self.health, mc.host, mc.port, ssl_context=tls, auth=mc.auth
+                self.metrics, self.health, mc.host, mc.port, ssl_context=tls, auth=mc.auth,
+                dashboard=self._dashboard_source() if mc.dashboard else None,
             )
             try:
                 await self.http.start()
@@ -306,6 +308,23 @@ class GatewayApp:
             qm.name,
             len(service.serviced_queues) - 1,
             len(instances),
+        )
+
+    def _dashboard_source(self) -> DashboardSource:
+        """The live dashboard's view of this gateway (docs/dashboard.md)."""
+        assert self.qm is not None and self.service is not None and self.host is not None
+        return DashboardSource(
+            gateway_id=self.config.gateway_id,
+            q_mgr=self.qm.name,
+            plugin_kinds={p.name: p.plugin for p in self.config.plugins},
+            service=self.service,
+            host=self.host,
+            health=self.health,
+            depths=self._current_depths,
+            stream_report=lambda: self.stream_report,
+            neighbours=self.links,
+            request_reply=lambda: self.request_reply,
+            dead_letter_queue=self.config.broker.dead_letter_queue or DEAD_LETTER_QUEUE,
         )
 
     async def _serve_queue_manager(self, store_path: Path) -> None:

@@ -175,6 +175,8 @@ class MetricsConfig(_Strict):
     port: int = Field(default=9464, ge=0, le=65535)
     tls: MetricsTLSConfig | None = None
     auth: MetricsAuthConfig | None = None
+    #: The live dashboard on the same listener and credentials (docs/dashboard.md).
+    dashboard: bool = True
 
 
 def check_metrics_files(metrics: MetricsConfig, base_dir: Path, source: str) -> list[ConfigError]:

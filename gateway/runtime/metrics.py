@@ -30,6 +30,8 @@ from prometheus_client.registry import Collector
 
 from gateway.plugin_api import Envelope, ReportsStats
 from gateway.pubsub.authorisation import Authoriser, Refusal
+from gateway.runtime.dashboard.assets import PAGE, asset
+from gateway.runtime.dashboard.snapshot import DashboardSource, stream_flow_counts
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.plugin_host import PluginHost
@@ -140,15 +142,13 @@ class _Collector(Collector):
         )
         for name, healthy in self.host.healthy().items():
             up.add_metric([name], 1.0 if healthy else 0.0)
+        for (stream, name, direction), n in stream_flow_counts(self.host).items():
+            (out if direction == "out" else inbound).add_metric([stream, name], n)
         for name, sc in self.host.sink_counters.items():
-            for stream, n in sc.per_stream.items():
-                out.add_metric([stream, name], n)
             errors.add_metric([name, "send_failure"], sc.failures)
             errors.add_metric([name, "retained_skipped"], sc.retained_skipped)
         for name, ctx in self.host.contexts.items():
             pc = ctx.publisher.counters
-            for stream, n in pc.per_stream.items():
-                inbound.add_metric([stream, name], n)
             errors.add_metric([name, "publish_failure"], pc.failures)
             for reason, n in pc.refused.items():
                 refused.add_metric([name, reason], n)
@@ -312,12 +312,16 @@ class RequestReplyCollector(Collector):
 
 
 class HealthServer:
-    """``GET /metrics`` (Prometheus text) and ``GET /healthz`` (JSON; 503 when unhealthy).
+    """``GET /metrics`` (Prometheus text), ``GET /healthz`` (JSON; 503 when unhealthy) and,
+    with a ``dashboard`` source, the live dashboard under ``/dashboard`` (page, static
+    files, JSON snapshot, server-sent events; docs/dashboard.md) behind the same
+    credentials as ``/metrics``.
 
-    Both are read-only: the endpoint changes no state (the admin operations are
+    All are read-only: the endpoint changes no state (the admin operations are
     ``mqgw qm`` over a local socket). ``ssl_context`` makes it HTTPS; ``auth`` requires a
-    bearer token or basic-auth credentials for ``/metrics`` (``protect_metrics``), never
-    for ``/healthz``, which liveness probes must reach without credentials.
+    bearer token or basic-auth credentials for ``/metrics`` and the dashboard
+    (``protect_metrics``), never for ``/healthz``, which liveness probes must reach
+    without credentials.
     """
 
     def __init__(
@@ -329,8 +333,13 @@ class HealthServer:
         *,
         ssl_context: ssl.SSLContext | None = None,
         auth: MetricsAuthConfig | None = None,
+        dashboard: DashboardSource | None = None,
     ) -> None:
         self.metrics = metrics
+        #: the live dashboard's source (None: no /dashboard routes)
+        self.dashboard = dashboard
+        self._event_streams: set[asyncio.StreamWriter] = set()
+        self._closing = asyncio.Event()
         self.health = health
         self.host = host
         self.port = port
@@ -345,6 +354,7 @@ class HealthServer:
         return f"{scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
+        self._closing = asyncio.Event()
         self._server = await asyncio.start_server(
             self._handle,
             self.host,
@@ -369,6 +379,7 @@ class HealthServer:
             )
 
     async def stop(self) -> None:
+        self._closing.set()  # event streams end after their current write
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
@@ -402,11 +413,16 @@ class HealthServer:
                 ok, detail = self.health()
                 status = "200 OK" if ok else "503 Service Unavailable"
                 ctype, body = "application/json", json.dumps(detail).encode() + b"\n"
-            elif path == "/metrics":
+            elif path == "/metrics" or self._is_dashboard(path):
                 refusal = self._refusal(authorization)
-                if refusal is None:
+                if refusal is None and path == "/metrics":
                     status, ctype = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
                     body = self.metrics.exposition()
+                elif refusal is None and path == EVENTS_PATH and parts[0] == "GET":
+                    await self._send_events(writer)
+                    return
+                elif refusal is None:
+                    status, ctype, body, extra = self._dashboard(path)
                 else:
                     assert self.auth is not None
                     peer = writer.get_extra_info("peername")
@@ -419,7 +435,7 @@ class HealthServer:
                         status, ctype, body = "401 Unauthorized", "text/plain", b"unauthorized\n"
                         extra.append(f"WWW-Authenticate: {challenge(self.auth)}")
             else:
-                status, ctype, body = "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
+                status, ctype, body = "404 Not Found", "text/plain", self._not_found()
             head = "".join(
                 [f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n",
                  f"Content-Length: {len(body)}\r\n"]
@@ -434,6 +450,75 @@ class HealthServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _not_found(self) -> bytes:
+        if self.dashboard is None:
+            return b"try /metrics or /healthz\n"
+        return b"try /metrics, /healthz or /dashboard\n"
+
+    def _is_dashboard(self, path: str) -> bool:
+        return self.dashboard is not None and (
+            path == DASHBOARD_PATH or path.startswith(DASHBOARD_PATH + "/")
+        )
+
+    def _dashboard(self, path: str) -> tuple[str, str, bytes, list[str]]:
+        """(status, content type, body, extra headers) of a dashboard GET other than
+        the event stream: the page (also for its client-side routes), a listed static
+        file, or the snapshot."""
+        assert self.dashboard is not None
+        rest = path.removeprefix(DASHBOARD_PATH).strip("/")
+        headers = [*DASHBOARD_HEADERS]
+        if rest == "api/snapshot":
+            try:
+                body = self.dashboard.snapshot_json()
+            except Exception:  # never a traceback to the client; the log has it
+                log.exception("dashboard snapshot failed")
+                return "503 Service Unavailable", "text/plain", b"snapshot unavailable\n", []
+            return "200 OK", "application/json", body, [*headers, "Cache-Control: no-store"]
+        if rest.startswith("static/"):
+            found = asset(rest.removeprefix("static/"))
+            if found is None:
+                return "404 Not Found", "text/plain", b"no such file\n", []
+            return "200 OK", found[0], found[1], [*headers, "Cache-Control: no-cache"]
+        if rest == "" or rest.startswith("stream/"):
+            ctype, body = asset(PAGE) or ("text/plain", b"")
+            return "200 OK", ctype, body, [*headers, "Cache-Control: no-cache"]
+        return "404 Not Found", "text/plain", b"no such dashboard page\n", []
+
+    async def _send_events(self, writer: asyncio.StreamWriter) -> None:
+        """Server-sent events: a snapshot now and every ``EVENT_INTERVAL_S`` until the
+        client goes away or the server stops (at most ``MAX_EVENT_STREAMS`` at once; the
+        page falls back to polling the snapshot)."""
+        assert self.dashboard is not None
+        if len(self._event_streams) >= MAX_EVENT_STREAMS:
+            body = b"too many event streams: poll /dashboard/api/snapshot\n"
+            writer.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                + f"Content-Length: {len(body)}\r\nRetry-After: 5\r\n".encode()
+                + b"Connection: close\r\n\r\n" + body
+            )
+            await writer.drain()
+            return
+        self._event_streams.add(writer)
+        try:
+            head = "".join(
+                ["HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"]
+                + [f"{h}\r\n" for h in DASHBOARD_HEADERS]
+                + ["Cache-Control: no-store\r\nConnection: close\r\n\r\n", "retry: 2000\n\n"]
+            )
+            writer.write(head.encode())
+            while not self._closing.is_set() and not writer.is_closing():
+                try:
+                    data = self.dashboard.snapshot_json()
+                except Exception:
+                    log.exception("dashboard snapshot failed")
+                    return
+                writer.write(b"event: snapshot\ndata: " + data + b"\n\n")
+                await asyncio.wait_for(writer.drain(), EVENT_INTERVAL_S * 5)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), EVENT_INTERVAL_S)
+        finally:
+            self._event_streams.discard(writer)
 
     def _refusal(self, authorization: str | None) -> str | None:
         """Why a request for /metrics is refused (never naming the credentials), or None."""
@@ -455,6 +540,22 @@ async def _read_line(reader: asyncio.StreamReader) -> bytes:
         raise ConnectionError("request line too long") from exc
 
 
+#: The dashboard's page; its routes are below it (docs/dashboard.md).
+DASHBOARD_PATH = "/dashboard"
+EVENTS_PATH = "/dashboard/api/events"
+#: Seconds between two snapshots on an event stream.
+EVENT_INTERVAL_S = 1.0
+#: Event streams served at once (each holds a connection and snapshots every second).
+MAX_EVENT_STREAMS = 16
+#: Sent with every dashboard answer: the page runs only its own script and style sheet
+#: and cannot be framed.
+DASHBOARD_HEADERS = (
+    "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'",
+    "X-Content-Type-Options: nosniff",
+    "Referrer-Policy: no-referrer",
+)
 #: Seconds a client may take for the TLS handshake.
 HANDSHAKE_TIMEOUT_S = 5.0
 #: Header lines read per request at most (the endpoint needs only Authorization).

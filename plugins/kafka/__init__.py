@@ -12,11 +12,18 @@ from dataclasses import asdict
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Envelope, ExchangeHandler, PluginContext, PluginError, Scheme
+from gateway.plugin_api import (
+    Envelope,
+    ExchangeHandler,
+    PluginContext,
+    PluginError,
+    RouteTarget,
+    Scheme,
+)
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError, KafkaSecurityError, TopicCollisionError
 from plugins.kafka.exchange import KafkaExchanges
-from plugins.kafka.mapping import TopicRouter
+from plugins.kafka.mapping import TopicRouter, TopicTemplate
 from plugins.kafka.security import preflight
 from plugins.kafka.sink import KafkaSink
 from plugins.kafka.source import KafkaSource
@@ -60,6 +67,18 @@ class KafkaInstance:
         if self.router is None:
             return []
         return [(route.unified_topic, Scheme.TOPIC) for route in self.config.outbound.routes]
+
+    def route_targets(self) -> list[RouteTarget]:
+        """Each outbound route's Kafka topic (``{topic}`` left as a marker) and each
+        consumed topic's stream (``DescribesRoutes``, for the dashboard)."""
+        out: list[RouteTarget] = []
+        outbound = self.config.outbound
+        if outbound.enabled:
+            for r in outbound.routes:
+                template = TopicTemplate.parse(r.kafka_topic or outbound.topic_template)
+                out.append(RouteTarget("out", r.stream, template.shape(r.stream)))
+        out += [RouteTarget("in", t.stream, t.kafka_topic) for t in self.config.inbound.topics]
+        return out
 
     async def start(self, context: PluginContext) -> None:
         try:

@@ -14,7 +14,15 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Envelope, ExchangeHandler, PluginContext, PluginError, Scheme
+from gateway.plugin_api import (
+    Envelope,
+    ExchangeHandler,
+    PluginContext,
+    PluginError,
+    RouteTarget,
+    Scheme,
+    split_unified_topic,
+)
 from plugins.memory.bus import MemoryBus, get_bus, reset_buses
 from plugins.memory.config import MemoryConfig
 from plugins.memory.exchange import ExchangeLog, MemoryExchanges
@@ -57,6 +65,15 @@ class MemoryInstance:
         """What start() subscribes, for the runtime to register before the first get
         (``DeclaresSubscriptions``)."""
         return [(topic, Scheme.TOPIC) for topic in self.config.subscribe]
+
+    def route_targets(self) -> list[RouteTarget]:
+        """Each subscription's stream, towards the in-process bus (``DescribesRoutes``,
+        for the dashboard); anything injected may enter any stream, so no ``in``."""
+        out: list[RouteTarget] = []
+        for topic in self.config.subscribe:
+            stream, within = split_unified_topic(topic)
+            out.append(RouteTarget("out", stream, f"bus {self.config.bus}: {within}"))
+        return out
 
     async def start(self, context: PluginContext) -> None:
         self._started = True

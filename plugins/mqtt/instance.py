@@ -8,11 +8,20 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from gateway.plugin_api import Envelope, ExchangeHandler, PluginContext, PluginError, Scheme
+from gateway.plugin_api import (
+    DEFAULT_STREAM,
+    Envelope,
+    ExchangeHandler,
+    PluginContext,
+    PluginError,
+    RouteTarget,
+    Scheme,
+    split_unified_topic,
+)
 from plugins.mqtt.config import MqttConfig
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Received
 from plugins.mqtt.exchange import MqttExchanges
-from plugins.mqtt.mapping import echo_filters
+from plugins.mqtt.mapping import echo_filters, escape_topic_text
 from plugins.mqtt.sink import MqttSink
 from plugins.mqtt.source import MqttSource, find_filter
 
@@ -78,6 +87,23 @@ class MqttInstance:
         """The outbound topics (what start() subscribes), for the runtime to register
         before the first get (``DeclaresSubscriptions``)."""
         return [(topic, Scheme.TOPIC) for topic in self.config.outbound.topics]
+
+    def route_targets(self) -> list[RouteTarget]:
+        """Each outbound topic's MQTT name and each inbound filter's stream
+        (``DescribesRoutes``, for the dashboard)."""
+        ob = self.config.outbound
+        out: list[RouteTarget] = []
+        for topic in ob.topics:
+            stream, within = split_unified_topic(topic)
+            level = (
+                ob.default_stream_level
+                if stream == DEFAULT_STREAM
+                else escape_topic_text(ob.stream_levels.get(stream, stream))
+            )
+            name = "/".join(part for part in (ob.prefix, level, within) if part)
+            out.append(RouteTarget("out", stream, name))
+        out += [RouteTarget("in", f.stream, f.filter) for f in self.config.inbound.filters]
+        return out
 
     async def start(self, context: PluginContext) -> None:
         self.check_config()

@@ -1,0 +1,276 @@
+"""The live dashboard (issue 17 item 1) of a real running gateway app on the embedded
+queue manager: the snapshot's content (gateway, neighbour, streams with depth, rate and
+flows, request/reply route in flight, dead letters, plugin health), the routes and their
+headers, the server-sent events, and the same authentication as ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.plugin_api import Envelope
+from gateway.runtime.app import GatewayApp
+from gateway.runtime.config import parse_config
+from gateway.runtime.dashboard import RateWindow, Snapshot
+from gateway.runtime.registry import PluginRegistry
+from plugins.memory import get_bus, reset_buses
+from tests.support.pubsub_messages import CONTROL, rfh_message
+from tests.support.service_client import put
+
+BULLETIN = "BULLETIN.STREAM"
+USER, PASSWORD = "viewer", "s3cret-dashboard"
+GOOD = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+
+
+def _config(tmp_path: Path, *, dashboard: bool = True) -> dict[str, Any]:
+    return {
+        "id": "gw-dash",
+        "queue_manager": {"name": "GWDASH", "data_dir": str(tmp_path / "qm")},
+        "broker": {"streams": [{"name": BULLETIN}], "wait_ms": 50},
+        "metrics": {"port": 0, "dashboard": dashboard,
+                    "auth": {"username": USER, "password": PASSWORD}},
+        # BROKERA has no channel: the link stays inactive ("joining") and says why
+        "neighbours": [{"q_mgr": "BROKERA", "streams": [BULLETIN]}],
+        "plugins": [
+            {"name": "mem", "plugin": "memory",
+             "config": {"bus": "dash", "subscribe": [f"$SYS/STREAM/{BULLETIN}/#"]}},
+            # publishes into MQ (an instance never receives its own publications)
+            {"name": "feeder", "plugin": "memory", "config": {"bus": "feed"}},
+        ],
+        "request_reply": {
+            "sweep_interval": 0.1,
+            "requests": [{"name": "ask-svc", "plugin": "mem", "source": "ask",
+                          "destination": "APP.SERVICE@GWDASH", "timeout": 60}],
+        },
+    }
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[GatewayApp]:
+    reset_buses()
+    registry = PluginRegistry.from_entry_points()
+    gw = GatewayApp(parse_config(_config(tmp_path), registry, base_dir=tmp_path), registry)
+    await gw.start()
+    try:
+        assert gw.node is not None
+        gw.node.qm.run_mqsc("DEFINE QLOCAL(APP.SERVICE) REPLACE", stop_on_error=True)
+        async with asyncio.timeout(10):
+            while not gw.health()[0]:
+                await asyncio.sleep(0.02)
+        yield gw
+    finally:
+        await gw.shutdown()
+        reset_buses()
+
+
+async def _request(
+    port: int, path: str, authorization: str | None = GOOD, method: str = "GET"
+) -> tuple[int, dict[str, str], bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    auth = f"Authorization: {authorization}\r\n" if authorization else ""
+    writer.write(f"{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(lines[0].split()[1]), headers, body
+
+
+async def _snapshot(port: int) -> Snapshot:
+    status, _, body = await _request(port, "/dashboard/api/snapshot")
+    assert status == 200, body
+    return Snapshot.model_validate_json(body)
+
+
+def _port(app: GatewayApp) -> int:
+    assert app.http is not None
+    return app.http.port
+
+
+async def test_snapshot_shows_the_running_gateway(app: GatewayApp) -> None:
+    port = _port(app)
+    snap = await _snapshot(port)
+    assert snap.gateway.gateway_id == "gw-dash" and snap.gateway.q_mgr == "GWDASH"
+    assert snap.gateway.health == "ok" and snap.gateway.broker_serving
+    assert snap.gateway.uptime_s >= 0 and snap.gateway.version
+    (nb,) = snap.neighbours
+    assert (nb.q_mgr, nb.active, nb.state) == ("BROKERA", False, "joining")
+    assert BULLETIN in nb.streams
+    streams = {s.name: s for s in snap.streams}
+    bulletin = streams[BULLETIN]
+    assert bulletin.serviced and bulletin.queue_exists and "BROKERA" in bulletin.neighbours
+    assert [(f.plugin, f.kind, f.direction, f.target) for f in bulletin.flows] == [
+        ("mem", "memory", "out", "bus dash: #")
+    ]
+    assert [(p.name, p.kind, p.status) for p in snap.plugins] == [
+        ("feeder", "memory", "healthy"), ("mem", "memory", "healthy")
+    ]
+    (route,) = snap.routes
+    assert (route.name, route.side, route.in_flight) == ("ask-svc", "requester", 0)
+
+    # traffic: 30 publications in through the plugin and out to its subscription
+    bus = get_bus("dash")
+    feed = get_bus("feed")
+    futures = [feed.inject(Envelope(BULLETIN, "news", b"%d" % i)) for i in range(30)]
+    await asyncio.gather(*futures)
+    await bus.wait_for(30)
+    async with asyncio.timeout(10):
+        while True:
+            bulletin = next(s for s in (await _snapshot(port)).streams if s.name == BULLETIN)
+            if bulletin.total_out == 30 and bulletin.rate_in > 0 and bulletin.rate_out > 0:
+                break
+            await asyncio.sleep(0.3)
+    assert bulletin.total_in == 30
+
+    # a request nobody answers yet is in flight on its route
+    await bus.exchanges.append([Envelope("", "ask", b"q", reply_topic="ans",
+                                         correlation_data=b"c1")])
+    async with asyncio.timeout(10):
+        while (await _snapshot(port)).routes[0].in_flight != 1:
+            await asyncio.sleep(0.1)
+
+    # a malformed command is dead-lettered by the broker: counted by reason, DLQ depth
+    assert app.node is not None
+    await put(app.node.qm, rfh_message(CONTROL, [("MQPSCommand", "Bogus")]))
+    async with asyncio.timeout(10):
+        while True:
+            snap = await _snapshot(port)
+            dead = {(d.source, d.reason): d.count for d in snap.dead_letters}
+            if dead[("broker", "undeliverable")] == 1:
+                break
+            await asyncio.sleep(0.1)
+    assert snap.dead_letter_queue == "SYSTEM.DEAD.LETTER.QUEUE"
+    assert snap.dead_letter_depth == 1
+
+
+async def test_page_static_files_and_headers(app: GatewayApp) -> None:
+    port = _port(app)
+    for path in ("/dashboard", "/dashboard/", f"/dashboard/stream/{BULLETIN}"):
+        status, headers, body = await _request(port, path)
+        assert status == 200 and headers["content-type"].startswith("text/html")
+        assert b'<script src="/dashboard/static/dashboard.js"' in body
+        assert "script-src 'self'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff"
+    status, headers, body = await _request(port, "/dashboard/static/dashboard.js")
+    assert status == 200 and headers["content-type"].startswith("text/javascript")
+    assert b"EventSource" in body
+    status, headers, _ = await _request(port, "/dashboard/static/dashboard.css")
+    assert status == 200 and headers["content-type"].startswith("text/css")
+    # only the listed files: no path reaches the file system
+    for path in ("/dashboard/static/../snapshot.py", "/dashboard/static/snapshot.py",
+                 "/dashboard/nothing"):
+        assert (await _request(port, path))[0] == 404
+    status, headers, body = await _request(port, "/dashboard", method="HEAD")
+    assert status == 200 and body == b"" and int(headers["content-length"]) > 0
+
+
+async def test_same_authentication_as_metrics(app: GatewayApp) -> None:
+    port = _port(app)
+    wrong = "Basic " + base64.b64encode(f"{USER}:nope".encode()).decode()
+    for path in ("/metrics", "/dashboard", "/dashboard/static/dashboard.js",
+                 "/dashboard/api/snapshot", "/dashboard/api/events"):
+        for authorization in (None, wrong, "Bearer " + PASSWORD):
+            status, headers, body = await _request(port, path, authorization)
+            assert status == 401, (path, authorization)
+            assert headers["www-authenticate"].startswith("Basic realm=")
+            assert b"GWDASH" not in body
+    status, _, body = await _request(port, "/healthz", None)  # probes need no credentials
+    assert status == 200 and json.loads(body)["gateway"] == "gw-dash"
+
+
+async def test_server_sent_events_push_a_snapshot_every_second(app: GatewayApp) -> None:
+    port = _port(app)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET /dashboard/api/events HTTP/1.1\r\nAuthorization: {GOOD}\r\n\r\n".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head
+    stamps: list[float] = []
+    started = time.monotonic()
+    async with asyncio.timeout(10):
+        while len(stamps) < 3:
+            line = await reader.readline()
+            if line.startswith(b"data: "):
+                snap = Snapshot.model_validate_json(line[6:])
+                assert snap.gateway.q_mgr == "GWDASH"
+                stamps.append(snap.generated_at)
+    assert 1.5 <= time.monotonic() - started < 6
+    assert stamps == sorted(stamps) and stamps[-1] - stamps[0] >= 1.5
+    # the server's stop ends the stream (no connection left behind)
+    assert app.http is not None
+    await app.http.stop()
+    async with asyncio.timeout(5):
+        while await reader.read(65536):
+            pass
+    writer.close()
+
+
+async def test_dashboard_can_be_turned_off(tmp_path: Path) -> None:
+    reset_buses()
+    registry = PluginRegistry.from_entry_points()
+    gw = GatewayApp(parse_config(_config(tmp_path, dashboard=False), registry,
+                                 base_dir=tmp_path), registry)
+    await gw.start()
+    try:
+        port = _port(gw)
+        assert (await _request(port, "/dashboard"))[0] == 404
+        assert (await _request(port, "/dashboard/api/snapshot"))[0] == 404
+        assert (await _request(port, "/metrics"))[0] == 200
+    finally:
+        await gw.shutdown()
+        reset_buses()
+
+
+def test_rate_window_counts_per_second_over_the_window() -> None:
+    rates: RateWindow[str] = RateWindow(window_s=5.0, min_spacing_s=0.5)
+    assert rates.rate("a") == 0.0
+    rates.observe(0.0, {"a": 0})
+    rates.observe(0.2, {"a": 100})  # too soon: ignored
+    rates.observe(1.0, {"a": 10})
+    assert rates.rate("a") == pytest.approx(10.0)
+    for t in range(2, 12):
+        rates.observe(float(t), {"a": 10})  # idle: the burst fades out of the window
+    assert rates.rate("a") == 0.0
+    rates.observe(12.0, {"a": 3})  # a restarted counter counts from zero
+    assert rates.rate("a") >= 0.0
+
+
+def test_plugins_describe_their_routes_from_config_alone() -> None:
+    """The names the network picture shows: Kafka topics (``{topic}`` kept as a marker)
+    and MQTT topics/filters, per stream and direction, with no connection made."""
+    from plugins.kafka import KafkaInstance, KafkaPluginConfig
+    from plugins.mqtt.config import MqttConfig
+    from plugins.mqtt.instance import MqttInstance
+
+    kafka = KafkaInstance("k", KafkaPluginConfig.model_validate({
+        "outbound": {"routes": [{"stream": BULLETIN, "topic": "news/#"},
+                                {"stream": "STOCK.STREAM", "kafka_topic": "px.{topic}"}]},
+        "inbound": {"topics": [{"kafka_topic": "orders", "stream": BULLETIN}]},
+    }))
+    assert [(t.direction, t.stream, t.target) for t in kafka.route_targets()] == [
+        ("out", BULLETIN, "mqgw.BULLETIN.STREAM"),
+        ("out", "STOCK.STREAM", "px.{topic}"),
+        ("in", BULLETIN, "orders"),
+    ]
+    mqtt = MqttInstance("m", MqttConfig.model_validate({
+        "outbound": {"topics": ["#", f"$SYS/STREAM/{BULLETIN}/news/+"], "prefix": "mq",
+                     "stream_levels": {BULLETIN: "bulletin"}},
+        "inbound": {"filters": [{"filter": "sensors/#", "stream": BULLETIN}]},
+    }))
+    assert [(t.direction, t.stream, t.target) for t in mqtt.route_targets()] == [
+        ("out", "SYSTEM.BROKER.DEFAULT.STREAM", "mq/#"),
+        ("out", BULLETIN, "mq/bulletin/news/+"),
+        ("in", BULLETIN, "sensors/#"),
+    ]
