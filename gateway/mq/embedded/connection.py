@@ -219,7 +219,11 @@ class EmbeddedConnection:
         handles: dict[tuple[str, str], EmbeddedQueueHandle | MQError] = {}
         # what an owned put needs from its handle, valid until the next await
         ready: dict[EmbeddedQueueHandle, tuple[list[QueueDef], bool] | None] = {}
-        taken: set[int] = set()
+        # a descriptor handed over twice is copied (before any put completes it)
+        seen: set[int] = set()
+        shared: set[int] = set()
+        for _, _, md, _ in items:
+            (shared if id(md) in seen else seen).add(id(md))
         packer = MDPacker()
         now = time.time()
         out: list[MQMD | MQError] = []
@@ -252,10 +256,9 @@ class EmbeddedConnection:
                         out.append(await handle.put(md, body, opts))
                         now = time.time()
                         continue
-                    if id(md) in taken:
-                        md = clone_md(md)  # the same descriptor twice: the queue keeps each
+                    if shared and id(md) in shared:
+                        md = clone_md(md)
                     handle.put_owned(md, body, opts, now, how[0], how[1], packer)
-                    taken.add(id(md))
                     out.append(md)
                 except MQError as exc:
                     out.append(exc)
