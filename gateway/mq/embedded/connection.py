@@ -312,7 +312,8 @@ class EmbeddedConnection:
                 p.queue.add(p.msg)
                 p.queue.notify(p.msg)
         qm.stats.commits += 1
-        queue_reports(qm, [(p.msg.md, p.msg.body, Feedback.COA) for p in puts if p.arrival]
+        queue_reports(qm, [(p.msg.md, p.msg.body, Feedback.COA) for p in puts
+                           if p.arrival and p.msg.md.report]  # Report 0 asks for none
                       + [(g.msg.md, g.msg.body, Feedback.COD) for g in gets])
 
     async def backout(self) -> None:
