@@ -6,7 +6,10 @@ Prints:
 * publications/s through BrokerService on the embedded queue manager (same shapes:
   get under syncpoint, engine, 10/1,000 persistent puts, commit), subscribers told
   apart by CorrelAsId on a few queues;
-* match time with 100,000 subscriptions (half character scheme, half topic scheme).
+* match time with 100,000 subscriptions (half character scheme, half topic scheme);
+* a registration burst: RegSub commands through BrokerService with the SQLite
+  subscription store, registrations/s and how long the event loop stalled meanwhile
+  (the store's commits run on its writer thread, off the loop).
 
 Bounded: each measurement stops after its count or its time budget (~60 s in all).
 Run: .venv/bin/python benchmarks/bench_pubsub.py
@@ -28,6 +31,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import MQError, OpenOption, PutOptions
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.outcome import InboundMessage
+from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.pubsub.store import MemoryStore
 from gateway.pubsub.topics import Scheme, TopicIndex
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService
@@ -137,6 +141,52 @@ async def bench_service(subscribers: int, budget: float = 10.0, max_pubs: int = 
         return done / elapsed
 
 
+async def bench_registrations(count: int = 2_000) -> tuple[float, float, float]:
+    """(registrations/s, p99 and max event-loop stall in ms) while BrokerService drains
+    ``count`` RegSub commands from the control queue into a SQLite store (batch 16:
+    one store commit, synchronous=FULL, per batch). The stall is measured by a task
+    asking to wake every millisecond: how late it woke."""
+    with tempfile.TemporaryDirectory() as tmp:
+        qm = EmbeddedQueueManager("QM1", Path(tmp) / "qm")
+        qm.run_mqsc("DEFINE QLOCAL(SUB.0) REPLACE\nDEFINE QLOCAL(SUB.1) REPLACE")
+        store = SqliteStore(Path(tmp) / "subs.db")
+        engine = PubSubEngine(qm.name, store)
+        service = BrokerService(qm, engine, BrokerConfig(batch_size=16, wait_ms=20))
+        conn = await qm.connect()
+        control = await conn.open(CONTROL, OpenOption.OUTPUT)
+        for i in range(count):
+            md, body = regsub_message(i, f"SUB.{i % 2}")
+            await control.put(md, body, PutOptions(syncpoint=True))
+            if i % 100 == 99:
+                await conn.commit()
+        await conn.commit()
+        stalls: list[float] = []
+        loop = asyncio.get_running_loop()
+
+        async def ticker() -> None:
+            while True:
+                t = loop.time()
+                await asyncio.sleep(0.001)
+                stalls.append(loop.time() - t - 0.001)
+
+        tick = asyncio.ensure_future(ticker())
+        await service.start()
+        start = time.perf_counter()
+        while qm.queue_depth(CONTROL):
+            await asyncio.sleep(0.005)
+        elapsed = time.perf_counter() - start
+        tick.cancel()
+        await service.stop()
+        assert len(engine.subscriptions) == count, len(engine.subscriptions)
+        await control.close()
+        await conn.disconnect()
+        await qm.close()
+        store.close()
+        stalls.sort()
+        p99 = stalls[int(len(stalls) * 0.99)] if stalls else 0.0
+        return count / elapsed, p99 * 1000, (stalls[-1] if stalls else 0.0) * 1000
+
+
 def bench_match(
     vocabulary: int, subscriptions: int = 100_000, topics: int = 20_000
 ) -> tuple[float, float, float, float]:
@@ -203,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
             record(Row("fan-out to 1,000 MQ subscribers", rate * subs, engine[subs] * subs,
                        FANOUT_GOAL, unit="deliv/s",
                        note="vs pure engine; goal = 3x the 0.09 before issue 16"))
+    regs, p99_ms, max_ms = asyncio.run(bench_registrations(600 if args.quick else 2_000))
+    print(
+        f"  registration burst (RegSub, SQLite store): {regs:8.0f} registrations/s, "
+        f"event loop stalled p99 {p99_ms:.1f} ms, max {max_ms:.1f} ms"
+    )
     for vocabulary in (60, 5000):
         build, mean_us, p99_us, hits = bench_match(vocabulary)
         print(

@@ -18,7 +18,9 @@ Lifetimes are explicit and async-with friendly::
 
 from __future__ import annotations
 
+import contextlib
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
@@ -253,3 +255,71 @@ class QueueManager(Protocol):
     async def connect(self) -> Connection:
         """MQCONN(X)."""
         ...
+
+
+#: One put of :func:`put_many`: queue name, its queue manager ("" for the connection's),
+#: descriptor, body.
+PutItem = tuple[str, str, MQMD, bytes]
+
+
+async def put_many(
+    conn: Connection, items: Sequence[PutItem], options: PutOptions | None = None
+) -> list[MQMD | MQError]:
+    """Put ``items`` in order under one call (one publication fanned out to many
+    queues): the optional connection verb ``put_many`` when the adapter has one (the
+    embedded queue manager's takes one pass, with no copy of the descriptors), else
+    :func:`put_each`.
+
+    One result per item: the completed descriptor, or the MQError that put failed with
+    (queue full, put inhibited, unknown queue...); the other items are still put. The
+    descriptors are handed over: an adapter may complete and keep them, so the caller
+    must not use them again, except those whose put failed (left as they were).
+    """
+    native = getattr(conn, "put_many", None)
+    if native is not None:
+        result: list[MQMD | MQError] = await native(items, options)
+        return result
+    return await put_each(conn, items, options)
+
+
+def output_options(options: PutOptions) -> OpenOption:
+    """The open options a put with ``options`` needs."""
+    out = OpenOption.OUTPUT
+    if options.set_all_context:
+        out |= OpenOption.SET_ALL_CONTEXT
+    elif options.set_identity_context:
+        out |= OpenOption.SET_IDENTITY_CONTEXT
+    return out
+
+
+async def put_each(
+    conn: Connection, items: Sequence[PutItem], options: PutOptions | None = None
+) -> list[MQMD | MQError]:
+    """:func:`put_many` as one open per queue and one put per item (any adapter)."""
+    opts = options or PutOptions()
+    open_opts = output_options(opts)
+    handles: dict[tuple[str, str], QueueHandle | MQError] = {}
+    out: list[MQMD | MQError] = []
+    try:
+        for q_name, q_mgr_name, md, body in items:
+            key = (q_name, q_mgr_name)
+            handle = handles.get(key)
+            if handle is None:
+                try:
+                    handle = await conn.open(q_name, open_opts, q_mgr_name)
+                except MQError as exc:
+                    handle = exc
+                handles[key] = handle
+            if isinstance(handle, MQError):
+                out.append(handle)
+                continue
+            try:
+                out.append(await handle.put(md, body, opts))
+            except MQError as exc:
+                out.append(exc)
+    finally:
+        for h in handles.values():
+            if not isinstance(h, MQError):
+                with contextlib.suppress(MQError):
+                    await h.close()
+    return out

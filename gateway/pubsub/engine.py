@@ -268,6 +268,11 @@ class PubSubEngine:
         """Write the pending mutations to the store (one atomic batch)."""
         self._state.commit(self.store)
 
+    async def commit_async(self) -> None:
+        """:meth:`commit` with the store's commit off the event loop (when the store
+        has ``apply_async``); durable when the await returns."""
+        await self._state.commit_async(self.store)
+
     def rollback(self) -> None:
         """Forget the pending mutations and undo them in memory."""
         self._state.rollback()

@@ -5,13 +5,21 @@ crash safety without a server. Rows are upserted by their identity (``INSERT ...
 CONFLICT DO UPDATE``), so applying the same batch twice leaves the same state — the
 property the service relies on when a crash falls between the store commit and the MQ
 commit. The command journal keeps the newest ``journal_limit`` results.
+
+Writes run on one writer thread, in submission order: :meth:`SqliteStore.apply_async`
+lets the event loop run while SQLite commits (an fsync, 5-56 ms per batch), and the
+blocking :meth:`SqliteStore.apply` goes through the same thread, so batches are never
+reordered whichever way they are applied.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +136,9 @@ class SqliteStore:
         self.journal_limit = journal_limit
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), isolation_level=None)
+            self._db = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
@@ -136,8 +146,15 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(Reason.COMMAND_FAILED, f"cannot open {self.path}: {exc}") from exc
         self._batches = 0
+        #: the connection is used by the writer thread and (reads) the caller's
+        self._mutex = threading.Lock()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pubsub-store")
 
     def load(self) -> StoreSnapshot:
+        with self._mutex:
+            return self._load()
+
+    def _load(self) -> StoreSnapshot:
         snap = StoreSnapshot()
         try:
             for row in self._db.execute(
@@ -184,8 +201,23 @@ class SqliteStore:
         return snap
 
     def apply(self, mutations: Sequence[Mutation]) -> None:
+        """One atomic batch, on disk when this returns (blocks the caller)."""
         if not mutations:
             return
+        self._writer.submit(self._apply_now, list(mutations)).result()
+
+    async def apply_async(self, mutations: Sequence[Mutation]) -> None:
+        """:meth:`apply` without blocking the event loop: the batch is on disk when the
+        await returns (after every batch submitted before it)."""
+        if not mutations:
+            return
+        await asyncio.wrap_future(self._writer.submit(self._apply_now, list(mutations)))
+
+    def _apply_now(self, mutations: Sequence[Mutation]) -> None:
+        with self._mutex:
+            self._apply_locked(mutations)
+
+    def _apply_locked(self, mutations: Sequence[Mutation]) -> None:
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -279,10 +311,14 @@ class SqliteStore:
             )
 
     def recorded_result(self, queue: str, msg_id: bytes) -> tuple[int, int] | None:
-        row = self._db.execute(
-            "SELECT comp_code, reason FROM journal WHERE queue=? AND msg_id=?", (queue, msg_id)
-        ).fetchone()
+        with self._mutex:
+            row = self._db.execute(
+                "SELECT comp_code, reason FROM journal WHERE queue=? AND msg_id=?",
+                (queue, msg_id),
+            ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
     def close(self) -> None:
-        self._db.close()
+        self._writer.shutdown(wait=True)
+        with self._mutex:
+            self._db.close()

@@ -70,6 +70,20 @@ class WorkingSet:
         self.pending.clear()
         self._undo.clear()
 
+    async def commit_async(self, store: PubSubStore) -> None:
+        """:meth:`commit`, awaiting the store's ``apply_async`` when it has one (its
+        commit then runs off the event loop). Only what was pending when called is
+        settled; the in-memory changes stay undoable until the batch is on disk."""
+        pending, undo = len(self.pending), len(self._undo)
+        if pending:
+            apply_async = getattr(store, "apply_async", None)
+            if apply_async is None:
+                store.apply(self.pending)
+            else:
+                await apply_async(self.pending[:pending])
+        del self.pending[:pending]
+        del self._undo[:undo]
+
     def rollback(self) -> None:
         """Forget the pending mutations and undo them in memory."""
         self.undo_since(0)

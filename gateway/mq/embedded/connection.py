@@ -8,7 +8,10 @@ a connection owns a unit of work and the handles opened through it (:mod:`.handl
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
@@ -20,14 +23,18 @@ from gateway.mq.embedded.name_resolution import (
 from gateway.mq.embedded.objects import (
     DefBind,
     QType,
+    QueueDef,
 )
-from gateway.mq.embedded.queues import LocalQueue, QueuedMessage
-from gateway.mq.embedded.reports import queue_reports
+from gateway.mq.embedded.queues import LocalQueue, MDPacker, QueuedMessage, clone_md
+from gateway.mq.embedded.reports import arrival_report, queue_reports
 from gateway.mq.embedded.store import ChannelSync
 from gateway.mq.port import (
     MQError,
     OpenOption,
+    PutItem,
     PutOptions,
+    output_options,
+    put_each,
 )
 from gateway.wire.constants import Feedback
 from gateway.wire.dlh import wrap_for_dlq
@@ -194,6 +201,74 @@ class EmbeddedConnection:
         finally:
             await handle.close()
 
+    async def put_many(
+        self, items: Sequence[PutItem], options: PutOptions | None = None
+    ) -> list[MQMD | MQError]:
+        """``gateway.mq.port.put_many``: one open per queue, then each syncpoint put to a
+        local queue takes its descriptor over (no copy) and the store's copy of a run of
+        descriptors differing only in MsgId/CorrelId is packed once and patched. Puts
+        outside syncpoint, or to remote/cluster destinations, go through the handle's
+        put. Results, reasons and the unit of work are those of a put per item."""
+        opts = options or PutOptions()
+        self._check()
+        if not opts.syncpoint:
+            return await put_each(self, items, opts)
+        qm = self._qm
+        open_opts = output_options(opts)
+        # per queue: the handle, or why it could not be opened
+        handles: dict[tuple[str, str], EmbeddedQueueHandle | MQError] = {}
+        # what an owned put needs from its handle, valid until the next await
+        ready: dict[EmbeddedQueueHandle, tuple[list[QueueDef], bool] | None] = {}
+        # a descriptor handed over twice is copied (before any put completes it)
+        seen: set[int] = set()
+        shared: set[int] = set()
+        for _, _, md, _ in items:
+            (shared if id(md) in seen else seen).add(id(md))
+        packer = MDPacker()
+        now = time.time()
+        out: list[MQMD | MQError] = []
+        try:
+            for q_name, q_mgr_name, md, body in items:
+                key = (q_name, q_mgr_name)
+                handle = handles.get(key)
+                if handle is None:
+                    ready.clear()
+                    try:
+                        handle = await self.open(q_name, open_opts, q_mgr_name)
+                    except MQError as exc:
+                        handle = exc
+                    handles[key] = handle
+                    now = time.time()
+                if isinstance(handle, MQError):
+                    out.append(handle)
+                    continue
+                try:
+                    if handle not in ready:
+                        self._check()
+                        target = handle._target
+                        ready[handle] = (
+                            (handle._defs(), arrival_report(qm, target.name))
+                            if handle.owns_puts() and target is not None else None
+                        )
+                    how = ready[handle]
+                    if how is None:
+                        ready.clear()
+                        out.append(await handle.put(md, body, opts))
+                        now = time.time()
+                        continue
+                    if shared and id(md) in shared:
+                        md = clone_md(md)
+                    handle.put_owned(md, body, opts, now, how[0], how[1], packer)
+                    out.append(md)
+                except MQError as exc:
+                    out.append(exc)
+        finally:
+            for h in handles.values():
+                if not isinstance(h, MQError):
+                    with contextlib.suppress(MQError):
+                        await h.close()
+        return out
+
     async def commit(self, sync: ChannelSync | None = None) -> None:
         """MQCMIT. Persistent changes are on disk when this returns.
 
@@ -237,7 +312,8 @@ class EmbeddedConnection:
                 p.queue.add(p.msg)
                 p.queue.notify(p.msg)
         qm.stats.commits += 1
-        queue_reports(qm, [(p.msg.md, p.msg.body, Feedback.COA) for p in puts if p.arrival]
+        queue_reports(qm, [(p.msg.md, p.msg.body, Feedback.COA) for p in puts
+                           if p.arrival and p.msg.md.report]  # Report 0 asks for none
                       + [(g.msg.md, g.msg.body, Feedback.COD) for g in gets])
 
     async def backout(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from gateway.mq.embedded.objects import (
 )
 from gateway.mq.embedded.queues import (
     LocalQueue,
+    MDPacker,
     QueuedMessage,
     Waiter,
     clone_md,
@@ -56,6 +58,14 @@ log = logging.getLogger(__name__)
 INPUT_OPTIONS = OpenOption.INPUT_AS_Q_DEF | OpenOption.INPUT_SHARED | OpenOption.INPUT_EXCLUSIVE
 _MQQA_GET_INHIBITED, _MQQA_GET_ALLOWED = 1, 0
 _MQQA_PUT_INHIBITED, _MQQA_PUT_ALLOWED = 1, 0
+#: The MQMD fields an owned put (see ``EmbeddedQueueHandle.put_owned``) completes in
+#: place; restored if the put fails after completing them.
+_COMPLETED = (
+    "persistence", "priority", "msg_id", "correl_id", "reply_to_q", "reply_to_q_mgr",
+    "user_identifier", "accounting_token", "appl_identity_data", "put_appl_type",
+    "put_appl_name", "put_date", "put_time", "appl_origin_data", "backout_count",
+)
+_completed_of = operator.attrgetter(*_COMPLETED)
 
 
 class EmbeddedQueueHandle:
@@ -340,6 +350,100 @@ class EmbeddedQueueHandle:
             q.add(msg)
             q.notify(msg)
         return out
+
+    def owns_puts(self) -> bool:
+        """Whether :meth:`put_owned` may be used: open for output, a local queue, not
+        bound anew at each put (a remote or cluster destination goes through put)."""
+        self._check()
+        res = self._resolution
+        q = self._target
+        qm = self._conn.queue_manager
+        return (bool(self._options & OpenOption.OUTPUT) and res is not None and res.is_local
+                and not self._not_fixed and q is not None and qm._queues.get(q.name) is q)
+
+    def put_owned(
+        self,
+        md: MQMD,
+        body: bytes,
+        opts: PutOptions,
+        now: float,
+        defs: list[QueueDef],
+        arrival: bool,
+        packer: MDPacker,
+    ) -> None:
+        """A syncpoint put to a local queue (:meth:`owns_puts`) that takes ``md`` over:
+        it is completed in place and queued as is, not copied (the caller must not use
+        it again). Same checks, reasons and outcome as :meth:`put`; a put that fails
+        leaves ``md`` as it was. ``defs``/``arrival`` are this handle's, computed once
+        by the caller for a run of puts (nothing can change them without an await)."""
+        qm = self._conn.queue_manager
+        q = self._target
+        assert q is not None and opts.syncpoint
+        for d in defs:
+            if not d.put_enabled:
+                raise MQError(Reason.PUT_INHIBITED, f"puts are inhibited on {d.name}")
+        first = defs[0] if defs else None
+        persistence = md.persistence
+        if persistence == Persistence.PERSISTENCE_AS_Q_DEF:
+            persistence = Persistence.PERSISTENT if first and first.default_persistent \
+                else Persistence.NOT_PERSISTENT
+        elif persistence not in (Persistence.PERSISTENT, Persistence.NOT_PERSISTENT):
+            raise MQError(Reason.PERSISTENCE_ERROR, f"Persistence {persistence} is not valid")
+        priority = md.priority
+        if priority == -1:
+            priority = first.default_priority if first else 0
+        elif priority < 0:
+            raise MQError(Reason.PRIORITY_ERROR, f"Priority {priority} is not valid")
+        if md.expiry == 0 or md.expiry < -1:
+            raise MQError(Reason.EXPIRY_ERROR, f"Expiry {md.expiry} is not valid")
+        if md.msg_type == MsgType.REQUEST and not md.reply_to_q:
+            raise MQError(Reason.MISSING_REPLY_TO_Q, "a request message needs a ReplyToQ")
+        reply_to = resolve_reply_to(qm.catalogue, md.reply_to_q, md.reply_to_q_mgr)
+        if len(body) > qm.catalogue.qmgr.max_msg_length:
+            raise MQError(
+                Reason.MSG_TOO_BIG_FOR_Q_MGR,
+                f"message of {len(body)} bytes exceeds the queue manager's MAXMSGL "
+                f"{qm.catalogue.qmgr.max_msg_length}",
+            )
+        qdef = qm.catalogue.get(q.name)
+        assert qdef is not None
+        if len(body) > qdef.max_msg_length:
+            raise MQError(
+                Reason.MSG_TOO_BIG_FOR_Q,
+                f"message of {len(body)} bytes exceeds MAXMSGL {qdef.max_msg_length} "
+                f"of {q.name}",
+            )
+        if q.depth >= qdef.max_depth:
+            raise MQError(Reason.Q_FULL, f"queue {q.name} is full (MAXDEPTH {qdef.max_depth})")
+        before = _completed_of(md)
+        md.persistence, md.priority = persistence, priority
+        if opts.new_msg_id or md.msg_id == MI_NONE:
+            md.msg_id = qm._msg_ids()
+        if opts.new_correl_id:
+            md.correl_id = qm._msg_ids()
+        md.reply_to_q, md.reply_to_q_mgr = reply_to
+        qm._context.fill(md, now, set_all=opts.set_all_context,
+                         set_identity=opts.set_identity_context)
+        md.backout_count = 0
+        persistent = persistence == Persistence.PERSISTENT
+        try:
+            # packed now so a descriptor the store cannot hold fails this put (2026)
+            packed = packer.pack(md) if persistent else None
+            msg = QueuedMessage(qm._next_seq(), md, bytes(body), min(max(priority, 0), 9),
+                                persistent, now, now + md.expiry / 10 if md.expiry > 0 else None,
+                                packed)
+        except MQError:
+            for name, value in zip(_COMPLETED, before, strict=True):
+                setattr(md, name, value)
+            raise
+        qm.stats.puts += 1  # counted before the syncpoint limit check, as put does
+        try:
+            self._conn._track_put(q, msg, arrival)
+        except MQError:
+            for name, value in zip(_COMPLETED, before, strict=True):
+                setattr(md, name, value)
+            raise
+        q.pending_puts += 1
 
     # ------------------------------------------------------------------ inquire
 

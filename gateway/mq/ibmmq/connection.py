@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType, TracebackType
@@ -33,8 +33,10 @@ from gateway.mq.port import (
     Message,
     MQError,
     OpenOption,
+    PutItem,
     PutOptions,
     QueueAttr,
+    put_each,
     reason_name,
 )
 from gateway.wire.constants import CompCode
@@ -232,6 +234,12 @@ class IBMMQConnection:
 
         await self._call(call, uow=opts.syncpoint)
         return mqi_calls.md_from_mqi(raw_md)
+
+    async def put_many(
+        self, items: Sequence[PutItem], options: PutOptions | None = None
+    ) -> list[MQMD | MQError]:
+        """``gateway.mq.port.put_many``: one open per queue, one MQPUT per item."""
+        return await put_each(self, items, options)
 
     async def commit(self) -> None:
         await self._call(lambda: self._hconn.commit())

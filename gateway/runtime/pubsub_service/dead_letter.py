@@ -15,7 +15,15 @@ import contextlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.mq.port import Connection, MQError, OpenOption, PutOptions, QueueAttr, QueueHandle
+from gateway.mq.port import (
+    Connection,
+    MQError,
+    OpenOption,
+    PutOptions,
+    QueueAttr,
+    QueueHandle,
+    put_many,
+)
 from gateway.runtime.pubsub_service.errors import (
     CONNECTION_REASONS,
     AsideQueueError,
@@ -92,6 +100,11 @@ async def dead_letter_queue_of(handle: QueueHandle, fallback: str) -> tuple[str,
     return fallback, "broker setting dead_letter_queue"
 
 
+def _plain(p: Put) -> bool:
+    """A delivery (or response) put: dead-lettered when it fails, no backpressure."""
+    return not p.kind and p.dead_letter_on_failure and not p.backpressure
+
+
 async def put_all(
     conn: Connection, puts: list[Put], dlq: str, report: DeliveryReport | None = None
 ) -> list[Put]:
@@ -102,8 +115,55 @@ async def put_all(
     handles: dict[tuple[str, str], QueueHandle] = {}
     opts = PutOptions(syncpoint=True, set_all_context=True)
     q_mgr = conn.q_mgr_name
+
+    async def set_aside(p: Put, exc: MQError) -> None:
+        # Undeliverable to this destination: the DLQ keeps it on its behalf.
+        dl = dead_letter(
+            p.md,
+            p.body,
+            exc.reason,
+            dlq=dlq,
+            dest_queue=p.queue,
+            dest_q_mgr=p.q_mgr or q_mgr,
+            q_mgr=q_mgr,
+            source=f"undeliverable {p.queue}@{p.q_mgr or q_mgr} ({exc.reason})",
+        )
+        try:
+            await conn.put1(dlq, dl.md, dl.body, opts)
+        except MQError as dl_exc:
+            if dl_exc.reason in CONNECTION_REASONS:
+                raise
+            raise AsideQueueError(dlq, dl_exc) from dl_exc
+        done.append(dl)
+        if report is not None:
+            report.delivery_failed(p.q_mgr or q_mgr, p.queue, exc.reason)
+
+    i, n = 0, len(puts)
     try:
-        for p in puts:
+        while i < n:
+            p = puts[i]
+            if _plain(p):
+                # A run of deliveries (one publication's fan-out, or several): one
+                # put_many; each failed delivery is dead-lettered as a single put would be.
+                j = i + 1
+                while j < n and _plain(puts[j]):
+                    j += 1
+                run = puts[i:j]
+                i = j
+                results = await put_many(
+                    conn,
+                    [(r.queue, "" if r.q_mgr == q_mgr else r.q_mgr, r.md, r.body) for r in run],
+                    opts,
+                )
+                for r, result in zip(run, results, strict=True):
+                    if isinstance(result, MQError):
+                        if result.reason in CONNECTION_REASONS:
+                            raise result
+                        await set_aside(r, result)
+                    elif report is not None:
+                        report.delivered(r.q_mgr or q_mgr, r.queue)
+                continue
+            i += 1
             try:
                 key = (p.q_mgr, p.queue)
                 handle = handles.get(key)
@@ -128,26 +188,7 @@ async def put_all(
                     if p.kind:
                         raise AsideQueueError(p.queue, exc) from exc
                     raise
-                # Undeliverable to this destination: the DLQ keeps it on its behalf.
-                dl = dead_letter(
-                    p.md,
-                    p.body,
-                    exc.reason,
-                    dlq=dlq,
-                    dest_queue=p.queue,
-                    dest_q_mgr=p.q_mgr or q_mgr,
-                    q_mgr=q_mgr,
-                    source=f"undeliverable {p.queue}@{p.q_mgr or q_mgr} ({exc.reason})",
-                )
-                try:
-                    await conn.put1(dlq, dl.md, dl.body, opts)
-                except MQError as dl_exc:
-                    if dl_exc.reason in CONNECTION_REASONS:
-                        raise
-                    raise AsideQueueError(dlq, dl_exc) from dl_exc
-                done.append(dl)
-                if report is not None:
-                    report.delivery_failed(p.q_mgr or q_mgr, p.queue, exc.reason)
+                await set_aside(p, exc)
     finally:
         for handle in handles.values():
             with contextlib.suppress(MQError):

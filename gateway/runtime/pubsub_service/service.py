@@ -509,7 +509,7 @@ class BrokerService:
                 puts.extend(self.sink_backlogs.put_of(name, d) for d in deliveries)
                 self.counters.sink_deliveries += len(deliveries)
         done = await put_all(conn, puts, dlq, self.engine)
-        engine.commit()
+        await engine.commit_async()  # the store's commit off the loop, still before MQ's
         await conn.commit()
         self._account(done)
         return count
