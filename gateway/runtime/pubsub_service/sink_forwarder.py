@@ -160,7 +160,10 @@ class SinkForwarder:
                         delay = min(10.0, max(delay * 2, 0.05))
                         continue
                     delay = self.retry_delay
-                    if not got:
+                    if not got and self.wait_ms < 50:
+                        # The get hardly waited: do not spin. After a real wait the next
+                        # get starts at once (a pause here would be latency for whatever
+                        # arrives during it).
                         await self._pause(0.01)
             except MQError as exc:
                 log.error(
