@@ -31,6 +31,7 @@ import logging
 import random
 import re
 import ssl
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from paho.mqtt.properties import Properties, VariableByteIntegers
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
@@ -182,8 +183,9 @@ def _properties(packet_type: int) -> Properties:
 
 
 class _PackedProperties(Properties):
-    """PUBLISH properties that are never changed once built: packed once (paho's
-    ``pack`` looks every property up by name on each call)."""
+    """PUBLISH properties that are never changed once built, packed once: paho's own
+    ``Properties`` builds its lookup tables per object and looks every property up by
+    name on each ``pack`` (see :func:`publish_properties`)."""
 
     def pack(self) -> bytes:
         packed: bytes | None = self.__dict__.get("_packed")
@@ -197,11 +199,52 @@ _PropertiesKey = tuple[str, bytes, tuple[tuple[str, str], ...], int | None, bool
 #: Distinct PUBLISH property sets seen, most recent last (bounded; shared read-only).
 _PUBLISH_PROPERTIES: dict[_PropertiesKey, _PackedProperties] = {}
 _PUBLISH_PROPERTIES_MAX = 256
+#: paho's per-object tables (packet type, type names, property names and kinds): built
+#: once, shared by every PUBLISH properties object made here (paho only reads them).
+_TABLES: dict[str, Any] = {}
+_INT16 = struct.Struct("!H")
+_INT32 = struct.Struct("!L")
+
+
+def _utf8(text: str | bytes) -> bytes:
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    return _INT16.pack(len(data)) + data
+
+
+def _build_publish_properties(msg: Outgoing) -> _PackedProperties:
+    """What setting each property on paho's ``Properties(PUBLISH)`` and packing it
+    gives (same attributes, same bytes: MQTT 5.0 §3.3.2.3, in paho's property order),
+    without its per-object tables and by-name lookups."""
+    if not _TABLES:
+        _TABLES.update(vars(Properties(PacketTypes.PUBLISH)))  # type: ignore[no-untyped-call]
+    props = _PackedProperties.__new__(_PackedProperties)
+    attrs = props.__dict__
+    attrs.update(_TABLES)
+    out = bytearray()
+    if msg.utf8:
+        attrs["PayloadFormatIndicator"] = 1
+        out += b"\x01\x01"
+    if msg.expiry_interval is not None:
+        attrs["MessageExpiryInterval"] = msg.expiry_interval
+        out += b"\x02" + _INT32.pack(msg.expiry_interval)
+    if msg.response_topic:
+        attrs["ResponseTopic"] = msg.response_topic
+        out += b"\x08" + _utf8(msg.response_topic)
+    if msg.correlation_data:
+        attrs["CorrelationData"] = msg.correlation_data
+        out += b"\x09" + _INT16.pack(len(msg.correlation_data)) + msg.correlation_data
+    if msg.user_properties:
+        pairs = list(msg.user_properties)
+        attrs["UserProperty"] = pairs
+        for name, value in pairs:
+            out += b"\x26" + _utf8(name) + _utf8(value)
+    attrs["_packed"] = VariableByteIntegers.encode(len(out)) + bytes(out)  # type: ignore[no-untyped-call]
+    return props
 
 
 def publish_properties(msg: Outgoing) -> Properties | None:
-    """The MQTT 5 PUBLISH properties of ``msg`` (None: it has none), built once per
-    distinct set and shared: paho only packs them (also when it resends)."""
+    """The MQTT 5 PUBLISH properties of ``msg`` (None: it has none), packed when built
+    and shared by equal sets (bounded cache): paho only packs them (also to resend)."""
     if not (
         msg.user_properties
         or msg.expiry_interval is not None
@@ -224,18 +267,7 @@ def publish_properties(msg: Outgoing) -> Properties | None:
         key = None
     if props is not None:
         return props
-    props = _PackedProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    if msg.response_topic:
-        props.ResponseTopic = msg.response_topic
-    if msg.correlation_data:
-        props.CorrelationData = msg.correlation_data
-    if msg.user_properties:
-        props.UserProperty = list(msg.user_properties)
-    if msg.expiry_interval is not None:
-        props.MessageExpiryInterval = msg.expiry_interval
-    if msg.utf8:
-        props.PayloadFormatIndicator = 1
-    props.pack()
+    props = _build_publish_properties(msg)
     if key is None:
         return props
     if len(_PUBLISH_PROPERTIES) >= _PUBLISH_PROPERTIES_MAX:

@@ -18,6 +18,10 @@ _text = st.text(
 
 
 def _reference(msg: Outgoing) -> bytes:
+    return _reference_properties(msg).pack()  # type: ignore[no-any-return,no-untyped-call]
+
+
+def _reference_properties(msg: Outgoing) -> Properties:
     p = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
     if msg.response_topic:
         p.ResponseTopic = msg.response_topic
@@ -29,8 +33,7 @@ def _reference(msg: Outgoing) -> bytes:
         p.MessageExpiryInterval = msg.expiry_interval
     if msg.utf8:
         p.PayloadFormatIndicator = 1
-    packed: bytes = p.pack()  # type: ignore[no-untyped-call]
-    return packed
+    return p
 
 
 @settings(max_examples=200, deadline=None)
@@ -55,6 +58,10 @@ def test_packed_once_equals_paho_packing_each_time(
         return
     assert props is not None
     assert props.pack() == _reference(msg)  # type: ignore[no-untyped-call]
+    # the same attributes as paho's own object (its str and json read them by name)
+    assert str(props) == str(_reference_properties(msg))
+    assert props.json() == _reference_properties(msg).json()  # type: ignore[no-untyped-call]
+    assert bytes(super(type(props), props).pack()) == _reference(msg)  # type: ignore[misc]
     again = publish_properties(
         Outgoing("u", b"y", 1, True, list(pairs), expiry, utf8, response_topic, correlation)
     )
