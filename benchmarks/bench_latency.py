@@ -13,7 +13,11 @@ warm-up (topic creation, connections), ``--seconds`` (3) of load per path and ra
 Rates: 1,000 msg/s (issue 16's goal: p99 < 20 ms) and 200 msg/s for information. The
 Kafka consumer uses ``fetch_max_wait_ms=5`` (a latency-minded consumer; aiokafka's
 default 500 ms would be the consumer's own latency, not the bridge's).
-Run: .venv/bin/python -m benchmarks.bench_latency [--rates 1000,200] [--seconds 3]
+``--stages`` also timestamps each message at every stage (the MQ application's commit,
+the service's backlog put, the forwarder handing it to the sink, the sink's
+acknowledgement, the forwarder's commit; instrumented from outside, by wrapping those
+methods) and prints p50/p99 of each step: where the latency goes.
+Run: .venv/bin/python -m benchmarks.bench_latency [--rates 1000,200] [--seconds 3] [--stages]
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
 from aiokafka import AIOKafkaConsumer
@@ -41,6 +46,8 @@ from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.store import MemoryStore
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.pubsub_service.sink_backlogs import SinkBacklogs
+from gateway.runtime.pubsub_service.sink_forwarder import SinkForwarder
 from gateway.wire.constants import Persistence
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
@@ -59,6 +66,85 @@ GOAL_P99_MS = 20.0
 #: Calls back with each received payload; yields once the consumer is listening.
 Consumer = Callable[[Callable[[bytes], None]], contextlib.AbstractAsyncContextManager[None]]
 
+#: The stages a message passes, in order (``--stages``); "received" is the consumer's.
+STAGES = ("scheduled", "committed", "backlog_put", "to_sink", "acked", "fw_commit", "received")
+
+
+class StageClock:
+    """Per-message timestamps (perf_counter) of each stage, by sequence number; the
+    gateway's methods are wrapped while ``installed`` (measurement only)."""
+
+    def __init__(self) -> None:
+        self.times: dict[int, dict[str, float]] = {}
+
+    def mark(self, seq: int, stage: str, at: float | None = None) -> None:
+        self.times.setdefault(seq, {}).setdefault(stage, time.perf_counter() if at is None else at)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        clock = self
+        put_of, send, forward = SinkBacklogs.put_of, SinkForwarder._send, SinkForwarder._forward
+        in_hand: list[int] = []
+
+        def seq_of(payload: bytes) -> int | None:
+            try:
+                return int(payload[:12])
+            except ValueError:
+                return None
+
+        def put_of_timed(self: SinkBacklogs, name: str, d: Any) -> Any:
+            put = put_of(self, name, d)
+            seq = seq_of(d.body)
+            if seq is not None:
+                clock.mark(seq, "backlog_put")
+            return put
+
+        async def send_timed(self: SinkForwarder, pending: Any, *args: Any) -> None:
+            seqs = [s for s in (seq_of(e.payload) for _, e in pending) if s is not None]
+            for seq in seqs:
+                clock.mark(seq, "to_sink")
+            await send(self, pending, *args)
+            now = time.perf_counter()
+            for seq in seqs:
+                clock.mark(seq, "acked", now)
+            in_hand.extend(seqs)
+
+        async def forward_timed(self: SinkForwarder, *args: Any) -> int:
+            in_hand.clear()
+            got = await forward(self, *args)
+            now = time.perf_counter()
+            for seq in in_hand:
+                clock.mark(seq, "fw_commit", now)
+            return got
+
+        SinkBacklogs.put_of = put_of_timed  # type: ignore[method-assign]
+        SinkForwarder._send = send_timed  # type: ignore[method-assign]
+        SinkForwarder._forward = forward_timed  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            SinkBacklogs.put_of = put_of  # type: ignore[method-assign]
+            SinkForwarder._send = send  # type: ignore[method-assign]
+            SinkForwarder._forward = forward  # type: ignore[method-assign]
+
+    def report(self, seqs: Iterable[int]) -> None:
+        """p50/p99 of each stage's time since the scheduled put, over ``seqs`` (the
+        consumer may receive before the forwarder has the acknowledgement)."""
+        since: dict[str, list[float]] = {}
+        for seq in seqs:
+            t = self.times.get(seq, {})
+            if "scheduled" not in t:
+                continue
+            for stage in STAGES[1:]:
+                if stage in t:
+                    since.setdefault(stage, []).append((t[stage] - t["scheduled"]) * 1000)
+        for stage, values in since.items():
+            print(
+                f"    scheduled -> {stage:12s} p50 {percentile(values, 0.5):8.2f} ms  "
+                f"p99 {percentile(values, 0.99):8.2f} ms  ({len(values):,})",
+                flush=True,
+            )
+
 
 def publication(seq: int) -> tuple[MQMD, bytes]:
     psc = Element.from_pairs(
@@ -71,7 +157,12 @@ def publication(seq: int) -> tuple[MQMD, bytes]:
 
 
 async def measure(
-    qm: EmbeddedQueueManager, consumer: Consumer, rate: float, seconds: float, per_unit: int
+    qm: EmbeddedQueueManager,
+    consumer: Consumer,
+    rate: float,
+    seconds: float,
+    per_unit: int,
+    clock: StageClock | None = None,
 ) -> list[float]:
     """Latencies (ms) of ``rate * seconds`` publications put on an open-loop schedule."""
     scheduled: dict[int, float] = {}
@@ -93,6 +184,9 @@ async def measure(
         at = scheduled.pop(seq, None)
         if at is not None:
             latencies.append((now - at) * 1000)
+            if clock is not None:
+                clock.mark(seq, "scheduled", at)
+                clock.mark(seq, "received", now)
         if len(latencies) >= total - WARM_UP:
             done.set()
 
@@ -121,6 +215,10 @@ async def measure(
                     md, body = publication(seq)
                     await handle.put(md, body, opts)
                 await conn.commit()
+                if clock is not None:
+                    now = time.perf_counter()
+                    for seq in range(WARM_UP + i, min(total, WARM_UP + i + per_unit)):
+                        clock.mark(seq, "committed", now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), 10)
         finally:
@@ -143,6 +241,7 @@ async def with_gateway(
     rate: float,
     seconds: float,
     per_unit: int,
+    stages: bool = False,
 ) -> list[float]:
     qm = EmbeddedQueueManager("QMLAT", work / f"qm-{name}")
     qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
@@ -155,7 +254,14 @@ async def with_gateway(
     try:
         await host.start(instance)
         await service.start()
-        return await measure(qm, consumer, rate, seconds, per_unit)
+        if not stages:
+            return await measure(qm, consumer, rate, seconds, per_unit)
+        clock = StageClock()
+        with clock.installed():
+            lat = await measure(qm, consumer, rate, seconds, per_unit, clock)
+        print(f"  stages of {name} at {rate:,.0f} msg/s offered:", flush=True)
+        clock.report(range(WARM_UP, WARM_UP + len(lat)))
+        return lat
     finally:
         await host.stop_all()
         await service.stop()
@@ -234,7 +340,9 @@ def report(path: str, latencies: list[float], rate: float, per_unit: int, *, goa
     )
 
 
-async def run(rates: list[float], seconds: float, per_unit: int, paths: set[str]) -> int:
+async def run(
+    rates: list[float], seconds: float, per_unit: int, paths: set[str], stages: bool = False
+) -> int:
     """The first rate is the goal's (recorded with the goal); the others are info rows."""
     work = Path(tempfile.mkdtemp(prefix="mqgw-bench-latency-"))
     try:
@@ -260,6 +368,7 @@ async def run(rates: list[float], seconds: float, per_unit: int, paths: set[str]
                         rate,
                         seconds,
                         per_unit,
+                        stages,
                     )
                     report("MQ put -> Kafka consumer", lat, rate, per_unit, goal=i == 0)
             finally:
@@ -288,6 +397,7 @@ async def run(rates: list[float], seconds: float, per_unit: int, paths: set[str]
                         rate,
                         seconds,
                         per_unit,
+                        stages,
                     )
                     report("MQ put -> MQTT subscriber", lat, rate, per_unit, goal=i == 0)
             finally:
@@ -309,9 +419,13 @@ def main(argv: list[str] | None = None) -> int:
         "--per-unit", type=int, default=10, help="puts per MQ application unit of work"
     )
     parser.add_argument("--paths", default="kafka,mqtt")
+    parser.add_argument(
+        "--stages", action="store_true", help="also print p50/p99 of each stage (measurement)"
+    )
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
-    return asyncio.run(run(rates, args.seconds, args.per_unit, set(args.paths.split(","))))
+    paths = set(args.paths.split(","))
+    return asyncio.run(run(rates, args.seconds, args.per_unit, paths, args.stages))
 
 
 if __name__ == "__main__":

@@ -15,13 +15,22 @@ Format (version 1), MQMD Format ``MQGWENV1``, documented in docs/operations.md::
 
 An unknown magic, a header that does not parse or a field of the wrong type raises
 :class:`BacklogFormatError` (reason MQRC_FORMAT_ERROR for the MQDLH).
+
+The forwarder runs in the process that put the delivery, so it normally does not decode
+at all: :class:`EnvelopeCache` keeps each envelope by the MsgId its backlog message was
+put with (:func:`backlog_msg_id`), and only a miss (after a restart, an eviction, a
+message put by someone else) decodes the message. The message on the queue stays the
+durable copy; the cache is an optimisation that never decides what is delivered.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
@@ -32,6 +41,8 @@ __all__ = [
     "BACKLOG_FORMAT",
     "BACKLOG_QUEUE_PREFIX",
     "BacklogFormatError",
+    "EnvelopeCache",
+    "backlog_msg_id",
     "backlog_queue_name",
     "decode_backlog_message",
     "encode_backlog_message",
@@ -132,3 +143,71 @@ def decode_backlog_message(body: bytes) -> Envelope:
         if not isinstance(values.get(required), str):
             raise BacklogFormatError(f"backlog message has no {required!r}")
     return Envelope(**values)
+
+
+#: MsgIds of backlog messages: 8 random bytes per process, a 16-byte counter. Unique in
+#: this process and, with the random part, across restarts and other gateways.
+_ID_PREFIX = b"MQGW" + os.urandom(4)
+_ID_COUNTER = itertools.count(1)
+
+
+def backlog_msg_id() -> bytes:
+    """A fresh 24-byte MsgId for a backlog message (the key of :class:`EnvelopeCache`)."""
+    return _ID_PREFIX + next(_ID_COUNTER).to_bytes(16, "big")
+
+
+class EnvelopeCache:
+    """The envelopes of backlog messages put by this process, by MsgId (bounded).
+
+    ``put`` when the backlog put is made, ``take`` when the forwarder got the message
+    (a miss, or an entry whose body length differs, is None: decode the message),
+    ``discard`` once the forwarder's unit of work committed. Entries of a unit of work
+    that was backed out before the commit stay until evicted: past ``max_entries`` or
+    ``max_bytes`` (payload bytes) the oldest go first. Single-threaded (one event loop).
+    """
+
+    __slots__ = ("_bytes", "_entries", "hits", "max_bytes", "max_entries", "misses")
+
+    def __init__(self, max_entries: int = 8192, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._entries: dict[bytes, tuple[int, Envelope]] = {}
+        self._bytes = 0
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, msg_id: bytes, body_length: int, envelope: Envelope) -> None:
+        """Remember ``envelope`` as the content of the backlog message ``msg_id``."""
+        size = len(envelope.payload)
+        if self.max_entries <= 0 or size > self.max_bytes:
+            return
+        old = self._entries.pop(msg_id, None)
+        if old is not None:
+            self._bytes -= len(old[1].payload)
+        entries = self._entries
+        while entries and (len(entries) >= self.max_entries or self._bytes + size > self.max_bytes):
+            oldest = next(iter(entries))
+            self._bytes -= len(entries.pop(oldest)[1].payload)
+        entries[msg_id] = (body_length, envelope)
+        self._bytes += size
+
+    def take(self, msg_id: bytes, body_length: int) -> Envelope | None:
+        """The envelope of the backlog message ``msg_id`` of ``body_length`` bytes, or
+        None (decode it). The entry stays until :meth:`discard` (a backout gets it again)."""
+        entry = self._entries.get(msg_id)
+        if entry is None or entry[0] != body_length:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return entry[1]
+
+    def discard(self, msg_ids: Iterable[bytes]) -> None:
+        """Forget the messages whose get was committed."""
+        entries = self._entries
+        for msg_id in msg_ids:
+            old = entries.pop(msg_id, None)
+            if old is not None:
+                self._bytes -= len(old[1].payload)

@@ -317,13 +317,49 @@ class _Parser:
         return root
 
 
+#: Fast path: a flat folder of leaf elements without attributes or references, e.g.
+#: ``<psc><Command>Publish</Command><Topic>a/b</Topic></psc>`` (what publishers send).
+_FLAT = re.compile(rf"<({_NAME})>((?:<{_NAME}>[^<&]*</{_NAME}>)*)</\1>[ \x00\t\r\n]*")
+_FLAT_LEAF = re.compile(rf"<({_NAME})>([^<&]*)</\1>")
+
+
+def _parse_flat(text: str) -> Element | None:
+    """``text`` parsed when it is a flat folder (see ``_FLAT``), else None."""
+    m = _FLAT.fullmatch(text)
+    if m is None:
+        return None
+    inner = m.group(2)
+    children = [Element(name, {}, value) for name, value in _FLAT_LEAF.findall(inner)]
+    # Each leaf's end tag must close that leaf (``<a>x</b>`` matched _FLAT's pattern):
+    # the leaves found must account for every character of the folder's content.
+    if sum(2 * len(c.name) + 5 + len(c.text) for c in children) != len(inner):
+        return None
+    return Element(m.group(1), {}, "", children)
+
+
 def parse_folder(text: str, *, offset: int = -1) -> Element:
     """Parse one NameValueData folder (already decoded to str).
 
     Trailing blanks/NULs (padding) are allowed after the end tag; anything else raises
     WireError MQRC_RFH_FORMAT_ERROR; ``offset`` is the folder's byte offset for errors.
+    A flat folder (leaves only, no attributes, no references) takes a fast path that
+    gives the same tree.
     """
+    if text[:1] == "<":
+        flat = _parse_flat(text)
+        if flat is not None:
+            return flat
     return _Parser(text, offset).parse()
+
+
+def clone_element(element: Element) -> Element:
+    """A deep copy of ``element`` (its attributes and children copied too)."""
+    return Element(
+        element.name,
+        dict(element.attributes) if element.attributes else {},
+        element.text,
+        [clone_element(c) for c in element.children] if element.children else [],
+    )
 
 
 def usr_properties_of(root: Element) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -346,16 +382,30 @@ def usr_properties(folders: Iterable[str]) -> tuple[list[tuple[str, str]], dict[
     for text in folders:
         if "usr" not in text[:16]:
             continue
-        try:
-            root = parse_folder(text)
-        except WireError:
-            continue
-        if root.name != "usr":
-            continue
-        more, more_types = usr_properties_of(root)
-        props.extend(more)
-        types.update(more_types)
+        known = _USR_CACHE.get(text)
+        if known is None:
+            try:
+                root = parse_folder(text)
+            except WireError:
+                continue
+            if root.name != "usr":
+                continue
+            more, more_types = usr_properties_of(root)
+            known = (tuple(more), more_types)
+            if len(text) <= _USR_CACHE_MAX_CHARS:
+                if len(_USR_CACHE) >= _USR_CACHE_MAX:
+                    del _USR_CACHE[next(iter(_USR_CACHE))]
+                _USR_CACHE[text] = known
+        props.extend(known[0])
+        types.update(known[1])
     return props, types
+
+
+#: usr folder text -> its properties (the service decodes a publication's folders, then
+#: each sink delivery asks for its properties: no second parse of the same folder).
+_USR_CACHE: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str]]] = {}
+_USR_CACHE_MAX = 512
+_USR_CACHE_MAX_CHARS = 1024
 
 
 def _flatten(

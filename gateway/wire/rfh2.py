@@ -30,7 +30,7 @@ from gateway.wire.ccsid import (
 from gateway.wire.constants import CCSI_INHERIT, ENC_NATIVE
 from gateway.wire.encoding import BIG, byte_order
 from gateway.wire.errors import WireError
-from gateway.wire.folder import Element, parse_folder, serialize_folder
+from gateway.wire.folder import Element, clone_element, parse_folder, serialize_folder
 from gateway.wire.formats import FMT_NONE
 from gateway.wire.reasons import Reason
 from gateway.wire.rfh import MQRFH_STRUC_ID, decode_rfh_fixed, encode_rfh_fixed
@@ -104,7 +104,29 @@ class MQRFH2(CcsidAlias):
         return f
 
 
+#: Parsed folders by their bytes (a stream's publishers repeat the same few folders):
+#: bounded, small folders only; a hit is handed out as a copy (callers may edit folders).
+_FOLDER_CACHE: dict[tuple[bytes, int, bool], Element] = {}
+_FOLDER_CACHE_MAX = 512
+_FOLDER_CACHE_MAX_BYTES = 512
+
+
 def _decode_name_value(
+    data: bytes, ccsid: int, big_endian: bool, offset: int, index: int
+) -> Element:
+    if len(data) <= _FOLDER_CACHE_MAX_BYTES:
+        key = (data, ccsid, big_endian)
+        cached = _FOLDER_CACHE.get(key)
+        if cached is None:
+            cached = _parse_name_value(data, ccsid, big_endian, offset, index)
+            if len(_FOLDER_CACHE) >= _FOLDER_CACHE_MAX:
+                del _FOLDER_CACHE[next(iter(_FOLDER_CACHE))]
+            _FOLDER_CACHE[key] = cached
+        return clone_element(cached)
+    return _parse_name_value(data, ccsid, big_endian, offset, index)
+
+
+def _parse_name_value(
     data: bytes, ccsid: int, big_endian: bool, offset: int, index: int
 ) -> Element:
     if ccsid in UTF16_CCSIDS and len(data) % 2:

@@ -31,6 +31,7 @@ import logging
 import random
 import re
 import ssl
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from paho.mqtt.properties import Properties, VariableByteIntegers
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
@@ -114,9 +115,7 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
             what = "tls.cert_file/tls.key_file"
             password = tls.key_password.reveal() if tls.key_password is not None else None
             # A callable, so an unencrypted key never prompts and a wrong one raises.
-            context.load_cert_chain(
-                tls.cert_file, tls.key_file, password=lambda: password or ""
-            )
+            context.load_cert_chain(tls.cert_file, tls.key_file, password=lambda: password or "")
     except SecretError as exc:
         raise MqttConnectionError(
             f"TLS setup failed: tls.key_password: {exc}", kind="tls", retriable=True
@@ -181,6 +180,100 @@ class Received:
 
 def _properties(packet_type: int) -> Properties:
     return Properties(packet_type)  # type: ignore[no-untyped-call]  # paho is untyped here
+
+
+class _PackedProperties(Properties):
+    """PUBLISH properties that are never changed once built, packed once: paho's own
+    ``Properties`` builds its lookup tables per object and looks every property up by
+    name on each ``pack`` (see :func:`publish_properties`)."""
+
+    def pack(self) -> bytes:
+        packed: bytes | None = self.__dict__.get("_packed")
+        if packed is None:
+            packed = super().pack()  # type: ignore[no-untyped-call]
+            object.__setattr__(self, "_packed", packed)
+        return packed
+
+
+_PropertiesKey = tuple[str, bytes, tuple[tuple[str, str], ...], int | None, bool]
+#: Distinct PUBLISH property sets seen, most recent last (bounded; shared read-only).
+_PUBLISH_PROPERTIES: dict[_PropertiesKey, _PackedProperties] = {}
+_PUBLISH_PROPERTIES_MAX = 256
+#: paho's per-object tables (packet type, type names, property names and kinds): built
+#: once, shared by every PUBLISH properties object made here (paho only reads them).
+_TABLES: dict[str, Any] = {}
+_INT16 = struct.Struct("!H")
+_INT32 = struct.Struct("!L")
+
+
+def _utf8(text: str | bytes) -> bytes:
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    return _INT16.pack(len(data)) + data
+
+
+def _build_publish_properties(msg: Outgoing) -> _PackedProperties:
+    """What setting each property on paho's ``Properties(PUBLISH)`` and packing it
+    gives (same attributes, same bytes: MQTT 5.0 §3.3.2.3, in paho's property order),
+    without its per-object tables and by-name lookups."""
+    if not _TABLES:
+        _TABLES.update(vars(Properties(PacketTypes.PUBLISH)))  # type: ignore[no-untyped-call]
+    props = _PackedProperties.__new__(_PackedProperties)
+    attrs = props.__dict__
+    attrs.update(_TABLES)
+    out = bytearray()
+    if msg.utf8:
+        attrs["PayloadFormatIndicator"] = 1
+        out += b"\x01\x01"
+    if msg.expiry_interval is not None:
+        attrs["MessageExpiryInterval"] = msg.expiry_interval
+        out += b"\x02" + _INT32.pack(msg.expiry_interval)
+    if msg.response_topic:
+        attrs["ResponseTopic"] = msg.response_topic
+        out += b"\x08" + _utf8(msg.response_topic)
+    if msg.correlation_data:
+        attrs["CorrelationData"] = msg.correlation_data
+        out += b"\x09" + _INT16.pack(len(msg.correlation_data)) + msg.correlation_data
+    if msg.user_properties:
+        pairs = list(msg.user_properties)
+        attrs["UserProperty"] = pairs
+        for name, value in pairs:
+            out += b"\x26" + _utf8(name) + _utf8(value)
+    attrs["_packed"] = VariableByteIntegers.encode(len(out)) + bytes(out)  # type: ignore[no-untyped-call]
+    return props
+
+
+def publish_properties(msg: Outgoing) -> Properties | None:
+    """The MQTT 5 PUBLISH properties of ``msg`` (None: it has none), packed when built
+    and shared by equal sets (bounded cache): paho only packs them (also to resend)."""
+    if not (
+        msg.user_properties
+        or msg.expiry_interval is not None
+        or msg.utf8
+        or msg.response_topic
+        or msg.correlation_data
+    ):
+        return None
+    key: _PropertiesKey | None = (
+        msg.response_topic,
+        msg.correlation_data,
+        tuple(msg.user_properties),
+        msg.expiry_interval,
+        msg.utf8,
+    )
+    props: _PackedProperties | None = None
+    try:
+        props = _PUBLISH_PROPERTIES.get(key)  # type: ignore[arg-type]  # not None here
+    except TypeError:  # pairs given as lists: not hashable, built uncached
+        key = None
+    if props is not None:
+        return props
+    props = _build_publish_properties(msg)
+    if key is None:
+        return props
+    if len(_PUBLISH_PROPERTIES) >= _PUBLISH_PROPERTIES_MAX:
+        del _PUBLISH_PROPERTIES[next(iter(_PUBLISH_PROPERTIES))]
+    _PUBLISH_PROPERTIES[key] = props
+    return props
 
 
 def jittered_delay(attempt: int, low: float, high: float) -> float:
@@ -352,9 +445,7 @@ class MqttConnection:
                 )
             finally:
                 self._connecting = False
-            session_present, rc, why = await asyncio.wait_for(
-                self._connack, cfg.connect_timeout
-            )
+            session_present, rc, why = await asyncio.wait_for(self._connack, cfg.connect_timeout)
         except ssl.SSLError as exc:
             self._close_socket()
             self.last_error = f"TLS handshake failed: {ssl_cause(exc)} ({self._server()})"
@@ -519,29 +610,11 @@ class MqttConnection:
         if not self.connected:
             raise MqttConnectionError(self.last_error or "not connected to the MQTT broker")
         futures: list[asyncio.Future[None]] = []
+        v5 = self.v5
+        publish = self._client.publish
         for msg in messages:
-            props: Properties | None = None
-            if self.v5 and (
-                msg.user_properties
-                or msg.expiry_interval is not None
-                or msg.utf8
-                or msg.response_topic
-                or msg.correlation_data
-            ):
-                props = _properties(PacketTypes.PUBLISH)
-                if msg.response_topic:
-                    props.ResponseTopic = msg.response_topic
-                if msg.correlation_data:
-                    props.CorrelationData = msg.correlation_data
-                if msg.user_properties:
-                    props.UserProperty = list(msg.user_properties)
-                if msg.expiry_interval is not None:
-                    props.MessageExpiryInterval = msg.expiry_interval
-                if msg.utf8:
-                    props.PayloadFormatIndicator = 1
-            info = self._client.publish(
-                msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props
-            )
+            props = publish_properties(msg) if v5 else None
+            info = publish(msg.topic, msg.payload, qos=msg.qos, retain=msg.retain, properties=props)
             if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
                 raise MqttConnectionError(f"publish failed: {paho.error_string(info.rc)}")
             fut: asyncio.Future[None] = self._loop.create_future()
@@ -589,9 +662,7 @@ class MqttConnection:
             self._generation += 1
             self._link_up = True
         if self._connack is not None and not self._connack.done():
-            self._connack.set_result(
-                (bool(flags.session_present), int(reason.value), str(reason))
-            )
+            self._connack.set_result((bool(flags.session_present), int(reason.value), str(reason)))
 
     def _handle_disconnect(
         self,

@@ -20,6 +20,8 @@ from gateway.plugin_api import Sink
 from gateway.pubsub.outcome import Delivery
 from gateway.runtime.backlog_format import (
     BACKLOG_FORMAT,
+    EnvelopeCache,
+    backlog_msg_id,
     backlog_queue_name,
     encode_backlog_message,
 )
@@ -59,6 +61,9 @@ class SinkBacklogs:
         #: backlog queue of each registered sink
         self.queues: dict[str, str] = {}
         self.forwarders: dict[str, SinkForwarder] = {}
+        #: per sink: the envelopes put on its backlog by this process, by MsgId, so its
+        #: forwarder need not decode them (``EnvelopeCache``)
+        self.envelopes: dict[str, EnvelopeCache] = {}
 
     def _define_statement(self, queue: str, name: str) -> str:
         return (
@@ -79,6 +84,7 @@ class SinkBacklogs:
                 raise BrokerError(f"sinks {other!r} and {name!r} would share backlog {queue}")
         self.sinks[name] = sink
         self.queues[name] = queue
+        self.envelopes.setdefault(name, EnvelopeCache())
         define = getattr(self.qm, "run_mqsc", None)
         catalogue = getattr(self.qm, "catalogue", None)
         if define is not None and catalogue is not None and queue not in catalogue.queues:
@@ -88,7 +94,9 @@ class SinkBacklogs:
     def put_of(self, name: str, d: Delivery) -> Put:
         """The put of delivery ``d`` onto sink ``name``'s backlog queue (a full queue is
         back-pressure: BacklogFullError; any other failure dead-letters it)."""
+        msg_id = backlog_msg_id()
         md = MQMD(
+            msg_id=msg_id,
             format=BACKLOG_FORMAT,
             persistence=(
                 Persistence.PERSISTENT
@@ -107,7 +115,11 @@ class SinkBacklogs:
             put_time=d.md.put_time,
             user_identifier=d.md.user_identifier,
         )
-        body = encode_backlog_message(envelope_of(d))
+        envelope = envelope_of(d)
+        body = encode_backlog_message(envelope)
+        cache = self.envelopes.get(name)
+        if cache is not None:
+            cache.put(msg_id, len(body), envelope)
         return Put("", self.queues[name], md, body, backpressure=True)
 
     async def check_defined(self) -> None:
@@ -146,6 +158,7 @@ class SinkBacklogs:
             retry_max_delay=cfg.sink_retry_max_delay,
             stopping=self._stop,
             totals=self._totals,
+            envelopes=self.envelopes.setdefault(name, EnvelopeCache()),
         )
         self.forwarders[name] = fw
         return asyncio.create_task(fw.run(), name=f"sink:{name}")

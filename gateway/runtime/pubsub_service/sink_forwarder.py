@@ -45,7 +45,11 @@ from gateway.mq.port import (
     QueueManager,
 )
 from gateway.plugin_api import DeliveryRefusedError, Envelope, Sink
-from gateway.runtime.backlog_format import BacklogFormatError, decode_backlog_message
+from gateway.runtime.backlog_format import (
+    BacklogFormatError,
+    EnvelopeCache,
+    decode_backlog_message,
+)
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import Put, dead_letter, put_all
 from gateway.runtime.pubsub_service.errors import AsideQueueError
@@ -88,6 +92,7 @@ class SinkForwarder:
         retry_max_delay: float,
         stopping: asyncio.Event,
         totals: ServiceCounters | None = None,
+        envelopes: EnvelopeCache | None = None,
     ) -> None:
         self.qm = qm
         self.sink_name = sink_name
@@ -106,6 +111,8 @@ class SinkForwarder:
         self.busy = False
         #: the service's counters, which count the forwarder's work too
         self.totals = totals or ServiceCounters()
+        #: envelopes this process put on the backlog, by MsgId: a hit skips the decode
+        self.envelopes = envelopes if envelopes is not None else EnvelopeCache(0)
 
     async def run(self) -> None:
         """Forward until the service stops; reconnects after connection failures."""
@@ -153,7 +160,10 @@ class SinkForwarder:
                         delay = min(10.0, max(delay * 2, 0.05))
                         continue
                     delay = self.retry_delay
-                    if not got:
+                    if not got and self.wait_ms < 50:
+                        # The get hardly waited: do not spin. After a real wait the next
+                        # get starts at once (a pause here would be latency for whatever
+                        # arrives during it).
                         await self._pause(0.01)
             except MQError as exc:
                 log.error(
@@ -215,7 +225,12 @@ class SinkForwarder:
         puts: list[Put] = []
         reasons: list[int] = []
         pending: list[tuple[Message, Envelope]] = []
+        take = self.envelopes.take
         for m in msgs:
+            env = take(m.md.msg_id, len(m.body))
+            if env is not None:
+                pending.append((m, env))
+                continue
             try:
                 pending.append((m, decode_backlog_message(m.body)))
             except BacklogFormatError as exc:
@@ -243,6 +258,7 @@ class SinkForwarder:
         if puts:
             await put_all(conn, puts, self.dlq)
         await conn.commit()
+        self.envelopes.discard([m.md.msg_id for m in msgs])
         for p, reason in zip(puts, reasons, strict=True):
             self.counters.dead_lettered[reason] = self.counters.dead_lettered.get(reason, 0) + 1
             if p.kind == "backout_queue":
