@@ -222,9 +222,16 @@ class ConfluentProducer:
             except confluent_kafka.KafkaException as exc:
                 raise translate(exc) from None
 
-    async def flush(self) -> None:
-        if self._producer is not None:
-            await asyncio.to_thread(self._producer.flush, 30.0)
+    async def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every produced record is acknowledged (or failed). The poll thread
+        alone serves delivery reports, so this waits for it instead of calling
+        librdkafka's flush (which would serve them on a second thread)."""
+        producer = self._producer
+        if producer is None:
+            return
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while len(producer) > 0 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
 
     async def begin_transaction(self) -> None:
         try:
@@ -239,17 +246,17 @@ class ConfluentProducer:
         await self._call(self._producer.abort_transaction)
 
     async def stop(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is None:
+        if self._producer is None:
             return
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(producer.flush, 5.0)
+        await self.flush(5.0)
+        producer, self._producer = self._producer, None
         self._stopping.set()
         thread, self._thread = self._thread, None
         if thread is not None:
             await asyncio.to_thread(thread.join, 5.0)
         left, self._reports = self._reports, []
         _settle(left)
+        # The poll thread is gone: from here this (loop) thread alone serves reports.
         # Purge what is still queued so nothing is delivered after stop (at-least-once:
         # its MQ unit of work did not commit and the messages come again).
         with contextlib.suppress(Exception):
