@@ -78,7 +78,7 @@ async def bridge(
     n: int,
     batch: int,
     prefix: str,
-    linger_ms: int = 0,
+    linger_ms: int | None = None,
     backend: str = "aiokafka",
 ) -> tuple[int, float]:
     """Returns (messages bridged, seconds) for ``n`` queued publications."""
@@ -95,7 +95,7 @@ async def bridge(
         {
             "bootstrap_servers": bootstrap,
             "backend": backend,
-            "linger_ms": linger_ms,
+            **({} if linger_ms is None else {"linger_ms": linger_ms}),
             "outbound": {"topic_template": prefix + ".{stream}", "routes": [{"stream": STREAM}]},
         }
     )
@@ -204,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--batch-sizes", default="32,256")
-    parser.add_argument("--linger-ms", type=int, default=KafkaPluginConfig().linger_ms)
+    parser.add_argument(
+        "--linger-ms", type=int, default=None,
+        help="the plugin's linger_ms (default: the backend's default, 0 or 2 for confluent)",
+    )
     parser.add_argument(
         "--backends", default="aiokafka,confluent",
         help="plugin backends to run the gateway with (comma-separated)",

@@ -28,6 +28,7 @@ from plugins.kafka.clients.confluent_client import (
     ConfluentProducer,
     translate,
 )
+from plugins.kafka.config import CONFLUENT_LINGER_MS
 from plugins.kafka.errors import MQRC_MSG_TOO_BIG_FOR_Q
 from plugins.kafka.security import librdkafka_security
 from plugins.kafka.sink import producer_state_is_broken, refusal_reason
@@ -43,6 +44,9 @@ def test_aiokafka_is_the_default_backend_and_confluent_is_accepted() -> None:
     assert _cfg().backend == "aiokafka"
     cfg = _cfg(backend="confluent", client_options={"batch.num.messages": 5000})
     assert cfg.backend == "confluent"
+    # librdkafka's own default linger unless the config sets one (0 included).
+    assert (_cfg().linger_ms, cfg.linger_ms) == (0, CONFLUENT_LINGER_MS)
+    assert _cfg(backend="confluent", linger_ms=0).linger_ms == 0
     with pytest.raises(ValidationError, match="backend"):
         _cfg(backend="kafka-python")
 
