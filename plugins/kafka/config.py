@@ -71,6 +71,7 @@ _FIXED_RDKAFKA_PROPERTIES = frozenset(
         "message.send.max.retries",
         "enable.gapless.guarantee",
         "error_cb",
+        "logger",
         "on_delivery",
         "delivery.report.only.error",
     }

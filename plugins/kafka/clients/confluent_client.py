@@ -43,6 +43,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 log = logging.getLogger(__name__)
+#: librdkafka's own log lines and client errors: under ``kafka``, so the runtime's
+#: third-party limiter (gateway.runtime.logs) de-duplicates and rate-limits them during
+#: an outage as it does aiokafka's (librdkafka would otherwise write to stderr).
+rdkafka_log = logging.getLogger("kafka.librdkafka")
 
 _T = TypeVar("_T")
 _CK = confluent_kafka.KafkaError
@@ -95,6 +99,7 @@ def _common(config: KafkaPluginConfig, client_id: str) -> dict[str, Any]:
         "client.id": config.client_id or client_id,
         "socket.timeout.ms": config.request_timeout_ms,
         "error_cb": _log_error,
+        "logger": rdkafka_log,
     }
     props.update(config.client_options)
     props.update(librdkafka_security(config.security, client_id))
@@ -104,7 +109,7 @@ def _common(config: KafkaPluginConfig, client_id: str) -> dict[str, Any]:
 def _log_error(err: Any) -> None:
     """librdkafka's client-level errors (a broker down, a failed login): logged once
     each, at the level aiokafka's equivalents are (the runtime's limiter caps floods)."""
-    log.warning("librdkafka: %s", err)
+    rdkafka_log.warning("%s", err)
 
 
 def _check_reachable(client: Any) -> None:
