@@ -117,7 +117,10 @@ async def test_mq_messages_wait_while_kafka_is_unresponsive(
         assert firsts == list(range(k, n, 3))
 
 
-async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
+async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(
+    tmp_path: Path, backend: str
+) -> None:
     """A real outage: the broker's JVM is stopped, publications wait on their MQ queue
     (no backouts counted, nothing dead-lettered), and all of them arrive in order per
     topic once the broker is back on the same address."""
@@ -125,7 +128,7 @@ async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(tmp_path: P
     try:
         p = unique("outage")
         n = 30
-        gw = await start_gateway(tmp_path / "gw", _config(broker.bootstrap, p))
+        gw = await start_gateway(tmp_path / "gw", _config(broker.bootstrap, p, backend))
         try:
             await send_command(gw.qm, _publication(0))
             await consume(broker.bootstrap, f"{p}.STOCK.STREAM", 1)
