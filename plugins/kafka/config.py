@@ -7,6 +7,7 @@ stream bridged out, nothing consumed in until ``inbound.topics`` names Kafka top
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -36,6 +37,47 @@ _FIXED_CLIENT_OPTIONS = frozenset(
         "transactional_id",
     }
 )
+#: ``linger_ms`` of backend ``confluent`` when the config does not set it: librdkafka
+#: then builds one produce request per MQ unit of work instead of waking its broker
+#: thread for every record (docs/kafka-backends.md).
+CONFLUENT_LINGER_MS = 2
+#: librdkafka properties (backend ``confluent``) the guarantees or other config keys own.
+_FIXED_RDKAFKA_PROPERTIES = frozenset(
+    {
+        "acks",
+        "request.required.acks",
+        "enable.idempotence",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "isolation.level",
+        "group.id",
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "client.id",
+        "linger.ms",
+        "queue.buffering.max.ms",
+        "message.max.bytes",
+        "request.timeout.ms",
+        "socket.timeout.ms",
+        "message.timeout.ms",
+        "delivery.timeout.ms",
+        "compression.type",
+        "compression.codec",
+        "auto.offset.reset",
+        "transactional.id",
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+        "retries",
+        "message.send.max.retries",
+        "enable.gapless.guarantee",
+        "error_cb",
+        "logger",
+        "on_delivery",
+        "delivery.report.only.error",
+    }
+)
+#: librdkafka property prefixes only the ``security:`` block may set.
+_RDKAFKA_SECURITY_PREFIXES = ("security.protocol", "ssl.", "ssl_", "sasl.", "ssl_key")
 
 
 def _check_template(value: str | None) -> str | None:
@@ -205,7 +247,9 @@ class KafkaPluginConfig(BaseModel):
     #: Extra topic configs for topics the plugin creates (e.g. retention.ms).
     topic_configs: dict[str, str] = Field(default_factory=dict)
     #: 0: the sink hands Kafka a whole MQ unit of work at once and waits for its acks,
-    #: so lingering would only add latency to every unit of work.
+    #: so lingering would only add latency to every unit of work. With backend
+    #: confluent the default is CONFLUENT_LINGER_MS instead (librdkafka wakes its
+    #: broker thread per record at 0: about twice the CPU per record, measured).
     linger_ms: int = Field(default=0, ge=0)
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = None
     #: Largest produce request (bytes); a bigger MQ publication is refused by Kafka
@@ -225,7 +269,13 @@ class KafkaPluginConfig(BaseModel):
     )
     #: TLS and SASL of every client (docs/security.md, "Kafka: TLS and SASL").
     security: KafkaSecurityConfig = Field(default_factory=KafkaSecurityConfig)
-    #: Passed to aiokafka as is (not security_protocol, ssl_context, sasl_*: ``security``).
+    #: The Kafka client library: ``aiokafka`` (default) or ``confluent`` (librdkafka via
+    #: confluent-kafka, the optional ``rdkafka`` extra; docs/kafka-backends.md). Same
+    #: configuration, records and guarantees.
+    backend: Literal["aiokafka", "confluent"] = "aiokafka"
+    #: Passed to the client as is: aiokafka arguments (backend aiokafka) or librdkafka
+    #: properties (backend confluent); never security_protocol, ssl_context, sasl_*,
+    #: ssl.*, sasl.*: those are ``security``.
     client_options: dict[str, Any] = Field(default_factory=dict)
     outbound: OutboundConfig = Field(default_factory=OutboundConfig)
     inbound: InboundConfig = Field(default_factory=InboundConfig)
@@ -252,6 +302,47 @@ class KafkaPluginConfig(BaseModel):
                 "key_password, check_hostname}, sasl: {mechanism, username, password})"
             )
         return value
+
+    @model_validator(mode="after")
+    def _backend_can_do_it(self) -> KafkaPluginConfig:
+        """With ``confluent``, client_options are librdkafka properties: refuse an
+        aiokafka argument (it would be ignored or fail only at start) and any property
+        the guarantees or the security block own; refuse it all at config-check time
+        when confluent-kafka is not installed."""
+        if self.backend != "confluent":
+            return self
+        if "linger_ms" not in self.model_fields_set:
+            self.linger_ms = CONFLUENT_LINGER_MS
+        aiokafka_style = sorted(k for k in self.client_options if "." not in k and "_" in k)
+        if aiokafka_style:
+            raise ValueError(
+                f"backend confluent: client_options {aiokafka_style} look like aiokafka "
+                "arguments; with backend confluent client_options are librdkafka "
+                "properties (dotted names, e.g. batch.num.messages)"
+            )
+        fixed = sorted(set(self.client_options) & _FIXED_RDKAFKA_PROPERTIES)
+        if fixed:
+            raise ValueError(
+                f"client_options may not set {fixed}: the plugin fixes them (idempotent "
+                "producer with acks=all, offsets committed after MQ) or they have their own "
+                "key (bootstrap_servers, client_id, linger_ms, max_request_size, ...)"
+            )
+        security = sorted(
+            k for k in self.client_options if k.startswith(_RDKAFKA_SECURITY_PREFIXES)
+        )
+        if security:
+            raise ValueError(
+                f"client_options may not set {security}: TLS and SASL are configured in "
+                "the security: block (protocol, tls: {ca_file, cert_file, key_file, "
+                "key_password, check_hostname}, sasl: {mechanism, username, password})"
+            )
+        if importlib.util.find_spec("confluent_kafka") is None:
+            raise ValueError(
+                "backend confluent needs the confluent-kafka package, which is not "
+                "installed: install the gateway with the rdkafka extra "
+                "(pip install 'mq-stream-gateway[rdkafka]') or use backend aiokafka"
+            )
+        return self
 
     @model_validator(mode="after")
     def _mapping_is_sound(self) -> KafkaPluginConfig:

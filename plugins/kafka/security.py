@@ -262,3 +262,32 @@ async def preflight(
     if failure is not None:
         kind, text = failure
         raise KafkaSecurityError(f"kafka plugin {instance!r}: {text}", cause=kind)
+
+
+def librdkafka_security(security: KafkaSecurityConfig, instance: str) -> dict[str, Any]:
+    """The same ``security:`` block as librdkafka properties (the ``confluent`` backend):
+    the CA file (or the system CAs: ``probe``), the client certificate and key, host-name
+    checking (``ssl.endpoint.identification.algorithm``) and the SASL login. Secrets are
+    read now, at connect time, as for aiokafka."""
+    if security.protocol == "PLAINTEXT":
+        return {}
+    props: dict[str, Any] = {"security.protocol": security.protocol}
+    if security.protocol.endswith("SSL"):
+        tls = security.tls or KafkaTlsConfig()
+        props["ssl.ca.location"] = str(tls.ca_file) if tls.ca_file is not None else "probe"
+        props["ssl.endpoint.identification.algorithm"] = (
+            "https" if tls.check_hostname else "none"
+        )
+        if tls.cert_file is not None:
+            props["ssl.certificate.location"] = str(tls.cert_file)
+            # aiokafka reads the key from cert_file when key_file is absent; so does this.
+            props["ssl.key.location"] = str(tls.key_file or tls.cert_file)
+            if tls.key_password is not None:
+                props["ssl.key.password"] = _reveal(
+                    tls.key_password, "tls.key_password", instance
+                )
+    if security.sasl is not None:
+        props["sasl.mechanism"] = security.sasl.mechanism
+        props["sasl.username"] = security.sasl.username
+        props["sasl.password"] = _reveal(security.sasl.password, "sasl.password", instance)
+    return props

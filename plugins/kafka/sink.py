@@ -11,8 +11,10 @@ is the one way records reach Kafka: publications (:meth:`KafkaSink.send`) and
 request/reply exchange records (plugins.kafka.exchange) alike.
 
 Size (~540 lines, over the ~500 guide): the send/refusal/producer-replacement rules and
-the exactly-once transaction share their state and are one unit; ``client_args`` and
-``TopicCreator`` (also used by the source) are what could move to a module of their own.
+the exactly-once transaction share their state and are one unit; ``TopicCreator`` (also
+used by the source) is what could move to a module of their own. The producer comes
+from the configured backend (plugins.kafka.clients: aiokafka or librdkafka), which
+raises aiokafka's error classes either way.
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
@@ -45,6 +45,8 @@ from aiokafka.errors import (
 )
 
 from gateway.plugin_api import DeliveryRefusedError, Envelope
+from plugins.kafka.clients import Producer, new_producer
+from plugins.kafka.clients.aiokafka_client import client_args
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import (
     MQRC_MSG_TOO_BIG_FOR_Q,
@@ -59,7 +61,6 @@ from plugins.kafka.mapping import (
     is_from_origin,
     outbound_records,
 )
-from plugins.kafka.security import security_args
 
 log = logging.getLogger(__name__)
 
@@ -113,19 +114,6 @@ def producer_state_is_broken(exc: BaseException) -> bool:
     if isinstance(exc, (KafkaTimeoutError, *_NOT_YET)):
         return False  # an outage (no answer in time, no permission yet): the producer is sound
     return isinstance(exc, KafkaError) and not exc.retriable and refusal_reason(exc) is None
-
-
-def client_args(config: KafkaPluginConfig, client_id: str) -> dict[str, Any]:
-    """Connection arguments shared by producer, consumer and admin client, with the
-    ``security:`` block's TLS/SASL arguments (secrets read now, at connect time)."""
-    args: dict[str, Any] = {
-        "bootstrap_servers": config.bootstrap_servers,
-        "client_id": config.client_id or client_id,
-        "request_timeout_ms": config.request_timeout_ms,
-    }
-    args.update(config.client_options)
-    args.update(security_args(config.security, client_id))
-    return args
 
 
 class TopicCreator:
@@ -227,7 +215,7 @@ class KafkaSink:
         self.instance = instance
         self.gateway_id = gateway_id
         self.topics = TopicCreator(config, f"mqgw.{gateway_id}.{instance}")
-        self.producer: AIOKafkaProducer | None = None
+        self.producer: Producer | None = None
         #: Exactly-once: what earlier transactions committed (None: at-least-once).
         self.ledger: CommittedLedger | None = (
             CommittedLedger(config.exactly_once_topic(gateway_id, instance))
@@ -253,18 +241,13 @@ class KafkaSink:
     def healthy(self) -> bool:
         return self.producer is not None and self._healthy
 
-    def _new_producer(self) -> AIOKafkaProducer:
-        args = client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}")
-        return AIOKafkaProducer(
-            **args,
-            acks="all",
-            enable_idempotence=True,
+    def _new_producer(self) -> Producer:
+        return new_producer(
+            self.config,
+            f"mqgw.{self.gateway_id}.{self.instance}",
             transactional_id=(
                 f"mqgw.{self.gateway_id}.{self.instance}" if self.ledger is not None else None
             ),
-            linger_ms=self.config.linger_ms,
-            max_request_size=self.config.max_request_size,
-            compression_type=self.config.compression_type,
         )
 
     async def start(self) -> None:
@@ -295,7 +278,7 @@ class KafkaSink:
         self._started = True
         self._healthy = True
 
-    async def _replace_producer(self) -> AIOKafkaProducer:
+    async def _replace_producer(self) -> Producer:
         """Close the broken producer (bounded wait) and start a new one."""
         old, self.producer = self.producer, None
         if old is not None:
@@ -450,7 +433,7 @@ class KafkaSink:
 
     async def _produce_in_transaction(
         self,
-        producer: AIOKafkaProducer,
+        producer: Producer,
         records: list[tuple[int, OutboundRecord]],
         refused: dict[int, BaseException],
     ) -> list[tuple[int, BaseException]]:

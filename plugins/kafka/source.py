@@ -19,10 +19,11 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from gateway.plugin_api import Envelope, PluginError, Publisher, PublishRefusedError
+from plugins.kafka.clients import Consumer, Producer, new_consumer, new_producer
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.mapping import (
@@ -32,7 +33,7 @@ from plugins.kafka.mapping import (
     SkippedRecord,
     inbound_publication,
 )
-from plugins.kafka.sink import TopicCreator, client_args, producer_state_is_broken
+from plugins.kafka.sink import TopicCreator, producer_state_is_broken
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +111,8 @@ class KafkaSource:
         #: exchange handler takes them one by one), not as rolled back with the batch.
         self.handled_before_refusal = handled_before_refusal
         self.counters = SourceCounters()
-        self.consumer: AIOKafkaConsumer | None = None
-        self._dead_letter_producer: AIOKafkaProducer | None = None
+        self.consumer: Consumer | None = None
+        self._dead_letter_producer: Producer | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._failing = False
@@ -123,13 +124,12 @@ class KafkaSource:
     async def start(self) -> None:
         if not self.routes:
             return
-        consumer = AIOKafkaConsumer(
-            *self.routes,
-            **client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}"),
+        consumer = new_consumer(
+            self.config,
+            list(self.routes),
+            f"mqgw.{self.gateway_id}.{self.instance}",
             group_id=self.group_id,
-            enable_auto_commit=False,
             auto_offset_reset=self.auto_offset_reset,
-            isolation_level="read_committed",
         )
         try:
             # A topic created after the consumer started would only be seen at the next
@@ -166,7 +166,7 @@ class KafkaSource:
             with contextlib.suppress(KafkaError):
                 await producer.stop()
 
-    async def _run(self, consumer: AIOKafkaConsumer) -> None:
+    async def _run(self, consumer: Consumer) -> None:
         inbound = self.config.inbound
         delay = inbound.retry_initial_s
         while not self._stop.is_set():
@@ -206,7 +206,7 @@ class KafkaSource:
 
     async def _deliver(
         self,
-        consumer: AIOKafkaConsumer,
+        consumer: Consumer,
         batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
     ) -> None:
         pending: list[tuple[ConsumerRecord[bytes, bytes], Envelope]] = []
@@ -289,14 +289,11 @@ class KafkaSource:
             self.counters.dead_lettered += len(refused)
             return True
 
-    async def _dead_letter_target(self, topic: str) -> AIOKafkaProducer:
+    async def _dead_letter_target(self, topic: str) -> Producer:
         producer = self._dead_letter_producer
         if producer is None:
-            producer = AIOKafkaProducer(
-                **client_args(self.config, f"mqgw.{self.gateway_id}.{self.instance}.dlq"),
-                acks="all",
-                enable_idempotence=True,
-                max_request_size=self.config.max_request_size,
+            producer = new_producer(
+                self.config, f"mqgw.{self.gateway_id}.{self.instance}.dlq", dead_letter=True
             )
             try:
                 await producer.start()
@@ -322,7 +319,7 @@ class KafkaSource:
             ("kafka.offset", str(rec.offset).encode()),
         ]
 
-    async def _commit(self, consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+    async def _commit(self, consumer: Consumer, offsets: dict[TopicPartition, int]) -> None:
         inbound = self.config.inbound
         delay = inbound.retry_initial_s
         for attempt in range(1, COMMIT_ATTEMPTS + 1):

@@ -38,13 +38,15 @@ def _run(tool: str, *args: str, stdin: bytes = b"", timeout: float = 90) -> str:
     return proc.stdout.decode(errors="replace")
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_console_producer_to_mq_subscriber_and_mq_publisher_to_console_consumer(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     inbound, prefix, group = unique("console-in"), unique("console-out"), unique("g")
     cfg = KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": kafka_broker.bootstrap,
+            "backend": backend,
             "outbound": {"topic_template": prefix + ".{stream}", "routes": [{"stream": STOCK}]},
             "inbound": {
                 "group_id": group,

@@ -1,5 +1,5 @@
 """The plugin contract suite (``tests/plugins/contract.py``) against the kafka plugin and
-the real Kafka broker."""
+the real Kafka broker, once per client backend (aiokafka, confluent/librdkafka)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.kafka]
 class KafkaDriver:
     """Kafka is the target: one outbound topic for STOCK, one inbound topic."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, backend: str = "aiokafka") -> None:
         self.bootstrap = bootstrap
+        self.backend = backend
         self.prefix = unique("contract")
         self.outbound_topic = f"{self.prefix}.{STOCK}"
         self.inbound_topic = unique("contract-in")
@@ -33,6 +34,7 @@ class KafkaDriver:
         config = KafkaPluginConfig.model_validate(
             {
                 "bootstrap_servers": self.bootstrap,
+                "backend": self.backend,
                 "outbound": {
                     "topic_template": self.prefix + ".{stream}",
                     "retained_topic_template": self.prefix + "-retained.{stream}",
@@ -69,6 +71,8 @@ class KafkaDriver:
 
 
 class TestKafkaContract(PluginContract):
-    @pytest.fixture
-    async def driver(self, kafka_broker: KafkaBroker) -> AsyncIterator[KafkaDriver]:
-        yield KafkaDriver(kafka_broker.bootstrap)
+    @pytest.fixture(params=["aiokafka", "confluent"])
+    async def driver(
+        self, kafka_broker: KafkaBroker, request: pytest.FixtureRequest
+    ) -> AsyncIterator[KafkaDriver]:
+        yield KafkaDriver(kafka_broker.bootstrap, request.param)

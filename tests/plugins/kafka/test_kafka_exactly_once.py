@@ -61,13 +61,15 @@ async def _read_committed(bootstrap: str, topics: list[str], count: int) -> list
     return records
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_envelopes_committed_before_a_crash_are_not_written_again(
-    kafka_broker: KafkaBroker,
+    kafka_broker: KafkaBroker, backend: str
 ) -> None:
     p = unique("eos")
     config = KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": kafka_broker.bootstrap,
+            "backend": backend,
             "delivery": "exactly_once",
             "partitions": 3,
             "send_timeout_s": 30,

@@ -157,9 +157,12 @@ def test_record_round_trip_keeps_reply_information_and_repeated_properties() -> 
     assert (bare.key, bare.headers) == (None, [])
 
 
-async def test_console_producer_headers_reach_the_handler(kafka_broker: KafkaBroker) -> None:
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
+async def test_console_producer_headers_reach_the_handler(
+    kafka_broker: KafkaBroker, backend: str
+) -> None:
     source = unique("rr-req")
-    instance = await _started(_config(kafka_broker))
+    instance = await _started(_config(kafka_broker, backend=backend))
     handler = _Recorder()
     try:
         await instance.consume("quotes", [source], handler)
@@ -204,11 +207,12 @@ async def test_console_producer_headers_reach_the_handler(kafka_broker: KafkaBro
     assert await _committed(kafka_broker, f"{GATEWAY_ID}.rr.quotes", source) == 3
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_produce_is_read_with_headers_by_the_console_consumer(
-    kafka_broker: KafkaBroker,
+    kafka_broker: KafkaBroker, backend: str
 ) -> None:
     target = unique("rr-out")
-    instance = await _started(_config(kafka_broker))
+    instance = await _started(_config(kafka_broker, backend=backend))
     try:
         await instance.produce(
             [
@@ -306,9 +310,12 @@ async def test_refused_record_is_dead_lettered_and_the_rest_handled(
     assert b"not UTF-8" in by_value[b"bad header"]["mqgw.error"]
 
 
-async def test_restart_loses_nothing_and_handles_nothing_twice(kafka_broker: KafkaBroker) -> None:
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
+async def test_restart_loses_nothing_and_handles_nothing_twice(
+    kafka_broker: KafkaBroker, backend: str
+) -> None:
     source = unique("rr-restart")
-    config = _config(kafka_broker)
+    config = _config(kafka_broker, backend=backend)
     await produce(kafka_broker.bootstrap, source, [(None, b"r%d" % i, []) for i in range(3)])
     instance = await _started(config)
     before = _Recorder()

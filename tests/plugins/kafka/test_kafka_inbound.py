@@ -60,8 +60,9 @@ async def _create_topic(bootstrap: str, topic: str) -> None:
         await admin.close()
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_kafka_records_reach_mqrfh_and_mqrfh2_subscribers(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     source_topic, group = unique("in"), unique("g")
     # The topic does not exist yet: the plugin creates it before consuming, so records
@@ -69,6 +70,7 @@ async def test_kafka_records_reach_mqrfh_and_mqrfh2_subscribers(
     cfg = KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": kafka_broker.bootstrap,
+            "backend": backend,
             "outbound": {"enabled": False},
             "inbound": {
                 "group_id": group,
@@ -148,10 +150,13 @@ class FlakyPublisher:
         await self.inner.publish(publications)
 
 
-def _source_config(bootstrap: str, topic: str, group: str) -> KafkaPluginConfig:
+def _source_config(
+    bootstrap: str, topic: str, group: str, backend: str = "aiokafka"
+) -> KafkaPluginConfig:
     return KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": bootstrap,
+            "backend": backend,
             "outbound": {"enabled": False},
             "inbound": {
                 "group_id": group,
@@ -163,8 +168,9 @@ def _source_config(bootstrap: str, topic: str, group: str) -> KafkaPluginConfig:
     )
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_failed_publish_commits_no_offset_and_records_are_redelivered(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     topic, group = unique("redeliver"), unique("g")
     await _create_topic(kafka_broker.bootstrap, topic)
@@ -174,7 +180,7 @@ async def test_failed_publish_commits_no_offset_and_records_are_redelivered(
         topic,
         [(f"T/{i}".encode(), f"v{i}".encode(), []) for i in range(n)],
     )
-    cfg = _source_config(kafka_broker.bootstrap, topic, group)
+    cfg = _source_config(kafka_broker.bootstrap, topic, group, backend)
     qm = EmbeddedQueueManager("QM1", tmp_path / "qm")
     qm.run_mqsc(f"DEFINE QLOCAL('{STOCK}') REPLACE", stop_on_error=True)
     publisher = MQPublisher(qm, origin="kafka", serviced_queues={STOCK})

@@ -32,13 +32,15 @@ from tests.support.pubsub_messages import rfh2_message
 pytestmark = [pytest.mark.kafka]
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_record_mq_can_never_take_goes_to_dead_letter_topic_and_later_ones_flow(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     source_topic, dlq, group = unique("in"), unique("dlq"), unique("g")
     cfg = KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": kafka_broker.bootstrap,
+            "backend": backend,
             "outbound": {"enabled": False},
             "inbound": {
                 "group_id": group,

@@ -46,11 +46,12 @@ def _config(bootstrap: str, prefix: str, **extra: object) -> KafkaPluginConfig:
     )
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_mqrfh_and_mqrfh2_publications_land_per_contract(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     p = unique("c")
-    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p))
+    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend=backend))
     try:
         before_ms = int(time.time() * 1000)
         # MQRFH publisher, explicit stream name, one user name/value pair.
@@ -155,11 +156,12 @@ async def test_publisher_mqmd_identity_reaches_kafka(
     assert h["mq.userId"] == b"stockapp"
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_order_per_topic_is_kept_across_partitions(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     p = unique("o")
-    cfg = _config(kafka_broker.bootstrap, p, partitions=3)
+    cfg = _config(kafka_broker.bootstrap, p, partitions=3, backend=backend)
     gw = await start_gateway(tmp_path, cfg)
     n, topics = 240, ["IBM/Latest", "MSFT/Latest", "ACME/Latest", "X/Y/Z"]
     try:
@@ -206,11 +208,12 @@ async def _cleanup_policy(bootstrap: str, topic: str) -> str:
     raise AssertionError(f"no cleanup.policy for {topic}")
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_retained_publication_goes_to_compacted_topic_and_delete_writes_tombstone(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     p = unique("r")
-    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p))
+    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend=backend))
     main, retained = f"{p}.STOCK.STREAM", f"{p}-retained.STOCK.STREAM"
     try:
         await send_command(

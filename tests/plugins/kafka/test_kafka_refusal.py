@@ -29,14 +29,16 @@ def _envelope(i: int, payload: bytes) -> Envelope:
     )
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 @pytest.mark.parametrize("max_request_size", [1_048_576, 8_388_608], ids=["client", "broker"])
 async def test_a_refused_envelope_is_reported_alone_and_its_neighbours_go_once(
-    kafka_broker: KafkaBroker, max_request_size: int
+    kafka_broker: KafkaBroker, max_request_size: int, backend: str
 ) -> None:
     p = unique("refuse")
     config = KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": kafka_broker.bootstrap,
+            "backend": backend,
             "max_request_size": max_request_size,  # 8 MB: the broker's 1 MB limit refuses
             "send_timeout_s": 20,
             "outbound": {"topic_template": p + ".{stream}", "routes": [{"stream": STOCK}]},

@@ -22,10 +22,11 @@ from tests.support.service_client import drain_raw
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-def _config(bootstrap: str, prefix: str) -> KafkaPluginConfig:
+def _config(bootstrap: str, prefix: str, backend: str = "aiokafka") -> KafkaPluginConfig:
     return KafkaPluginConfig.model_validate(
         {
             "bootstrap_servers": bootstrap,
+            "backend": backend,
             "request_timeout_ms": 3000,
             "send_timeout_s": 10,
             "outbound": {"topic_template": prefix + ".{stream}", "routes": [{"stream": STOCK}]},
@@ -41,12 +42,13 @@ def _publication(i: int) -> InboundMessage:
     )
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_graceful_stop_mid_stream_and_restart_lose_and_duplicate_nothing(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     p = unique("restart")
     n = 600
-    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p))
+    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend))
     try:
         for i in range(n):
             await send_command(gw.qm, _publication(i))
@@ -58,7 +60,7 @@ async def test_graceful_stop_mid_stream_and_restart_lose_and_duplicate_nothing(
         await gw.close()
     bridged_before = gw.host.sink_counters["kafka"].deliveries
     assert 0 < bridged_before < n, "the stop did not land mid-stream"
-    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p))
+    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend))
     try:
         records = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", n, timeout=60)
     finally:
@@ -70,14 +72,15 @@ async def test_graceful_stop_mid_stream_and_restart_lose_and_duplicate_nothing(
         assert per_key == list(range(k, n, 3))
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_mq_messages_wait_while_kafka_is_unresponsive(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     assert kafka_broker.process is not None
     pgid = kafka_broker.process.pid
     p = unique("bp")
     n = 30
-    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p))
+    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend))
     try:
         await send_command(gw.qm, _publication(0))
         await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", 1)
@@ -114,7 +117,10 @@ async def test_mq_messages_wait_while_kafka_is_unresponsive(
         assert firsts == list(range(k, n, 3))
 
 
-async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
+async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(
+    tmp_path: Path, backend: str
+) -> None:
     """A real outage: the broker's JVM is stopped, publications wait on their MQ queue
     (no backouts counted, nothing dead-lettered), and all of them arrive in order per
     topic once the broker is back on the same address."""
@@ -122,7 +128,7 @@ async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(tmp_path: P
     try:
         p = unique("outage")
         n = 30
-        gw = await start_gateway(tmp_path / "gw", _config(broker.bootstrap, p))
+        gw = await start_gateway(tmp_path / "gw", _config(broker.bootstrap, p, backend))
         try:
             await send_command(gw.qm, _publication(0))
             await consume(broker.bootstrap, f"{p}.STOCK.STREAM", 1)
@@ -155,14 +161,15 @@ async def test_mq_messages_wait_while_kafka_is_stopped_and_restarted(tmp_path: P
         assert firsts == list(range(k, n, 3))
 
 
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_a_record_kafka_refuses_does_not_block_the_stream(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, tmp_path: Path, backend: str
 ) -> None:
     """Too large for max_request_size: the Kafka sink refuses that envelope for good, so
     its copy goes to the dead-letter queue with reason 2030 (not held for ever, not a
     backout), and later publications flow."""
     p = unique("big")
-    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p))
+    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend))
     try:
         await send_command(
             gw.qm,

@@ -165,9 +165,12 @@ def test_check_output_has_no_secret_and_names_a_missing_file(tmp_path: Path) -> 
 # ------------------------------------------------------------ real broker ----------
 
 
-def _config(secure: SecureKafka, kind: str, prefix: str, inbound: str) -> KafkaPluginConfig:
+def _config(
+    secure: SecureKafka, kind: str, prefix: str, inbound: str, backend: str = "aiokafka"
+) -> KafkaPluginConfig:
     return KafkaPluginConfig.model_validate({
         "bootstrap_servers": secure.address(secure.listener_of(kind)),
+        "backend": backend,
         "security": secure.security(kind),
         "outbound": {"topic_template": prefix + ".{stream}", "routes": [{"stream": STOCK}]},
         "inbound": {"group_id": unique("g"),
@@ -194,12 +197,13 @@ async def _publish(gw: Any, topic: str, payload: bytes) -> None:
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 @pytest.mark.parametrize("kind", KINDS)
 async def test_round_trip_mq_to_kafka_and_back(
-    secure_kafka: SecureKafka, tmp_path: Path, kind: str
+    secure_kafka: SecureKafka, tmp_path: Path, kind: str, backend: str
 ) -> None:
     prefix, inbound = unique(f"sec-{kind}-out"), unique(f"sec-{kind}-in")
-    gw = await start_gateway(tmp_path, _config(secure_kafka, kind, prefix, inbound))
+    gw = await start_gateway(tmp_path, _config(secure_kafka, kind, prefix, inbound, backend))
     try:
         assert gw.instance.healthy()
         await _subscribe(gw)
@@ -230,12 +234,13 @@ def _console_consume(properties: Path, bootstrap: str, topic: str) -> str:
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
 async def test_kafka_console_consumer_reads_what_the_gateway_wrote_over_tls_and_sasl(
-    secure_kafka: SecureKafka, tmp_path: Path
+    secure_kafka: SecureKafka, tmp_path: Path, backend: str
 ) -> None:
     prefix = unique("sec-console")
     gw = await start_gateway(tmp_path, _config(secure_kafka, "scram-512", prefix,
-                                               unique("sec-console-in")))
+                                               unique("sec-console-in"), backend))
     try:
         await _publish(gw, "Sec/Console", b"IBM 120.00")
         topic = f"{prefix}.{STOCK}"

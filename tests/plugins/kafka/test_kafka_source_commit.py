@@ -161,6 +161,7 @@ class FakeProducer:
 async def test_sink_start_stops_its_producer_when_topic_creation_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import plugins.kafka.clients.aiokafka_client as client_module
     import plugins.kafka.sink as sink_module
 
     config = KafkaPluginConfig.model_validate({})
@@ -171,7 +172,7 @@ async def test_sink_start_stops_its_producer_when_topic_creation_is_refused(
         raise KafkaPluginError("topic creation not authorised")
 
     FakeProducer.instances.clear()
-    monkeypatch.setattr(sink_module, "AIOKafkaProducer", FakeProducer)
+    monkeypatch.setattr(client_module, "AIOKafkaProducer", FakeProducer)
     monkeypatch.setattr(sink.topics, "ensure", refuse)
     with pytest.raises(KafkaPluginError, match="not authorised"):
         await sink.start()

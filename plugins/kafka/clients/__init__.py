@@ -1,0 +1,112 @@
+"""The plugin's small internal port to a Kafka client library (``backend:`` in the config).
+
+Sink, source, exchanges and the dead-letter producer talk to a :class:`Producer` and a
+:class:`Consumer` with aiokafka's shape (``send`` returns a future of the ack,
+``getmany``/``seek``/``commit``) and see aiokafka's error classes and record types,
+whatever the backend: ``aiokafka`` (the default, plugins.kafka.clients.aiokafka_client)
+or ``confluent`` (librdkafka through confluent-kafka, the optional ``rdkafka`` extra,
+plugins.kafka.clients.confluent_client, which translates librdkafka's errors and
+messages). The admin work (topic creation) and the security pre-flight stay on aiokafka
+for both backends: neither is on the message path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from aiokafka import ConsumerRecord, TopicPartition
+
+from plugins.kafka.config import KafkaPluginConfig
+
+__all__ = ["Consumer", "Producer", "new_consumer", "new_producer"]
+
+
+class Producer(Protocol):
+    """An idempotent acks=all producer (transactional when given a transactional id)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[Any]: ...
+
+    async def flush(self) -> None: ...
+
+    async def begin_transaction(self) -> None: ...
+
+    async def commit_transaction(self) -> None: ...
+
+    async def abort_transaction(self) -> None: ...
+
+
+class Consumer(Protocol):
+    """A consumer in a group, read_committed, offsets committed by hand."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]: ...
+
+    def seek(self, partition: TopicPartition, offset: int) -> None: ...
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None: ...
+
+
+def new_producer(
+    config: KafkaPluginConfig,
+    client_id: str,
+    *,
+    transactional_id: str | None = None,
+    dead_letter: bool = False,
+) -> Producer:
+    """The configured backend's producer (not started): idempotent, acks=all, the
+    config's linger, size limit and compression (the dead-letter producer keeps the
+    library's default linger and no compression)."""
+    if config.backend == "confluent":
+        from plugins.kafka.clients.confluent_client import ConfluentProducer
+
+        return ConfluentProducer(
+            config, client_id, transactional_id=transactional_id, dead_letter=dead_letter
+        )
+    from plugins.kafka.clients.aiokafka_client import aiokafka_producer
+
+    producer: Producer = aiokafka_producer(
+        config, client_id, transactional_id=transactional_id, dead_letter=dead_letter
+    )
+    return producer
+
+
+def new_consumer(
+    config: KafkaPluginConfig,
+    topics: Sequence[str],
+    client_id: str,
+    *,
+    group_id: str,
+    auto_offset_reset: str,
+) -> Consumer:
+    """The configured backend's consumer of ``topics`` in ``group_id`` (not started)."""
+    if config.backend == "confluent":
+        from plugins.kafka.clients.confluent_client import ConfluentConsumer
+
+        return ConfluentConsumer(
+            config, topics, client_id, group_id=group_id, auto_offset_reset=auto_offset_reset
+        )
+    from plugins.kafka.clients.aiokafka_client import aiokafka_consumer
+
+    consumer: Consumer = aiokafka_consumer(
+        config, topics, client_id, group_id=group_id, auto_offset_reset=auto_offset_reset
+    )
+    return consumer

@@ -1,0 +1,417 @@
+"""The ``confluent`` backend: librdkafka through confluent-kafka (the ``rdkafka`` extra).
+
+librdkafka is callback based and its calls may block, so the event loop never calls a
+blocking one: a producer's delivery reports are served by a poll thread, which hands
+each poll's reports to the loop in one ``call_soon_threadsafe`` (not one wake-up per
+record); a consumer's ``consume``, ``commit`` and ``close`` run on a single worker
+thread of that consumer. What the rest of the plugin sees is aiokafka's shape and
+aiokafka's error classes (``translate``): the sink's refusal and producer-replacement
+rules and the source's commit rules hold unchanged for this backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka.errors import (
+    CommitFailedError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    ProducerFenced,
+    for_code,
+)
+from aiokafka.errors import KafkaError as AioKafkaError
+
+from plugins.kafka.config import KafkaPluginConfig
+from plugins.kafka.errors import KafkaPluginError
+from plugins.kafka.security import librdkafka_security
+
+try:
+    import confluent_kafka
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise KafkaPluginError(
+        "kafka backend 'confluent' needs the confluent-kafka package: install the "
+        "gateway with the rdkafka extra (pip install 'mq-stream-gateway[rdkafka]')",
+        retriable=False,
+    ) from exc
+
+log = logging.getLogger(__name__)
+#: librdkafka's own log lines and client errors: under ``kafka``, so the runtime's
+#: third-party limiter (gateway.runtime.logs) de-duplicates and rate-limits them during
+#: an outage as it does aiokafka's (librdkafka would otherwise write to stderr).
+rdkafka_log = logging.getLogger("kafka.librdkafka")
+
+_T = TypeVar("_T")
+_CK = confluent_kafka.KafkaError
+#: librdkafka's own (negative) codes that mean "no answer in time".
+_TIMEOUTS = frozenset({_CK._MSG_TIMED_OUT, _CK._TIMED_OUT, getattr(_CK, "_TIMED_OUT_QUEUE", 1)})
+#: librdkafka's codes for a connection that is down (retriable outages).
+_OUTAGES = frozenset({_CK._TRANSPORT, _CK._ALL_BROKERS_DOWN, _CK._RESOLVE, _CK._DESTROY})
+#: Broker answers to an offset commit from a member the group moved on from.
+_REBALANCED = frozenset({22, 25, 27})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_...
+#: How long the poll thread waits for delivery reports in one call (s).
+_POLL_S = 0.05
+#: Longest wait for the broker's metadata when a client starts (reachability check).
+_CONNECT_TIMEOUT_S = 10.0
+
+
+class RdKafkaError(AioKafkaError):  # type: ignore[misc]
+    """A librdkafka error with no aiokafka class of its own; ``retriable`` as librdkafka
+    says (a fatal error is never retriable: the producer must be replaced)."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+def translate(err: Any) -> AioKafkaError:
+    """The aiokafka error for a confluent_kafka ``KafkaError`` (or KafkaException)."""
+    if isinstance(err, confluent_kafka.KafkaException):
+        err = err.args[0] if err.args else None
+    if not isinstance(err, confluent_kafka.KafkaError):
+        return RdKafkaError(repr(err), retriable=True)
+    code = err.code()
+    text = f"{err.name()}: {err.str()}"
+    if err.fatal():
+        if code == _CK._FENCED:
+            return ProducerFenced()
+        return RdKafkaError(f"fatal: {text}", retriable=False)
+    if code >= 0:
+        return for_code(code)(text)
+    if code in _TIMEOUTS:
+        return KafkaTimeoutError(text)
+    if code in _OUTAGES:
+        return KafkaConnectionError(text)
+    return RdKafkaError(text, retriable=err.retriable() or code not in (_CK._INVALID_ARG,))
+
+
+def _common(config: KafkaPluginConfig, client_id: str) -> dict[str, Any]:
+    servers = config.bootstrap_servers
+    props: dict[str, Any] = {
+        "bootstrap.servers": servers if isinstance(servers, str) else ",".join(servers),
+        "client.id": config.client_id or client_id,
+        "socket.timeout.ms": config.request_timeout_ms,
+        "error_cb": _log_error,
+        "logger": rdkafka_log,
+    }
+    props.update(config.client_options)
+    props.update(librdkafka_security(config.security, client_id))
+    return props
+
+
+def _log_error(err: Any) -> None:
+    """librdkafka's client-level errors (a broker down, a failed login): logged once
+    each, at the level aiokafka's equivalents are (the runtime's limiter caps floods)."""
+    rdkafka_log.warning("%s", err)
+
+
+def _check_reachable(client: Any) -> None:
+    try:
+        client.list_topics(timeout=_CONNECT_TIMEOUT_S)
+    except confluent_kafka.KafkaException as exc:
+        raise translate(exc) from None
+
+
+class ConfluentProducer:
+    """aiokafka's producer shape on a librdkafka producer (idempotent, acks=all)."""
+
+    def __init__(
+        self,
+        config: KafkaPluginConfig,
+        client_id: str,
+        *,
+        transactional_id: str | None = None,
+        dead_letter: bool = False,
+    ) -> None:
+        props = _common(config, client_id)
+        props.update(
+            {
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.max.bytes": config.max_request_size,
+                "request.timeout.ms": config.request_timeout_ms,
+                # A batch the sink gave up on (send_timeout_s) must not linger on.
+                "message.timeout.ms": int(config.send_timeout_s * 1000),
+            }
+        )
+        if not dead_letter:
+            props["linger.ms"] = config.linger_ms
+            if config.compression_type is not None:
+                props["compression.type"] = config.compression_type
+        if transactional_id is not None:
+            props["transactional.id"] = transactional_id
+            props["transaction.timeout.ms"] = max(60_000, props["message.timeout.ms"])
+        self._props = props
+        self._transactional = transactional_id is not None
+        self._producer: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._reports: list[tuple[asyncio.Future[Any], Any, Any]] = []
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            self._producer = confluent_kafka.Producer(self._props)
+        except confluent_kafka.KafkaException as exc:
+            raise translate(exc) from None
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._poll_forever, name="rdkafka-producer-poll", daemon=True
+        )
+        self._thread.start()
+        try:
+            await asyncio.to_thread(_check_reachable, self._producer)
+            if self._transactional:
+                await self._call(self._producer.init_transactions, _CONNECT_TIMEOUT_S * 3)
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _poll_forever(self) -> None:
+        producer, loop = self._producer, self._loop
+        assert loop is not None
+        while not self._stopping.is_set():
+            producer.poll(_POLL_S)
+            reports, self._reports = self._reports, []
+            if reports:
+                try:
+                    loop.call_soon_threadsafe(_settle, reports)
+                except RuntimeError:  # the loop closed under us
+                    return
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except confluent_kafka.KafkaException as exc:
+            raise translate(exc) from None
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[Any]:
+        producer, loop = self._producer, self._loop
+        if producer is None or loop is None:
+            raise RdKafkaError("producer is not started", retriable=True)
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def delivered(err: Any, msg: Any) -> None:  # on the poll thread
+            self._reports.append((future, err, msg))
+
+        extra: dict[str, Any] = {}
+        if partition is not None:
+            extra["partition"] = partition
+        if timestamp_ms is not None:
+            extra["timestamp"] = timestamp_ms
+        while True:
+            try:
+                producer.produce(
+                    topic, value, key, headers=headers or None, on_delivery=delivered, **extra
+                )
+                return future
+            except BufferError:
+                # librdkafka's queue is full: wait for acks to drain it (never block here).
+                await asyncio.sleep(0.005)
+            except confluent_kafka.KafkaException as exc:
+                raise translate(exc) from None
+
+    async def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every produced record is acknowledged (or failed). The poll thread
+        alone serves delivery reports, so this waits for it instead of calling
+        librdkafka's flush (which would serve them on a second thread)."""
+        producer = self._producer
+        if producer is None:
+            return
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while len(producer) > 0 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
+
+    async def begin_transaction(self) -> None:
+        try:
+            self._producer.begin_transaction()
+        except confluent_kafka.KafkaException as exc:
+            raise translate(exc) from None
+
+    async def commit_transaction(self) -> None:
+        await self._call(self._producer.commit_transaction)
+
+    async def abort_transaction(self) -> None:
+        await self._call(self._producer.abort_transaction)
+
+    async def stop(self) -> None:
+        if self._producer is None:
+            return
+        await self.flush(5.0)
+        producer, self._producer = self._producer, None
+        self._stopping.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 5.0)
+        left, self._reports = self._reports, []
+        _settle(left)
+        # The poll thread is gone: from here this (loop) thread alone serves reports.
+        # Purge what is still queued so nothing is delivered after stop (at-least-once:
+        # its MQ unit of work did not commit and the messages come again).
+        with contextlib.suppress(Exception):
+            producer.purge()
+            producer.poll(0)
+        _settle(self._reports)
+        self._reports = []
+
+
+def _settle(reports: list[tuple[asyncio.Future[Any], Any, Any]]) -> None:
+    """Resolve each (future, error, message) delivery report (on the event loop)."""
+    for future, err, msg in reports:
+        if future.done():
+            continue  # its send was given up on (timeout, cancelled)
+        if err is None:
+            future.set_result(msg)
+        else:
+            future.set_exception(translate(err))
+
+
+class ConfluentConsumer:
+    """aiokafka's consumer shape on a librdkafka consumer; every blocking call runs on
+    this consumer's one worker thread, so the event loop never waits in librdkafka."""
+
+    def __init__(
+        self,
+        config: KafkaPluginConfig,
+        topics: Sequence[str],
+        client_id: str,
+        *,
+        group_id: str,
+        auto_offset_reset: str,
+    ) -> None:
+        props = _common(config, client_id)
+        props.update(
+            {
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": auto_offset_reset,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._props = props
+        self._topics = list(topics)
+        self._consumer: Any = None
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="rdkafka-consumer")
+        self._inflight: asyncio.Future[Any] | None = None
+
+    async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        loop = asyncio.get_running_loop()
+        inflight = loop.run_in_executor(self._worker, lambda: fn(*args, **kwargs))
+        self._inflight = inflight
+        try:
+            # Shielded: a cancelled caller must not leave librdkafka mid-call while
+            # stop() closes the consumer (stop waits for this call first).
+            return await asyncio.shield(inflight)
+        except confluent_kafka.KafkaException as exc:
+            raise translate(exc) from None
+
+    async def start(self) -> None:
+        try:
+            self._consumer = confluent_kafka.Consumer(self._props)
+        except confluent_kafka.KafkaException as exc:
+            raise translate(exc) from None
+        try:
+            await self._call(_check_reachable, self._consumer)
+            await self._call(self._consumer.subscribe, self._topics)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        consumer = self._consumer
+        if consumer is None:
+            raise RdKafkaError("consumer is not started", retriable=True)
+        messages = await self._call(consumer.consume, max_records or 500, timeout_ms / 1000)
+        out: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if err.fatal():
+                    raise translate(err)
+                log.debug("librdkafka consumer: %s", err)
+                continue
+            tp = TopicPartition(m.topic(), m.partition())
+            key, value = m.key(), m.value()
+            ts_type, ts = m.timestamp()
+            batch = out.get(tp)
+            if batch is None:
+                batch = out[tp] = []
+            batch.append(
+                ConsumerRecord(
+                    m.topic(),
+                    m.partition(),
+                    m.offset(),
+                    ts if ts_type else -1,
+                    max(ts_type - 1, 0),
+                    key,
+                    value,
+                    None,
+                    len(key) if key is not None else -1,
+                    len(value) if value is not None else -1,
+                    m.headers() or (),
+                )
+            )
+        return out
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        try:
+            consumer.seek(
+                confluent_kafka.TopicPartition(partition.topic, partition.partition, offset)
+            )
+        except confluent_kafka.KafkaException as exc:
+            raise translate(exc) from None
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            raise RdKafkaError("consumer is not started", retriable=True)
+        if not offsets:
+            return
+        wanted = [
+            confluent_kafka.TopicPartition(tp.topic, tp.partition, off)
+            for tp, off in offsets.items()
+        ]
+        try:
+            done = await self._call(consumer.commit, offsets=wanted, asynchronous=False)
+        except AioKafkaError as exc:
+            if getattr(exc, "errno", None) in _REBALANCED:
+                raise CommitFailedError() from exc
+            raise
+        for tp in done or ():
+            if tp.error is not None:
+                if tp.error.code() in _REBALANCED:
+                    raise CommitFailedError()
+                raise translate(tp.error)
+
+    async def stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        inflight = self._inflight
+        if inflight is not None:
+            with contextlib.suppress(BaseException):
+                await inflight  # a poll still in librdkafka: let it return first
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(self._worker, consumer.close)
+        self._worker.shutdown(wait=False)
