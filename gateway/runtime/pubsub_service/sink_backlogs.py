@@ -59,6 +59,9 @@ class SinkBacklogs:
         #: backlog queue of each registered sink
         self.queues: dict[str, str] = {}
         self.forwarders: dict[str, SinkForwarder] = {}
+        #: sinks whose forwarder runs in a worker process (gateway/runtime/workers/):
+        #: their backlog is filled here, no forwarder is started for them here
+        self.remote: set[str] = set()
 
     def _define_statement(self, queue: str, name: str) -> str:
         return (
