@@ -398,15 +398,20 @@ async def _get_batch_of(
     first = await handle.get(gmo)
     got = [(first.md, first.body)]
     size = len(first.body)
+    cap, more = 0, gmo
     while len(got) < limit:
         budget = BATCH_BYTES - size
         if budget <= 0:
             break
-        cap = budget if gmo.max_length is None else min(budget, gmo.max_length)
+        if cap > budget or cap == 0:
+            # a message larger than the cap stays on the queue (2080, not taken); the cap
+            # is halved as the budget shrinks, so the options are made a few times only
+            cap = budget // 2 or budget
+            if gmo.max_length is not None:
+                cap = min(cap, gmo.max_length)
+            more = dataclasses.replace(gmo, wait_ms=0, max_length=cap, accept_truncated=False)
         try:
-            # a message larger than what is left stays on the queue (2080, not taken)
-            m = await handle.get(dataclasses.replace(gmo, wait_ms=0, max_length=cap,
-                                                     accept_truncated=False))
+            m = await handle.get(more)
         except MQError:
             break
         got.append((m.md, m.body))
