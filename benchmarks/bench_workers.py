@@ -18,13 +18,16 @@ in-process get, on the same queue, under syncpoint.
 The memory sink costs almost nothing, so this is the worst case for workers (the broker
 service's share stays in the main process); a Kafka or MQTT client is 24-35% of the
 outbound loop (docs/performance.md) and moves to the workers with its sink.
-Run: .venv/bin/python -m benchmarks.bench_workers [--messages N] [--repeat R]
+``--sink mqtt``: the same with the ``mqtt`` plugin (MQTT 5, QoS 1, a commit only after
+the PUBACKs) to a local Mosquitto, the realistic case.
+Run: .venv/bin/python -m benchmarks.bench_workers [--messages N] [--repeat R] [--sink mqtt]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.summary import Row, record
+from gateway.devstack import MosquittoBroker
 from gateway.mq.embedded.client import connect_local
 from gateway.mq.embedded.qm_server import QueueManagerServer
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
@@ -50,8 +54,21 @@ PAYLOAD = b"x" * 1024
 TIME_LIMIT_S = 120.0
 
 
-def _config(tmp: Path, workers: int) -> dict[str, Any]:
-    names = [f"mem{i}" for i in range(len(STREAMS))]
+def _plugin(i: int, stream: str, sink: dict[str, Any] | None) -> dict[str, Any]:
+    name = f"mem{i}" if sink is None else f"mqtt{i}"
+    if sink is None:
+        return {"name": name, "plugin": "memory",
+                "config": {"bus": name, "subscribe": [f"$SYS/STREAM/{stream}/#"]}}
+    return {"name": name, "plugin": "mqtt",
+            "config": {"host": sink["host"], "port": sink["port"],
+                       "client_id": f"bench-workers-{sink['run']}-{i}",
+                       "outbound": {"prefix": f"bw{sink['run']}/{i}",
+                                    "topics": [f"$SYS/STREAM/{stream}/#"]}}}
+
+
+def _config(tmp: Path, workers: int, sink: dict[str, Any] | None = None) -> dict[str, Any]:
+    plugins = [_plugin(i, s, sink) for i, s in enumerate(STREAMS)]
+    names = [p["name"] for p in plugins]
     groups: list[dict[str, Any]] = []
     if workers:
         per = len(names) // workers
@@ -63,9 +80,7 @@ def _config(tmp: Path, workers: int) -> dict[str, Any]:
                    "streams": [{"name": s} for s in STREAMS]},
         "metrics": {"enabled": False},
         "logging": {"level": "warning"},
-        "plugins": [{"name": n, "plugin": "memory",
-                     "config": {"bus": n, "subscribe": [f"$SYS/STREAM/{s}/#"]}}
-                    for n, s in zip(names, STREAMS, strict=True)],
+        "plugins": plugins,
         "workers": groups,
     }
 
@@ -96,13 +111,15 @@ def _left(app: GatewayApp) -> int:
     return sum(q.depth - q.pending_puts for q in queues)
 
 
-async def run_once(workers: int, n: int) -> tuple[float, float, int]:
+async def run_once(
+    workers: int, n: int, sink: dict[str, Any] | None = None
+) -> tuple[float, float, int]:
     """(msg/s, main-process CPU s per 1,000 messages, messages timed)."""
     reset_buses()
     registry = PluginRegistry.from_entry_points()
     with tempfile.TemporaryDirectory(prefix="mqgw-bench-workers-") as d:
         tmp = Path(d)
-        loaded = parse_config(_config(tmp, workers), registry, base_dir=tmp)
+        loaded = parse_config(_config(tmp, workers, sink), registry, base_dir=tmp)
         # first start: define the queues and register the subscriptions, then stop
         app = GatewayApp(loaded, registry)
         await app.start()
@@ -118,6 +135,9 @@ async def run_once(workers: int, n: int) -> tuple[float, float, int]:
             for w in app.workers:
                 if not await w.wait_started(30):
                     raise RuntimeError(f"worker {w.name} did not start")
+            async with asyncio.timeout(30):  # every sink connected (in process or not)
+                while not app.health()[0]:
+                    await asyncio.sleep(0.01)
             left0 = _left(app)
             t0, c0 = time.perf_counter(), time.process_time()
             deadline = t0 + TIME_LIMIT_S
@@ -125,11 +145,17 @@ async def run_once(workers: int, n: int) -> tuple[float, float, int]:
                 await asyncio.sleep(0.005)
             t1, c1 = time.perf_counter(), time.process_time()
             left1 = _left(app)
+            await asyncio.sleep(0.6)  # the workers' next status line
+            batches = sum(s["batches"] for w in app.workers
+                          for s in w.status.get("sinks", {}).values())
+            if not app.workers and app.service is not None:
+                batches = sum(c.batches for c in app.service.forwarder_counters().values())
             if left1:
                 raise RuntimeError(f"{left1} messages still queued after {TIME_LIMIT_S:.0f} s")
         finally:
             await app.shutdown()
     done = left0 - left1
+    print(f"    ({workers} workers: {done / max(batches, 1):.0f} messages per forwarder batch)")
     return done / (t1 - t0), (c1 - c0) / done * 1000, done
 
 
@@ -181,9 +207,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=3000, help="publications per stream")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
     parser.add_argument("--no-protocol", action="store_true", help="skip the protocol cost")
+    parser.add_argument("--sink", choices=("memory", "mqtt"), default="memory",
+                        help="memory plugin (default) or mqtt to a local Mosquitto, QoS 1")
     args = parser.parse_args(argv)
-    print(f"4 streams x {args.messages} persistent 1 KiB publications, memory sinks; "
+    print(f"4 streams x {args.messages} persistent 1 KiB publications, {args.sink} sinks; "
           f"{os.cpu_count()} CPUs")
+    with contextlib.ExitStack() as stack:
+        broker: MosquittoBroker | None = None
+        if args.sink == "mqtt":
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mqgw-bw-")))
+            broker = stack.enter_context(MosquittoBroker(work / "mosquitto"))
+        return _measure(args, broker)
+
+
+def _measure(args: argparse.Namespace, broker: MosquittoBroker | None) -> int:
     if not args.no_protocol:
         cost = asyncio.run(protocol_cost(min(args.messages, 5000)))
         for label, us in cost.items():
@@ -191,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[int, list[float]] = {0: [], 1: [], 2: []}
     for r in range(args.repeat):
         for workers in (0, 1, 2):
-            rate, cpu, done = asyncio.run(run_once(workers, args.messages))
+            sink = (None if broker is None else
+                    {"host": broker.host, "port": broker.port, "run": f"{r}-{workers}"})
+            rate, cpu, done = asyncio.run(run_once(workers, args.messages, sink))
             rates[workers].append(rate)
             base = rates[0][r]
             print(f"  run {r + 1}: {workers} worker(s): {rate:8,.0f} msg/s  "
@@ -201,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scaling (best of {args.repeat}): 0 -> {best[0]:,.0f}, 1 -> {best[1]:,.0f} "
           f"({best[1] / best[0]:.2f}x), 2 -> {best[2]:,.0f} msg/s ({best[2] / best[0]:.2f}x); "
           f"1 -> 2 workers {best[2] / best[1]:.2f}x")
-    record(Row("4 streams, 2 workers vs in-process (memory sinks)", best[2], best[0], None,
+    record(Row(f"4 streams, 2 workers vs in-process ({args.sink} sinks)", best[2], best[0],
+               None,
                kind="info", note=f"1 worker {best[1] / best[0]:.2f}x"))
     return 0
 
