@@ -117,7 +117,7 @@ class Worker:
     async def run(self) -> int:
         spec = self.spec
         for p in spec.plugins:
-            self.instances[p.name] = inst = self._create(p)
+            self.instances[p.name] = self._create(p)
             publisher = MQPublisher(self.qm, origin=p.name, gateway_id=spec.gateway_id,
                                     serviced_queues=set(spec.serviced_queues))
             self.contexts[p.name] = WorkerContext(p.name, spec.gateway_id, publisher, p.planned)
@@ -128,7 +128,6 @@ class Worker:
                 retry_delay=spec.retry_delay, retry_max_delay=spec.sink_retry_max_delay,
                 stopping=self._fw_stop,
             )
-            del inst
         tasks = [asyncio.create_task(fw.run(), name=f"sink:{n}")
                  for n, fw in self.forwarders.items()]
         tasks += [asyncio.create_task(self._start_plugin(n), name=f"plugin:{n}")
