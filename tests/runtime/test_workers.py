@@ -280,3 +280,18 @@ async def test_a_worker_exits_when_the_main_process_closes_its_lifeline(
         assert code == 0
     finally:
         await app.shutdown()
+
+
+async def test_a_worker_refuses_a_spec_it_cannot_read() -> None:
+    import sys
+
+    for line in (b"not json\n", b'{"version": 99}\n', b""):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.runtime.workers.child",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(20):
+            _, err = await proc.communicate(line)
+        assert proc.returncode == 2, err
+        assert b"worker spec" in err
