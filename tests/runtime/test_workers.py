@@ -295,3 +295,47 @@ async def test_a_worker_refuses_a_spec_it_cannot_read() -> None:
             _, err = await proc.communicate(line)
         assert proc.returncode == 2, err
         assert b"worker spec" in err
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+async def test_kill_9_of_mqgw_run_leaves_no_worker_behind(tmp_path: Path) -> None:
+    import sys
+
+    import yaml
+
+    data = _config(tmp_path, [{"name": "w1", "plugins": ["mem0"]}])
+    data["logging"] = {"level": "warning"}
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(yaml.safe_dump(data), encoding="utf-8")
+    mqgw = Path(sys.executable).with_name("mqgw")
+    main = await asyncio.create_subprocess_exec(
+        str(mqgw), "run", "--config", str(cfg), stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    worker = 0
+    try:
+        async with asyncio.timeout(30):
+            while not worker:
+                for child in _children(main.pid):
+                    with open(f"/proc/{child}/cmdline", "rb") as f:
+                        if b"gateway.runtime.workers.child" in f.read():
+                            worker = child
+                await asyncio.sleep(0.1)
+        os.kill(main.pid, signal.SIGKILL)
+        await main.wait()
+        async with asyncio.timeout(15):  # the lifeline closed: the worker stops by itself
+            while _alive(worker):
+                await asyncio.sleep(0.1)
+    finally:
+        if main.returncode is None:
+            main.kill()
+            await main.wait()
+        if worker and _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+            pytest.fail("the worker outlived its main process")
