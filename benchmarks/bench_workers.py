@@ -4,9 +4,9 @@ One gateway (``GatewayApp``: embedded queue manager, broker service, 4 stream qu
 4 ``memory`` plugin instances, one subscribed to each stream) run three times on the
 same pre-loaded data: everything in one process (0 workers, today's default), the 4
 sinks forwarded by 1 worker process, then by 2 (2 sinks each). Each run pre-loads N
-persistent 1 KiB MQRFH2 publications per stream while the gateway is stopped, starts
-it, waits until every worker is up, then times the drain: from then until every stream
-queue and every backlog queue is empty (each message counts until its sink's forwarder
+persistent 1 KiB MQRFH2 publications per stream while the gateway is stopped, then times
+from the gateway's start (worker processes and plugin connections included) until every
+stream queue and every backlog queue is empty (each message counts until its sink's forwarder
 committed it after the sink's acknowledgement). Printed per run: msg/s, the main
 process's CPU seconds per 1,000 messages (``time.process_time``: what the workers took
 off it) and the ratio to the in-process run.
@@ -130,16 +130,13 @@ async def run_once(
         finally:
             await qm.close()
         app = GatewayApp(loaded, registry)
+        # Timed from the start: the broker service serves the stream queues at once, so
+        # timing from "workers up" would leave out the main process's work done while
+        # they start (and favour workers); their start-up is counted instead.
+        left0 = 4 * n
+        t0, c0 = time.perf_counter(), time.process_time()
         await app.start()
         try:
-            for w in app.workers:
-                if not await w.wait_started(30):
-                    raise RuntimeError(f"worker {w.name} did not start")
-            async with asyncio.timeout(30):  # every sink connected (in process or not)
-                while not app.health()[0]:
-                    await asyncio.sleep(0.01)
-            left0 = _left(app)
-            t0, c0 = time.perf_counter(), time.process_time()
             deadline = t0 + TIME_LIMIT_S
             while _left(app) and time.perf_counter() < deadline:
                 await asyncio.sleep(0.005)
