@@ -63,6 +63,7 @@ from gateway.runtime.streams.repair import define_stream_queue
 if TYPE_CHECKING:
     from gateway.mq.embedded.network import QueueManagerNode
     from gateway.mq.embedded.qm_server import QueueManagerServer
+    from gateway.runtime.workers import WorkerProcess
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ class GatewayApp:
         self.stream_report: StreamReport | None = None
         self._dead_letters = DeadLetterCache()
         self._started = False
+        #: Worker processes forwarding groups of plugin instances (gateway/runtime/workers/).
+        self.workers: list[WorkerProcess] = []
 
     # ---------------------------------------------------------------- building -------
 
@@ -239,6 +242,8 @@ class GatewayApp:
             qm, service, self.config.gateway_id, authoriser=self.authoriser
         )
         instances: list[PluginInstance] = []
+        remote: dict[str, PluginInstance] = {}  # run by worker processes
+        worker_of = _workers_of(self.loaded)
         for inst_cfg in self.config.plugins:
             if not inst_cfg.enabled:
                 continue
@@ -247,6 +252,15 @@ class GatewayApp:
                 instance = plugin.create(inst_cfg.name, self.loaded.plugin_configs[inst_cfg.name])
             except PluginError as exc:
                 raise GatewayRuntimeError(f"plugin instance {inst_cfg.name}: {exc}") from exc
+            if inst_cfg.name in worker_of:
+                from gateway.runtime.workers import RemoteSink
+
+                # its backlog is filled here, a worker forwards it (never started here)
+                service.sink_backlogs.remote.add(inst_cfg.name)
+                service.register_sink(inst_cfg.name,
+                                      RemoteSink(inst_cfg.name, worker_of[inst_cfg.name]))
+                remote[inst_cfg.name] = instance
+                continue
             host.attach(instance)  # sinks exist before the first batch is served
             instances.append(instance)
         self.metrics = GatewayMetrics(
@@ -262,7 +276,7 @@ class GatewayApp:
         host.observer = self.metrics.observe
         await self._sample_depths()
         try:
-            await self._register_planned_subscriptions(instances)
+            await self._register_planned_subscriptions([*instances, *remote.values()])
             await service.start()
             if self.links is not None:
                 await self.links.start()
@@ -299,6 +313,7 @@ class GatewayApp:
             log.info("metrics on %s/metrics%s", self.http.url,
                      " (authentication required)" if mc.auth and mc.auth.protect_metrics else "")
         await self._serve_queue_manager(store_path)
+        await self._start_workers(remote)
         for instance in instances:
             self._spawn(self._run_plugin(instance), f"plugin:{instance.name}")
         self._spawn(self._housekeeping(), "housekeeping")
@@ -347,6 +362,38 @@ class GatewayApp:
             return
         self.qm_server = server
 
+    async def _start_workers(self, instances: dict[str, PluginInstance]) -> None:
+        """Spawn the ``workers:`` processes; they reach the queue manager over its local
+        socket, so without that socket they cannot run (a start failure)."""
+        if not self.config.workers:
+            return
+        from gateway.runtime.workers import WorkerCollector, WorkerProcess, worker_specs
+
+        service = self.service
+        assert service is not None
+        if self.qm_server is None:
+            raise GatewayRuntimeError("workers: need the queue manager's local socket, which "
+                                      "could not be made (see the error above)")
+        specs = worker_specs(
+            self.loaded, socket=str(self.qm_server.path), backlogs=dict(service.backlogs),
+            dead_letter_queue=service._dlq or self.config.broker.dead_letter_queue
+            or DEAD_LETTER_QUEUE,
+            serviced_queues=[q for q, _ in service.serviced_queues], instances=instances,
+        )
+        delays = {w.name: w.restart_max_delay for w in self.config.workers}
+        if self.metrics is not None:
+            self.metrics.registry.register(WorkerCollector(lambda: self.workers))
+        for spec in specs:
+            worker = WorkerProcess(spec, restart_max_delay=delays[spec.group],
+                                   on_fatal=self._worker_fatal)
+            self.workers.append(worker)
+            await worker.start()
+
+    def _worker_fatal(self, message: str) -> None:
+        self.fatal = message
+        log.error("%s", message)
+        self.request_stop()
+
     async def _register_planned_subscriptions(self, instances: list[PluginInstance]) -> None:
         """Every route's subscription exists before the first get (issue 12 item 9): what
         a stream queue holds at the first start reaches the plugin's backlog even while
@@ -388,6 +435,11 @@ class GatewayApp:
         timeout = self.config.shutdown_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self.workers:
+            # workers first: they finish (or back out) their batches over the socket
+            workers, self.workers = self.workers, []
+            share = max(MIN_STOP_S, timeout * (1 - DRAIN_SHARE))
+            await asyncio.gather(*(w.stop(share) for w in workers), return_exceptions=True)
         if self.qm_server is not None:
             # local clients first: their units of work are backed out before the drain
             with contextlib.suppress(Exception):
@@ -568,6 +620,8 @@ class GatewayApp:
         """(healthy, detail) for /healthz: serving, every plugin instance healthy, and
         request/reply's MQ loops working."""
         plugins = self.host.healthy() if self.host is not None else {}
+        for worker in self.workers:
+            plugins.update(worker.healthy())
         serving = self.service is not None and self.service.running
         rr_ok = self.request_reply is None or self.request_reply.healthy
         ok = serving and all(plugins.values()) and rr_ok and not self.fatal
@@ -586,6 +640,11 @@ class GatewayApp:
             ),
             "request_reply": self.request_reply.stats() if self.request_reply else None,
         }
+
+
+def _workers_of(loaded: LoadedConfig) -> dict[str, str]:
+    """Plugin instance -> the worker group running it (none configured: empty)."""
+    return {p: w.name for w in loaded.gateway.workers for p in w.plugins}
 
 
 def data_paths(loaded: LoadedConfig) -> list[Path]:

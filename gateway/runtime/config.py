@@ -212,6 +212,18 @@ class PluginInstanceConfig(_Strict):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+class WorkerGroupConfig(_Strict):
+    """One worker process (docs/config-reference.md "workers"): the forwarders and
+    clients of ``plugins`` run in it, connected to the embedded queue manager over its
+    local socket; the broker service and the queue manager stay in the main process."""
+
+    name: str = Field(pattern=_INSTANCE_NAME)
+    #: Plugin instances (names under ``plugins:``) whose sinks this worker forwards.
+    plugins: list[str] = Field(min_length=1)
+    #: Longest pause between restarts of a worker that keeps exiting (seconds).
+    restart_max_delay: float = Field(default=30.0, gt=0.0, le=3600.0)
+
+
 class GatewayConfig(_Strict):
     """The whole ``gateway.yaml``."""
 
@@ -234,6 +246,9 @@ class GatewayConfig(_Strict):
     request_reply: RequestReplyConfig = Field(default_factory=RequestReplyConfig)
     #: Who may publish/subscribe where, which subscriber queues (docs/security.md).
     authorisation: AuthorisationConfig = Field(default_factory=AuthorisationConfig)
+    #: Worker processes, each forwarding a group of plugin instances' sinks (default
+    #: none: everything in one process). Embedded queue manager only.
+    workers: list[WorkerGroupConfig] = Field(default_factory=list)
 
     @field_validator("neighbours")
     @classmethod
@@ -254,6 +269,44 @@ class GatewayConfig(_Strict):
                     f"neighbour {n.q_mgr} is the gateway's own queue manager: a neighbour is "
                     "another broker"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _workers_fit(self) -> GatewayConfig:
+        if not self.workers:
+            return self
+        if not isinstance(self.queue_manager, EmbeddedQueueManagerConfig):
+            raise ValueError(
+                "workers need the embedded queue manager (they reach it over its local "
+                "socket); remove workers: or use queue_manager.type: embedded"
+            )
+        enabled = {p.name for p in self.plugins if p.enabled}
+        rr = {r.plugin for r in self.request_reply.requests} | {
+            r.plugin for r in self.request_reply.services}
+        groups: set[str] = set()
+        owner: dict[str, str] = {}
+        for w in self.workers:
+            if w.name in groups:
+                raise ValueError(f"two workers are called {w.name!r}; rename one")
+            groups.add(w.name)
+            for p in w.plugins:
+                if p not in enabled:
+                    raise ValueError(
+                        f"worker {w.name!r} names plugin instance {p!r}, which is not an "
+                        f"enabled instance under plugins: (enabled: "
+                        f"{', '.join(sorted(enabled)) or 'none'})"
+                    )
+                if p in owner:
+                    raise ValueError(
+                        f"plugin instance {p!r} is in workers {owner[p]!r} and {w.name!r}; "
+                        "an instance runs in one process"
+                    )
+                if p in rr:
+                    raise ValueError(
+                        f"plugin instance {p!r} serves request/reply routes and cannot run "
+                        f"in worker {w.name!r} (request/reply stays in the main process)"
+                    )
+                owner[p] = w.name
         return self
 
     @field_validator("queue_manager", mode="before")

@@ -28,6 +28,7 @@ from gateway.mq.embedded.qm_protocol import (
     pack_message,
     put_options_to_json,
     unpack_message,
+    unpack_messages,
 )
 from gateway.mq.port import (
     GetOptions,
@@ -228,6 +229,17 @@ class ClientQueueHandle:
              "options": get_options_to_json(options or GetOptions())})
         md, body = unpack_message(data, "server")
         return Message(md, body)
+
+    async def get_batch(self, options: GetOptions | None = None,
+                        max_msgs: int = 1) -> list[Message]:
+        """Up to ``max_msgs`` messages in one round trip: the first as ``options`` say
+        (it may wait; MQError 2033 when none), the rest only if already there (the
+        server's ``get_batch``; under syncpoint they all join the unit of work)."""
+        reply, data = await self._conn._call(
+            {"op": "get_batch", "hobj": self._hobj, "max_msgs": max_msgs,
+             "options": get_options_to_json(options or GetOptions())})
+        return [Message(md, body)
+                for md, body in unpack_messages(reply.get("lengths"), data, "server")]
 
     async def put(self, md: MQMD, body: bytes, options: PutOptions | None = None) -> MQMD:
         _, data = await self._conn._call(

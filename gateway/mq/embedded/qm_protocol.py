@@ -8,7 +8,8 @@ application with a local binding does: through the process that owns it. The ser
 
 A frame is ``!I`` total length, ``!I`` header length, a UTF-8 JSON object (the request
 or reply: ``op``, its arguments, ``ok``/``reason``), then binary data (a packed MQMD
-version 2 in native encoding followed by the message body, for put and get). Nothing
+version 2 in native encoding followed by the message body, for put and get; for
+``get_batch`` several of those back to back, their sizes in the reply's ``lengths``). Nothing
 read from the wire is trusted: lengths are checked against :data:`MAX_FRAME` and
 :data:`MAX_HEADER` before anything is allocated, and every malformed frame is a
 :class:`ProtocolError` carrying the MQ reason the server replies with.
@@ -40,7 +41,11 @@ _ENC_NATIVE = 546
 
 #: Requests the server understands (MQI verbs plus MQSC and the sub-protocol's own).
 OPS = frozenset({"connect", "open", "put", "put1", "get", "commit", "backout", "inquire",
-                 "close", "mqsc", "disconnect"})
+                 "close", "mqsc", "disconnect", "get_batch"})
+#: Most messages one ``get_batch`` returns, and the data size past which it stops adding
+#: (a later message that would not fit is left on the queue: MQRC 2080 semantics).
+MAX_BATCH_MSGS = 10_000
+BATCH_BYTES = 8 * 1024 * 1024
 
 
 class ProtocolError(Exception):
@@ -123,6 +128,30 @@ def unpack_message(data: bytes, who: str = "client") -> tuple[MQMD, bytes]:
     except WireError as exc:
         raise ProtocolError(Reason.MD_ERROR, f"MQMD cannot be decoded: {exc}", who) from None
     return md, data[_MD_LEN:]
+
+
+def pack_messages(messages: list[tuple[MQMD, bytes]]) -> tuple[list[int], bytes]:
+    """Several messages as one data block: each :func:`pack_message`'s length, and the
+    concatenation (the ``get_batch`` reply)."""
+    parts = [pack_message(md, body) for md, body in messages]
+    return [len(p) for p in parts], b"".join(parts)
+
+
+def unpack_messages(lengths: object, data: bytes, who: str = "client") -> list[tuple[MQMD, bytes]]:
+    """The messages of :func:`pack_messages` (lengths checked against the data)."""
+    if not isinstance(lengths, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= _MD_LEN for n in lengths):
+        raise ProtocolError(Reason.DATA_LENGTH_ERROR, "lengths must be message sizes", who)
+    if sum(lengths) != len(data):
+        raise ProtocolError(Reason.DATA_LENGTH_ERROR,
+                            f"lengths add up to {sum(lengths)}, the data has {len(data)}", who)
+    out: list[tuple[MQMD, bytes]] = []
+    view = memoryview(data)
+    at = 0
+    for n in lengths:
+        out.append(unpack_message(bytes(view[at:at + n]), who))
+        at += n
+    return out
 
 
 def get_options_to_json(o: GetOptions) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import pwd
@@ -33,6 +34,8 @@ from gateway.mq.embedded.connection import EmbeddedConnection
 from gateway.mq.embedded.handle import EmbeddedQueueHandle
 from gateway.mq.embedded.mqsc_run import MQSCResult, format_results
 from gateway.mq.embedded.qm_protocol import (
+    BATCH_BYTES,
+    MAX_BATCH_MSGS,
     OPS,
     PROTOCOL_VERSION,
     SOCKET_NAME,
@@ -44,6 +47,7 @@ from gateway.mq.embedded.qm_protocol import (
     frame_length,
     get_options_from_json,
     pack_message,
+    pack_messages,
     put_options_from_json,
     unpack_message,
 )
@@ -339,6 +343,8 @@ class _Session:
             gmo = get_options_from_json(req.get("options", {}))
             msg = await self._handle(req).get(gmo)
             return {"ok": True}, pack_message(msg.md, msg.body)
+        if op == "get_batch":
+            return await _get_batch_of(self._handle(req), req)
         if op == "inquire":
             selectors = req.get("selectors")
             if not isinstance(selectors, list) or not all(
@@ -373,6 +379,45 @@ class _Session:
         # disconnect
         await self.end()
         return {"ok": True, "closing": True}, b""
+
+
+async def _get_batch_of(
+    handle: EmbeddedQueueHandle, req: dict[str, Any]
+) -> tuple[dict[str, Any], bytes]:
+    """``get_batch``: the first get as asked (it may wait; 2033 when nothing came), then
+    up to ``max_msgs`` - 1 more without waiting, stopping at the first empty get, at
+    :data:`BATCH_BYTES` of data, or at any failure after the first (what was got is
+    returned: under syncpoint it is in the unit of work, outside it is the caller's)."""
+    gmo = get_options_from_json(req.get("options", {}))
+    limit = req.get("max_msgs")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_BATCH_MSGS:
+        raise ProtocolError(Reason.OPTIONS_ERROR,
+                            f"max_msgs must be an integer from 1 to {MAX_BATCH_MSGS}")
+    if gmo.browse is not None:
+        raise ProtocolError(Reason.GMO_ERROR, "get_batch does not browse")
+    first = await handle.get(gmo)
+    got = [(first.md, first.body)]
+    size = len(first.body)
+    cap, more = 0, gmo
+    while len(got) < limit:
+        budget = BATCH_BYTES - size
+        if budget <= 0:
+            break
+        if cap > budget or cap == 0:
+            # a message larger than the cap stays on the queue (2080, not taken); the cap
+            # is halved as the budget shrinks, so the options are made a few times only
+            cap = budget // 2 or budget
+            if gmo.max_length is not None:
+                cap = min(cap, gmo.max_length)
+            more = dataclasses.replace(gmo, wait_ms=0, max_length=cap, accept_truncated=False)
+        try:
+            m = await handle.get(more)
+        except MQError:
+            break
+        got.append((m.md, m.body))
+        size += len(m.body)
+    lengths, data = pack_messages(got)
+    return {"ok": True, "lengths": lengths}, data
 
 
 def _result_json(r: MQSCResult) -> dict[str, Any]:

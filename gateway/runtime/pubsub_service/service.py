@@ -170,7 +170,8 @@ class BrokerService:
         Its backlog queue is defined on the embedded queue manager when missing (on IBM
         MQ the administrator defines it: :meth:`start` checks it exists)."""
         self.sink_backlogs.register(name, sink)
-        if self._tasks and name not in self.sink_backlogs.forwarders:
+        if (self._tasks and name not in self.sink_backlogs.forwarders
+                and name not in self.sink_backlogs.remote):
             self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
 
     def forwarder_counters(self) -> dict[str, ForwarderCounters]:
@@ -298,7 +299,8 @@ class BrokerService:
         for conn, q in opened:
             self._tasks.append(asyncio.create_task(self._serve(conn, q), name=f"broker:{q.name}"))
         for name in self.sinks:
-            self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
+            if name not in self.sink_backlogs.remote:  # a worker process forwards those
+                self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (signal handlers); returns at once."""

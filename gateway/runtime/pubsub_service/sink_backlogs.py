@@ -64,6 +64,9 @@ class SinkBacklogs:
         #: per sink: the envelopes put on its backlog by this process, by MsgId, so its
         #: forwarder need not decode them (``EnvelopeCache``)
         self.envelopes: dict[str, EnvelopeCache] = {}
+        #: sinks whose forwarder runs in a worker process (gateway/runtime/workers/):
+        #: their backlog is filled here, no forwarder is started for them here
+        self.remote: set[str] = set()
 
     def _define_statement(self, queue: str, name: str) -> str:
         return (
@@ -118,7 +121,7 @@ class SinkBacklogs:
         envelope = envelope_of(d)
         body = encode_backlog_message(envelope)
         cache = self.envelopes.get(name)
-        if cache is not None:
+        if cache is not None and name not in self.remote:  # a worker decodes its own
             cache.put(msg_id, len(body), envelope)
         return Put("", self.queues[name], md, body, backpressure=True)
 

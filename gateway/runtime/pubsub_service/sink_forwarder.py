@@ -213,7 +213,14 @@ class SinkForwarder:
         msgs = [first]
         isolated = self._isolate > 0 or first.md.backout_count >= threshold
         limit = 1 if isolated else self.batch_size
-        while len(msgs) < limit:
+        get_batch = getattr(handle, "get_batch", None)  # a local-socket client: one trip
+        if get_batch is not None and limit > 1:
+            try:
+                msgs += await get_batch(GetOptions(wait_ms=0, syncpoint=True), limit - 1)
+            except MQError as exc:
+                if exc.reason != Reason.NO_MSG_AVAILABLE:
+                    raise
+        while len(msgs) < limit and get_batch is None:
             try:
                 m = await handle.get(GetOptions(wait_ms=0, syncpoint=True))
             except MQError as exc:
