@@ -339,6 +339,8 @@ class HealthServer:
         #: the live dashboard's source (None: no /dashboard routes)
         self.dashboard = dashboard
         self._event_streams: set[asyncio.StreamWriter] = set()
+        #: connections being served (at most MAX_CONNECTIONS)
+        self._connections = 0
         self._closing = asyncio.Event()
         self.health = health
         self.host = host
@@ -408,6 +410,18 @@ class HealthServer:
         return request.decode("latin-1").split(), authorization
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._connections >= MAX_CONNECTIONS:  # before reading anything of the request
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                         b"Retry-After: 5\r\nConnection: close\r\n\r\n")
+            writer.close()  # a few bytes: the kernel takes them, nothing waits on the peer
+            return
+        self._connections += 1
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self._connections -= 1
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             parts, authorization = await asyncio.wait_for(
                 self._read_request(reader), REQUEST_DEADLINE_S
@@ -591,6 +605,8 @@ MAX_EVENT_STREAM_S = 300.0
 CLOSE_TIMEOUT_S = 2.0
 #: Seconds a client may take to send its whole request (line and headers).
 REQUEST_DEADLINE_S = 10.0
+#: Connections served at once; beyond, a 503 before the request is read.
+MAX_CONNECTIONS = 128
 #: Sent with every dashboard answer: the page runs only its own script and style sheet
 #: and cannot be framed.
 DASHBOARD_HEADERS = (

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -454,3 +455,52 @@ async def test_stream_depth_oldest_age_and_dead_letters(tmp_path: Path) -> None:
     finally:
         await gw.shutdown()
         reset_buses()
+
+
+async def test_connection_cap_and_request_deadline(
+    app: GatewayApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond MAX_CONNECTIONS a connection gets a 503 before its request is read; a
+    client that trickles its headers (one every 0.2 s, each within the per-line limit) is
+    cut off at the whole request's deadline."""
+    from gateway.runtime import metrics
+
+    port = _port(app)
+    monkeypatch.setattr(metrics, "MAX_CONNECTIONS", 1)
+    _r1, w1, head = await _open_events(port)  # holds the one connection
+    assert head.startswith(b"HTTP/1.1 200")
+    # a 503 (or, when the unread request is still in the server's buffer at its close, a
+    # reset): either way nothing is served and nothing is held
+    try:
+        status, headers, _ = await _request(port, "/healthz", None)
+        assert status == 503 and headers["retry-after"] == "5"
+    except ConnectionResetError:
+        pass
+    assert app.http is not None and app.http._connections == 1
+    w1.close()  # the server notices at its next event; then the slot is free again
+    async with asyncio.timeout(5):
+        while True:
+            with contextlib.suppress(ConnectionResetError):
+                if (await _request(port, "/healthz", None))[0] == 200:
+                    break
+            await asyncio.sleep(0.1)
+
+    monkeypatch.setattr(metrics, "REQUEST_DEADLINE_S", 0.6)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.1\r\n")
+    started = time.monotonic()
+    with pytest.raises((ConnectionError, OSError)):
+        for i in range(50):  # 10 s of headers, if nobody stops it
+            writer.write(b"X-Slow-%d: 1\r\n" % i)
+            await writer.drain()
+            if reader.at_eof() or await _eof_within(reader, 0.2):
+                raise ConnectionError("closed by the server")
+    assert time.monotonic() - started < 3
+    writer.close()
+
+
+async def _eof_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(1), seconds) == b""
+    except TimeoutError:
+        return False
