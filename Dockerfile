@@ -9,9 +9,13 @@
 # checks this file's basics (non-root USER, HEALTHCHECK, no secrets) by parsing it.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-# IBM MQ's developer image, the same one compose.yaml runs as the `ibmmq` service: the
-# gateway-ibmmq target takes the MQ client libraries and headers from it.
-ARG MQ_IMAGE=icr.io/ibm-messaging/mq:latest
+# IBM MQ's redistributable client (C libraries, TLS, and with genmqpkg's SDK option the
+# headers the `ibmmq` package compiles against). The server image compose.yaml runs as
+# `ibmmq` ships no /opt/mqm/inc, so the client is not taken from it. Override the version
+# (VRMF) or the download location with --build-arg; only Linux x86-64 is published.
+ARG MQ_REDIST_URL=https://public.dhe.ibm.com/ibmdl/export/pub/software/websphere/messaging/mqdev/redist
+ARG MQ_VRMF=9.4.5.0
+ARG MQ_ARCH=X64
 
 # ---- build: a wheel of the project (no dev extras) -----------------------------------------
 FROM ${PYTHON_IMAGE} AS build
@@ -48,19 +52,34 @@ ENTRYPOINT ["mqgw"]
 CMD ["run", "--config", "/etc/mqgw/gateway.yaml"]
 
 # ---- gateway-ibmmq: the same plus IBM's MQ client and the `mq` extra --------------------------
-FROM ${MQ_IMAGE} AS mqclient
-
 FROM ${PYTHON_IMAGE} AS build-ibmmq
+ARG MQ_REDIST_URL
+ARG MQ_VRMF
+ARG MQ_ARCH
+# genmqpkg keeps the client runtime plus the SDK (inc/), TLS (gskit8) and message catalogues
+ENV MQ_FILE_PATH=/opt/mqm \
+    genmqpkg_incnls=1 \
+    genmqpkg_incsdk=1 \
+    genmqpkg_inctls=1
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=mqclient /opt/mqm /opt/mqm
+ADD ${MQ_REDIST_URL}/${MQ_VRMF}-IBM-MQC-Redist-Linux${MQ_ARCH}.tar.gz /tmp/mq-redist.tar.gz
+RUN mkdir -p /opt/mqm \
+ && tar -xzf /tmp/mq-redist.tar.gz -C /opt/mqm \
+ && rm /tmp/mq-redist.tar.gz \
+ && /opt/mqm/bin/genmqpkg.sh -b /opt/mqm \
+ && test -f /opt/mqm/inc/cmqc.h
 RUN pip wheel --no-cache-dir --wheel-dir /wheels "ibmmq>=2.0"
+# what the runtime needs of the client: libraries, TLS, licences (no headers, no compiler)
+RUN mkdir -p /mqm-runtime \
+ && for d in lib64 gskit8 licenses; do \
+      if [ -d "/opt/mqm/$d" ]; then cp -a "/opt/mqm/$d" /mqm-runtime/; fi; \
+    done
 
 FROM runtime AS gateway-ibmmq
 USER root
-COPY --from=mqclient /opt/mqm/lib64 /opt/mqm/lib64
-COPY --from=mqclient /opt/mqm/gskit8 /opt/mqm/gskit8
+COPY --from=build-ibmmq /mqm-runtime /opt/mqm
 COPY --from=build-ibmmq /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 ENV LD_LIBRARY_PATH=/opt/mqm/lib64

@@ -400,11 +400,68 @@ def test_dockerfile_copy_sources_exist_and_are_not_dockerignored() -> None:
                     continue
                 words = [w for w in shlex.split(ins.args) if not w.startswith("--")]
                 for src in words[:-1]:
+                    if ins.keyword == "ADD" and _is_remote(src, dockerfile):
+                        continue  # a download (the MQ client), not a file of the context
                     assert (ROOT / src).exists(), f"{dockerfile.name}:{ins.line}: no {src}"
                     hit = [p for p in ignored if fnmatch.fnmatch(src, p)]
                     assert not hit, f"{dockerfile.name}:{ins.line}: {src} is .dockerignored"
                     copied += 1
     assert copied >= 6
+
+
+def dockerfile_args(path: Path) -> dict[str, str]:
+    """The defaults of the ``ARG NAME=value`` lines before the first FROM."""
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("FROM "):
+            break
+        m = re.fullmatch(r"ARG (\w+)=(\S+)", line.strip())
+        if m:
+            out[m[1]] = m[2]
+    return out
+
+
+def _is_remote(src: str, dockerfile: Path) -> bool:
+    args = dockerfile_args(dockerfile)
+    resolved = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), src)
+    return resolved.startswith("https://")
+
+
+def test_gateway_ibmmq_builds_against_the_redistributable_client() -> None:
+    """IBM's MQ server image (compose's ``ibmmq`` service) ships no SDK headers
+    (/opt/mqm/inc), so ``ibmmq`` cannot be compiled against it: the build stage takes IBM
+    MQ's redistributable client instead, keeps its SDK with genmqpkg, and the runtime image
+    gets the client libraries from that stage, with no compiler."""
+    path = ROOT / "Dockerfile"
+    stages = parse_dockerfile(path)
+    args = dockerfile_args(path)
+    assert "MQ_IMAGE" not in args  # nothing is taken from the server image
+    by_name = {st.name: st for st in stages}
+    bases = {st.base for st in stages}
+    assert not any("ibm-messaging/mq" in b or "MQ_IMAGE" in b for b in bases), bases
+    build = by_name["build-ibmmq"]
+    assert build.base == "${PYTHON_IMAGE}"
+    env = " ".join(i.args for i in effective([build], "ENV"))
+    for setting in ("MQ_FILE_PATH=/opt/mqm", "genmqpkg_incsdk=1", "genmqpkg_inctls=1"):
+        assert setting in env, setting
+    (add,) = effective([build], "ADD")
+    url = re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], shlex.split(add.args)[0])
+    assert re.fullmatch(r"https://\S+/redist/\d+\.\d+\.\d+\.\d+-IBM-MQC-Redist-LinuxX64\.tar\.gz",
+                        url), url
+    runs = " ".join(i.args for i in effective([build], "RUN"))
+    assert "genmqpkg.sh -b /opt/mqm" in runs
+    assert "test -f /opt/mqm/inc/cmqc.h" in runs  # fails the build, not the pip step
+    assert runs.index("genmqpkg.sh") < runs.index('/wheels "ibmmq')
+    # the runtime target: client libraries and the wheel from that stage only, no compiler
+    chain = stage_chain(stages, "gateway-ibmmq")
+    copies = [i.args for i in effective(chain, "COPY") if "--from=" in i.args]
+    froms = {re.search(r"--from=(\S+)", c)[1] for c in copies}  # type: ignore[index]
+    assert froms == {"build", "build-ibmmq"}, froms
+    assert any(c.endswith("/mqm-runtime /opt/mqm") for c in copies), copies
+    final_runs = " ".join(i.args for i in effective(chain, "RUN"))
+    assert "gcc" not in final_runs and "apt-get install" not in final_runs
+    env = " ".join(i.args for i in effective(chain, "ENV"))
+    assert "LD_LIBRARY_PATH=/opt/mqm/lib64" in env
 
 
 def test_gateway_dockerfile_basics() -> None:
@@ -487,6 +544,18 @@ def check_config(
     assert rc == 0, err
     assert "configuration OK" in out
     assert not (tmp_path / "data").exists()  # --check writes nothing
+    # everything the gateway writes is on the data volume (the config's directory is the
+    # read-only /etc/mqgw in the container), including stores no route opens yet
+    data = str(tmp_path / "data")
+    writes = [line for line in out.splitlines() if line.strip().startswith("writes:")]
+    assert writes, out
+    for line in writes:
+        for path in line.split(":", 1)[1].replace(",", " ").split():
+            assert path.startswith(data), (service_name, line)
+    stores = re.findall(r"^\s*store: (\S+)$", out, flags=re.M)
+    assert len(stores) >= 2, out  # the broker's and request/reply's
+    for store in stores:
+        assert store.startswith(data), (service_name, store)
     return config, out
 
 
@@ -509,6 +578,34 @@ def test_gateway_ibmmq_config_passes_check(
     assert "queue manager: ibmmq QM1" in out
     assert "plugin instance kafka: kafka -> kafka:19092" in out
     assert "change-me" not in out  # the password is shown by its source only
+
+
+def test_the_two_gateways_write_distinct_topics() -> None:
+    """With the ``ibmmq`` profile both gateways run against the same Kafka and Mosquitto:
+    their Kafka topics (and the compacted retained topics) and MQTT prefixes differ, so two
+    queue managers' publications and retained states never mix."""
+    from plugins.kafka import KafkaPluginConfig
+    from plugins.mqtt.config import MqttConfig
+
+    kafka_topics, retained_topics, prefixes = [], [], []
+    for config in ("gateway.yaml", "gateway-ibmmq.yaml"):
+        data = yaml.safe_load((ROOT / "deploy/compose" / config).read_text(encoding="utf-8"))
+        plugins = {p["plugin"]: p["config"] for p in data["plugins"]}
+        kafka = KafkaPluginConfig.model_validate(
+            {k: v for k, v in plugins["kafka"].items() if k != "bootstrap_servers"})
+        names = [kafka.outbound.topic_template.replace("{stream}", s["name"])
+                 for s in data["broker"]["streams"]]
+        kafka_topics.append(set(names))
+        retained = kafka.outbound.retained_topic_template
+        retained_topics.append({retained.replace("{stream}", s["name"])
+                                for s in data["broker"]["streams"]})
+        prefixes.append(MqttConfig.model_validate(
+            {k: v for k, v in plugins["mqtt"].items() if k not in ("host", "port")}
+        ).outbound.prefix)
+    assert kafka_topics[0] == {"mqgw.STOCK.STREAM", "mqgw.BULLETIN.STREAM"}  # what spark reads
+    assert not kafka_topics[0] & kafka_topics[1], kafka_topics
+    assert not retained_topics[0] & retained_topics[1], retained_topics
+    assert prefixes[0] != prefixes[1] and not prefixes[1].startswith(prefixes[0] + "/")
 
 
 def test_the_same_configs_with_their_own_defaults(

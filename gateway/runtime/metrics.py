@@ -339,6 +339,8 @@ class HealthServer:
         #: the live dashboard's source (None: no /dashboard routes)
         self.dashboard = dashboard
         self._event_streams: set[asyncio.StreamWriter] = set()
+        #: connections being served (at most MAX_CONNECTIONS)
+        self._connections = 0
         self._closing = asyncio.Event()
         self.health = health
         self.host = host
@@ -380,6 +382,12 @@ class HealthServer:
 
     async def stop(self) -> None:
         self._closing.set()  # event streams end after their current write
+        # ... and one whose client stopped reading is cut off rather than left behind
+        deadline = asyncio.get_running_loop().time() + EVENT_INTERVAL_S + 1.0
+        while self._event_streams and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        for writer in list(self._event_streams):
+            writer.transport.abort()
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
@@ -402,8 +410,22 @@ class HealthServer:
         return request.decode("latin-1").split(), authorization
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._connections >= MAX_CONNECTIONS:  # before reading anything of the request
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                         b"Retry-After: 5\r\nConnection: close\r\n\r\n")
+            writer.close()  # a few bytes: the kernel takes them, nothing waits on the peer
+            return
+        self._connections += 1
         try:
-            parts, authorization = await self._read_request(reader)
+            await self._serve(reader, writer)
+        finally:
+            self._connections -= 1
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            parts, authorization = await asyncio.wait_for(
+                self._read_request(reader), REQUEST_DEADLINE_S
+            )
             path = parts[1].split("?")[0] if len(parts) >= 2 else ""
             extra: list[str] = []
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
@@ -419,7 +441,7 @@ class HealthServer:
                     status, ctype = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
                     body = self.metrics.exposition()
                 elif refusal is None and path == EVENTS_PATH and parts[0] == "GET":
-                    await self._send_events(writer)
+                    await self._send_events(writer, authorization)
                     return
                 elif refusal is None:
                     status, ctype, body, extra = self._dashboard(path)
@@ -447,9 +469,13 @@ class HealthServer:
         except (TimeoutError, ConnectionError, IndexError, ssl.SSLError):
             pass
         finally:
+            # a peer that stopped reading never lets a graceful close flush: cut it off
+            # rather than keep this task and its socket for good
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            try:
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
+            except Exception:
+                writer.transport.abort()
 
     def _not_found(self) -> bytes:
         if self.dashboard is None:
@@ -468,6 +494,8 @@ class HealthServer:
         assert self.dashboard is not None
         rest = path.removeprefix(DASHBOARD_PATH).strip("/")
         headers = [*DASHBOARD_HEADERS]
+        if rest == "api/events":  # HEAD (a GET is the stream itself): its headers only
+            return "200 OK", "text/event-stream", b"", [*headers, "Cache-Control: no-store"]
         if rest == "api/snapshot":
             try:
                 body = self.dashboard.snapshot_json()
@@ -485,10 +513,16 @@ class HealthServer:
             return "200 OK", ctype, body, [*headers, "Cache-Control: no-cache"]
         return "404 Not Found", "text/plain", b"no such dashboard page\n", []
 
-    async def _send_events(self, writer: asyncio.StreamWriter) -> None:
+    async def _send_events(self, writer: asyncio.StreamWriter, authorization: str | None) -> None:
         """Server-sent events: a snapshot now and every ``EVENT_INTERVAL_S`` until the
         client goes away or the server stops (at most ``MAX_EVENT_STREAMS`` at once; the
-        page falls back to polling the snapshot)."""
+        page falls back to polling the snapshot).
+
+        The credentials are checked again every ``AUTH_RECHECK_EVENTS`` events (a rotated
+        secret ends the streams opened with the old one), a stream lasts at most
+        ``MAX_EVENT_STREAM_S`` (the browser reconnects by itself), and a client that does
+        not take a snapshot within ``EVENT_WRITE_TIMEOUT_S`` is cut off (transport
+        aborted), so a stalled tab holds neither a slot nor a socket."""
         assert self.dashboard is not None
         if len(self._event_streams) >= MAX_EVENT_STREAMS:
             body = b"too many event streams: poll /dashboard/api/snapshot\n"
@@ -507,14 +541,28 @@ class HealthServer:
                 + ["Cache-Control: no-store\r\nConnection: close\r\n\r\n", "retry: 2000\n\n"]
             )
             writer.write(head.encode())
+            ends = asyncio.get_running_loop().time() + MAX_EVENT_STREAM_S
+            sent = 0
             while not self._closing.is_set() and not writer.is_closing():
+                if asyncio.get_running_loop().time() >= ends:
+                    return
+                if sent and sent % AUTH_RECHECK_EVENTS == 0:
+                    refused = self._refusal(authorization)
+                    if refused is not None:
+                        log.info("dashboard event stream ended: %s", refused)
+                        return
                 try:
                     data = self.dashboard.snapshot_json()
                 except Exception:
                     log.exception("dashboard snapshot failed")
                     return
                 writer.write(b"event: snapshot\ndata: " + data + b"\n\n")
-                await asyncio.wait_for(writer.drain(), EVENT_INTERVAL_S * 5)
+                sent += 1
+                try:
+                    await asyncio.wait_for(writer.drain(), EVENT_WRITE_TIMEOUT_S)
+                except TimeoutError:
+                    writer.transport.abort()
+                    return
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closing.wait(), EVENT_INTERVAL_S)
         finally:
@@ -547,6 +595,18 @@ EVENTS_PATH = "/dashboard/api/events"
 EVENT_INTERVAL_S = 1.0
 #: Event streams served at once (each holds a connection and snapshots every second).
 MAX_EVENT_STREAMS = 16
+#: Seconds a client may take to accept one snapshot before its stream is cut off.
+EVENT_WRITE_TIMEOUT_S = 5.0
+#: Every this many events the stream's credentials are checked again.
+AUTH_RECHECK_EVENTS = 5
+#: Seconds one event stream lasts; then it ends and the browser reconnects (checked again).
+MAX_EVENT_STREAM_S = 300.0
+#: Seconds a closing connection may take to flush before it is aborted.
+CLOSE_TIMEOUT_S = 2.0
+#: Seconds a client may take to send its whole request (line and headers).
+REQUEST_DEADLINE_S = 10.0
+#: Connections served at once; beyond, a 503 before the request is read.
+MAX_CONNECTIONS = 128
 #: Sent with every dashboard answer: the page runs only its own script and style sheet
 #: and cannot be framed.
 DASHBOARD_HEADERS = (

@@ -29,6 +29,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from gateway.devstack.mosquitto import MosquittoBroker
+from gateway.runtime import metrics
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
 from gateway.runtime.registry import PluginRegistry
@@ -178,8 +179,19 @@ def _attr(browser: Any, css: str, name: str) -> str | None:
     return None if value is None else str(value)
 
 
+def _visible(browser: Any, css: str) -> bool:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        return bool(browser.find_element(By.CSS_SELECTOR, css).is_displayed())
+    except (NoSuchElementException, StaleElementReferenceException):
+        return False
+
+
 async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
-                                              mqtt_broker: MosquittoBroker) -> None:
+                                              mqtt_broker: MosquittoBroker,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
 
@@ -205,7 +217,7 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     nb_row = f'#neighbours tr[data-neighbour="{NB}"]'
     await _until(lambda: _text(driver, nb_row + " td[data-status]") == "active",
                  "the neighbour active", timeout=30)
-    assert BULLETIN in (_text(driver, nb_row) or "")
+    assert BULLETIN in (await asyncio.to_thread(_text, driver, nb_row) or "")
     # the network picture names the neighbour and the MQTT topics
     picture = await _until(lambda: _text(driver, "#network svg"), "the network picture")
     assert NB in picture and GW in picture and "active" in picture
@@ -215,7 +227,7 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     stream_text = await _until(lambda: _text(driver, row), "the stream")
     assert "→ mqtt mq/BULLETIN.STREAM/# (mqtt)" in stream_text
     assert "← mqtt sensors/# (mqtt)" in stream_text
-    assert _attr(driver, row + " td[data-rate-in]", "data-rate-in") == "0"
+    assert await asyncio.to_thread(_attr, driver, row + " td[data-rate-in]", "data-rate-in") == "0"
 
     # MQTT traffic into the stream: the rate moves; an MQTT 5 request nobody answers
     # yet is in flight on its route
@@ -228,8 +240,9 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
         request.CorrelationData = b"c-1"
         await client.publish("requests/price", b"how much?", qos=1, properties=request)
     route = '#routes tr[data-route="ask-mq"]'
-    await _until(lambda: (_text(driver, route) or "").endswith(" 1"), "one request in flight")
-    assert "requester (mqtt) requests/# → APP.SERVICE@GWDASH" in (_text(driver, route) or "")
+    route_text = await _until(lambda: (t := _text(driver, route)) and t.endswith(" 1") and t,
+                              "one request in flight")
+    assert "requester (mqtt) requests/# → APP.SERVICE@GWDASH" in route_text
     rate = await _until(
         lambda: float(_attr(driver, row + " td[data-rate-in]", "data-rate-in") or 0) or None,
         "a moving inbound rate",
@@ -248,8 +261,9 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
         "a moving outbound rate",
     )
     # readable at 1280x800: nothing scrolls sideways
-    assert driver.execute_script(
-        "return document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+    assert await asyncio.to_thread(
+        driver.execute_script,
+        "return document.documentElement.scrollWidth <= document.documentElement.clientWidth",
     )
     await asyncio.to_thread(driver.save_screenshot, str(ARTIFACTS / "overview-traffic.png"))
 
@@ -258,8 +272,10 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     await put(app.node.qm, rfh_message(CONTROL, [("MQPSCommand", "Bogus")]))
     dead = '#dead-letters tr[data-dead-letter="broker|undeliverable"] td[data-count]'
     await _until(lambda: _text(driver, dead) == "1", "the dead-letter count")
-    assert _text(driver, "#dlq-summary") == "SYSTEM.DEAD.LETTER.QUEUE holds 1 message(s)."
-    assert _text(driver, '#plugins tr[data-plugin="mqtt"]') == "mqtt mqtt healthy"
+    assert (await asyncio.to_thread(_text, driver, "#dlq-summary")
+            == "SYSTEM.DEAD.LETTER.QUEUE holds 1 message(s).")
+    assert (await asyncio.to_thread(_text, driver, '#plugins tr[data-plugin="mqtt"]')
+            == "mqtt mqtt healthy")
     await asyncio.to_thread(driver.save_screenshot, str(ARTIFACTS / "overview.png"))
     # the whole page in one picture (docs/dashboard.md), then back to 1280x800
     await asyncio.to_thread(driver.set_window_size, 1280, 1000)
@@ -269,24 +285,48 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
 
     # the details view, reached with the keyboard: the focused link keeps the focus
     # across the redraws of the live updates
-    driver.execute_script(
+    await asyncio.to_thread(
+        driver.execute_script,
         f"document.querySelector('a[data-stream-link=\"{BULLETIN}\"]').focus();")
     await asyncio.sleep(2.2)  # two snapshots redraw the table
-    assert driver.execute_script(
+    assert await asyncio.to_thread(
+        driver.execute_script,
         "return document.activeElement.getAttribute('data-stream-link')") == BULLETIN
     # ENTER goes to whatever has the focus when it is pressed (no element reference to
     # go stale across a redraw)
     await asyncio.to_thread(ActionChains(driver).send_keys(Keys.ENTER).perform)
     await _until(lambda: _text(driver, "#h-stream") == f"Stream {BULLETIN}", "the stream view")
-    assert driver.current_url.endswith(f"#/stream/{BULLETIN}")
-    flows = _text(driver, "#stream-flows") or ""
+    assert (await asyncio.to_thread(lambda: driver.current_url)).endswith(f"#/stream/{BULLETIN}")
+    flows = await asyncio.to_thread(_text, driver, "#stream-flows") or ""
     assert "feeds (out) mqtt mqtt mq/BULLETIN.STREAM/#" in flows
     assert "fed by (in) mqtt mqtt sensors/#" in flows
-    assert NB in (_text(driver, "#stream-facts") or "")
+    assert NB in (await asyncio.to_thread(_text, driver, "#stream-facts") or "")
     await asyncio.to_thread(driver.save_screenshot, str(ARTIFACTS / "stream.png"))
     # every link and the skip link are reachable by keyboard and show a visible focus
-    outline = driver.execute_script(
+    outline = await asyncio.to_thread(
+        driver.execute_script,
         "const a = document.getElementById('back'); a.focus();"
-        "return getComputedStyle(a).outlineStyle;"
+        "return getComputedStyle(a).outlineStyle;",
     )
     assert outline == "solid"
+
+    # the details route by path: its links lead back to the overview
+    await asyncio.to_thread(driver.get, f"{url}/stream/{BULLETIN}")
+    await _until(lambda: _visible(driver, "#stream-view") and
+                 _text(driver, "#h-stream") == f"Stream {BULLETIN}", "the stream view by path")
+    await asyncio.to_thread(lambda: driver.find_element("id", "back").click())
+    await _until(lambda: _visible(driver, "#overview") and not _visible(driver, "#stream-view"),
+                 "the overview after ← All streams")
+    # a malformed hash names no known stream and the page keeps updating
+    await asyncio.to_thread(driver.get, url + "#/stream/%E0")
+    first = await _until(lambda: _attr(driver, "body", "data-generated-at"), "a first snapshot")
+    await _until(lambda: (_attr(driver, "body", "data-generated-at") or first) != first,
+                 "a second snapshot after a malformed hash")
+    assert await asyncio.to_thread(_text, driver, "#h-stream") == "Stream %E0"
+
+    # the event stream refused (here: no stream allowed; in use, the 17th viewer's 503):
+    # the page falls back to polling the snapshot
+    monkeypatch.setattr(metrics, "MAX_EVENT_STREAMS", 0)
+    await asyncio.to_thread(driver.get, url)
+    await _until(lambda: _text(driver, "#conn") == "live (polling)", "the polling fallback")
+    assert BULLETIN in (await _until(lambda: _text(driver, row), "the stream, polled"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -244,7 +245,20 @@ def test_rate_window_counts_per_second_over_the_window() -> None:
         rates.observe(float(t), {"a": 10})  # idle: the burst fades out of the window
     assert rates.rate("a") == 0.0
     rates.observe(12.0, {"a": 3})  # a restarted counter counts from zero
-    assert rates.rate("a") >= 0.0
+    assert rates.rate("a") == pytest.approx(3 / 5)  # 3 over the 7 → 12 s window
+
+
+def test_rate_after_an_idle_gap_is_not_averaged_over_the_gap() -> None:
+    """Samples are taken only while someone watches: a viewer arriving after ten quiet
+    minutes must not see (growth over the gap) / (gap) as the rate now."""
+    rates: RateWindow[str] = RateWindow(window_s=5.0, min_spacing_s=0.5)
+    rates.observe(0.0, {"a": 0})
+    rates.observe(1.0, {"a": 1000})
+    assert rates.rate("a") == pytest.approx(1000.0)
+    rates.observe(601.0, {"a": 1000})  # the next viewer, 10 min later
+    assert rates.rate("a") == 0.0
+    rates.observe(602.0, {"a": 1010})
+    assert rates.rate("a") == pytest.approx(10.0)
 
 
 def test_plugins_describe_their_routes_from_config_alone() -> None:
@@ -274,3 +288,219 @@ def test_plugins_describe_their_routes_from_config_alone() -> None:
         ("out", BULLETIN, "mq/bulletin/news/+"),
         ("in", BULLETIN, "sensors/#"),
     ]
+
+
+async def test_unknown_static_names_are_refused_and_never_remembered(app: GatewayApp) -> None:
+    from gateway.runtime.dashboard import assets
+
+    port = _port(app)
+    assert (await _request(port, "/dashboard/static/dashboard.js"))[0] == 200
+    for i in range(40):
+        name = f"x{i}-" + "a" * 2000
+        assert (await _request(port, f"/dashboard/static/{name}"))[0] == 404
+    # only listed names are ever loaded: the memory does not grow with what clients ask
+    assert set(assets._LOADED) <= set(assets.ASSETS)
+    assert assets.asset("nothing.js") is None and "nothing.js" not in assets._LOADED
+
+
+async def test_one_snapshot_a_second_is_shared_by_every_viewer(app: GatewayApp) -> None:
+    port = _port(app)
+    assert app.http is not None and app.http.dashboard is not None
+    source = app.http.dashboard
+    await asyncio.sleep(source.cache_s)  # past anything built at start
+    before = source.builds
+    bodies = [(await _request(port, "/dashboard/api/snapshot"))[2] for _ in range(5)]
+    assert len(set(bodies)) == 1 and source.builds == before + 1
+    await asyncio.sleep(source.cache_s)
+    await _request(port, "/dashboard/api/snapshot")
+    assert source.builds == before + 2
+
+
+async def _open_events(port: int, authorization: str = GOOD, *, rcvbuf: int | None = None
+                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    import socket
+
+    sock = socket.socket()
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(f"GET /dashboard/api/events HTTP/1.1\r\nAuthorization: {authorization}\r\n\r\n"
+                 .encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    return reader, writer, head
+
+
+async def test_event_streams_beyond_the_limit_get_503_and_head_answers(
+    app: GatewayApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.runtime import metrics
+
+    port = _port(app)
+    monkeypatch.setattr(metrics, "MAX_EVENT_STREAMS", 1)
+    _r1, w1, head = await _open_events(port)
+    assert head.startswith(b"HTTP/1.1 200")
+    reader, w2, head = await _open_events(port)
+    assert head.startswith(b"HTTP/1.1 503") and b"Retry-After: 5" in head
+    assert b"poll /dashboard/api/snapshot" in await asyncio.wait_for(reader.read(), 5)
+    for w in (w1, w2):
+        w.close()
+    # HEAD: the stream's headers, no body (as for every dashboard route)
+    status, headers, body = await _request(port, "/dashboard/api/events", method="HEAD")
+    assert status == 200 and headers["content-type"] == "text/event-stream" and body == b""
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert (await _request(port, "/dashboard/api/events", None, method="HEAD"))[0] == 401
+
+
+async def test_a_rotated_secret_ends_open_event_streams(
+    app: GatewayApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.runtime import metrics
+    from gateway.runtime.config import MetricsAuthConfig
+
+    assert app.http is not None
+    monkeypatch.setenv("MQGW_TEST_DASH_PASSWORD", PASSWORD)
+    monkeypatch.setattr(app.http, "auth", MetricsAuthConfig.model_validate(
+        {"username": USER, "password": {"env": "MQGW_TEST_DASH_PASSWORD"}}))
+    monkeypatch.setattr(metrics, "AUTH_RECHECK_EVENTS", 1)
+    reader, writer, head = await _open_events(_port(app))
+    assert head.startswith(b"HTTP/1.1 200")
+    assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"retry:")
+    monkeypatch.setenv("MQGW_TEST_DASH_PASSWORD", "rotated-" + PASSWORD)
+    async with asyncio.timeout(6):
+        while await reader.read(65536):  # the stream ends (EOF) at the next check
+            pass
+    writer.close()
+    assert (await _request(_port(app), "/dashboard/api/snapshot"))[0] == 401
+
+
+def _handler_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if not t.done()
+            and getattr(t.get_coro(), "__qualname__", "") == "HealthServer._handle"]
+
+
+async def test_a_client_that_stops_reading_is_cut_off(
+    app: GatewayApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its slot, its handler task and its socket are released (before: the task waited
+    for ever on a close that could not flush)."""
+    import socket
+
+    from gateway.runtime import metrics
+
+    assert app.http is not None
+    monkeypatch.setattr(metrics, "EVENT_INTERVAL_S", 0.02)
+    monkeypatch.setattr(metrics, "EVENT_WRITE_TIMEOUT_S", 0.5)
+    _reader, writer, head = await _open_events(_port(app), rcvbuf=4096)
+    assert head.startswith(b"HTTP/1.1 200")
+    (served,) = app.http._event_streams
+    served_sock = served.transport.get_extra_info("socket")
+    served_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    served.transport.set_write_buffer_limits(high=0)
+    assert len(_handler_tasks()) == 1
+    async with asyncio.timeout(20):  # the client never reads again
+        while app.http._event_streams or _handler_tasks():
+            await asyncio.sleep(0.1)
+    assert served.transport.is_closing()
+    writer.transport.abort()
+
+
+async def test_stream_depth_oldest_age_and_dead_letters(tmp_path: Path) -> None:
+    """A stream with a backlog (wanted by the neighbour, not serviced here) shows its
+    depth and the age of its oldest message; publications dead-lettered for a stream
+    (reason 2085, as a receiving channel does) are counted on that stream."""
+    from gateway.mq.port import OpenOption, PutOptions
+    from gateway.wire.formats import FMT_RF_HEADER
+    from gateway.wire.mqmd import MQMD
+    from gateway.wire.reasons import Reason
+
+    news = "NEWS.STREAM"
+    reset_buses()
+    config = _config(tmp_path)
+    config["neighbours"][0]["streams"] = [BULLETIN, news]
+    config["expiry_sweep_interval"] = 0.2  # the stream report is sampled with it
+    registry = PluginRegistry.from_entry_points()
+    gw = GatewayApp(parse_config(config, registry, base_dir=tmp_path), registry)
+    await gw.start()
+    try:
+        assert gw.node is not None
+        qm = gw.node.qm
+        qm.run_mqsc(f"DEFINE QLOCAL({news}) REPLACE", stop_on_error=True)
+        conn = await qm.connect()
+        h = await conn.open(news, OpenOption.OUTPUT)
+        for i in range(3):
+            await h.put(MQMD(persistence=1), b"waiting %d" % i, PutOptions())
+        await h.close()
+        for i in range(2):
+            md = MQMD(format=FMT_RF_HEADER, encoding=546, coded_char_set_id=819)
+            await conn.put_dead_letter(md, b"publication %d" % i, Reason.UNKNOWN_OBJECT_NAME,
+                                       BULLETIN, syncpoint=True)
+        await conn.commit()
+        await conn.disconnect()
+        port = _port(gw)
+        async with asyncio.timeout(15):
+            while True:
+                streams = {s.name: s for s in (await _snapshot(port)).streams}
+                n, b = streams.get(news), streams[BULLETIN]
+                if (n is not None and n.oldest_age_s and n.oldest_age_s >= 1.0
+                        and b.dead_lettered == 2):
+                    break
+                await asyncio.sleep(0.3)
+        assert n.depth == 3 and not n.serviced and n.queue_exists
+        assert n.wanted_by and any("not serviced" in p for p in n.problems)
+        assert b.depth == 0 and b.serviced and b.oldest_age_s is None
+        assert any("2 publication(s)" in p for p in b.problems)
+    finally:
+        await gw.shutdown()
+        reset_buses()
+
+
+async def test_connection_cap_and_request_deadline(
+    app: GatewayApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond MAX_CONNECTIONS a connection gets a 503 before its request is read; a
+    client that trickles its headers (one every 0.2 s, each within the per-line limit) is
+    cut off at the whole request's deadline."""
+    from gateway.runtime import metrics
+
+    port = _port(app)
+    monkeypatch.setattr(metrics, "MAX_CONNECTIONS", 1)
+    _r1, w1, head = await _open_events(port)  # holds the one connection
+    assert head.startswith(b"HTTP/1.1 200")
+    # a 503 (or, when the unread request is still in the server's buffer at its close, a
+    # reset): either way nothing is served and nothing is held
+    try:
+        status, headers, _ = await _request(port, "/healthz", None)
+        assert status == 503 and headers["retry-after"] == "5"
+    except ConnectionResetError:
+        pass
+    assert app.http is not None and app.http._connections == 1
+    w1.close()  # the server notices at its next event; then the slot is free again
+    async with asyncio.timeout(5):
+        while True:
+            with contextlib.suppress(ConnectionResetError):
+                if (await _request(port, "/healthz", None))[0] == 200:
+                    break
+            await asyncio.sleep(0.1)
+
+    monkeypatch.setattr(metrics, "REQUEST_DEADLINE_S", 0.6)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.1\r\n")
+    started = time.monotonic()
+    with pytest.raises((ConnectionError, OSError)):
+        for i in range(50):  # 10 s of headers, if nobody stops it
+            writer.write(b"X-Slow-%d: 1\r\n" % i)
+            await writer.drain()
+            if reader.at_eof() or await _eof_within(reader, 0.2):
+                raise ConnectionError("closed by the server")
+    assert time.monotonic() - started < 3
+    writer.close()
+
+
+async def _eof_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(1), seconds) == b""
+    except TimeoutError:
+        return False

@@ -16,7 +16,9 @@ K = TypeVar("K", bound=Hashable)
 @dataclass(slots=True)
 class RateWindow(Generic[K]):
     """Samples of ``key -> count`` kept for ``window_s`` seconds; a new sample is taken
-    at most every ``min_spacing_s`` (several viewers do not shorten the window)."""
+    at most every ``min_spacing_s`` (several viewers do not shorten the window). Samples
+    are taken only while someone watches: after a gap longer than the window the old
+    ones are dropped, so the rate shown is never growth over the gap / the gap."""
 
     window_s: float = 5.0
     min_spacing_s: float = 0.5
@@ -26,6 +28,10 @@ class RateWindow(Generic[K]):
         """Add a sample (ignored when the last one is younger than ``min_spacing_s``)."""
         if self._samples and now - self._samples[-1][0] < self.min_spacing_s:
             return
+        if self._samples and now - self._samples[-1][0] > self.window_s:
+            # nobody sampled for longer than the window (no viewer): what grew during the
+            # gap is not "now", so start afresh rather than average over the gap
+            self._samples.clear()
         self._samples.append((now, dict(counts)))
         while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
             self._samples.popleft()

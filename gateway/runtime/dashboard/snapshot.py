@@ -45,6 +45,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Seconds an encoded snapshot is reused (a little under the event streams' 1 s beat, so
+#: each stream's next tick gets a fresh one).
+SNAPSHOT_CACHE_S = 0.9
+
 Direction = Literal["in", "out"]
 
 
@@ -185,6 +189,7 @@ class DashboardSource:
         dead_letter_queue: str = "SYSTEM.DEAD.LETTER.QUEUE",
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        cache_s: float = SNAPSHOT_CACHE_S,
     ) -> None:
         self.gateway_id = gateway_id
         self.q_mgr = q_mgr
@@ -201,6 +206,11 @@ class DashboardSource:
         self.monotonic = monotonic
         self.started_at = clock()
         self.rates: RateWindow[tuple[str, str, Direction]] = RateWindow()
+        self.cache_s = cache_s
+        #: (monotonic time built, encoded snapshot): shared by every viewer
+        self._cached: tuple[float, bytes] | None = None
+        #: snapshots built so far (the tests count them)
+        self.builds = 0
 
     # ------------------------------------------------------------------ parts -------
 
@@ -393,4 +403,14 @@ class DashboardSource:
         )
 
     def snapshot_json(self) -> bytes:
-        return self.snapshot().model_dump_json().encode()
+        """The encoded snapshot, built at most once per ``cache_s`` and shared by every
+        event stream and poll: 16 viewers cost one build a second, not 16, and the rate
+        window is sampled at the same pace however many watch."""
+        now = self.monotonic()
+        cached = self._cached
+        if cached is not None and 0 <= now - cached[0] < self.cache_s:
+            return cached[1]
+        data = self.snapshot().model_dump_json().encode()
+        self.builds += 1
+        self._cached = (now, data)
+        return data

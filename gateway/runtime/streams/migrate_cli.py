@@ -222,6 +222,17 @@ def _on_node(args: argparse.Namespace, loaded: Any, queues: list[str], work: Any
     return asyncio.run(run())
 
 
+def copied_streams(result: Any) -> int:
+    """Streams whose retained publications were copied (a failed one is not counted)."""
+    return sum(1 for stream in result.copied if stream not in result.failed)
+
+
+def _stream_detail(stream: str, part: Any) -> str:
+    if stream in part.failed:
+        return f"{stream}: failed"
+    return f"{stream}: {part.copied.get(stream, 0)} retained"
+
+
 def _copy_retained(args: argparse.Namespace, loaded: Any, streams: list[str]) -> Any:
     """Copy the broker's retained publications on ``streams``: the result, or an error
     text. One stream at a time, with a progress line per stream on stderr (live on a
@@ -233,11 +244,11 @@ def _copy_retained(args: argparse.Namespace, loaded: Any, streams: list[str]) ->
 
     async def work(_qm: Any, conn: Any) -> Any:
         result = RetainedCopyResult()
-        for i, stream in enumerate(streams, 1):
+        for stream in streams:
             part = await copy_retained(conn, args.from_broker, [stream], timeout=args.timeout)
             result.copied.update(part.copied)
             result.failed.update(part.failed)
-            progress.update(i, f"{stream}: {part.copied.get(stream, 0)} retained")
+            progress.update(copied_streams(result), _stream_detail(stream, part))
         return result
 
     outcome = _on_node(args, loaded, streams, work)

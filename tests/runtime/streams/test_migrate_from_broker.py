@@ -122,3 +122,41 @@ def test_copy_retained_needs_a_listener_port(
     assert main([*args, "--from-broker", "OLD"]) == 2
     assert "--listen PORT" in capsys.readouterr().err
     assert not (tmp_path / "migration.json").exists()
+
+
+def test_progress_counts_only_the_streams_copied(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stream whose copy failed is not counted as copied, live or in the summary (the
+    broker's answers stubbed: the counting, not the copy, is under test here)."""
+    import argparse
+
+    from gateway.runtime.streams import migrate_cli, retained_copy
+
+    async def fake_copy(_conn: object, _broker: str, streams: list[str],
+                        timeout: float) -> retained_copy.RetainedCopyResult:
+        (stream,) = streams
+        await asyncio.sleep(0.25)  # past the live line's 0.2 s spacing: one line each
+        result = retained_copy.RetainedCopyResult()
+        if stream == "BAD.STREAM":
+            result.failed[stream] = "no answer"
+        else:
+            result.copied[stream] = 2
+        return result
+
+    def fake_on_node(_args: object, _loaded: object, _queues: list[str], work: object) -> object:
+        return asyncio.run(work(None, None))  # type: ignore[operator]
+
+    monkeypatch.setattr(retained_copy, "copy_retained", fake_copy)
+    monkeypatch.setattr(migrate_cli, "_on_node", fake_on_node)
+    args = argparse.Namespace(progress=True, from_broker="OLD", timeout=1.0)
+    outcome = migrate_cli._copy_retained(args, None, [S, "BAD.STREAM", "NEWS.STREAM"])
+    assert outcome.failed == {"BAD.STREAM": "no answer"}
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:3] == [
+        f"mqgw migrate: 1 streams copied ({S}: 2 retained)",
+        "mqgw migrate: 1 streams copied (BAD.STREAM: failed)",
+        "mqgw migrate: 2 streams copied (NEWS.STREAM: 2 retained)",
+    ]
+    assert lines[-1].startswith("mqgw migrate: 2 streams copied in ")
+    assert lines[-1].endswith("(4 retained publication(s) of 3 stream(s), 1 failed)")

@@ -147,9 +147,14 @@
   }
 
   // ---- per-stream details ---------------------------------------------------------
+  // The view: a "#/..." hash wins (so "#/" leaves /dashboard/stream/NAME for the
+  // overview); without one, the path /dashboard/stream/NAME. A bad escape is no stream.
   function currentStream() {
-    const m = location.hash.match(/^#\/stream\/(.+)$/) || location.pathname.match(/\/dashboard\/stream\/([^/]+)$/);
-    return m ? decodeURIComponent(m[1]) : null;
+    const m = location.hash.startsWith("#/")
+      ? location.hash.match(/^#\/stream\/(.+)$/)
+      : location.pathname.match(/\/dashboard\/stream\/([^/]+)$/);
+    if (!m) return null;
+    try { return decodeURIComponent(m[1]); } catch (e) { return m[1]; }
   }
   function renderStreamView(s, name) {
     const st = s.streams.find((x) => x.name === name);
@@ -221,10 +226,17 @@
       setConn("live", "ok");
       render(JSON.parse(e.data));
     });
+    // A refused stream (503 when too many are open, any non-200) is CLOSED for good and
+    // the browser will not retry it; a stream that keeps dropping is given up after three
+    // tries. Either way the page polls the snapshot instead.
     source.onerror = () => {
       failures += 1;
+      if (source.readyState === EventSource.CLOSED || failures >= 3) {
+        source.close();
+        if (pollTimer === null) poll();
+        return;
+      }
       setConn("reconnecting", "warn");
-      if (failures >= 3 && pollTimer === null) { source.close(); poll(); }
     };
   }
 
