@@ -18,9 +18,17 @@ _MAX_MILLIS = 253_402_300_799_999
 
 
 def header_bytes(name: str, headers: str = "headers") -> Column:
-    """The value of the first header called ``name`` as binary, null when absent."""
-    quoted = name.replace("\\", "\\\\").replace("'", "\\'")
-    return F.expr(f"try_element_at(filter({headers}, h -> h.key = '{quoted}'), 1).value")
+    """The value of the first header called ``name`` as binary, null when absent.
+
+    ``array_position`` over the header keys finds the first match and ``element_at``
+    takes the value at that index: both are built-in expressions Spark compiles into
+    the stage's generated code. (The former form, ``filter(headers, h -> h.key = name)``,
+    is a higher-order function that Spark evaluates row by row in interpreted mode, once
+    per header looked up; it was the largest cost of decoding, see docs/performance.md.)
+    """
+    column = F.col(headers)
+    position = F.array_position(column["key"], F.lit(name)).cast("int")
+    return F.when(position > 0, F.element_at(column["value"], position))
 
 
 def header_text(name: str, headers: str = "headers") -> Column:
