@@ -141,7 +141,7 @@ def test_decode_matches_the_lambda_lookup_on_generated_records(
 
 def test_first_header_of_a_name_wins_and_absent_is_null(spark_session: Any) -> None:
     headers = [("mq.stream", b"FIRST"), ("mq.stream", b"SECOND"), ("mq.putTime", None),
-               ("mq.ccsid", b" 1208 ")]
+               ("mq.ccsid", b" 1208 "), ("mq.encoding", b"1700000000000")]
     ts = datetime(2026, 1, 1)
     frame = spark_session.createDataFrame(
         [(b"k", b"v", "t", 0, 0, ts, 0, headers), (b"k", b"v", "t", 0, 1, ts, 0, None)],
@@ -154,6 +154,9 @@ def test_first_header_of_a_name_wins_and_absent_is_null(spark_session: Any) -> N
         records.header_text(c.H_TOPIC).alias("topic"),
     ).collect()
     assert [tuple(r) for r in got] == [("FIRST", None, 1208, None), (None, None, None, None)]
+    # A number too large for an int column is null (a finding), not a failed query.
+    decoded = records.decode_records(frame).orderBy("offset").select("encoding", "ccsid")
+    assert [tuple(r) for r in decoded.collect()] == [(None, 1208), (None, None)]
 
 
 def test_decode_plan_has_no_interpreted_lambda(spark_session: Any) -> None:
