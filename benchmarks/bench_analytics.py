@@ -130,7 +130,9 @@ def _accum(info: dict[str, Any], name: str) -> float:
 def event_log_profile(log_dir: Path, phases: list[tuple[str, float, float]]) -> str:
     """Spark's own timings from the event log: per phase, per traffic stage, per batch."""
     events: list[dict[str, Any]] = []
-    for path in sorted(log_dir.iterdir()):
+    # Spark 4 writes a rolling log: a directory of events_<n>_... files (plus appstatus).
+    for path in sorted(p for p in log_dir.rglob("*") if p.is_file()
+                       and not p.name.startswith(("appstatus", "."))):
         with open(path, encoding="utf-8") as f:
             events += [json.loads(line) for line in f if line.strip()]
     stage_phase: dict[int, str] = {}
@@ -220,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             log_dir.mkdir()
             conf["spark.eventLog.enabled"] = "true"
             conf["spark.eventLog.dir"] = log_dir.as_uri()
+            conf["spark.eventLog.compress"] = "false"  # plain JSON lines to read back
+            conf["spark.eventLog.rolling.enabled"] = "false"
         for key, val in conf.items():
             builder = builder.config(key, val)
         spark = builder.getOrCreate()
