@@ -108,6 +108,10 @@ def build(spark: SparkSession, options: JobOptions) -> list[QueryPlan]:
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         merged = topics_table.upsert(batch)
+        if merged.isEmpty():
+            # Nothing changed (the no-data batch ``availableNow`` runs to move the
+            # watermark): the streams table would merge nothing, skip its Spark jobs.
+            return
         affected = rows_of_groups(merged, batch, ("stream", "window_start"))
         summary = summarise_streams(affected, top)
         streams_table.upsert(summary)
