@@ -107,8 +107,8 @@ def build(spark: SparkSession, options: JobOptions) -> list[QueryPlan]:
                                  keys=("stream", "window_start"))
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        merged = topics_table.upsert(batch)
-        if merged.isEmpty():
+        merged = topics_table.upsert_changed(batch)
+        if merged is None:
             # Nothing changed (the no-data batch ``availableNow`` runs to move the
             # watermark): the streams table would merge nothing, skip its Spark jobs.
             return
