@@ -18,9 +18,17 @@ _MAX_MILLIS = 253_402_300_799_999
 
 
 def header_bytes(name: str, headers: str = "headers") -> Column:
-    """The value of the first header called ``name`` as binary, null when absent."""
-    quoted = name.replace("\\", "\\\\").replace("'", "\\'")
-    return F.expr(f"try_element_at(filter({headers}, h -> h.key = '{quoted}'), 1).value")
+    """The value of the first header called ``name`` as binary, null when absent.
+
+    ``array_position`` over the header keys finds the first match and ``element_at``
+    takes the value at that index: both are built-in expressions Spark compiles into
+    the stage's generated code. (The former form, ``filter(headers, h -> h.key = name)``,
+    is a higher-order function that Spark evaluates row by row in interpreted mode, once
+    per header looked up; it was the largest cost of decoding, see docs/performance.md.)
+    """
+    column = F.col(headers)
+    position = F.array_position(column["key"], F.lit(name)).cast("int")
+    return F.when(position > 0, F.element_at(column["value"], position))
 
 
 def header_text(name: str, headers: str = "headers") -> Column:
@@ -81,9 +89,9 @@ def decode_records(kafka_rows: DataFrame) -> DataFrame:
         put_time.alias("put_time"),
         header_text(c.H_USER_ID).alias("user_id"),
         header_text(c.H_FORMAT).alias("format"),
-        header_long(c.H_ENCODING).cast("int").alias("encoding"),
-        header_long(c.H_CCSID).cast("int").alias("ccsid"),
-        header_long(c.H_PERSISTENCE).cast("int").alias("persistence"),
+        header_long(c.H_ENCODING).try_cast("int").alias("encoding"),
+        header_long(c.H_CCSID).try_cast("int").alias("ccsid"),
+        header_long(c.H_PERSISTENCE).try_cast("int").alias("persistence"),
         header_text(c.H_PUB_HEADER).alias("pub_header"),
         F.coalesce(header_text(c.H_RETAIN) == F.lit("1"), F.lit(False)).alias("retain"),
         header_long(c.H_SEQ_NUM).alias("seq_num"),
@@ -104,7 +112,7 @@ def decode_deadletters(kafka_rows: DataFrame) -> DataFrame:
         F.col("timestamp").alias("kafka_time"),
         F.col("key").cast("string").alias("queue"),
         F.coalesce(F.length("value"), F.lit(0)).cast("bigint").alias("value_bytes"),
-        header_long(c.H_DLH_REASON).cast("int").alias("reason"),
+        header_long(c.H_DLH_REASON).try_cast("int").alias("reason"),
         header_text(c.H_DLH_DEST_Q).alias("dest_q"),
         header_text(c.H_DLH_DEST_Q_MGR).alias("dest_q_mgr"),
         header_text(c.H_STREAM).alias("stream"),

@@ -87,12 +87,20 @@ class ParquetTable:
         written (retained-publication tombstones). The returned DataFrame holds every
         row of the partitions touched, materialised, for follow-up summaries.
         """
+        merged = self.upsert_changed(updates, deleted)
+        if merged is None:
+            return updates.sparkSession.createDataFrame([], self.schema)
+        return merged
+
+    def upsert_changed(self, updates: DataFrame, deleted: str | None = None) -> DataFrame | None:
+        """:meth:`upsert`, but None when ``updates`` touched no partition (an empty
+        micro-batch), so a caller can skip follow-up work without another Spark job."""
         spark = updates.sparkSession
         columns = [f.name for f in self.schema.fields]
         incoming = updates.select(*columns, *([deleted] if deleted else [])).localCheckpoint()
         touched = [tuple(r) for r in incoming.select(*self.partition_by).distinct().collect()]
         if not touched:
-            return spark.createDataFrame([], self.schema)
+            return None
         touched_df = spark.createDataFrame(
             touched, StructType([self.schema[c] for c in self.partition_by])
         )

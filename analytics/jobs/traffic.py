@@ -107,7 +107,11 @@ def build(spark: SparkSession, options: JobOptions) -> list[QueryPlan]:
                                  keys=("stream", "window_start"))
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        merged = topics_table.upsert(batch)
+        merged = topics_table.upsert_changed(batch)
+        if merged is None:
+            # Nothing changed (the no-data batch ``availableNow`` runs to move the
+            # watermark): the streams table would merge nothing, skip its Spark jobs.
+            return
         affected = rows_of_groups(merged, batch, ("stream", "window_start"))
         summary = summarise_streams(affected, top)
         streams_table.upsert(summary)
