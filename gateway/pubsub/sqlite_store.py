@@ -208,10 +208,30 @@ class SqliteStore:
 
     async def apply_async(self, mutations: Sequence[Mutation]) -> None:
         """:meth:`apply` without blocking the event loop: the batch is on disk when the
-        await returns (after every batch submitted before it)."""
+        await returns (after every batch submitted before it).
+
+        Once submitted, the batch is written whatever happens to the awaiting task: a
+        cancellation waits for the write to finish and is raised only after it, so a
+        ``CancelledError`` from here means the batch is on disk (a failed write raises
+        its :class:`StoreError` instead, also when cancelled meanwhile)."""
         if not mutations:
             return
-        await asyncio.wrap_future(self._writer.submit(self._apply_now, list(mutations)))
+        fut = asyncio.wrap_future(self._writer.submit(self._apply_now, list(mutations)))
+        interrupted = False
+        while not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                if fut.cancelled():  # the writer stopped before running it: not written
+                    raise StoreError(
+                        Reason.COMMAND_FAILED, f"{self.path}: the writer stopped"
+                    ) from None
+                interrupted = True  # the write goes on: wait for it, then re-raise
+        if fut.cancelled():
+            raise StoreError(Reason.COMMAND_FAILED, f"{self.path}: the writer stopped")
+        fut.result()  # a failed write raises here
+        if interrupted:
+            raise asyncio.CancelledError
 
     def _apply_now(self, mutations: Sequence[Mutation]) -> None:
         with self._mutex:

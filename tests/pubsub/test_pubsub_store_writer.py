@@ -108,3 +108,73 @@ async def test_commit_async_failure_leaves_the_batch_undoable(tmp_path: Path) ->
         assert engine.subscriptions == []
     finally:
         store.close()
+
+
+def slow_writes(store: SqliteStore) -> tuple[threading.Event, threading.Event]:
+    """The writer thread signals ``started`` and then holds each batch until ``release``."""
+    started, release = threading.Event(), threading.Event()
+    real = store._apply_locked
+
+    def held(mutations: list[Mutation]) -> None:
+        started.set()
+        assert release.wait(10)
+        real(mutations)
+
+    store._apply_locked = held  # type: ignore[method-assign]
+    return started, release
+
+
+async def test_cancelled_commit_async_settles_a_batch_that_reaches_disk(tmp_path: Path) -> None:
+    """Review F4: a cancellation while the store writes waits for the write, then the
+    engine treats the batch as committed, so the service's rollback cannot undo in
+    memory what is on disk."""
+    path = tmp_path / "broker.db"
+    store = SqliteStore(path)
+    engine = PubSubEngine("QM1", store)
+    started, release = slow_writes(store)
+    engine.handle(regsub_msg("a/*"))
+    task = asyncio.ensure_future(engine.commit_async())
+    try:
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done()  # still waiting for the write it submitted
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert engine.pending_mutations == []
+        engine.rollback()  # what the service does on any exception of the batch
+        assert [s.topic for s in engine.subscriptions] == ["a/*"]
+    finally:
+        release.set()
+        store.close()
+    again = SqliteStore(path)
+    try:
+        assert [s.topic for s in again.load().subscriptions] == ["a/*"]
+    finally:
+        again.close()
+
+
+async def test_cancelled_apply_async_whose_write_fails_raises_the_store_error(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "broker.db")
+    engine = PubSubEngine("QM1", store)
+    fail_writes(store)
+    started, release = slow_writes(store)
+    engine.handle(regsub_msg("a/*"))
+    task = asyncio.ensure_future(engine.commit_async())
+    try:
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.sleep(0.02)
+        release.set()
+        with pytest.raises(StoreError):
+            await task
+        engine.rollback()  # not on disk: still undoable
+        assert engine.subscriptions == []
+    finally:
+        release.set()
+        store.close()
