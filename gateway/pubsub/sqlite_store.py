@@ -143,11 +143,18 @@ class SqliteStore:
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
             _add_suspended_column(self._db)
+            # journal reads on the event loop: a WAL reader of its own, never waiting
+            # for the writer thread's BEGIN...COMMIT and fsync (it sees committed data)
+            self._reader = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False
+            )
+            self._reader.execute("PRAGMA query_only=ON")
         except sqlite3.Error as exc:
             raise StoreError(Reason.COMMAND_FAILED, f"cannot open {self.path}: {exc}") from exc
         self._batches = 0
         #: the connection is used by the writer thread and (reads) the caller's
         self._mutex = threading.Lock()
+        self._read_mutex = threading.Lock()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pubsub-store")
 
     def load(self) -> StoreSnapshot:
@@ -331,14 +338,21 @@ class SqliteStore:
             )
 
     def recorded_result(self, queue: str, msg_id: bytes) -> tuple[int, int] | None:
-        with self._mutex:
-            row = self._db.execute(
-                "SELECT comp_code, reason FROM journal WHERE queue=? AND msg_id=?",
-                (queue, msg_id),
-            ).fetchone()
+        """The journalled result of a command (committed batches only), on the reader
+        connection: a commit in flight on the writer thread does not hold it up."""
+        try:
+            with self._read_mutex:
+                row = self._reader.execute(
+                    "SELECT comp_code, reason FROM journal WHERE queue=? AND msg_id=?",
+                    (queue, msg_id),
+                ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(Reason.COMMAND_FAILED, f"cannot read {self.path}: {exc}") from exc
         return None if row is None else (int(row[0]), int(row[1]))
 
     def close(self) -> None:
         self._writer.shutdown(wait=True)
+        with self._read_mutex:
+            self._reader.close()
         with self._mutex:
             self._db.close()
