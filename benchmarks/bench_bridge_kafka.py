@@ -115,7 +115,12 @@ async def bridge(
         started = time.monotonic()
         await service.start()
         deadline = started + TIME_LIMIT_S
-        while counters.deliveries < n and time.monotonic() < deadline:
+        backlog = service.backlogs["kafka"]
+        # acknowledged by Kafka (counted on acknowledgement) and the last batch's MQ unit
+        # of work committed: a depth counts gets locked in an open unit of work
+        while (
+            counters.deliveries < n or qm.queue_depth(STREAM) or qm.queue_depth(backlog)
+        ) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         took = time.monotonic() - started
         done = counters.deliveries

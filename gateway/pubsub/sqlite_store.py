@@ -143,11 +143,18 @@ class SqliteStore:
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
             _add_suspended_column(self._db)
+            # journal reads on the event loop: a WAL reader of its own, never waiting
+            # for the writer thread's BEGIN...COMMIT and fsync (it sees committed data)
+            self._reader = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False
+            )
+            self._reader.execute("PRAGMA query_only=ON")
         except sqlite3.Error as exc:
             raise StoreError(Reason.COMMAND_FAILED, f"cannot open {self.path}: {exc}") from exc
         self._batches = 0
         #: the connection is used by the writer thread and (reads) the caller's
         self._mutex = threading.Lock()
+        self._read_mutex = threading.Lock()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pubsub-store")
 
     def load(self) -> StoreSnapshot:
@@ -208,10 +215,30 @@ class SqliteStore:
 
     async def apply_async(self, mutations: Sequence[Mutation]) -> None:
         """:meth:`apply` without blocking the event loop: the batch is on disk when the
-        await returns (after every batch submitted before it)."""
+        await returns (after every batch submitted before it).
+
+        Once submitted, the batch is written whatever happens to the awaiting task: a
+        cancellation waits for the write to finish and is raised only after it, so a
+        ``CancelledError`` from here means the batch is on disk (a failed write raises
+        its :class:`StoreError` instead, also when cancelled meanwhile)."""
         if not mutations:
             return
-        await asyncio.wrap_future(self._writer.submit(self._apply_now, list(mutations)))
+        fut = asyncio.wrap_future(self._writer.submit(self._apply_now, list(mutations)))
+        interrupted = False
+        while not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                if fut.cancelled():  # the writer stopped before running it: not written
+                    raise StoreError(
+                        Reason.COMMAND_FAILED, f"{self.path}: the writer stopped"
+                    ) from None
+                interrupted = True  # the write goes on: wait for it, then re-raise
+        if fut.cancelled():
+            raise StoreError(Reason.COMMAND_FAILED, f"{self.path}: the writer stopped")
+        fut.result()  # a failed write raises here
+        if interrupted:
+            raise asyncio.CancelledError
 
     def _apply_now(self, mutations: Sequence[Mutation]) -> None:
         with self._mutex:
@@ -311,14 +338,21 @@ class SqliteStore:
             )
 
     def recorded_result(self, queue: str, msg_id: bytes) -> tuple[int, int] | None:
-        with self._mutex:
-            row = self._db.execute(
-                "SELECT comp_code, reason FROM journal WHERE queue=? AND msg_id=?",
-                (queue, msg_id),
-            ).fetchone()
+        """The journalled result of a command (committed batches only), on the reader
+        connection: a commit in flight on the writer thread does not hold it up."""
+        try:
+            with self._read_mutex:
+                row = self._reader.execute(
+                    "SELECT comp_code, reason FROM journal WHERE queue=? AND msg_id=?",
+                    (queue, msg_id),
+                ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(Reason.COMMAND_FAILED, f"cannot read {self.path}: {exc}") from exc
         return None if row is None else (int(row[0]), int(row[1]))
 
     def close(self) -> None:
         self._writer.shutdown(wait=True)
+        with self._read_mutex:
+            self._reader.close()
         with self._mutex:
             self._db.close()

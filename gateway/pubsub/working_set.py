@@ -10,6 +10,7 @@ See docs/pubsub.md ("Units of work").
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from gateway.pubsub.records import PubKey, Publisher, RetainedPublication, SubKey, Subscription
@@ -73,14 +74,24 @@ class WorkingSet:
     async def commit_async(self, store: PubSubStore) -> None:
         """:meth:`commit`, awaiting the store's ``apply_async`` when it has one (its
         commit then runs off the event loop). Only what was pending when called is
-        settled; the in-memory changes stay undoable until the batch is on disk."""
+        settled; the in-memory changes stay undoable until the batch is on disk.
+
+        A cancellation while the store writes settles them too: ``apply_async`` raises
+        ``CancelledError`` only once the submitted batch is on disk (a write that failed
+        raises its own error), so a rollback afterwards cannot undo in memory what the
+        store holds."""
         pending, undo = len(self.pending), len(self._undo)
         if pending:
             apply_async = getattr(store, "apply_async", None)
             if apply_async is None:
                 store.apply(self.pending)
             else:
-                await apply_async(self.pending[:pending])
+                try:
+                    await apply_async(self.pending[:pending])
+                except asyncio.CancelledError:
+                    del self.pending[:pending]
+                    del self._undo[:undo]
+                    raise
         del self.pending[:pending]
         del self._undo[:undo]
 

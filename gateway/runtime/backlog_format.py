@@ -145,22 +145,34 @@ def decode_backlog_message(body: bytes) -> Envelope:
     return Envelope(**values)
 
 
-#: MsgIds of backlog messages: 8 random bytes per process, a 16-byte counter. Unique in
-#: this process and, with the random part, across restarts and other gateways.
-_ID_PREFIX = b"MQGW" + os.urandom(4)
+#: MsgIds of backlog messages: "MQGW", the process id (4 bytes), 4 random bytes per
+#: process and a 12-byte counter. Unique in this process; the pid keeps two live
+#: processes of one host apart, the random part restarts and other hosts. Both are drawn
+#: again in a child made by ``os.fork`` (it would otherwise repeat its parent's ids).
+_ID_PREFIX = b""
 _ID_COUNTER = itertools.count(1)
+
+
+def _seed_msg_ids() -> None:
+    global _ID_PREFIX, _ID_COUNTER
+    _ID_PREFIX = b"MQGW" + (os.getpid() & 0xFFFFFFFF).to_bytes(4, "big") + os.urandom(4)
+    _ID_COUNTER = itertools.count(1)
+
+
+_seed_msg_ids()
+os.register_at_fork(after_in_child=_seed_msg_ids)
 
 
 def backlog_msg_id() -> bytes:
     """A fresh 24-byte MsgId for a backlog message (the key of :class:`EnvelopeCache`)."""
-    return _ID_PREFIX + next(_ID_COUNTER).to_bytes(16, "big")
+    return _ID_PREFIX + next(_ID_COUNTER).to_bytes(12, "big")
 
 
 class EnvelopeCache:
     """The envelopes of backlog messages put by this process, by MsgId (bounded).
 
     ``put`` when the backlog put is made, ``take`` when the forwarder got the message
-    (a miss, or an entry whose body length differs, is None: decode the message),
+    (a miss, or an entry whose body differs, is None: decode the message),
     ``discard`` once the forwarder's unit of work committed. Entries of a unit of work
     that was backed out before the commit stay until evicted: past ``max_entries`` or
     ``max_bytes`` (payload bytes) the oldest go first. Single-threaded (one event loop).
@@ -169,7 +181,12 @@ class EnvelopeCache:
     __slots__ = ("_bytes", "_entries", "hits", "max_bytes", "max_entries", "misses")
 
     def __init__(self, max_entries: int = 8192, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._entries: dict[bytes, tuple[int, Envelope]] = {}
+        #: msg_id -> (the message body put, its envelope). The body is the queued
+        #: message's own bytes object (no copy while it is queued); a hit needs an equal
+        #: body (``is`` first, else length then memcmp), so an entry can never stand in
+        #: for another message that came with the same MsgId: an equal body decodes to
+        #: an equal envelope.
+        self._entries: dict[bytes, tuple[bytes, Envelope]] = {}
         self._bytes = 0
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -179,8 +196,9 @@ class EnvelopeCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, msg_id: bytes, body_length: int, envelope: Envelope) -> None:
-        """Remember ``envelope`` as the content of the backlog message ``msg_id``."""
+    def put(self, msg_id: bytes, body: bytes, envelope: Envelope) -> None:
+        """Remember ``envelope`` as the content of the backlog message ``msg_id``, whose
+        body is ``body`` (its encoding)."""
         size = len(envelope.payload)
         if self.max_entries <= 0 or size > self.max_bytes:
             return
@@ -191,14 +209,14 @@ class EnvelopeCache:
         while entries and (len(entries) >= self.max_entries or self._bytes + size > self.max_bytes):
             oldest = next(iter(entries))
             self._bytes -= len(entries.pop(oldest)[1].payload)
-        entries[msg_id] = (body_length, envelope)
+        entries[msg_id] = (body, envelope)
         self._bytes += size
 
-    def take(self, msg_id: bytes, body_length: int) -> Envelope | None:
-        """The envelope of the backlog message ``msg_id`` of ``body_length`` bytes, or
-        None (decode it). The entry stays until :meth:`discard` (a backout gets it again)."""
+    def take(self, msg_id: bytes, body: bytes) -> Envelope | None:
+        """The envelope of the backlog message ``msg_id`` got with ``body``, or None
+        (decode it). The entry stays until :meth:`discard` (a backout gets it again)."""
         entry = self._entries.get(msg_id)
-        if entry is None or entry[0] != body_length:
+        if entry is None or (entry[0] is not body and entry[0] != body):
             self.misses += 1
             return None
         self.hits += 1

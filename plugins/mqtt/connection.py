@@ -199,6 +199,9 @@ _PropertiesKey = tuple[str, bytes, tuple[tuple[str, str], ...], int | None, bool
 #: Distinct PUBLISH property sets seen, most recent last (bounded; shared read-only).
 _PUBLISH_PROPERTIES: dict[_PropertiesKey, _PackedProperties] = {}
 _PUBLISH_PROPERTIES_MAX = 256
+#: A set whose packed form is longer is built per message, never cached: the cache then
+#: holds at most 256 small sets (its key and value together a few KiB at worst each).
+_PUBLISH_PROPERTIES_MAX_BYTES = 1024
 #: paho's per-object tables (packet type, type names, property names and kinds): built
 #: once, shared by every PUBLISH properties object made here (paho only reads them).
 _TABLES: dict[str, Any] = {}
@@ -244,7 +247,8 @@ def _build_publish_properties(msg: Outgoing) -> _PackedProperties:
 
 def publish_properties(msg: Outgoing) -> Properties | None:
     """The MQTT 5 PUBLISH properties of ``msg`` (None: it has none), packed when built
-    and shared by equal sets (bounded cache): paho only packs them (also to resend)."""
+    and shared by equal sets (bounded cache, by count and by each set's size: a large
+    set is built per message): paho only packs them (also to resend)."""
     if not (
         msg.user_properties
         or msg.expiry_interval is not None
@@ -268,7 +272,7 @@ def publish_properties(msg: Outgoing) -> Properties | None:
     if props is not None:
         return props
     props = _build_publish_properties(msg)
-    if key is None:
+    if key is None or len(props.pack()) > _PUBLISH_PROPERTIES_MAX_BYTES:
         return props
     if len(_PUBLISH_PROPERTIES) >= _PUBLISH_PROPERTIES_MAX:
         del _PUBLISH_PROPERTIES[next(iter(_PUBLISH_PROPERTIES))]

@@ -208,7 +208,9 @@ class EmbeddedConnection:
         local queue takes its descriptor over (no copy) and the store's copy of a run of
         descriptors differing only in MsgId/CorrelId is packed once and patched. Puts
         outside syncpoint, or to remote/cluster destinations, go through the handle's
-        put. Results, reasons and the unit of work are those of a put per item."""
+        put. Results, reasons and the unit of work are those of a put per item; a
+        successful result is the queued message's own descriptor, read-only (see the
+        port's ``put_many``)."""
         opts = options or PutOptions()
         self._check()
         if not opts.syncpoint:

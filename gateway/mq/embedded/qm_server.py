@@ -387,7 +387,12 @@ async def _get_batch_of(
     """``get_batch``: the first get as asked (it may wait; 2033 when nothing came), then
     up to ``max_msgs`` - 1 more without waiting, stopping at the first empty get, at
     :data:`BATCH_BYTES` of data, or at any failure after the first (what was got is
-    returned: under syncpoint it is in the unit of work, outside it is the caller's)."""
+    returned: under syncpoint it is in the unit of work, outside it is the caller's).
+
+    A caller's ``max_length`` with ``accept_truncated`` holds for every message (each is
+    truncated to it) while the remaining byte budget still has room for ``max_length``
+    bytes; past that, a message longer than what is left stays on the queue and ends
+    the batch."""
     gmo = get_options_from_json(req.get("options", {}))
     limit = req.get("max_msgs")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_BATCH_MSGS:
@@ -399,11 +404,18 @@ async def _get_batch_of(
     got = [(first.md, first.body)]
     size = len(first.body)
     cap, more = 0, gmo
+    truncating = (
+        dataclasses.replace(gmo, wait_ms=0)
+        if gmo.accept_truncated and gmo.max_length is not None else None
+    )
     while len(got) < limit:
         budget = BATCH_BYTES - size
         if budget <= 0:
             break
-        if cap > budget or cap == 0:
+        if truncating is not None and gmo.max_length is not None and gmo.max_length <= budget:
+            more = truncating  # truncated as the caller asked: at most max_length bytes
+            cap = 0
+        elif cap > budget or cap == 0:
             # a message larger than the cap stays on the queue (2080, not taken); the cap
             # is halved as the budget shrinks, so the options are made a few times only
             cap = budget // 2 or budget

@@ -122,7 +122,7 @@ class SinkBacklogs:
         body = encode_backlog_message(envelope)
         cache = self.envelopes.get(name)
         if cache is not None and name not in self.remote:  # a worker decodes its own
-            cache.put(msg_id, len(body), envelope)
+            cache.put(msg_id, body, envelope)
         return Put("", self.queues[name], md, body, backpressure=True)
 
     async def check_defined(self) -> None:

@@ -234,7 +234,7 @@ class SinkForwarder:
         pending: list[tuple[Message, Envelope]] = []
         take = self.envelopes.take
         for m in msgs:
-            env = take(m.md.msg_id, len(m.body))
+            env = take(m.md.msg_id, m.body)
             if env is not None:
                 pending.append((m, env))
                 continue

@@ -39,6 +39,34 @@ FIRST_RESTART_DELAY = 0.5
 STABLE_AFTER_S = 60.0
 #: Seconds a worker gets after SIGTERM before SIGKILL.
 KILL_AFTER_S = 3.0
+#: Longest status line read from a worker's stdout (a longer one, e.g. a plugin
+#: library printing there, is a broken worker: killed and restarted).
+LINE_LIMIT = 1 << 20
+#: Worker exit statuses that no restart can mend (child.EXIT_SPEC, child.EXIT_FATAL).
+EXIT_SPEC, EXIT_FATAL = 2, 3
+
+
+def _count(value: Any) -> int:
+    """A status line's ``delivered`` figure, 0 when it is not a count."""
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _status_of(line: bytes) -> dict[str, Any] | None:
+    """The status a worker's stdout line carries, or None (not JSON, not a status, or
+    a ``sinks`` that is not a mapping of mappings: ignored, never trusted)."""
+    try:
+        status = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(status, dict) or status.get("type") != "status":
+        return None
+    sinks = status.get("sinks", {})
+    if not isinstance(sinks, dict) or not all(isinstance(v, dict) for v in sinks.values()):
+        return None
+    return status
 
 
 def _python_path() -> str:
@@ -89,7 +117,7 @@ class WorkerProcess:
         twice, as the sink received it twice)."""
         out = dict(self._carried)
         for name, s in self.status.get("sinks", {}).items():
-            out[name] = out.get(name, 0) + int(s.get("delivered", 0))
+            out[name] = out.get(name, 0) + _count(s.get("delivered", 0))
         return out
 
     def healthy(self) -> dict[str, bool]:
@@ -112,13 +140,17 @@ class WorkerProcess:
             return False
         return True
 
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "gateway.runtime.workers.child"]
+
     async def _spawn(self) -> None:
         env = {**os.environ, "PYTHONPATH": _python_path()}
         self.spec.parent_pid = os.getpid()
         self._first_status.clear()
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.runtime.workers.child",
+            *self._command(),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
+            limit=LINE_LIMIT,
         )
         assert self.proc.stdin is not None
         self.proc.stdin.write(self.spec.to_line())
@@ -133,13 +165,23 @@ class WorkerProcess:
             line = await proc.stdout.readline()
             if not line:
                 return
-            try:
-                status = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(status, dict) and status.get("type") == "status":
+            status = _status_of(line)
+            if status is not None:
                 self.status = status
                 self._first_status.set()
+
+    async def _life(self, proc: asyncio.subprocess.Process) -> int:
+        """Watch one life of the worker to its exit status. Whatever goes wrong while
+        reading it (an overlong line, a broken pipe) is logged and the worker killed:
+        it then counts as an exit, and is restarted like one."""
+        try:
+            await self._read_status(proc)
+        except Exception:
+            log.exception("worker %s (pid %d): cannot read its status: killing it",
+                          self.name, proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        return await proc.wait()
 
     async def _watch(self) -> None:
         delay = FIRST_RESTART_DELAY
@@ -147,15 +189,18 @@ class WorkerProcess:
             proc = self.proc
             assert proc is not None
             began = time.monotonic()
-            await self._read_status(proc)
-            code = await proc.wait()
+            code = await self._life(proc)
             self.last_exit = code
             self._carry()
             if self._stopping:
                 return
-            if code == 3 and self.on_fatal is not None:  # EXIT_FATAL: config can never work
-                self.on_fatal(f"worker {self.name}: a plugin instance cannot start "
-                              "with its configuration (see its log)")
+            if code in (EXIT_SPEC, EXIT_FATAL) and self.on_fatal is not None:
+                # no restart can mend these: a spec it cannot read, a config that
+                # can never work
+                self.on_fatal(f"worker {self.name}: exited with status {code}: "
+                              + ("a plugin instance cannot start with its configuration"
+                                 if code == EXIT_FATAL else "it cannot read its spec")
+                              + " (see its log)")
                 return
             if time.monotonic() - began > STABLE_AFTER_S:
                 delay = FIRST_RESTART_DELAY
@@ -169,12 +214,14 @@ class WorkerProcess:
                 return
             try:
                 await self._spawn()
-            except OSError as exc:
+            except Exception as exc:  # the old, exited proc stays: the loop retries
                 log.error("worker %s cannot be started: %s", self.name, exc)
+            if self._stopping:
+                return  # stop() came during the spawn: it stops the new worker
 
     def _carry(self) -> None:
         for name, s in self.status.get("sinks", {}).items():
-            self._carried[name] = self._carried.get(name, 0) + int(s.get("delivered", 0))
+            self._carried[name] = self._carried.get(name, 0) + _count(s.get("delivered", 0))
         self.status = {}
 
     async def stop(self, timeout: float) -> None:
@@ -182,6 +229,17 @@ class WorkerProcess:
         then SIGKILL; returns when it has exited."""
         self._stopping = True
         proc = self.proc
+        await self._stop_proc(proc, timeout)
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                async with asyncio.timeout(KILL_AFTER_S):
+                    await self._task
+            self._task.cancel()
+            self._task = None
+        if self.proc is not proc:  # spawned by a restart while this stop waited
+            await self._stop_proc(self.proc, timeout)
+
+    async def _stop_proc(self, proc: asyncio.subprocess.Process | None, timeout: float) -> None:
         if proc is not None and proc.returncode is None:
             if proc.stdin is not None:
                 with contextlib.suppress(Exception):
@@ -203,12 +261,6 @@ class WorkerProcess:
                     break
                 except TimeoutError:
                     continue
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                async with asyncio.timeout(KILL_AFTER_S):
-                    await self._task
-            self._task.cancel()
-            self._task = None
 
 
 class WorkerCollector:

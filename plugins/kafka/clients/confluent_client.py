@@ -154,7 +154,11 @@ class ConfluentProducer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        #: delivery reports the poll thread served, settled on the loop after each poll;
+        #: only the poll thread appends (reports served on another thread, e.g. inside
+        #: librdkafka's commit_transaction/abort_transaction flush, are settled directly)
         self._reports: list[tuple[asyncio.Future[Any], Any, Any]] = []
+        self._poll_ident: int | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -178,6 +182,7 @@ class ConfluentProducer:
     def _poll_forever(self) -> None:
         producer, loop = self._producer, self._loop
         assert loop is not None
+        self._poll_ident = threading.get_ident()
         while not self._stopping.is_set():
             producer.poll(_POLL_S)
             reports, self._reports = self._reports, []
@@ -207,8 +212,11 @@ class ConfluentProducer:
             raise RdKafkaError("producer is not started", retriable=True)
         future: asyncio.Future[Any] = loop.create_future()
 
-        def delivered(err: Any, msg: Any) -> None:  # on the poll thread
-            self._reports.append((future, err, msg))
+        def delivered(err: Any, msg: Any) -> None:
+            if threading.get_ident() == self._poll_ident:
+                self._reports.append((future, err, msg))  # settled after this poll
+            else:  # a flush inside commit/abort_transaction, or stop() on the loop
+                _settle_on(loop, [(future, err, msg)])
 
         extra: dict[str, Any] = {}
         if partition is not None:
@@ -259,16 +267,33 @@ class ConfluentProducer:
         thread, self._thread = self._thread, None
         if thread is not None:
             await asyncio.to_thread(thread.join, 5.0)
-        left, self._reports = self._reports, []
-        _settle(left)
-        # The poll thread is gone: from here this (loop) thread alone serves reports.
         # Purge what is still queued so nothing is delivered after stop (at-least-once:
         # its MQ unit of work did not commit and the messages come again).
         with contextlib.suppress(Exception):
             producer.purge()
+        if thread is not None and thread.is_alive():
+            return  # it still polls: it serves and settles the purged reports itself
+        left, self._reports = self._reports, []
+        _settle(left)
+        # The poll thread is gone: this (loop) thread serves what is left, settled
+        # directly by ``delivered`` (not the poll thread).
+        with contextlib.suppress(Exception):
             producer.poll(0)
-        _settle(self._reports)
-        self._reports = []
+
+
+def _settle_on(
+    loop: asyncio.AbstractEventLoop, reports: list[tuple[asyncio.Future[Any], Any, Any]]
+) -> None:
+    """Settle ``reports`` on ``loop`` from any thread (now, when this is its thread)."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        _settle(reports)
+        return
+    with contextlib.suppress(RuntimeError):  # the loop closed under us
+        loop.call_soon_threadsafe(_settle, reports)
 
 
 def _settle(reports: list[tuple[asyncio.Future[Any], Any, Any]]) -> None:

@@ -80,3 +80,17 @@ def test_the_cache_is_bounded() -> None:
     for n in range(connection._PUBLISH_PROPERTIES_MAX + 20):
         publish_properties(Outgoing("t", b"", 1, False, [("n", str(n))]))
     assert len(connection._PUBLISH_PROPERTIES) <= connection._PUBLISH_PROPERTIES_MAX
+
+
+def test_a_large_set_is_not_cached_but_packs_the_same() -> None:
+    """Review F9: the cache is bounded by size too: a set packing to more than 1 KiB
+    (large user properties or correlation data) is built per message."""
+    connection._PUBLISH_PROPERTIES.clear()
+    big = Outgoing("t", b"x", 1, False, [("k", "v" * 2000)], None, False, "", b"c" * 500)
+    props = publish_properties(big)
+    assert props is not None and props.pack() == _reference(big)  # type: ignore[no-untyped-call]
+    assert connection._PUBLISH_PROPERTIES == {}
+    assert publish_properties(big) is not props  # built again, never pinned
+    small = Outgoing("t", b"x", 1, False, [("k", "v" * 900)], None)
+    assert publish_properties(small) is publish_properties(small)
+    assert len(connection._PUBLISH_PROPERTIES) == 1
