@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import statistics
 import sys
@@ -190,6 +191,18 @@ def publication(seq: int) -> tuple[MQMD, bytes]:
     return md, encode_rfh2(rfh2, ccsid=1208) + payload
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of this process's threads by name (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[comm] = out.get(comm, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
 def unit_times(start: float, rate: float, total: int, per_unit: int) -> Iterator[tuple[int, float]]:
     """(first sequence number, scheduled time) of each unit of work of the load."""
     for i in range(0, total - WARM_UP, per_unit):
@@ -345,7 +358,7 @@ async def with_gateway(
         await server.start()
         await host.start(instance)
         await service.start()
-        cpu = time.process_time()
+        cpu, times, threads = time.process_time(), os.times(), thread_cpu()
         if not stages:
             lat = await measure(qm, consumer, rate, seconds, per_unit, None, app_in_loop)
         else:
@@ -354,13 +367,20 @@ async def with_gateway(
                 lat = await measure(qm, consumer, rate, seconds, per_unit, clock, app_in_loop)
             print(f"  stages of {name} at {rate:,.0f} msg/s offered:", flush=True)
             clock.report(range(WARM_UP, WARM_UP + len(lat)))
-        cpu = time.process_time() - cpu
+        cpu, after = time.process_time() - cpu, os.times()
         fws = service.sink_backlogs.forwarders.values()
-        direct = sum(fw.counters.direct for fw in fws)
+        direct, n = sum(fw.counters.direct for fw in fws), len(lat) + WARM_UP
         print(
             f"  gateway process CPU (all threads, with the consumer and the warm-up): "
-            f"{cpu * 1e6 / (len(lat) + WARM_UP):,.0f} us/msg; handed to the sink directly: "
-            f"{direct:,} of {len(lat) + WARM_UP:,}",
+            f"{cpu * 1e6 / n:,.0f} us/msg (user {(after.user - times.user) * 1e6 / n:,.0f}, "
+            f"system {(after.system - times.system) * 1e6 / n:,.0f}; by thread: "
+            + ", ".join(
+                f"{k} {(v - threads.get(k, 0.0)) * 1e6 / n:,.0f}"
+                for k, v in sorted(thread_cpu().items())
+                if v - threads.get(k, 0.0) > 0
+            )
+            + "); handed to the sink "
+            f"directly: {direct:,} of {n:,}",
             flush=True,
         )
         return lat
