@@ -166,6 +166,7 @@ class StageClock:
         """p50/p99 of each stage's time since the scheduled put, over ``seqs`` (the
         consumer may receive before the forwarder has the acknowledgement)."""
         since: dict[str, list[float]] = {}
+        seqs = list(seqs)
         for seq in seqs:
             t = self.times.get(seq, {})
             if "scheduled" not in t:
@@ -177,6 +178,19 @@ class StageClock:
             print(
                 f"    scheduled -> {stage:12s} p50 {percentile(values, 0.5):8.2f} ms  "
                 f"p99 {percentile(values, 0.99):8.2f} ms  ({len(values):,})",
+                flush=True,
+            )
+        # What the gateway adds: from the MQ application's commit to the receipt (the
+        # gateway may deliver before the application has the commit's reply: < 0).
+        added = [
+            (t["received"] - t["committed"]) * 1000
+            for t in (self.times.get(seq, {}) for seq in seqs)
+            if "received" in t and "committed" in t
+        ]
+        if added:
+            print(
+                f"    committed -> received    p50 {percentile(added, 0.5):8.2f} ms  "
+                f"p99 {percentile(added, 0.99):8.2f} ms  ({len(added):,}): the gateway's part",
                 flush=True,
             )
 

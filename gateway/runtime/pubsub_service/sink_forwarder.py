@@ -146,9 +146,16 @@ class SinkForwarder:
         sink = self._sink()
 
         async def send() -> None:
-            if sink is None:
-                raise _NoSinkError(f"no sink {self.sink_name} in this process")
-            await sink.send(envelopes)
+            try:
+                if sink is None:
+                    raise _NoSinkError(f"no sink {self.sink_name} in this process")
+                await sink.send(envelopes)
+            except Exception as exc:
+                if getattr(exc, "retriable", False) is True:
+                    # a send refused retriably, counted as the forwarder counts its own
+                    self.counters.retries += 1
+                    self.totals.sink_retries += 1
+                raise
 
         task = asyncio.create_task(send(), name=f"sink-direct:{self.sink_name}")
         task.add_done_callback(_retrieve)
