@@ -17,7 +17,8 @@ them before the stream messages leave the queue; a crash before the commit re-de
 the batch: duplicates, never a loss). Otherwise — refused, failed, slow — the deliveries
 are put on the backlog in the same unit of work, exactly as without the hand-over, and
 the forwarder sends nothing before the hand-over's send has ended (the sink keeps the
-stream's order; it may see those deliveries twice).
+stream's order; it may see those deliveries twice), and that sink gets no hand-over for
+``direct_pause`` seconds.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters, Sin
 from gateway.wire.constants import Persistence
 from gateway.wire.mqmd import MQMD
 
-__all__ = ["BACKLOG_MAXMSGL", "DIRECT_ACK_TIMEOUT", "HandOver", "SinkBacklogs"]
+__all__ = ["BACKLOG_MAXMSGL", "DIRECT_ACK_TIMEOUT", "DIRECT_PAUSE", "HandOver", "SinkBacklogs"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ BACKLOG_MAXMSGL = 104_857_600
 #: Seconds a stream batch waits, before its commit, for a sink's acknowledgement of a
 #: direct hand-over; later, the deliveries go to the backlog as usual.
 DIRECT_ACK_TIMEOUT = 0.05
+#: Seconds without direct hand-over to a sink after one was not acknowledged in time or
+#: failed: while the sink is slow, its deliveries take the backlog (one duplicate batch
+#: per slow spell at most, not one per idle moment).
+DIRECT_PAUSE = 5.0
 
 
 @dataclass(slots=True)
@@ -95,6 +100,8 @@ class SinkBacklogs:
         self.envelopes: dict[str, EnvelopeCache] = {}
         #: wait for a direct hand-over's acknowledgement (0: never hand over directly)
         self.direct_ack_timeout = DIRECT_ACK_TIMEOUT
+        #: no hand-over to a sink for this long after one was not acknowledged in time
+        self.direct_pause = DIRECT_PAUSE
 
     def _define_statement(self, queue: str, name: str) -> str:
         return (
@@ -186,6 +193,7 @@ class SinkBacklogs:
                 continue
             if not h.task.done():
                 log.debug("sink %s: no acknowledgement in time: via the backlog", h.name)
+            h.fw.pause_direct(self.direct_pause)
             puts.extend(
                 self.put_of(h.name, d, e) for d, e in zip(h.deliveries, h.envelopes, strict=True)
             )

@@ -119,6 +119,9 @@ class SinkForwarder:
         #: the service's direct hand-over still sending (:meth:`send_directly`): the
         #: forwarder sends nothing before it ends, so the sink sees the stream's order
         self._direct: asyncio.Task[None] | None = None
+        #: no direct hand-over before this time (monotonic): set after one was not
+        #: acknowledged in time, so a slow sink does not get many duplicates
+        self._no_direct_until = 0.0
 
     @property
     def idle(self) -> bool:
@@ -131,7 +134,12 @@ class SinkForwarder:
             and not self._isolate
             and (self._direct is None or self._direct.done())
             and self._sink() is not None
+            and (not self._no_direct_until or time.monotonic() >= self._no_direct_until)
         )
+
+    def pause_direct(self, seconds: float) -> None:
+        """No direct hand-over for ``seconds`` (one was not acknowledged in time)."""
+        self._no_direct_until = time.monotonic() + seconds
 
     @property
     def direct_in_flight(self) -> bool:
