@@ -209,7 +209,10 @@ def thread_cpu() -> dict[str, float]:
     """CPU seconds (user + system) of this process's threads by name (Linux /proc)."""
     ticks = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
-    for task in Path("/proc/self/task").iterdir():
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return out
+    for task in tasks.iterdir():
         with contextlib.suppress(OSError, ValueError, IndexError):
             comm = (task / "comm").read_text().strip()
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
