@@ -2,7 +2,10 @@
 
 One embedded queue manager with a stream queue, the broker service (default batch
 settings) and one plugin instance (``kafka``: idempotent acks=all, linger 0; ``mqtt``:
-MQTT 5, QoS 1), a Kafka or MQTT consumer in the same process. An MQ application puts
+MQTT 5, QoS 1), a Kafka or MQTT consumer in the same process. The MQ application runs
+in its own process over the queue manager's local socket, as a real MQ application does
+(``--app-in-loop``: on the gateway's event loop, as before issue 16's latency pass; it
+then competes with the gateway for that loop). It puts
 persistent 1 KiB MQRFH2 publications at a fixed offered rate, ``--per-unit`` (10) per
 unit of work every ``per-unit/rate`` seconds, on a schedule that does not wait for the
 previous unit (open loop: a late put is counted late, no coordinated omission; one
@@ -17,6 +20,7 @@ default 500 ms would be the consumer's own latency, not the bridge's).
 the service's backlog put, the forwarder handing it to the sink, the sink's
 acknowledgement, the forwarder's commit; instrumented from outside, by wrapping those
 methods) and prints p50/p99 of each step: where the latency goes.
+``--no-direct``: no direct hand-over to an idle sink (every delivery via the backlog).
 Run: .venv/bin/python -m benchmarks.bench_latency [--rates 1000,200] [--seconds 3] [--stages]
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import statistics
 import sys
@@ -39,6 +44,7 @@ from aiokafka import AIOKafkaConsumer
 
 from benchmarks.summary import Row, record
 from gateway.devstack import KafkaBroker, MosquittoBroker
+from gateway.mq.embedded.qm_server import QueueManagerServer
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import OpenOption, PutOptions
 from gateway.plugin_api import PluginInstance
@@ -84,6 +90,7 @@ class StageClock:
     def installed(self) -> Iterator[None]:
         clock = self
         put_of, send, forward = SinkBacklogs.put_of, SinkForwarder._send, SinkForwarder._forward
+        send_directly, delivered = SinkForwarder.send_directly, SinkBacklogs.delivered
         in_hand: list[int] = []
 
         def seq_of(payload: bytes) -> int | None:
@@ -92,8 +99,8 @@ class StageClock:
             except ValueError:
                 return None
 
-        def put_of_timed(self: SinkBacklogs, name: str, d: Any) -> Any:
-            put = put_of(self, name, d)
+        def put_of_timed(self: SinkBacklogs, name: str, d: Any, envelope: Any = None) -> Any:
+            put = put_of(self, name, d, envelope)
             seq = seq_of(d.body)
             if seq is not None:
                 clock.mark(seq, "backlog_put")
@@ -117,6 +124,32 @@ class StageClock:
                 clock.mark(seq, "fw_commit", now)
             return got
 
+        def send_directly_timed(self: SinkForwarder, envelopes: list[Any]) -> Any:
+            seqs = [s for s in (seq_of(e.payload) for e in envelopes) if s is not None]
+            for seq in seqs:
+                clock.mark(seq, "to_sink")
+            task = send_directly(self, envelopes)
+
+            def acked(_: Any) -> None:
+                now = time.perf_counter()
+                for seq in seqs:
+                    clock.mark(seq, "acked", now)
+
+            task.add_done_callback(acked)
+            return task
+
+        def delivered_timed(handovers: list[Any]) -> None:
+            delivered(handovers)
+            now = time.perf_counter()
+            for h in handovers:
+                if h.acked:
+                    for e in h.envelopes:
+                        seq = seq_of(e.payload)
+                        if seq is not None:
+                            clock.mark(seq, "fw_commit", now)
+
+        SinkForwarder.send_directly = send_directly_timed  # type: ignore[method-assign]
+        SinkBacklogs.delivered = staticmethod(delivered_timed)  # type: ignore[method-assign,assignment]
         SinkBacklogs.put_of = put_of_timed  # type: ignore[method-assign]
         SinkForwarder._send = send_timed  # type: ignore[method-assign]
         SinkForwarder._forward = forward_timed  # type: ignore[method-assign]
@@ -126,11 +159,14 @@ class StageClock:
             SinkBacklogs.put_of = put_of  # type: ignore[method-assign]
             SinkForwarder._send = send  # type: ignore[method-assign]
             SinkForwarder._forward = forward  # type: ignore[method-assign]
+            SinkForwarder.send_directly = send_directly  # type: ignore[method-assign]
+            SinkBacklogs.delivered = staticmethod(delivered)  # type: ignore[method-assign,assignment]
 
     def report(self, seqs: Iterable[int]) -> None:
         """p50/p99 of each stage's time since the scheduled put, over ``seqs`` (the
         consumer may receive before the forwarder has the acknowledgement)."""
         since: dict[str, list[float]] = {}
+        seqs = list(seqs)
         for seq in seqs:
             t = self.times.get(seq, {})
             if "scheduled" not in t:
@@ -142,6 +178,19 @@ class StageClock:
             print(
                 f"    scheduled -> {stage:12s} p50 {percentile(values, 0.5):8.2f} ms  "
                 f"p99 {percentile(values, 0.99):8.2f} ms  ({len(values):,})",
+                flush=True,
+            )
+        # What the gateway adds: from the MQ application's commit to the receipt (the
+        # gateway may deliver before the application has the commit's reply: < 0).
+        added = [
+            (t["received"] - t["committed"]) * 1000
+            for t in (self.times.get(seq, {}) for seq in seqs)
+            if "received" in t and "committed" in t
+        ]
+        if added:
+            print(
+                f"    committed -> received    p50 {percentile(added, 0.5):8.2f} ms  "
+                f"p99 {percentile(added, 0.99):8.2f} ms  ({len(added):,}): the gateway's part",
                 flush=True,
             )
 
@@ -156,6 +205,69 @@ def publication(seq: int) -> tuple[MQMD, bytes]:
     return md, encode_rfh2(rfh2, ccsid=1208) + payload
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of this process's threads by name (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return out
+    for task in tasks.iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[comm] = out.get(comm, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def unit_times(start: float, rate: float, total: int, per_unit: int) -> Iterator[tuple[int, float]]:
+    """(first sequence number, scheduled time) of each unit of work of the load."""
+    for i in range(0, total - WARM_UP, per_unit):
+        yield WARM_UP + i, start + i / rate
+
+
+async def run_app(
+    qm: Any, start: float, rate: float, total: int, per_unit: int
+) -> list[tuple[int, int, float]]:
+    """The MQ application: puts on the open-loop schedule; (first, end, commit time)
+    of each unit of work. ``qm`` is the embedded queue manager (same event loop) or a
+    client of its local socket (its own process)."""
+    conn = await qm.connect()
+    committed: list[tuple[int, int, float]] = []
+    try:
+        handle = await conn.open(STREAM, OpenOption.OUTPUT)
+        opts = PutOptions(syncpoint=True)
+        for first, at in unit_times(start, rate, total, per_unit):
+            delay = at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            end = min(total, first + per_unit)
+            for seq in range(first, end):
+                md, body = publication(seq)
+                await handle.put(md, body, opts)
+            await conn.commit()
+            committed.append((first, end, time.perf_counter()))
+    finally:
+        await conn.disconnect()
+    return committed
+
+
+def app_child(argv: list[str]) -> int:
+    """``--app-child QM_DIR START RATE TOTAL PER_UNIT``: the MQ application in its own
+    process over the queue manager's local socket, as a real MQ application runs; prints
+    the commit time of each unit of work (perf_counter is CLOCK_MONOTONIC: one clock
+    for both processes)."""
+    from gateway.mq.embedded.client import ClientQueueManager
+
+    where, start, rate, total, per_unit = argv
+    committed = asyncio.run(
+        run_app(ClientQueueManager(where), float(start), float(rate), int(total), int(per_unit))
+    )
+    for first, end, at in committed:
+        print(first, end, repr(at))
+    return 0
+
+
 async def measure(
     qm: EmbeddedQueueManager,
     consumer: Consumer,
@@ -163,6 +275,8 @@ async def measure(
     seconds: float,
     per_unit: int,
     clock: StageClock | None = None,
+    app_in_loop: bool = False,
+    after_warm_up: Callable[[], None] = lambda: None,
 ) -> list[float]:
     """Latencies (ms) of ``rate * seconds`` publications put on an open-loop schedule."""
     scheduled: dict[int, float] = {}
@@ -192,37 +306,40 @@ async def measure(
 
     async with consumer(arrived):
         conn = await qm.connect()
-        handle = await conn.open(STREAM, OpenOption.OUTPUT)
-        opts = PutOptions(syncpoint=True)
-
-        async def put(seq: int) -> None:
-            md, body = publication(seq)
-            await handle.put(md, body, opts)
-            await conn.commit()
-
         try:
+            handle = await conn.open(STREAM, OpenOption.OUTPUT)
             for seq in range(WARM_UP):
-                await put(seq)
-            await asyncio.wait_for(warm.wait(), 60)
-            start = time.perf_counter() + 0.05
-            for i in range(0, total - WARM_UP, per_unit):
-                at = start + i / rate
-                delay = at - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                for seq in range(WARM_UP + i, min(total, WARM_UP + i + per_unit)):
-                    scheduled[seq] = at
-                    md, body = publication(seq)
-                    await handle.put(md, body, opts)
+                md, body = publication(seq)
+                await handle.put(md, body, PutOptions(syncpoint=True))
                 await conn.commit()
-                if clock is not None:
-                    now = time.perf_counter()
-                    for seq in range(WARM_UP + i, min(total, WARM_UP + i + per_unit)):
-                        clock.mark(seq, "committed", now)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), 10)
         finally:
             await conn.disconnect()
+        await asyncio.wait_for(warm.wait(), 60)
+        after_warm_up()
+        # The child needs a moment to start and connect; the schedule waits for it.
+        start = time.perf_counter() + (0.05 if app_in_loop else 1.5)
+        for first, at in unit_times(start, rate, total, per_unit):
+            for seq in range(first, min(total, first + per_unit)):
+                scheduled[seq] = at
+        if app_in_loop:
+            committed = await run_app(qm, start, rate, total, per_unit)
+        else:
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "benchmarks.bench_latency", "--app-child",
+                str(qm.path), repr(start), repr(rate), str(total), str(per_unit),
+                stdout=asyncio.subprocess.PIPE,
+            )
+            out, _ = await child.communicate()
+            if child.returncode:
+                raise SystemExit(f"the MQ application process failed ({child.returncode})")
+            rows = (ln.split() for ln in out.decode().splitlines())
+            committed = [(int(a), int(b), float(c)) for a, b, c in rows]
+        if clock is not None:
+            for first, end, at in committed:
+                for seq in range(first, end):
+                    clock.mark(seq, "committed", at)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), 10)
     if len(latencies) != total - WARM_UP:
         raise SystemExit(f"received {len(latencies)} of {total - WARM_UP} publications")
     return latencies
@@ -242,6 +359,8 @@ async def with_gateway(
     seconds: float,
     per_unit: int,
     stages: bool = False,
+    app_in_loop: bool = False,
+    direct: bool = True,
 ) -> list[float]:
     qm = EmbeddedQueueManager("QMLAT", work / f"qm-{name}")
     qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
@@ -250,19 +369,50 @@ async def with_gateway(
         PubSubEngine(qm.name, MemoryStore()),
         BrokerConfig(streams=[StreamQueueConfig(name=STREAM)]),
     )
+    if not direct:
+        service.sink_backlogs.direct_ack_timeout = 0
     host = PluginHost(qm, service, "bench")
+    server = QueueManagerServer(qm)
     try:
+        await server.start()
         await host.start(instance)
         await service.start()
-        if not stages:
-            return await measure(qm, consumer, rate, seconds, per_unit)
-        clock = StageClock()
-        with clock.installed():
-            lat = await measure(qm, consumer, rate, seconds, per_unit, clock)
-        print(f"  stages of {name} at {rate:,.0f} msg/s offered:", flush=True)
-        clock.report(range(WARM_UP, WARM_UP + len(lat)))
+        cpu, times, threads = time.process_time(), os.times(), thread_cpu()
+
+        def after_warm_up() -> None:
+            # The warm-up's first sends (topic creation, connections) are slow once and
+            # pause the direct hand-over (SinkBacklogs.direct_pause); a gateway past its
+            # start has no such pause, so the measured load starts without it.
+            for fw in service.sink_backlogs.forwarders.values():
+                fw.pause_direct(0)
+
+        clock = StageClock() if stages else None
+        with clock.installed() if clock is not None else contextlib.nullcontext():
+            lat = await measure(
+                qm, consumer, rate, seconds, per_unit, clock, app_in_loop, after_warm_up
+            )
+        if clock is not None:
+            print(f"  stages of {name} at {rate:,.0f} msg/s offered:", flush=True)
+            clock.report(range(WARM_UP, WARM_UP + len(lat)))
+        cpu, after = time.process_time() - cpu, os.times()
+        fws = service.sink_backlogs.forwarders.values()
+        direct, n = sum(fw.counters.direct for fw in fws), len(lat) + WARM_UP
+        print(
+            f"  gateway process CPU (all threads, with the consumer and the warm-up): "
+            f"{cpu * 1e6 / n:,.0f} us/msg (user {(after.user - times.user) * 1e6 / n:,.0f}, "
+            f"system {(after.system - times.system) * 1e6 / n:,.0f}; by thread: "
+            + ", ".join(
+                f"{k} {(v - threads.get(k, 0.0)) * 1e6 / n:,.0f}"
+                for k, v in sorted(thread_cpu().items())
+                if v - threads.get(k, 0.0) > 0
+            )
+            + "); handed to the sink "
+            f"directly: {direct:,} of {n:,}",
+            flush=True,
+        )
         return lat
     finally:
+        await server.stop()
         await host.stop_all()
         await service.stop()
         await qm.close()
@@ -341,7 +491,13 @@ def report(path: str, latencies: list[float], rate: float, per_unit: int, *, goa
 
 
 async def run(
-    rates: list[float], seconds: float, per_unit: int, paths: set[str], stages: bool = False
+    rates: list[float],
+    seconds: float,
+    per_unit: int,
+    paths: set[str],
+    stages: bool = False,
+    app_in_loop: bool = False,
+    direct: bool = True,
 ) -> int:
     """The first rate is the goal's (recorded with the goal); the others are info rows."""
     work = Path(tempfile.mkdtemp(prefix="mqgw-bench-latency-"))
@@ -369,6 +525,8 @@ async def run(
                         seconds,
                         per_unit,
                         stages,
+                        app_in_loop,
+                        direct,
                     )
                     report("MQ put -> Kafka consumer", lat, rate, per_unit, goal=i == 0)
             finally:
@@ -398,6 +556,8 @@ async def run(
                         seconds,
                         per_unit,
                         stages,
+                        app_in_loop,
+                        direct,
                     )
                     report("MQ put -> MQTT subscriber", lat, rate, per_unit, goal=i == 0)
             finally:
@@ -422,10 +582,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stages", action="store_true", help="also print p50/p99 of each stage (measurement)"
     )
+    parser.add_argument(
+        "--app-in-loop",
+        action="store_true",
+        help="run the MQ application on the gateway's event loop (before issue 16's latency "
+        "pass); by default it is its own process over the queue manager's local socket",
+    )
+    parser.add_argument(
+        "--no-direct",
+        action="store_true",
+        help="no direct hand-over to an idle sink: every delivery through the backlog",
+    )
+    parser.add_argument("--app-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.app_child:
+        return app_child(args.app_child)
     rates = [float(r) for r in args.rates.split(",")]
     paths = set(args.paths.split(","))
-    return asyncio.run(run(rates, args.seconds, args.per_unit, paths, args.stages))
+    return asyncio.run(
+        run(
+            rates,
+            args.seconds,
+            args.per_unit,
+            paths,
+            args.stages,
+            args.app_in_loop,
+            not args.no_direct,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ and one connection (a connection owns one unit of work):
    (``gateway.runtime.envelopes``) and put, encoded (``gateway.runtime.backlog_format``),
    onto each sink's backlog queue under the same unit of work — never awaited: one
    ``SinkForwarder`` task per sink (``sink_forwarder.py``) takes them from there, so a
-   sink that is down holds only its own backlog;
+   sink that is down holds only its own backlog. When that forwarder is idle and the
+   backlog empty, the batch hands them to the sink directly and skips the backlog put
+   only if the sink acknowledged them before the commit (``sink_backlogs.py``);
 5. the engine's store mutations are committed, then the MQ unit of work.
 
 Anything failing in 1-5 backs the batch out (MQ and engine), so the messages come back
@@ -78,7 +80,7 @@ from gateway.runtime.pubsub_service.errors import (
     BrokerError,
 )
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
-from gateway.runtime.pubsub_service.sink_backlogs import SinkBacklogs
+from gateway.runtime.pubsub_service.sink_backlogs import HandOver, SinkBacklogs
 from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters
 from gateway.wire.reasons import Reason
 
@@ -472,6 +474,7 @@ class BrokerService:
         """
         puts: list[Put] = []
         to_sinks: dict[str, list[Delivery]] = {}
+        handovers: list[HandOver] = []
         engine = self.engine
         q_mgr = conn.q_mgr_name
         count = 0
@@ -508,11 +511,24 @@ class BrokerService:
                         )
                     )
             else:
-                puts.extend(self.sink_backlogs.put_of(name, d) for d in deliveries)
                 self.counters.sink_deliveries += len(deliveries)
-        done = await put_all(conn, puts, dlq, self.engine)
+                handover = self.sink_backlogs.hand_over(name, deliveries)
+                if handover is not None:
+                    handovers.append(handover)  # acknowledged before the commit, or backlog
+                else:
+                    puts.extend(self.sink_backlogs.put_of(name, d) for d in deliveries)
+        try:
+            done = await put_all(conn, puts, dlq, self.engine)
+        finally:
+            # Whatever happens, a hand-over's send ends (or is given up) before the
+            # unit of work does; the forwarder waits for it before sending anything.
+            late = await self.sink_backlogs.settle(handovers) if handovers else []
+        if late:
+            done += await put_all(conn, late, dlq, self.engine)
         await engine.commit_async()  # the store's commit off the loop, still before MQ's
         await conn.commit()
+        if handovers:
+            self.sink_backlogs.delivered(handovers)
         self._account(done)
         return count
 

@@ -7,6 +7,18 @@ put its deliveries there (:meth:`SinkBacklogs.put_of`) and one
 them to the sink. On the embedded queue manager a missing backlog queue is defined when
 the sink is registered; on IBM MQ the administrator defines it and :meth:`check_defined`
 fails the start with the ``DEFINE`` to run.
+
+Direct hand-over (latency, docs/performance.md "Latency pass"): when a sink's forwarder
+is idle and its backlog queue is empty (on a queue manager that tells its depth), the
+stream batch hands its deliveries to the sink itself (:meth:`SinkBacklogs.hand_over`)
+while it puts its other deliveries, and waits at most ``direct_ack_timeout`` for the
+acknowledgement before its commit. Acknowledged in time: no backlog put (the sink has
+them before the stream messages leave the queue; a crash before the commit re-delivers
+the batch: duplicates, never a loss). Otherwise — refused, failed, slow — the deliveries
+are put on the backlog in the same unit of work, exactly as without the hand-over, and
+the forwarder sends nothing before the hand-over's send has ended (the sink keeps the
+stream's order; it may see those deliveries twice), and that sink gets no hand-over for
+``direct_pause`` seconds.
 """
 
 from __future__ import annotations
@@ -14,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 
 from gateway.mq.port import MQError, OpenOption, QueueManager
-from gateway.plugin_api import Sink
+from gateway.plugin_api import Envelope, Sink
 from gateway.pubsub.outcome import Delivery
 from gateway.runtime.backlog_format import (
     BACKLOG_FORMAT,
@@ -34,13 +47,34 @@ from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters, Sin
 from gateway.wire.constants import Persistence
 from gateway.wire.mqmd import MQMD
 
-__all__ = ["BACKLOG_MAXMSGL", "SinkBacklogs"]
+__all__ = ["BACKLOG_MAXMSGL", "DIRECT_ACK_TIMEOUT", "DIRECT_PAUSE", "HandOver", "SinkBacklogs"]
 
 log = logging.getLogger(__name__)
 
 #: MAXMSGL of a backlog queue the gateway defines: MQ's largest, so a publication MQ
 #: accepted always fits with its envelope header.
 BACKLOG_MAXMSGL = 104_857_600
+
+#: Seconds a stream batch waits, before its commit, for a sink's acknowledgement of a
+#: direct hand-over; later, the deliveries go to the backlog as usual.
+DIRECT_ACK_TIMEOUT = 0.05
+#: Seconds without direct hand-over to a sink after one was not acknowledged in time or
+#: failed: while the sink is slow, its deliveries take the backlog (one duplicate batch
+#: per slow spell at most, not one per idle moment).
+DIRECT_PAUSE = 5.0
+
+
+@dataclass(slots=True)
+class HandOver:
+    """Deliveries of one batch handed to sink ``name`` directly, their send in flight."""
+
+    name: str
+    deliveries: list[Delivery]
+    envelopes: list[Envelope]
+    fw: SinkForwarder
+    task: asyncio.Task[None]
+    #: acknowledged in time (:meth:`SinkBacklogs.settle`): no backlog put
+    acked: bool = False
 
 
 class SinkBacklogs:
@@ -67,6 +101,10 @@ class SinkBacklogs:
         #: sinks whose forwarder runs in a worker process (gateway/runtime/workers/):
         #: their backlog is filled here, no forwarder is started for them here
         self.remote: set[str] = set()
+        #: wait for a direct hand-over's acknowledgement (0: never hand over directly)
+        self.direct_ack_timeout = DIRECT_ACK_TIMEOUT
+        #: no hand-over to a sink for this long after one was not acknowledged in time
+        self.direct_pause = DIRECT_PAUSE
 
     def _define_statement(self, queue: str, name: str) -> str:
         return (
@@ -94,9 +132,10 @@ class SinkBacklogs:
             define(self._define_statement(queue, name), stop_on_error=True)
             log.info("defined backlog queue %s for sink %s", queue, name)
 
-    def put_of(self, name: str, d: Delivery) -> Put:
-        """The put of delivery ``d`` onto sink ``name``'s backlog queue (a full queue is
-        back-pressure: BacklogFullError; any other failure dead-letters it)."""
+    def put_of(self, name: str, d: Delivery, envelope: Envelope | None = None) -> Put:
+        """The put of delivery ``d`` (its envelope if already made) onto sink ``name``'s
+        backlog queue (a full queue is back-pressure: BacklogFullError; any other
+        failure dead-letters it)."""
         msg_id = backlog_msg_id()
         md = MQMD(
             msg_id=msg_id,
@@ -118,12 +157,57 @@ class SinkBacklogs:
             put_time=d.md.put_time,
             user_identifier=d.md.user_identifier,
         )
-        envelope = envelope_of(d)
+        if envelope is None:
+            envelope = envelope_of(d)
         body = encode_backlog_message(envelope)
         cache = self.envelopes.get(name)
         if cache is not None and name not in self.remote:  # a worker decodes its own
             cache.put(msg_id, body, envelope)
         return Put("", self.queues[name], md, body, backpressure=True)
+
+    def hand_over(self, name: str, deliveries: list[Delivery]) -> HandOver | None:
+        """Start sending ``deliveries`` to sink ``name`` directly if its forwarder is idle
+        and its backlog queue empty (see module docstring); None: put them on the
+        backlog. The caller must :meth:`settle` every hand-over before its commit."""
+        if self.direct_ack_timeout <= 0 or self._stop.is_set():
+            return None
+        fw = self.forwarders.get(name)
+        depth_of = getattr(self.qm, "queue_depth", None)
+        if fw is None or depth_of is None or not fw.idle:
+            return None
+        try:
+            if depth_of(self.queues[name]):
+                return None
+        except MQError:
+            return None
+        envelopes = [envelope_of(d) for d in deliveries]
+        return HandOver(name, deliveries, envelopes, fw, fw.send_directly(envelopes))
+
+    async def settle(self, handovers: list[HandOver]) -> list[Put]:
+        """Wait (at most ``direct_ack_timeout``) for the acknowledgements of
+        ``handovers``; the backlog puts of those not acknowledged, in order."""
+        tasks = {h.task for h in handovers if not h.task.done()}
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.direct_ack_timeout)
+        puts: list[Put] = []
+        for h in handovers:
+            if h.task.done() and not h.task.cancelled() and h.task.exception() is None:
+                h.acked = True
+                continue
+            if not h.task.done():
+                log.debug("sink %s: no acknowledgement in time: via the backlog", h.name)
+            h.fw.pause_direct(self.direct_pause)
+            puts.extend(
+                self.put_of(h.name, d, e) for d, e in zip(h.deliveries, h.envelopes, strict=True)
+            )
+        return puts
+
+    @staticmethod
+    def delivered(handovers: list[HandOver]) -> None:
+        """After the commit: count the hand-overs that needed no backlog put."""
+        for h in handovers:
+            if h.acked:
+                h.fw.directly_delivered(len(h.deliveries))
 
     async def check_defined(self) -> None:
         """Every sink's backlog queue must exist (IBM MQ: the administrator defines it)."""
@@ -174,7 +258,7 @@ class SinkBacklogs:
         for name, fw in self.forwarders.items():
             if fw.counters.down:
                 continue
-            if fw.busy:
+            if fw.busy or fw.direct_in_flight:
                 return True
             if depth_of is not None:
                 with contextlib.suppress(MQError):

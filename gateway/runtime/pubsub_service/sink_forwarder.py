@@ -72,6 +72,9 @@ class ForwarderCounters:
     dead_lettered: dict[int, int] = field(default_factory=dict)
     #: 1 while the sink refuses retriably (down), else 0
     down: int = 0
+    #: deliveries the service handed to the idle sink directly (acknowledged before
+    #: the stream's commit, so never put on the backlog); included in ``delivered``
+    direct: int = 0
 
 
 class SinkForwarder:
@@ -113,6 +116,85 @@ class SinkForwarder:
         self.totals = totals or ServiceCounters()
         #: envelopes this process put on the backlog, by MsgId: a hit skips the decode
         self.envelopes = envelopes if envelopes is not None else EnvelopeCache(0)
+        #: the service's direct hand-over still sending (:meth:`send_directly`): the
+        #: forwarder sends nothing before it ends, so the sink sees the stream's order
+        self._direct: asyncio.Task[None] | None = None
+        #: no direct hand-over before this time (monotonic): set after one was not
+        #: acknowledged in time, so a slow sink does not get many duplicates
+        self._no_direct_until = 0.0
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in hand, no direct hand-over in flight, not isolating a message and
+        the sink not down: the service may hand deliveries over directly (if the
+        backlog queue is also empty, which the caller checks)."""
+        return (
+            not self.busy
+            and not self.counters.down
+            and not self._isolate
+            and (self._direct is None or self._direct.done())
+            and self._sink() is not None
+            and (not self._no_direct_until or time.monotonic() >= self._no_direct_until)
+        )
+
+    def pause_direct(self, seconds: float) -> None:
+        """No direct hand-over for ``seconds`` (one was not acknowledged in time)."""
+        self._no_direct_until = time.monotonic() + seconds
+
+    @property
+    def direct_in_flight(self) -> bool:
+        return self._direct is not None and not self._direct.done()
+
+    def send_directly(self, envelopes: list[Envelope]) -> asyncio.Task[None]:
+        """Start ``sink.send(envelopes)`` for the service (fix 5 of docs/performance.md:
+        the idle forwarder's direct hand-over). The service commits its unit of work
+        without a backlog put only if this ends without error before the commit;
+        otherwise it puts the deliveries on the backlog as usual (the sink may then
+        see them twice: at-least-once). Until the send ends, the forwarder waits."""
+        sink = self._sink()
+
+        async def send() -> None:
+            try:
+                if sink is None:
+                    raise _NoSinkError(f"no sink {self.sink_name} in this process")
+                await sink.send(envelopes)
+            except Exception as exc:
+                if getattr(exc, "retriable", False) is True:
+                    # a send refused retriably, counted as the forwarder counts its own
+                    self.counters.retries += 1
+                    self.totals.sink_retries += 1
+                raise
+
+        task = asyncio.create_task(send(), name=f"sink-direct:{self.sink_name}")
+        task.add_done_callback(_retrieve)
+        self._direct = task
+        return task
+
+    def directly_delivered(self, count: int) -> None:
+        """Count ``count`` deliveries the service committed after a direct hand-over."""
+        self.counters.delivered += count
+        self.counters.direct += count
+
+    async def _direct_settled(self) -> bool:
+        """Wait for a direct hand-over still sending (the service acts on its outcome);
+        False when it failed other than by a refusal and the service is stopping.
+
+        A failed hand-over counts as this sink's first failed attempt: the forwarder
+        waits ``retry_delay`` before sending the backlog's copy (as after a failed
+        batch), and sends nothing if the service stops meanwhile (the unit of work is
+        then backed out, BackoutCount + 1). A refusal is sent again at once: the sink
+        refuses it again and the forwarder dead-letters it."""
+        task, self._direct = self._direct, None
+        if task is None:
+            return True
+        if not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        exc = None if task.cancelled() else task.exception()
+        if exc is None or isinstance(exc, DeliveryRefusedError):
+            return True
+        await self._pause(self.retry_delay * random.uniform(0.8, 1.2))
+        return not self._stop.is_set()
 
     async def run(self) -> None:
         """Forward until the service stops; reconnects after connection failures."""
@@ -248,6 +330,8 @@ class SinkForwarder:
                 )
                 puts.append(self._dead_letter(m, exc.reason, q_mgr))
                 reasons.append(exc.reason)
+        if not await self._direct_settled():
+            return len(msgs)  # stopping: the unit of work stays open, run() backs it out
         try:
             await self._send(pending, puts, reasons, q_mgr)
         except Exception:
@@ -359,6 +443,13 @@ class SinkForwarder:
             q_mgr=q_mgr,
             kind="backout_queue",
         )
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a direct hand-over's exception as seen (the service acts on it, or the
+    hand-over was already given up and its deliveries went to the backlog)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _NoSinkError(Exception):

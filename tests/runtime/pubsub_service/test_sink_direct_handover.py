@@ -1,0 +1,263 @@
+"""Direct hand-over to an idle sink (issue 16, latency pass): when a sink's forwarder is
+idle and its backlog queue empty, the stream batch sends the deliveries to the sink
+itself and skips the backlog put only if the sink acknowledged before the commit.
+
+Checked from outside: publications put by an MQ client on the stream queue, arrival
+read from the memory plugin's bus (or its record file after a crash), the backlog and
+stream queues' depths read from the queue manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gateway.mq.port import OpenOption, PutOptions
+from gateway.plugin_api import Envelope, PluginError
+from gateway.runtime.backlog_format import backlog_queue_name
+from plugins.memory import MemoryConfig, MemoryInstance, get_bus, reset_buses
+from tests.support.gateway import STOCK, InProcessGateway, bridge_config, build_gateway
+from tests.support.pubsub_messages import rfh_message
+from tests.support.service_client import settle
+
+STOCK_ALL = f"$SYS/STREAM/{STOCK}/#"
+CHILD = Path(__file__).with_name("direct_crash_child.py")
+
+
+def _memory(name: str, record_file: Path | None = None) -> MemoryInstance:
+    cfg: dict[str, Any] = {"subscribe": [STOCK_ALL], "bus": name}
+    if record_file is not None:
+        cfg["record_file"] = str(record_file)
+    return MemoryInstance(name, MemoryConfig.model_validate(cfg))
+
+
+def _gateway(path: Path) -> InProcessGateway:
+    return build_gateway(path, config=bridge_config(retry_delay=0.01, sink_retry_max_delay=0.1))
+
+
+async def _publish(gw: InProcessGateway, payloads: Sequence[bytes]) -> None:
+    conn = await gw.qm.connect()
+    try:
+        stream = await conn.open(STOCK, OpenOption.OUTPUT)
+        for i, payload in enumerate(payloads):
+            msg = rfh_message(STOCK, [("MQPSCommand", "Publish"), ("MQPSTopic", f"T{i}")], payload)
+            await stream.put(msg.md, msg.body, PutOptions(syncpoint=True))
+        await conn.commit()
+    finally:
+        await conn.disconnect()
+
+
+def _count_backlog_puts(gw: InProcessGateway) -> list[int]:
+    """Counts every backlog put the service makes (wraps the instance's put_of)."""
+    calls = [0]
+    backlogs = gw.service.sink_backlogs
+    original = backlogs.put_of
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        return original(*args)
+
+    backlogs.put_of = counted  # type: ignore[method-assign]
+    return calls
+
+
+def _first_seen(payloads: Sequence[bytes]) -> list[bytes]:
+    seen: list[bytes] = []
+    for p in payloads:
+        if p not in seen:
+            seen.append(p)
+    return seen
+
+
+async def test_an_idle_sink_gets_the_deliveries_directly_without_a_backlog_put(
+    tmp_path: Path,
+) -> None:
+    reset_buses()
+    gw = _gateway(tmp_path)
+    puts = _count_backlog_puts(gw)
+    await gw.start(_memory("fast"))
+    try:
+        payloads = [f"m{i}".encode() for i in range(20)]
+        for i in range(0, 20, 5):  # several units of work, so several batches
+            await _publish(gw, payloads[i : i + 5])
+            await settle(gw.qm, gw.service)
+        records = await get_bus("fast").wait_for(20)
+        assert [r.payload for r in records] == payloads  # once each, in order
+        fw = gw.service.sink_backlogs.forwarders["fast"]
+        assert fw.counters.direct == 20
+        assert fw.counters.delivered == 20
+        assert puts[0] == 0
+        assert gw.qm.queue_depth(backlog_queue_name("fast")) == 0
+        assert gw.qm.queue_depth(STOCK) == 0
+    finally:
+        await gw.close()
+        reset_buses()
+
+
+async def test_a_slow_acknowledgement_goes_through_the_backlog_in_order(tmp_path: Path) -> None:
+    """No acknowledgement within the wait: the deliveries are put on the backlog in the
+    same unit of work; the forwarder sends them only after the slow send ended, so
+    the sink sees the stream's order (with duplicates: at-least-once); the next
+    deliveries take the backlog too (no hand-over to a sink that was just slow)."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    gw.service.sink_backlogs.direct_ack_timeout = 0.02
+    puts = _count_backlog_puts(gw)
+    inst = _memory("slow")
+    send = inst.send
+    slow = [True]
+
+    async def slow_send(envelopes: Sequence[Envelope]) -> None:
+        if slow[0]:
+            slow[0] = False
+            await asyncio.sleep(0.3)
+        await send(envelopes)
+
+    inst.send = slow_send  # type: ignore[method-assign]
+    await gw.start(inst)
+    try:
+        first = [b"a", b"b", b"c"]
+        await _publish(gw, first)
+        await asyncio.sleep(0.05)  # the first batch is committed with its backlog puts
+        await _publish(gw, [b"d", b"e"])
+        records = await get_bus("slow").wait_for(8)  # a, b, c twice; d, e once
+        await settle(gw.qm, gw.service)
+        got = [r.payload for r in get_bus("slow").records]
+        assert _first_seen(got) == [b"a", b"b", b"c", b"d", b"e"]
+        assert got[:3] == first  # the slow send first, then the backlog's copy
+        assert len(records) >= 8
+        fw = gw.service.sink_backlogs.forwarders["slow"]
+        assert fw.counters.direct == 0  # no hand-over for a while after a slow one
+        assert puts[0] == 5
+        assert gw.qm.queue_depth(backlog_queue_name("slow")) == 0
+        assert gw.qm.queue_depth(STOCK) == 0
+    finally:
+        await gw.close()
+        reset_buses()
+
+
+async def test_a_failed_direct_send_is_retried_from_the_backlog(tmp_path: Path) -> None:
+    """The sink fails the hand-over (retriably): the deliveries are on the backlog and
+    the forwarder delivers them once the sink is back; nothing is lost."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    puts = _count_backlog_puts(gw)
+    inst = _memory("flaky")
+    send = inst.send
+    fails = [1]
+
+    async def flaky_send(envelopes: Sequence[Envelope]) -> None:
+        if fails[0]:
+            fails[0] -= 1
+            raise PluginError("flaky", retriable=True)
+        await send(envelopes)
+
+    inst.send = flaky_send  # type: ignore[method-assign]
+    await gw.start(inst)
+    try:
+        await _publish(gw, [b"x", b"y"])
+        records = await get_bus("flaky").wait_for(2)
+        await settle(gw.qm, gw.service)
+        assert [r.payload for r in records] == [b"x", b"y"]
+        assert puts[0] == 2
+        fw = gw.service.sink_backlogs.forwarders["flaky"]
+        assert fw.counters.direct == 0
+        assert fw.counters.delivered == 2
+        assert gw.qm.queue_depth(backlog_queue_name("flaky")) == 0
+    finally:
+        await gw.close()
+        reset_buses()
+
+
+async def test_no_direct_hand_over_while_the_backlog_holds_deliveries(tmp_path: Path) -> None:
+    """A backlog that is not empty (the sink was down) keeps the backlog path, so what
+    waited there is not overtaken by newer deliveries."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    bus = get_bus("late")
+    bus.down = True
+    await gw.start(_memory("late"))
+    try:
+        await _publish(gw, [b"1", b"2"])
+        deadline = time.monotonic() + 10
+        while gw.qm.queue_depth(backlog_queue_name("late")) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert gw.qm.queue_depth(backlog_queue_name("late")) == 2
+        await _publish(gw, [b"3"])
+        await asyncio.sleep(0.1)
+        bus.down = False
+        records = await bus.wait_for(3)
+        await settle(gw.qm, gw.service)
+        assert [r.payload for r in records] == [b"1", b"2", b"3"]
+        assert gw.service.sink_backlogs.forwarders["late"].counters.direct == 0
+    finally:
+        await gw.close()
+        reset_buses()
+
+
+async def test_disabled_hand_over_puts_everything_on_the_backlog(tmp_path: Path) -> None:
+    reset_buses()
+    gw = _gateway(tmp_path)
+    gw.service.sink_backlogs.direct_ack_timeout = 0
+    puts = _count_backlog_puts(gw)
+    await gw.start(_memory("plain"))
+    try:
+        await _publish(gw, [b"p", b"q"])
+        records = await get_bus("plain").wait_for(2)
+        assert [r.payload for r in records] == [b"p", b"q"]
+        assert puts[0] == 2
+        assert gw.service.sink_backlogs.forwarders["plain"].counters.direct == 0
+    finally:
+        await gw.close()
+        reset_buses()
+
+
+async def test_a_crash_between_the_sink_ack_and_the_commit_loses_nothing(tmp_path: Path) -> None:
+    """The child process hands publications to its sink (a record file, fsynced before
+    the acknowledgement) and is SIGKILLed after the acknowledgement, before the stream
+    batch commits. After a restart every publication is in the record file (some twice:
+    the re-delivered batch is sent again), the stream queue and the backlog are empty."""
+    reset_buses()
+    records = tmp_path / "records.jsonl"
+    payloads = [f"c{i}".encode() for i in range(6)]
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), str(tmp_path), str(records)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.strip() == "acked", line
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(30)
+    before = [json.loads(ln)["payload"] for ln in records.read_text().splitlines()]
+    assert before == [p.decode() for p in payloads]  # acknowledged, not committed
+    gw = _gateway(tmp_path)
+    assert gw.qm.queue_depth(STOCK) == len(payloads)  # the batch came back
+    await gw.start(_memory("crash", records))
+    try:
+        await get_bus("crash").wait_for(len(payloads))
+        await settle(gw.qm, gw.service)
+        after = [json.loads(ln)["payload"] for ln in records.read_text().splitlines()]
+        assert after[: len(payloads)] == before
+        assert _first_seen([a.encode() for a in after]) == payloads
+        assert sorted(set(after)) == sorted(p.decode() for p in payloads)
+        assert gw.qm.queue_depth(STOCK) == 0
+        assert gw.qm.queue_depth(backlog_queue_name("crash")) == 0
+    finally:
+        await gw.close()
+        reset_buses()
