@@ -17,8 +17,10 @@ them before the stream messages leave the queue; a crash before the commit re-de
 the batch: duplicates, never a loss). Otherwise — refused, failed, slow — the deliveries
 are put on the backlog in the same unit of work, exactly as without the hand-over, and
 the forwarder sends nothing before the hand-over's send has ended (the sink keeps the
-stream's order; it may see those deliveries twice), and that sink gets no hand-over for
-``direct_pause`` seconds.
+stream's order). If that send ends acknowledged after all (it was only slow), the
+forwarder commits those backlog copies away unsent, so a slow sink sees no duplicate;
+if it failed, the copies are sent. That sink gets no hand-over for ``direct_pause``
+seconds.
 """
 
 from __future__ import annotations
@@ -197,9 +199,14 @@ class SinkBacklogs:
             if not h.task.done():
                 log.debug("sink %s: no acknowledgement in time: via the backlog", h.name)
             h.fw.pause_direct(self.direct_pause)
-            puts.extend(
+            copies = [
                 self.put_of(h.name, d, e) for d, e in zip(h.deliveries, h.envelopes, strict=True)
-            )
+            ]
+            if not h.task.done():
+                # still sending: if it ends acknowledged, the forwarder takes these
+                # copies off the backlog unsent (no duplicate without a failure)
+                h.fw.copies_of_direct([p.md.msg_id for p in copies])
+            puts.extend(copies)
         return puts
 
     @staticmethod

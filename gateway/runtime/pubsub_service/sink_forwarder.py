@@ -119,6 +119,12 @@ class SinkForwarder:
         #: the service's direct hand-over still sending (:meth:`send_directly`): the
         #: forwarder sends nothing before it ends, so the sink sees the stream's order
         self._direct: asyncio.Task[None] | None = None
+        #: backlog MsgIds of the copies the service put of the hand-over in flight (it
+        #: was not acknowledged in time); once it ends acknowledged they are taken off
+        #: the backlog unsent, so a slow acknowledgement costs no duplicate
+        self._direct_copies: frozenset[bytes] = frozenset()
+        #: copies whose hand-over ended acknowledged: committed away without a send
+        self._acked_copies: set[bytes] = set()
         #: no direct hand-over before this time (monotonic): set after one was not
         #: acknowledged in time, so a slow sink does not get many duplicates
         self._no_direct_until = 0.0
@@ -149,8 +155,9 @@ class SinkForwarder:
         """Start ``sink.send(envelopes)`` for the service (fix 5 of docs/performance.md:
         the idle forwarder's direct hand-over). The service commits its unit of work
         without a backlog put only if this ends without error before the commit;
-        otherwise it puts the deliveries on the backlog as usual (the sink may then
-        see them twice: at-least-once). Until the send ends, the forwarder waits."""
+        otherwise it puts the deliveries on the backlog as usual (:meth:`copies_of_direct`
+        names them; they are sent only if this send fails). Until it ends, the
+        forwarder waits."""
         sink = self._sink()
 
         async def send() -> None:
@@ -170,6 +177,11 @@ class SinkForwarder:
         self._direct = task
         return task
 
+    def copies_of_direct(self, msg_ids: list[bytes]) -> None:
+        """The backlog copies (MsgIds) of the hand-over still sending; see
+        :meth:`_direct_settled`."""
+        self._direct_copies = frozenset(msg_ids)
+
     def directly_delivered(self, count: int) -> None:
         """Count ``count`` deliveries the service committed after a direct hand-over."""
         self.counters.delivered += count
@@ -185,13 +197,20 @@ class SinkForwarder:
         then backed out, BackoutCount + 1). A refusal is sent again at once: the sink
         refuses it again and the forwarder dead-letters it."""
         task, self._direct = self._direct, None
+        copies, self._direct_copies = self._direct_copies, frozenset()
         if task is None:
             return True
         if not task.done():
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
         exc = None if task.cancelled() else task.exception()
-        if exc is None or isinstance(exc, DeliveryRefusedError):
+        if exc is None and not task.cancelled():
+            # acknowledged, only too late for the service's commit: the sink has these
+            if len(self._acked_copies) > 65536:  # copies of a unit of work backed out
+                self._acked_copies.clear()
+            self._acked_copies |= copies
+            return True
+        if isinstance(exc, DeliveryRefusedError):
             return True
         await self._pause(self.retry_delay * random.uniform(0.8, 1.2))
         return not self._stop.is_set()
@@ -332,6 +351,10 @@ class SinkForwarder:
                 reasons.append(exc.reason)
         if not await self._direct_settled():
             return len(msgs)  # stopping: the unit of work stays open, run() backs it out
+        acked_copies = [m.md.msg_id for m, _ in pending if m.md.msg_id in self._acked_copies]
+        if acked_copies:
+            skip = set(acked_copies)
+            pending = [(m, e) for m, e in pending if m.md.msg_id not in skip]
         try:
             await self._send(pending, puts, reasons, q_mgr)
         except Exception:
@@ -350,6 +373,9 @@ class SinkForwarder:
             await put_all(conn, puts, self.dlq)
         await conn.commit()
         self.envelopes.discard([m.md.msg_id for m in msgs])
+        if acked_copies:
+            self._acked_copies.difference_update(acked_copies)
+            self.directly_delivered(len(acked_copies))
         for p, reason in zip(puts, reasons, strict=True):
             self.counters.dead_lettered[reason] = self.counters.dead_lettered.get(reason, 0) + 1
             if p.kind == "backout_queue":
