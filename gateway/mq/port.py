@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
@@ -326,8 +326,14 @@ async def put_each(
             except MQError as exc:
                 out.append(exc)
     finally:
-        for h in handles.values():
-            if not isinstance(h, MQError):
-                with contextlib.suppress(MQError):
-                    await h.close()
+        await close_opened(handles.values())
     return out
+
+
+async def close_opened(handles: Iterable[QueueHandle | MQError]) -> None:
+    """Close the handles a batch of puts opened (an entry that is the reason its open
+    failed is skipped); a failing close is ignored: the puts' outcomes are what count."""
+    for h in handles:
+        if not isinstance(h, MQError):
+            with contextlib.suppress(MQError):
+                await h.close()

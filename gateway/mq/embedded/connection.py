@@ -8,7 +8,6 @@ a connection owns a unit of work and the handles opened through it (:mod:`.handl
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from gateway.mq.port import (
     OpenOption,
     PutItem,
     PutOptions,
+    close_opened,
     output_options,
     put_each,
 )
@@ -265,10 +265,7 @@ class EmbeddedConnection:
                 except MQError as exc:
                     out.append(exc)
         finally:
-            for h in handles.values():
-                if not isinstance(h, MQError):
-                    with contextlib.suppress(MQError):
-                        await h.close()
+            await close_opened(handles.values())
         return out
 
     async def commit(self, sync: ChannelSync | None = None) -> None:

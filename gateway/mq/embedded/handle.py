@@ -314,16 +314,7 @@ class EmbeddedQueueHandle:
                     waiting(hop, lane)
         else:
             stored_md = clone_md(out)
-        qdef = qm.catalogue.get(q.name)
-        assert qdef is not None
-        if len(stored_body) > qdef.max_msg_length:
-            raise MQError(
-                Reason.MSG_TOO_BIG_FOR_Q,
-                f"message of {len(stored_body)} bytes exceeds MAXMSGL {qdef.max_msg_length} "
-                f"of {q.name}",
-            )
-        if q.depth >= qdef.max_depth:
-            raise MQError(Reason.Q_FULL, f"queue {q.name} is full (MAXDEPTH {qdef.max_depth})")
+        _check_room(qm.catalogue, q, len(stored_body))
         priority = min(max(stored_md.priority, 0), 9)
         expiry_at = now + out.expiry / 10 if out.expiry > 0 else None
         persistent = stored_md.persistence == Persistence.PERSISTENT
@@ -405,16 +396,7 @@ class EmbeddedQueueHandle:
                 f"message of {len(body)} bytes exceeds the queue manager's MAXMSGL "
                 f"{qm.catalogue.qmgr.max_msg_length}",
             )
-        qdef = qm.catalogue.get(q.name)
-        assert qdef is not None
-        if len(body) > qdef.max_msg_length:
-            raise MQError(
-                Reason.MSG_TOO_BIG_FOR_Q,
-                f"message of {len(body)} bytes exceeds MAXMSGL {qdef.max_msg_length} "
-                f"of {q.name}",
-            )
-        if q.depth >= qdef.max_depth:
-            raise MQError(Reason.Q_FULL, f"queue {q.name} is full (MAXDEPTH {qdef.max_depth})")
+        _check_room(qm.catalogue, q, len(body))
         before = _completed_of(md)
         md.persistence, md.priority = persistence, priority
         if opts.new_msg_id or md.msg_id == MI_NONE:
@@ -480,6 +462,20 @@ class EmbeddedQueueHandle:
             if self._options & OpenOption.OUTPUT:
                 q.output_count -= 1
 
+
+
+def _check_room(catalogue: ObjectCatalogue, q: LocalQueue, size: int) -> None:
+    """MAXMSGL and MAXDEPTH of the queue a put lands on (2030, 2053): one check for
+    put and put_owned, so the fan-out path refuses exactly what a single put does."""
+    qdef = catalogue.get(q.name)
+    assert qdef is not None
+    if size > qdef.max_msg_length:
+        raise MQError(
+            Reason.MSG_TOO_BIG_FOR_Q,
+            f"message of {size} bytes exceeds MAXMSGL {qdef.max_msg_length} of {q.name}",
+        )
+    if q.depth >= qdef.max_depth:
+        raise MQError(Reason.Q_FULL, f"queue {q.name} is full (MAXDEPTH {qdef.max_depth})")
 
 def _inquire_one(
     sel: QueueAttr, d: QueueDef, local: LocalQueue | None, cat: ObjectCatalogue
