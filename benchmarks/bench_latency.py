@@ -280,7 +280,47 @@ def app_child(argv: list[str]) -> int:
     )
     for first, end, at in committed:
         print(first, end, repr(at))
+    print("cpu", repr(time.process_time()))
     return 0
+
+
+async def app_alone(work: Path, units: int, per_unit: int, async_put: bool) -> None:
+    """``--app-alone``: the MQ application process putting ``units`` units of work back to
+    back over the local socket, with no broker service or sink: its achieved rate and
+    the CPU per message of the queue manager's process (the socket's server) and of the
+    application's."""
+    qm = EmbeddedQueueManager("QMAPP", work / f"qm-alone-{int(async_put)}-{time.time_ns()}")
+    qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
+    server = QueueManagerServer(qm)
+    await server.start()
+    try:
+        total = WARM_UP + units * per_unit
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.bench_latency", "--app-child",
+            str(qm.path), "1e9", str(total), str(per_unit), "1" if async_put else "0",
+            stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.PIPE,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        await asyncio.wait_for(child.stdout.readline(), 120)
+        cpu = time.process_time()
+        start = time.perf_counter()
+        child.stdin.write(f"{start!r}\n".encode())
+        out, _ = await child.communicate()
+        server_cpu = time.process_time() - cpu
+        lines = [ln.split() for ln in out.decode().splitlines()]
+        rows = [(int(a), int(b), float(c)) for a, b, c in (ln for ln in lines if len(ln) == 3)]
+        app_cpu = next(float(ln[1]) for ln in lines if ln[0] == "cpu")
+        n = rows[-1][1] - rows[0][0]
+        print(
+            f"  MQ application alone ({'async' if async_put else 'sync'} put, {per_unit} per "
+            f"unit): {n / (rows[-1][2] - start):,.0f} msg/s; queue manager process "
+            f"{server_cpu * 1e6 / n:,.0f} us/msg, application process (whole, with its "
+            f"start) {app_cpu * 1e6 / n:,.0f} us/msg",
+            flush=True,
+        )
+    finally:
+        await server.stop()
+        await qm.close()
 
 
 async def measure(
@@ -362,7 +402,7 @@ async def measure(
             if child.returncode:
                 raise SystemExit(f"the MQ application process failed ({child.returncode})")
             rows = (ln.split() for ln in out.decode().splitlines())
-            committed = [(int(a), int(b), float(c)) for a, b, c in rows]
+            committed = [(int(r[0]), int(r[1]), float(r[2])) for r in rows if len(r) == 3]
         if committed:
             # the application's own pace: its achieved rate and how far behind its
             # schedule each unit's commit came (it is open loop: late means slow)
@@ -653,10 +693,30 @@ def main(argv: list[str] | None = None) -> int:
         help="the MQ application waits for each put's reply (by default it puts "
         "asynchronously, MQPMO_ASYNC_RESPONSE, checked at each commit)",
     )
+    parser.add_argument(
+        "--app-alone",
+        type=int,
+        default=0,
+        metavar="UNITS",
+        help="only the MQ application: UNITS units of work back to back over the local "
+        "socket, synchronous then asynchronous puts (rate and CPU per message)",
+    )
     parser.add_argument("--app-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.app_child:
         return app_child(args.app_child)
+    if args.app_alone:
+
+        async def alone() -> int:
+            work = Path(tempfile.mkdtemp(prefix="mqgw-bench-app-"))
+            try:
+                for async_put in (False, True):
+                    await app_alone(work, args.app_alone, args.per_unit, async_put)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            return 0
+
+        return asyncio.run(alone())
     rates = [float(r) for r in args.rates.split(",")]
     paths = set(args.paths.split(","))
     return asyncio.run(

@@ -208,8 +208,10 @@ class _Session:
             try:
                 length = frame_length(prefix)
                 try:
-                    payload = await asyncio.wait_for(reader.readexactly(length),
-                                                     FRAME_READ_TIMEOUT_S)
+                    # asyncio.timeout, not wait_for: no task per frame (pipelined
+                    # asynchronous puts arrive many frames to a read)
+                    async with asyncio.timeout(FRAME_READ_TIMEOUT_S):
+                        payload = await reader.readexactly(length)
                 except asyncio.IncompleteReadError:
                     raise ProtocolError(Reason.DATA_LENGTH_ERROR,
                                         "the connection ended inside a frame") from None
