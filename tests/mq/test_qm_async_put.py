@@ -243,6 +243,25 @@ async def test_async_frames_break_the_protocol_like_any_other(
         status_from_json({"object_name": 5})
 
 
+async def test_a_frame_cut_short_still_times_out(
+    served: EmbeddedQueueManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frame read's timeout (asyncio.timeout since the asynchronous-put pass) still
+    ends a connection whose frame stalls."""
+    import gateway.mq.embedded.qm_server as qm_server
+
+    monkeypatch.setattr(qm_server, "FRAME_READ_TIMEOUT_S", 0.2)
+    reader, writer = await asyncio.open_unix_connection(str(served.path / "qm.sock"))
+    try:
+        frame = encode_frame({"op": "connect", "version": 1})
+        writer.write(frame[:-3])  # the last bytes never come
+        await writer.drain()
+        reply = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    assert b"was not complete" in reply and b'"closing":true' in reply
+
+
 CHILD = r"""
 import asyncio, os, signal, sys
 from gateway.mq.embedded.client import connect_local
