@@ -117,6 +117,23 @@ async def test_an_async_put_is_done_before_the_next_call_of_the_connection(
     assert (await q.get(GetOptions(wait_ms=0))).body == b"second"
 
 
+async def test_an_async_put_during_a_waiting_get_waits_for_it(
+    served: EmbeddedQueueManager, conn: ClientConnection
+) -> None:
+    """Two tasks on one connection: the put issued while a get waits is written after the
+    get's reply (a frame during a get would break the protocol), and nothing is lost."""
+    inp = await conn.open("APP.Q", OpenOption.INPUT_SHARED)
+    out = await conn.open("OTHER.Q", OpenOption.OUTPUT)
+    waiting = asyncio.create_task(inp.get(GetOptions(wait_ms=300)))
+    await asyncio.sleep(0.05)
+    await out.put(_md(), b"later", ASYNC)
+    with pytest.raises(MQError) as info:
+        await waiting
+    assert info.value.reason == Reason.NO_MSG_AVAILABLE
+    assert await async_put_status(conn) == AsyncPutStatus(put_success_count=1)
+    assert await _drain(served, "OTHER.Q") == [b"later"]
+
+
 async def test_the_returned_descriptor_has_the_ids_the_queue_holds(
     served: EmbeddedQueueManager, conn: ClientConnection
 ) -> None:

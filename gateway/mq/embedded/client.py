@@ -176,7 +176,7 @@ class ClientConnection:
             self._queue(frame)
         if self._pending_bytes >= ASYNC_FLUSH_BYTES:
             async with self._lock:
-                self._flush()
+                self._flush(force=True)
                 try:
                     await self._writer.drain()
                 except ConnectionError as exc:
@@ -190,12 +190,15 @@ class ClientConnection:
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
 
-    def _flush(self) -> None:
-        """Write the queued frames (a call holding the lock writes them itself)."""
-        self._flush_handle = None
+    def _flush(self, force: bool = False) -> None:
+        """Write the queued frames. Not while a call holds the lock (unless ``force``: the
+        caller holds it): that call writes them itself, before its own frame; a frame
+        written while a call waits for its reply would break the protocol."""
+        if not force:
+            self._flush_handle = None
         if not self._pending or not self._open:
             return
-        if self._lock.locked() and self._pending_bytes < ASYNC_FLUSH_BYTES:
+        if self._lock.locked() and not force:
             return
         data = b"".join(self._pending)
         self._pending.clear()
