@@ -21,6 +21,9 @@ the service's backlog put, the forwarder handing it to the sink, the sink's
 acknowledgement, the forwarder's commit; instrumented from outside, by wrapping those
 methods) and prints p50/p99 of each step: where the latency goes.
 ``--no-direct``: no direct hand-over to an idle sink (every delivery via the backlog).
+The MQ application puts asynchronously (MQPMO_ASYNC_RESPONSE: no reply per put; a failed
+put fails the unit's commit), as a throughput-minded MQ client does; ``--sync-put``: one
+round trip per put (before issue 16's asynchronous-put pass). The summary row says which.
 Run: .venv/bin/python -m benchmarks.bench_latency [--rates 1000,200] [--seconds 3] [--stages]
 """
 
@@ -35,7 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,16 +230,20 @@ def unit_times(start: float, rate: float, total: int, per_unit: int) -> Iterator
 
 
 async def run_app(
-    qm: Any, start: float, rate: float, total: int, per_unit: int
+    qm: Any, get_start: Callable[[], Awaitable[float]], rate: float, total: int,
+    per_unit: int, async_put: bool = True,
 ) -> list[tuple[int, int, float]]:
     """The MQ application: puts on the open-loop schedule; (first, end, commit time)
     of each unit of work. ``qm`` is the embedded queue manager (same event loop) or a
-    client of its local socket (its own process)."""
+    client of its local socket (its own process); ``get_start`` gives the schedule's
+    start once the application has connected and opened the queue (a process that is
+    slow to start on a loaded machine is not counted late)."""
     conn = await qm.connect()
     committed: list[tuple[int, int, float]] = []
     try:
         handle = await conn.open(STREAM, OpenOption.OUTPUT)
-        opts = PutOptions(syncpoint=True)
+        start = await get_start()
+        opts = PutOptions(syncpoint=True, async_response=async_put)
         for first, at in unit_times(start, rate, total, per_unit):
             delay = at - time.perf_counter()
             if delay > 0:
@@ -253,19 +260,67 @@ async def run_app(
 
 
 def app_child(argv: list[str]) -> int:
-    """``--app-child QM_DIR START RATE TOTAL PER_UNIT``: the MQ application in its own
-    process over the queue manager's local socket, as a real MQ application runs; prints
-    the commit time of each unit of work (perf_counter is CLOCK_MONOTONIC: one clock
-    for both processes)."""
+    """``--app-child QM_DIR RATE TOTAL PER_UNIT ASYNC``: the MQ application in its own
+    process over the queue manager's local socket, as a real MQ application runs. Once
+    connected it prints ``ready`` and reads the schedule's start from stdin; at the end it
+    prints the commit time of each unit of work (perf_counter is CLOCK_MONOTONIC: one
+    clock for both processes)."""
     from gateway.mq.embedded.client import ClientQueueManager
 
-    where, start, rate, total, per_unit = argv
+    where, rate, total, per_unit, async_put = argv
+
+    async def get_start() -> float:
+        print("ready", flush=True)
+        line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        return float(line)
+
     committed = asyncio.run(
-        run_app(ClientQueueManager(where), float(start), float(rate), int(total), int(per_unit))
+        run_app(ClientQueueManager(where), get_start, float(rate), int(total), int(per_unit),
+                async_put == "1")
     )
     for first, end, at in committed:
         print(first, end, repr(at))
+    print("cpu", repr(time.process_time()))
     return 0
+
+
+async def app_alone(work: Path, units: int, per_unit: int, async_put: bool) -> None:
+    """``--app-alone``: the MQ application process putting ``units`` units of work back to
+    back over the local socket, with no broker service or sink: its achieved rate and
+    the CPU per message of the queue manager's process (the socket's server) and of the
+    application's."""
+    qm = EmbeddedQueueManager("QMAPP", work / f"qm-alone-{int(async_put)}-{time.time_ns()}")
+    qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
+    server = QueueManagerServer(qm)
+    await server.start()
+    try:
+        total = WARM_UP + units * per_unit
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.bench_latency", "--app-child",
+            str(qm.path), "1e9", str(total), str(per_unit), "1" if async_put else "0",
+            stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.PIPE,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        await asyncio.wait_for(child.stdout.readline(), 120)
+        cpu = time.process_time()
+        start = time.perf_counter()
+        child.stdin.write(f"{start!r}\n".encode())
+        out, _ = await child.communicate()
+        server_cpu = time.process_time() - cpu
+        lines = [ln.split() for ln in out.decode().splitlines()]
+        rows = [(int(a), int(b), float(c)) for a, b, c in (ln for ln in lines if len(ln) == 3)]
+        app_cpu = next(float(ln[1]) for ln in lines if ln[0] == "cpu")
+        n = rows[-1][1] - rows[0][0]
+        print(
+            f"  MQ application alone ({'async' if async_put else 'sync'} put, {per_unit} per "
+            f"unit): {n / (rows[-1][2] - start):,.0f} msg/s; queue manager process "
+            f"{server_cpu * 1e6 / n:,.0f} us/msg, application process (whole, with its "
+            f"start) {app_cpu * 1e6 / n:,.0f} us/msg",
+            flush=True,
+        )
+    finally:
+        await server.stop()
+        await qm.close()
 
 
 async def measure(
@@ -277,6 +332,7 @@ async def measure(
     clock: StageClock | None = None,
     app_in_loop: bool = False,
     after_warm_up: Callable[[], None] = lambda: None,
+    async_put: bool = True,
 ) -> list[float]:
     """Latencies (ms) of ``rate * seconds`` publications put on an open-loop schedule."""
     scheduled: dict[int, float] = {}
@@ -316,24 +372,51 @@ async def measure(
             await conn.disconnect()
         await asyncio.wait_for(warm.wait(), 60)
         after_warm_up()
-        # The child needs a moment to start and connect; the schedule waits for it.
-        start = time.perf_counter() + (0.05 if app_in_loop else 1.5)
-        for first, at in unit_times(start, rate, total, per_unit):
-            for seq in range(first, min(total, first + per_unit)):
-                scheduled[seq] = at
+        start = 0.0
+
+        async def get_start() -> float:
+            # the schedule starts once the application is connected (a child process
+            # can take seconds to start on a loaded machine)
+            nonlocal start
+            start = time.perf_counter() + 0.05
+            for first, at in unit_times(start, rate, total, per_unit):
+                for seq in range(first, min(total, first + per_unit)):
+                    scheduled[seq] = at
+            return start
+
         if app_in_loop:
-            committed = await run_app(qm, start, rate, total, per_unit)
+            committed = await run_app(qm, get_start, rate, total, per_unit, async_put)
         else:
             child = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "benchmarks.bench_latency", "--app-child",
-                str(qm.path), repr(start), repr(rate), str(total), str(per_unit),
-                stdout=asyncio.subprocess.PIPE,
+                str(qm.path), repr(rate), str(total), str(per_unit),
+                "1" if async_put else "0", stdout=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.PIPE,
             )
+            assert child.stdout is not None and child.stdin is not None
+            ready = await asyncio.wait_for(child.stdout.readline(), 120)
+            if ready.strip() != b"ready":
+                raise SystemExit(f"the MQ application process did not start: {ready!r}")
+            child.stdin.write(f"{await get_start()!r}\n".encode())
             out, _ = await child.communicate()
             if child.returncode:
                 raise SystemExit(f"the MQ application process failed ({child.returncode})")
             rows = (ln.split() for ln in out.decode().splitlines())
-            committed = [(int(a), int(b), float(c)) for a, b, c in rows]
+            committed = [(int(r[0]), int(r[1]), float(r[2])) for r in rows if len(r) == 3]
+        if committed:
+            # the application's own pace: its achieved rate and how far behind its
+            # schedule each unit's commit came (it is open loop: late means slow)
+            lags = [
+                (at - (start + (first - WARM_UP) / rate)) * 1000 for first, _, at in committed
+            ]
+            n_app = committed[-1][1] - committed[0][0]
+            print(
+                f"  MQ application ({'async' if async_put else 'sync'} put): {n_app:,} msgs "
+                f"committed at {n_app / max(committed[-1][2] - start, 1e-9):,.0f} msg/s "
+                f"(offered {rate:,.0f}); scheduled -> committed p50 "
+                f"{percentile(lags, 0.5):.1f} ms, p99 {percentile(lags, 0.99):.1f} ms",
+                flush=True,
+            )
         if clock is not None:
             for first, end, at in committed:
                 for seq in range(first, end):
@@ -361,6 +444,7 @@ async def with_gateway(
     stages: bool = False,
     app_in_loop: bool = False,
     direct: bool = True,
+    async_put: bool = True,
 ) -> list[float]:
     qm = EmbeddedQueueManager("QMLAT", work / f"qm-{name}")
     qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
@@ -389,7 +473,8 @@ async def with_gateway(
         clock = StageClock() if stages else None
         with clock.installed() if clock is not None else contextlib.nullcontext():
             lat = await measure(
-                qm, consumer, rate, seconds, per_unit, clock, app_in_loop, after_warm_up
+                qm, consumer, rate, seconds, per_unit, clock, app_in_loop, after_warm_up,
+                async_put,
             )
         if clock is not None:
             print(f"  stages of {name} at {rate:,.0f} msg/s offered:", flush=True)
@@ -470,7 +555,10 @@ def mqtt_consumer(broker: MosquittoBroker, prefix: str) -> Consumer:
     return consume
 
 
-def report(path: str, latencies: list[float], rate: float, per_unit: int, *, goal: bool) -> None:
+def report(
+    path: str, latencies: list[float], rate: float, per_unit: int, *, goal: bool,
+    async_put: bool = True,
+) -> None:
     p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
     print(
         f"{path:28s} {rate:,.0f} msg/s offered, {len(latencies):,} msgs: p50 {p50:6.1f} ms  "
@@ -485,7 +573,8 @@ def report(path: str, latencies: list[float], rate: float, per_unit: int, *, goa
             GOAL_P99_MS if goal else None,
             kind="latency",
             unit="ms",
-            note=f"{rate:,.0f} msg/s offered, {per_unit} per MQ unit of work",
+            note=f"{rate:,.0f} msg/s offered, {per_unit} per MQ unit of work, "
+            + ("asynchronous puts" if async_put else "synchronous puts"),
         )
     )
 
@@ -498,6 +587,7 @@ async def run(
     stages: bool = False,
     app_in_loop: bool = False,
     direct: bool = True,
+    async_put: bool = True,
 ) -> int:
     """The first rate is the goal's (recorded with the goal); the others are info rows."""
     work = Path(tempfile.mkdtemp(prefix="mqgw-bench-latency-"))
@@ -527,8 +617,10 @@ async def run(
                         stages,
                         app_in_loop,
                         direct,
+                        async_put,
                     )
-                    report("MQ put -> Kafka consumer", lat, rate, per_unit, goal=i == 0)
+                    report("MQ put -> Kafka consumer", lat, rate, per_unit, goal=i == 0,
+                           async_put=async_put)
             finally:
                 kafka.stop()
         if "mqtt" in paths:
@@ -558,8 +650,10 @@ async def run(
                         stages,
                         app_in_loop,
                         direct,
+                        async_put,
                     )
-                    report("MQ put -> MQTT subscriber", lat, rate, per_unit, goal=i == 0)
+                    report("MQ put -> MQTT subscriber", lat, rate, per_unit, goal=i == 0,
+                           async_put=async_put)
             finally:
                 mqtt.stop()
     finally:
@@ -593,10 +687,36 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="no direct hand-over to an idle sink: every delivery through the backlog",
     )
+    parser.add_argument(
+        "--sync-put",
+        action="store_true",
+        help="the MQ application waits for each put's reply (by default it puts "
+        "asynchronously, MQPMO_ASYNC_RESPONSE, checked at each commit)",
+    )
+    parser.add_argument(
+        "--app-alone",
+        type=int,
+        default=0,
+        metavar="UNITS",
+        help="only the MQ application: UNITS units of work back to back over the local "
+        "socket, synchronous then asynchronous puts (rate and CPU per message)",
+    )
     parser.add_argument("--app-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.app_child:
         return app_child(args.app_child)
+    if args.app_alone:
+
+        async def alone() -> int:
+            work = Path(tempfile.mkdtemp(prefix="mqgw-bench-app-"))
+            try:
+                for async_put in (False, True):
+                    await app_alone(work, args.app_alone, args.per_unit, async_put)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            return 0
+
+        return asyncio.run(alone())
     rates = [float(r) for r in args.rates.split(",")]
     paths = set(args.paths.split(","))
     return asyncio.run(
@@ -608,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
             args.stages,
             args.app_in_loop,
             not args.no_direct,
+            not args.sync_put,
         )
     )
 

@@ -113,6 +113,13 @@ class PutOptions:
     by the queue manager, as a broker or channel does when it forwards a message.
     ``set_identity_context``: MQPMO_SET_IDENTITY_CONTEXT (UserIdentifier, AccountingToken,
     ApplIdentityData kept; origin context filled by the queue manager).
+    ``async_response``: MQPMO_ASYNC_RESPONSE (:data:`PMO_ASYNC_RESPONSE`): the put returns
+    without waiting for the queue manager; a failure is reported later, by
+    :func:`async_put_status` (MQSTAT) and, under syncpoint, by the commit, which then
+    backs the whole unit of work out and fails (MQRC_BACKED_OUT). The returned descriptor
+    is the caller's, with the MsgId (and CorrelId) set when they were to be generated.
+    An adapter that cannot put asynchronously puts synchronously (as MQ does for a
+    message not eligible for it).
     """
 
     syncpoint: bool = False
@@ -120,6 +127,44 @@ class PutOptions:
     new_correl_id: bool = False
     set_all_context: bool = False
     set_identity_context: bool = False
+    async_response: bool = False
+
+
+#: MQPMO_ASYNC_RESPONSE and MQPMO_SYNC_RESPONSE (cmqc.h): put-message options.
+PMO_ASYNC_RESPONSE = 0x10000
+PMO_SYNC_RESPONSE = 0x20000
+#: MQSTAT_TYPE_ASYNC_ERROR (cmqc.h): the status type of :func:`async_put_status`.
+STAT_TYPE_ASYNC_ERROR = 0
+
+
+@dataclass(slots=True)
+class AsyncPutStatus:
+    """MQSTS for MQSTAT_TYPE_ASYNC_ERROR: the first failure (or warning) of the
+    asynchronous puts of a connection since the last status call, and their counts.
+    ``comp_code``/``reason`` are 0 when none failed; ``object_name`` names the queue of
+    the first failure (as opened), ``resolved_*`` where it resolved."""
+
+    comp_code: int = 0
+    reason: int = 0
+    put_success_count: int = 0
+    put_warning_count: int = 0
+    put_failure_count: int = 0
+    object_name: str = ""
+    object_q_mgr_name: str = ""
+    resolved_object_name: str = ""
+    resolved_q_mgr_name: str = ""
+
+    def merge(self, later: AsyncPutStatus) -> None:
+        """Add ``later``'s counts; its first failure replaces ours only when we have
+        none, or ours is a warning and it is a failure (MQSTAT's rule)."""
+        self.put_success_count += later.put_success_count
+        self.put_warning_count += later.put_warning_count
+        self.put_failure_count += later.put_failure_count
+        if later.comp_code > self.comp_code:
+            self.comp_code, self.reason = later.comp_code, later.reason
+            self.object_name, self.object_q_mgr_name = later.object_name, later.object_q_mgr_name
+            self.resolved_object_name = later.resolved_object_name
+            self.resolved_q_mgr_name = later.resolved_q_mgr_name
 
 
 @dataclass(slots=True)
@@ -288,6 +333,17 @@ async def put_many(
         result: list[MQMD | MQError] = await native(items, options)
         return result
     return await put_each(conn, items, options)
+
+
+async def async_put_status(conn: Connection) -> AsyncPutStatus:
+    """MQSTAT(MQSTAT_TYPE_ASYNC_ERROR): the connection's asynchronous-put status since
+    the last call, then reset. An adapter without the optional verb ``async_status``
+    puts synchronously (every failure was raised by its put): nothing to report."""
+    native = getattr(conn, "async_status", None)
+    if native is None:
+        return AsyncPutStatus()
+    status: AsyncPutStatus = await native()
+    return status
 
 
 def output_options(options: PutOptions) -> OpenOption:

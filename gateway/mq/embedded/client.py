@@ -6,6 +6,13 @@ applications, ``mqgw qm put/get/browse``, the dead-letter handler) runs unchange
 it, in a process of its own. The server is :mod:`.qm_server`; the frames are
 :mod:`.qm_protocol`. The identity the queue manager stamps on puts (UserIdentifier) is
 this process's OS user, taken by the server from the socket, not from the client.
+
+Asynchronous put (``PutOptions(async_response=True)``, MQPMO_ASYNC_RESPONSE): the put
+is a ``put_async`` frame with no reply, kept in memory and written with the frames
+around it (at the end of the event loop's current step, or with the next call, in one
+write), so ten puts and a commit cost one write and one reply. A failure is reported by
+:meth:`ClientConnection.async_status` (MQSTAT) and, under syncpoint, by the commit, which
+backs the unit of work out and raises MQError 2003 (MQRC_BACKED_OUT) naming it.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from gateway.mq.embedded.context import process_appl_name
+from gateway.mq.embedded.context import MsgIdGenerator, process_appl_name
 from gateway.mq.embedded.qm_protocol import (
     PROTOCOL_VERSION,
     SOCKET_NAME,
@@ -27,10 +34,12 @@ from gateway.mq.embedded.qm_protocol import (
     get_options_to_json,
     pack_message,
     put_options_to_json,
+    status_from_json,
     unpack_message,
     unpack_messages,
 )
 from gateway.mq.port import (
+    AsyncPutStatus,
     GetOptions,
     Message,
     MQError,
@@ -38,8 +47,13 @@ from gateway.mq.port import (
     PutOptions,
     QueueAttr,
 )
+from gateway.wire.constants import MI_NONE
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
+
+#: Bytes of asynchronous-put frames held before they are written at once (and the
+#: writer drained): bounds the memory of a client putting faster than the server reads.
+ASYNC_FLUSH_BYTES = 256 * 1024
 
 
 def socket_path(data_dir: Path | str) -> Path:
@@ -73,6 +87,7 @@ async def connect_local(
         raise
     conn._q_mgr_name = str(reply["q_mgr_name"])
     conn.user = str(reply["user"])
+    conn._msg_ids = MsgIdGenerator(conn._q_mgr_name)
     return conn
 
 
@@ -106,6 +121,11 @@ class ClientConnection:
         self._open = True
         #: the OS user the queue manager identifies this connection as
         self.user = ""
+        #: asynchronous-put frames not written yet, their size, the scheduled write
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._flush_handle: asyncio.Handle | None = None
+        self._msg_ids = MsgIdGenerator("")
 
     @property
     def q_mgr_name(self) -> str:
@@ -117,7 +137,13 @@ class ClientConnection:
             raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
         async with self._lock:
             try:
-                self._writer.write(encode_frame(header, data))
+                out = encode_frame(header, data)
+                if self._pending:  # asynchronous puts first, in one write with the call
+                    self._pending.append(out)
+                    out = b"".join(self._pending)
+                    self._pending.clear()
+                    self._pending_bytes = 0
+                self._writer.write(out)
                 await self._writer.drain()
                 length = frame_length(await self._reader.readexactly(4), "server")
                 frame = decode_frame(await self._reader.readexactly(length), "server")
@@ -137,8 +163,74 @@ class ClientConnection:
                           int(reply.get("comp_code", 2)))
         return reply, frame.data
 
+    async def _send_async(self, header: dict[str, Any], data: bytes) -> None:
+        """Queue a frame that gets no reply (asynchronous put); it is written at the end
+        of the loop's current step or before the next call's frame, whichever is first."""
+        if not self._open:
+            raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
+        frame = encode_frame(header, data)
+        if self._lock.locked():  # a call is waiting for its reply: after it
+            async with self._lock:
+                self._queue(frame)
+        else:
+            self._queue(frame)
+        if self._pending_bytes >= ASYNC_FLUSH_BYTES:
+            async with self._lock:
+                self._flush(force=True)
+                try:
+                    await self._writer.drain()
+                except ConnectionError as exc:
+                    await self._close_stream()
+                    raise MQError(Reason.CONNECTION_BROKEN,
+                                  f"connection to the queue manager lost: {exc}") from None
+
+    def _queue(self, frame: bytes) -> None:
+        self._pending.append(frame)
+        self._pending_bytes += len(frame)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self, force: bool = False) -> None:
+        """Write the queued frames. Not while a call holds the lock (unless ``force``: the
+        caller holds it): that call writes them itself, before its own frame; a frame
+        written while a call waits for its reply would break the protocol."""
+        if not force:
+            self._flush_handle = None
+        if not self._pending or not self._open:
+            return
+        if self._lock.locked() and not force:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._writer.write(data)
+
+    def _async_md(self, md: MQMD, opts: PutOptions) -> tuple[MQMD, dict[str, Any]]:
+        """The descriptor an asynchronous put returns (the caller's, with the ids the
+        queue manager would generate made here) and the options it sends."""
+        out = md.copy()
+        if opts.new_msg_id or out.msg_id == MI_NONE:
+            out.msg_id = self._msg_ids()
+        if opts.new_correl_id:
+            out.correl_id = self._msg_ids()
+        sent = put_options_to_json(opts)
+        sent["new_msg_id"] = sent["new_correl_id"] = False
+        return out, sent
+
+    async def async_status(self) -> AsyncPutStatus:
+        """MQSTAT(MQSTAT_TYPE_ASYNC_ERROR): the first failure of this connection's
+        asynchronous puts since the last call and their counts; resets them."""
+        reply, _ = await self._call({"op": "async_status"})
+        try:
+            return status_from_json(reply)
+        except ProtocolError as exc:
+            await self._close_stream()
+            raise MQError(exc.reason, str(exc)) from None
+
     async def _close_stream(self) -> None:
         self._open = False
+        self._pending.clear()
+        self._pending_bytes = 0
         self._writer.close()
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
@@ -171,9 +263,16 @@ class ClientConnection:
         options: PutOptions | None = None,
         q_mgr_name: str = "",
     ) -> MQMD:
+        opts = options or PutOptions()
+        if opts.async_response:
+            out, sent = self._async_md(md, opts)
+            await self._send_async({"op": "put1_async", "q_name": q_name,
+                                    "q_mgr_name": q_mgr_name, "options": sent},
+                                   pack_message(out, body))
+            return out
         _, data = await self._call(
             {"op": "put1", "q_name": q_name, "q_mgr_name": q_mgr_name,
-             "options": put_options_to_json(options or PutOptions())},
+             "options": put_options_to_json(opts)},
             pack_message(md, body),
         )
         return unpack_message(data, "server")[0]
@@ -242,9 +341,14 @@ class ClientQueueHandle:
                 for md, body in unpack_messages(reply.get("lengths"), data, "server")]
 
     async def put(self, md: MQMD, body: bytes, options: PutOptions | None = None) -> MQMD:
+        opts = options or PutOptions()
+        if opts.async_response:
+            out, sent = self._conn._async_md(md, opts)
+            await self._conn._send_async({"op": "put_async", "hobj": self._hobj,
+                                          "options": sent}, pack_message(out, body))
+            return out
         _, data = await self._conn._call(
-            {"op": "put", "hobj": self._hobj,
-             "options": put_options_to_json(options or PutOptions())},
+            {"op": "put", "hobj": self._hobj, "options": put_options_to_json(opts)},
             pack_message(md, body),
         )
         return unpack_message(data, "server")[0]

@@ -9,7 +9,16 @@ application with a local binding does: through the process that owns it. The ser
 A frame is ``!I`` total length, ``!I`` header length, a UTF-8 JSON object (the request
 or reply: ``op``, its arguments, ``ok``/``reason``), then binary data (a packed MQMD
 version 2 in native encoding followed by the message body, for put and get; for
-``get_batch`` several of those back to back, their sizes in the reply's ``lengths``). Nothing
+``get_batch`` several of those back to back, their sizes in the reply's ``lengths``).
+
+Asynchronous put (MQPMO_ASYNC_RESPONSE): ``put_async`` and ``put1_async`` are ``put`` and
+``put1`` with **no reply**. The server handles a connection's frames in order, so they
+keep their order with the calls around them; it keeps the connection's MQSTAT record
+(first failure, success/warning/failure counts), returned and reset by ``async_status``,
+and a unit of work in which an asynchronous syncpoint put failed cannot commit: ``commit``
+backs it out and replies 2003 (MQRC_BACKED_OUT, completion code warning) naming the
+failure. A client may write several such frames (and the call that follows) in one
+write. Nothing
 read from the wire is trusted: lengths are checked against :data:`MAX_FRAME` and
 :data:`MAX_HEADER` before anything is allocated, and every malformed frame is a
 :class:`ProtocolError` carrying the MQ reason the server replies with.
@@ -22,7 +31,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.mq.port import Browse, GetOptions, MQError, PutOptions
+from gateway.mq.port import AsyncPutStatus, Browse, GetOptions, MQError, PutOptions
 from gateway.wire.errors import WireError
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
@@ -41,7 +50,10 @@ _ENC_NATIVE = 546
 
 #: Requests the server understands (MQI verbs plus MQSC and the sub-protocol's own).
 OPS = frozenset({"connect", "open", "put", "put1", "get", "commit", "backout", "inquire",
-                 "close", "mqsc", "disconnect", "get_batch"})
+                 "close", "mqsc", "disconnect", "get_batch",
+                 "put_async", "put1_async", "async_status"})
+#: Requests that get no reply (asynchronous put).
+NO_REPLY_OPS = frozenset({"put_async", "put1_async"})
 #: Most messages one ``get_batch`` returns, and the data size past which it stops adding
 #: (a later message that would not fit is left on the queue: MQRC 2080 semantics).
 MAX_BATCH_MSGS = 10_000
@@ -227,6 +239,39 @@ def put_options_from_json(obj: Any) -> PutOptions:
         raise ProtocolError(Reason.PMO_ERROR, "options must be an object")
     return PutOptions(**{k: _field(obj, k, bool, False) for k in (
         "syncpoint", "new_msg_id", "new_correl_id", "set_all_context", "set_identity_context")})
+
+
+_STATUS_INTS = ("comp_code", "reason", "put_success_count", "put_warning_count",
+                "put_failure_count")
+_STATUS_STRS = ("object_name", "object_q_mgr_name", "resolved_object_name",
+                "resolved_q_mgr_name")
+
+
+def status_to_json(s: AsyncPutStatus) -> dict[str, Any]:
+    """The ``async_status`` reply's fields (MQSTS)."""
+    return {"comp_code": s.comp_code, "reason": s.reason,
+            "put_success_count": s.put_success_count,
+            "put_warning_count": s.put_warning_count,
+            "put_failure_count": s.put_failure_count, "object_name": s.object_name,
+            "object_q_mgr_name": s.object_q_mgr_name,
+            "resolved_object_name": s.resolved_object_name,
+            "resolved_q_mgr_name": s.resolved_q_mgr_name}
+
+
+def status_from_json(obj: dict[str, Any], who: str = "server") -> AsyncPutStatus:
+    """An ``async_status`` reply as :class:`AsyncPutStatus` (types checked)."""
+    out = AsyncPutStatus()
+    for key in _STATUS_INTS:
+        value = obj.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ProtocolError(Reason.UNEXPECTED_ERROR, f"{key} must be an integer", who)
+        setattr(out, key, value)
+    for key in _STATUS_STRS:
+        value = obj.get(key, "")
+        if not isinstance(value, str):
+            raise ProtocolError(Reason.UNEXPECTED_ERROR, f"{key} must be a string", who)
+        setattr(out, key, value)
+    return out
 
 
 def error_reply(exc: MQError | ProtocolError) -> dict[str, Any]:

@@ -10,7 +10,10 @@ queue manager does; setting context explicitly (MQPMO_SET_*_CONTEXT) is refused 
 2035 unless the peer is the gateway's own user or root (MQ's ``setall`` authority).
 
 One task per client connection; one request at a time per connection (the MQI is
-synchronous per hconn). A frame that breaks the protocol (:mod:`.qm_protocol`) gets an
+synchronous per hconn). Asynchronous puts (``put_async``/``put1_async``, MQPMO_ASYNC_RESPONSE)
+get no reply: their outcome goes to the connection's MQSTAT record (``async_status``), and
+a failed one under syncpoint makes the unit of work's ``commit`` back out and fail (2003).
+A frame that breaks the protocol (:mod:`.qm_protocol`) gets an
 error reply naming the cause, then the connection is closed; its unit of work is backed
 out, as for a broken client connection on MQ.
 """
@@ -36,6 +39,7 @@ from gateway.mq.embedded.mqsc_run import MQSCResult, format_results
 from gateway.mq.embedded.qm_protocol import (
     BATCH_BYTES,
     MAX_BATCH_MSGS,
+    NO_REPLY_OPS,
     OPS,
     PROTOCOL_VERSION,
     SOCKET_NAME,
@@ -49,11 +53,12 @@ from gateway.mq.embedded.qm_protocol import (
     pack_message,
     pack_messages,
     put_options_from_json,
+    status_to_json,
     unpack_message,
 )
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import MQError, OpenOption, PutOptions, QueueAttr
-from gateway.wire.constants import PutApplType
+from gateway.mq.port import AsyncPutStatus, MQError, OpenOption, PutOptions, QueueAttr, reason_name
+from gateway.wire.constants import CompCode, PutApplType
 from gateway.wire.mqmd import MQMD
 from gateway.wire.put_time import put_date_time
 from gateway.wire.reasons import Reason
@@ -177,12 +182,18 @@ class _Session:
         self.conn: EmbeddedConnection | None = None
         self.handles: dict[int, EmbeddedQueueHandle] = {}
         self._next = 1
+        #: MQSTAT record of this connection's asynchronous puts (reset by async_status)
+        self.async_status = AsyncPutStatus()
+        #: the first asynchronous syncpoint put that failed in the open unit of work,
+        #: with the queue it was for: the unit of work can only be backed out
+        self.doomed: tuple[MQError, str] | None = None
 
     @property
     def may_set_context(self) -> bool:
         return self.uid in (0, os.getuid())
 
     async def end(self) -> None:
+        self.doomed = None
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 await self.conn.disconnect()  # backs out an open unit of work
@@ -197,8 +208,10 @@ class _Session:
             try:
                 length = frame_length(prefix)
                 try:
-                    payload = await asyncio.wait_for(reader.readexactly(length),
-                                                     FRAME_READ_TIMEOUT_S)
+                    # asyncio.timeout, not wait_for: no task per frame (pipelined
+                    # asynchronous puts arrive many frames to a read)
+                    async with asyncio.timeout(FRAME_READ_TIMEOUT_S):
+                        payload = await reader.readexactly(length)
                 except asyncio.IncompleteReadError:
                     raise ProtocolError(Reason.DATA_LENGTH_ERROR,
                                         "the connection ended inside a frame") from None
@@ -207,6 +220,9 @@ class _Session:
                         Reason.DATA_LENGTH_ERROR,
                         f"a frame was not complete after {FRAME_READ_TIMEOUT_S:.0f} s") from None
                 frame = decode_frame(payload)
+                if frame.header.get("op") in NO_REPLY_OPS:
+                    await self.put_async(frame)
+                    continue
                 if frame.header.get("op") == "get":
                     done = await self._watched(self.handle(frame), reader)
                     if done is None:
@@ -268,6 +284,38 @@ class _Session:
             return await self.call(op, req, frame.data)
         except MQError as exc:
             return error_reply(exc), b""
+
+    async def put_async(self, frame: Frame) -> None:
+        """An asynchronous put: no reply; its outcome is recorded (MQSTAT) and a failed
+        syncpoint put dooms the unit of work (its commit backs out and fails)."""
+        if self.conn is None:
+            raise ProtocolError(Reason.HCONN_ERROR, f"{frame.header.get('op')} before connect")
+        req = frame.header
+        op = "put" if req.get("op") == "put_async" else "put1"
+        status = self.async_status
+        try:
+            await self.call(op, req, frame.data)
+        except MQError as exc:
+            if op == "put":
+                handle = self.handles.get(req.get("hobj"))  # type: ignore[arg-type]
+                names = (handle.name, "", handle.resolved_q_name,
+                         handle.resolved_q_mgr_name) if handle is not None else ("",) * 4
+            else:
+                names = (str(req.get("q_name", "")), str(req.get("q_mgr_name", "")), "", "")
+            if exc.comp_code == CompCode.WARNING:
+                status.put_warning_count += 1
+            else:
+                status.put_failure_count += 1
+            if exc.comp_code > status.comp_code:
+                status.comp_code, status.reason = exc.comp_code, exc.reason
+                (status.object_name, status.object_q_mgr_name, status.resolved_object_name,
+                 status.resolved_q_mgr_name) = names
+            options = req.get("options")
+            if (exc.comp_code != CompCode.WARNING and self.doomed is None
+                    and isinstance(options, dict) and options.get("syncpoint") is True):
+                self.doomed = (exc, names[0])
+            return
+        status.put_success_count += 1
 
     async def connect(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.conn is not None:
@@ -362,11 +410,26 @@ class _Session:
             await handle.close()
             return {"ok": True}, b""
         if op == "commit":
+            if self.doomed is not None:
+                failed, q_name = self.doomed
+                self.doomed = None
+                await conn.backout()
+                raise MQError(
+                    Reason.BACKED_OUT,
+                    f"an asynchronous put to {q_name or 'a queue'} failed with MQRC "
+                    f"{failed.reason} ({reason_name(failed.reason)}): {failed.detail}; "
+                    "the unit of work was backed out",
+                    CompCode.WARNING,
+                )
             await conn.commit()
             return {"ok": True}, b""
         if op == "backout":
+            self.doomed = None
             await conn.backout()
             return {"ok": True}, b""
+        if op == "async_status":
+            status, self.async_status = self.async_status, AsyncPutStatus()
+            return {"ok": True, **status_to_json(status)}, b""
         if op == "mqsc":
             script = req.get("script")
             if not isinstance(script, str):

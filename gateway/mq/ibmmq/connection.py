@@ -29,6 +29,7 @@ import gateway.mq.ibmmq.mqi as mqi_calls
 from gateway.mq.ibmmq.config import IBMMQConfig, backoff_delays
 from gateway.mq.ibmmq.mqi import CONNECT_CAUSES, RECONNECT_REASONS, load_mqi_module, mq_error
 from gateway.mq.port import (
+    AsyncPutStatus,
     GetOptions,
     Message,
     MQError,
@@ -117,6 +118,11 @@ class IBMMQConnection:
         self._in_uow = False
         self._closed = False
         self._handles: set[IBMMQQueueHandle] = set()
+        #: asynchronous puts made under syncpoint in the open unit of work (commit asks
+        #: MQSTAT first), and the status MQSTAT returned to such a commit, kept for the
+        #: caller's next async_status (MQSTAT resets what it returns)
+        self._async_in_uow = False
+        self._held_status = AsyncPutStatus()
 
     @property
     def q_mgr_name(self) -> str:
@@ -168,6 +174,7 @@ class IBMMQConnection:
             self._generation += 1
             self._broken = False
             self._in_uow = False
+            self._async_in_uow = False
             return
 
     async def _call(self, fn: Callable[[], T], *, uow: bool = False) -> T:
@@ -233,7 +240,16 @@ class IBMMQConnection:
             self._hconn.put1(od, body, raw_md, pmo)
 
         await self._call(call, uow=opts.syncpoint)
+        if opts.async_response and opts.syncpoint:
+            self._async_in_uow = True
         return mqi_calls.md_from_mqi(raw_md)
+
+    async def async_status(self) -> AsyncPutStatus:
+        """MQSTAT(MQSTAT_TYPE_ASYNC_ERROR) (``gateway.mq.port.async_put_status``): the
+        first failure of the asynchronous puts since the last call, and their counts."""
+        status, self._held_status = self._held_status, AsyncPutStatus()
+        status.merge(await self._call(lambda: mqi_calls.async_status(self._hconn)))
+        return status
 
     async def put_many(
         self, items: Sequence[PutItem], options: PutOptions | None = None
@@ -242,10 +258,25 @@ class IBMMQConnection:
         return await put_each(self, items, options)
 
     async def commit(self) -> None:
+        if self._async_in_uow:
+            # the port's rule for asynchronous puts: a unit of work with a failed one
+            # does not commit (MQSTAT tells, before MQCMIT)
+            self._async_in_uow = False
+            status = await self._call(lambda: mqi_calls.async_status(self._hconn))
+            self._held_status.merge(status)
+            if status.put_failure_count:
+                await self.backout()
+                raise MQError(
+                    Reason.BACKED_OUT,
+                    f"an asynchronous put to {status.object_name or 'a queue'} failed with "
+                    f"{_reason_text(status.reason)}; the unit of work was backed out",
+                    CompCode.WARNING,
+                )
         await self._call(lambda: self._hconn.commit())
         self._in_uow = False
 
     async def backout(self) -> None:
+        self._async_in_uow = False
         await self._call(lambda: self._hconn.backout())
         self._in_uow = False
 
@@ -346,6 +377,8 @@ class IBMMQQueueHandle:
         raw_md = mqi_calls.md_to_mqi(mqi, md)
         pmo = mqi_calls.put_options(mqi, opts)
         await self._conn._call(lambda: hobj.put(body, raw_md, pmo), uow=opts.syncpoint)
+        if opts.async_response and opts.syncpoint:
+            self._conn._async_in_uow = True
         return mqi_calls.md_from_mqi(raw_md)
 
     async def inquire(self, *selectors: QueueAttr) -> dict[QueueAttr, int | str]:

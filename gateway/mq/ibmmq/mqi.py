@@ -18,7 +18,17 @@ from types import ModuleType
 from typing import Any
 
 from gateway.mq.ibmmq.config import IBMMQConfig
-from gateway.mq.port import WAIT_UNLIMITED, Browse, GetOptions, MQError, PutOptions, QueueAttr
+from gateway.mq.port import (
+    PMO_ASYNC_RESPONSE,
+    STAT_TYPE_ASYNC_ERROR,
+    WAIT_UNLIMITED,
+    AsyncPutStatus,
+    Browse,
+    GetOptions,
+    MQError,
+    PutOptions,
+    QueueAttr,
+)
 from gateway.secrets import SecretError
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
@@ -28,6 +38,7 @@ __all__ = [
     "MD_CHAR_LENGTHS",
     "RECONNECT_REASONS",
     "MQIUnavailableError",
+    "async_status",
     "connect_client",
     "get_message",
     "get_options",
@@ -86,6 +97,8 @@ MQPMO_NEW_CORREL_ID = 0x80
 MQPMO_SET_IDENTITY_CONTEXT = 0x400
 MQPMO_SET_ALL_CONTEXT = 0x800
 MQPMO_FAIL_IF_QUIESCING = 0x2000
+MQPMO_ASYNC_RESPONSE = PMO_ASYNC_RESPONSE
+MQSTAT_TYPE_ASYNC_ERROR = STAT_TYPE_ASYNC_ERROR
 MQCHT_CLNTCONN = 6
 MQXPT_TCP = 2
 MQMD_VERSION_2 = 2
@@ -295,8 +308,29 @@ def put_options(mqi: ModuleType, opts: PutOptions) -> Any:
         flags |= MQPMO_SET_ALL_CONTEXT
     elif opts.set_identity_context:
         flags |= MQPMO_SET_IDENTITY_CONTEXT
+    if opts.async_response:
+        flags |= MQPMO_ASYNC_RESPONSE
     pmo.Options = flags
     return pmo
+
+
+def async_status(hconn: Any) -> AsyncPutStatus:
+    """MQSTAT(MQSTAT_TYPE_ASYNC_ERROR) on ``hconn`` (pymqi/ibmmq ``QueueManager.stat``,
+    an MQSTS) as our AsyncPutStatus."""
+    sts = hconn.stat(MQSTAT_TYPE_ASYNC_ERROR)
+
+    def num(name: str) -> int:
+        return int(getattr(sts, name, 0) or 0)
+
+    return AsyncPutStatus(
+        comp_code=num("CompCode"), reason=num("Reason"),
+        put_success_count=num("PutSuccessCount"), put_warning_count=num("PutWarningCount"),
+        put_failure_count=num("PutFailureCount"),
+        object_name=text_of(getattr(sts, "ObjectName", b"")),
+        object_q_mgr_name=text_of(getattr(sts, "ObjectQMgrName", b"")),
+        resolved_object_name=text_of(getattr(sts, "ResolvedObjectName", b"")),
+        resolved_q_mgr_name=text_of(getattr(sts, "ResolvedQMgrName", b"")),
+    )
 
 
 def get_options(mqi: ModuleType, opts: GetOptions) -> tuple[Any, Any]:
