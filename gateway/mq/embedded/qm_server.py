@@ -46,6 +46,7 @@ from gateway.mq.embedded.qm_protocol import (
     error_reply,
     frame_length,
     get_options_from_json,
+    pack_batch,
     pack_message,
     pack_messages,
     put_options_from_json,
@@ -392,7 +393,11 @@ async def _get_batch_of(
     A caller's ``max_length`` with ``accept_truncated`` holds for every message (each is
     truncated to it) while the remaining byte budget still has room for ``max_length``
     bytes; past that, a message longer than what is left stays on the queue and ends
-    the batch."""
+    the batch.
+
+    The reply is :func:`.qm_protocol.pack_batch`'s compact form when the request says
+    ``"compact": true`` (what :class:`.client.ClientQueueHandle` asks), else a packed
+    MQMD per message (``lengths``)."""
     gmo = get_options_from_json(req.get("options", {}))
     limit = req.get("max_msgs")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_BATCH_MSGS:
@@ -428,6 +433,9 @@ async def _get_batch_of(
             break
         got.append((m.md, m.body))
         size += len(m.body)
+    if req.get("compact") is True:  # one descriptor, then each message's changes
+        fields, data = pack_batch(got)
+        return {"ok": True, **fields}, data
     lengths, data = pack_messages(got)
     return {"ok": True, "lengths": lengths}, data
 
