@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                     wr = asyncio.run(bridge_in_worker(broker.bootstrap, work, n, batch, prefix,
                                                       args.linger_ms, backend))
                     done, took = wr.messages, wr.seconds
-                    extra = (f"; main CPU {wr.main_cpu / n * 1e6:.0f} us/msg, worker "
+                    extra = (f"; main CPU {wr.main_cpu / n * 1e6:.0f} us/msg (loop thread "
+                             f"{wr.loop_cpu / n * 1e6:.0f}), worker "
                              f"{wr.worker_cpu / n * 1e6:.0f} us/msg, "
                              f"{wr.delivered / max(wr.batches, 1):.0f} msgs/batch")
                 on_kafka = asyncio.run(_end_offset(broker.bootstrap, f"{prefix}.{STREAM}"))

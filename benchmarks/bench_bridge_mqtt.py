@@ -213,12 +213,13 @@ async def bench_worker(broker: MosquittoBroker, n: int, batch: int, work: Path) 
     if counter.count != n:
         raise SystemExit(f"1 worker, batch {batch}: received {counter.count}, expected {n}")
     LAST_CPU[0] = run_.main_cpu
-    LAST_WORKER[:] = [run_.worker_cpu, run_.delivered / max(run_.batches, 1)]
+    LAST_WORKER[:] = [run_.worker_cpu, run_.delivered / max(run_.batches, 1), run_.loop_cpu]
     return run_.rate
 
 
-#: The worker's CPU seconds and messages per forwarder batch in the last worker run.
-LAST_WORKER = [0.0, 0.0]
+#: The worker's CPU seconds, messages per forwarder batch and the main process's
+#: event-loop thread CPU seconds in the last worker run.
+LAST_WORKER = [0.0, 0.0, 0.0]
 
 
 async def run(n: int, batches: list[int], workers: list[int]) -> None:
@@ -239,7 +240,8 @@ async def run(n: int, batches: list[int], workers: list[int]) -> None:
                     extra = ""
                 else:
                     rate = await bench_worker(broker, n, batch, work)
-                    extra = (f", worker {LAST_WORKER[0] / n * 1e6:4.0f} us/msg, "
+                    extra = (f" (loop thread {LAST_WORKER[2] / n * 1e6:4.0f}), "
+                             f"worker {LAST_WORKER[0] / n * 1e6:4.0f} us/msg, "
                              f"{LAST_WORKER[1]:.0f} msgs/batch")
                 where = "" if w == 0 else ", 1 worker"
                 print(
