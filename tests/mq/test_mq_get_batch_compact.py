@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gateway.mq.embedded import qm_server
 from gateway.mq.embedded.client import connect_local
 from gateway.mq.embedded.qm_protocol import (
     ProtocolError,
@@ -24,7 +25,7 @@ from gateway.mq.embedded.qm_protocol import (
 )
 from gateway.mq.embedded.qm_server import QueueManagerServer
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import GetOptions, OpenOption, PutOptions
+from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
@@ -145,3 +146,56 @@ async def test_the_client_asks_for_the_compact_form_and_others_get_the_packed_on
     finally:
         await server.stop()
         await qm.close()
+
+
+async def test_a_compact_header_past_the_limit_is_sent_packed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(qm_server, "COMPACT_UNCHECKED_MSGS", 2)
+    monkeypatch.setattr(qm_server, "COMPACT_HEADER_LIMIT", 2000)
+    qm = EmbeddedQueueManager("QMB", tmp_path / "qm")
+    qm.run_mqsc("DEFINE QLOCAL(Q1)", stop_on_error=True)
+    server = QueueManagerServer(qm)
+    await server.start()
+    try:
+        conn = await connect_local(tmp_path / "qm")
+        h = await conn.open("Q1", OpenOption.INPUT_SHARED | OpenOption.OUTPUT)
+        for i in range(30):
+            await h.put(MQMD(correl_id=bytes([i]) * 24), f"m{i}".encode(),
+                        PutOptions(new_msg_id=True))
+        reply, _ = await conn._call({"op": "get_batch", "hobj": h._hobj, "max_msgs": 30,
+                                     "compact": True, "options": {"wait_ms": 0,
+                                                                  "syncpoint": True}})
+        assert "lengths" in reply and "sizes" not in reply  # 30 x ~150 bytes > 2,000
+        await conn.backout()
+        got = await h.get_batch(GetOptions(wait_ms=0, syncpoint=True), 30)
+        assert [m.body for m in got] == [f"m{i}".encode() for i in range(30)]
+        assert [m.md.correl_id for m in got] == [bytes([i]) * 24 for i in range(30)]
+        with pytest.raises(MQError) as empty:  # the batch above took all 30
+            await h.get_batch(GetOptions(wait_ms=0, syncpoint=True), 30)
+        assert empty.value.reason == Reason.NO_MSG_AVAILABLE
+        await conn.commit()
+        await conn.disconnect()
+    finally:
+        await server.stop()
+        await qm.close()
+
+
+def test_the_worst_descriptor_change_fits_the_unchecked_batch() -> None:
+    """Every field different, at its longest, in characters JSON escapes (12 bytes
+    each for a character outside the BMP): 256 such changes fit MAX_HEADER."""
+    wide = "\U0001F600"
+    worst = MQMD(version=2, report=-2**31, msg_type=-2**31, expiry=-2**31,
+                 feedback=-2**31, encoding=-2**31, coded_char_set_id=-2**31,
+                 format=wide * 8, priority=-2**31, persistence=-2**31,
+                 msg_id=b"\xff" * 24, correl_id=b"\xff" * 24, backout_count=-2**31,
+                 reply_to_q=wide * 48, reply_to_q_mgr=wide * 48, user_identifier=wide * 12,
+                 accounting_token=b"\xff" * 32, appl_identity_data=wide * 32,
+                 put_appl_type=-2**31, put_appl_name=wide * 28, put_date=wide * 8,
+                 put_time=wide * 8, appl_origin_data=wide * 4, group_id=b"\xff" * 24,
+                 msg_seq_number=-2**31, offset=-2**31, msg_flags=-2**31,
+                 original_length=-2**31)
+    n = qm_server.COMPACT_UNCHECKED_MSGS
+    fields, _ = pack_batch([(worst if i % 2 else MQMD(), b"") for i in range(n)])
+    frame = encode_frame({"ok": True, **fields})
+    assert len(frame) - 8 <= qm_server.COMPACT_HEADER_LIMIT

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import pwd
@@ -36,6 +37,7 @@ from gateway.mq.embedded.mqsc_run import MQSCResult, format_results
 from gateway.mq.embedded.qm_protocol import (
     BATCH_BYTES,
     MAX_BATCH_MSGS,
+    MAX_HEADER,
     OPS,
     PROTOCOL_VERSION,
     SOCKET_NAME,
@@ -65,6 +67,12 @@ log = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 107
 #: Clients connected at once; one more is told 2025 (MQRC_MAX_CONNS_LIMIT_REACHED).
 MAX_CLIENTS = 64
+#: A compact ``get_batch`` header of at most this many messages always fits
+#: :data:`MAX_HEADER` (a message's changed fields take under 3,000 bytes of JSON even
+#: with every field different and escaped); a longer batch's header is measured and,
+#: past :data:`COMPACT_HEADER_LIMIT`, the batch is sent packed instead.
+COMPACT_UNCHECKED_MSGS = 256
+COMPACT_HEADER_LIMIT = MAX_HEADER - 4096
 #: Seconds a client may take to send the rest of a frame it started (a stalled client
 #: must not hold a frame buffer for ever; idle time between frames is not limited).
 FRAME_READ_TIMEOUT_S = 60.0
@@ -435,7 +443,11 @@ async def _get_batch_of(
         size += len(m.body)
     if req.get("compact") is True:  # one descriptor, then each message's changes
         fields, data = pack_batch(got)
-        return {"ok": True, **fields}, data
+        if len(got) <= COMPACT_UNCHECKED_MSGS or len(
+                json.dumps(fields, separators=(",", ":"))) <= COMPACT_HEADER_LIMIT:
+            return {"ok": True, **fields}, data
+        # a long batch of very different descriptors: its header would pass the
+        # protocol's limit, so the packed form (the client reads both)
     lengths, data = pack_messages(got)
     return {"ok": True, "lengths": lengths}, data
 
