@@ -10,8 +10,12 @@ Kafka topic's end offset is checked against N (no loss, no duplicate). With the
 ``confluent`` backend (``--backends``, default both) the gateway runs again with the
 plugin's librdkafka backend, next to a raw librdkafka producer (confluent-kafka,
 idempotent, acks=all, same records) measured in the same run; an info row also sets it
-against the raw aiokafka producer (the issue's stretch: above 1.0). Bounded to about
-90 s. Run: .venv/bin/python benchmarks/bench_bridge_kafka.py [--messages N]
+against the raw aiokafka producer (the issue's stretch: above 1.0). With ``--workers
+0,1`` (the default) each gateway run is followed by the same with the ``kafka`` instance
+in ONE worker process, configured with ``workers:`` (benchmarks/worker_bridge.py: timed
+the same way, main-process and worker CPU per message printed), rows "..., 1 worker"
+with the same goal. Bounded to about 90 s per run.
+Run: .venv/bin/python benchmarks/bench_bridge_kafka.py [--messages N] [--workers 0,1]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from benchmarks.summary import Row, record
+from benchmarks.worker_bridge import WorkerRun, run_with_worker
 from gateway.devstack import KafkaBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import PutOptions
@@ -132,6 +137,22 @@ async def bridge(
     return done, took
 
 
+async def bridge_in_worker(
+    bootstrap: str, work: Path, n: int, batch: int, prefix: str, linger_ms: int | None = None,
+    backend: str = "aiokafka",
+) -> WorkerRun:
+    """The same bridge with the ``kafka`` instance in one worker process (``workers:``),
+    timed the same way (benchmarks/worker_bridge.py)."""
+    return await run_with_worker(
+        work=work, stream=STREAM, n=n, batch=batch, wait_ms=100, plugin="kafka",
+        config={"bootstrap_servers": bootstrap, "backend": backend,
+                **({} if linger_ms is None else {"linger_ms": linger_ms}),
+                "outbound": {"topic_template": prefix + ".{stream}",
+                             "routes": [{"stream": STREAM}]}},
+        publication=_publication, time_limit=TIME_LIMIT_S, label=prefix,
+    )
+
+
 async def raw(bootstrap: str, n: int, topic: str) -> float:
     """Seconds for an idempotent acks=all producer to get ``n`` comparable records acked."""
     producer = AIOKafkaProducer(
@@ -217,8 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         "--backends", default="aiokafka,confluent",
         help="plugin backends to run the gateway with (comma-separated)",
     )
+    parser.add_argument("--workers", default="0,1",
+                        help="configurations: 0 = sink in process, 1 = in one worker process")
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    workers = [int(w) for w in args.workers.split(",")]
     n = args.messages
     work = Path(tempfile.mkdtemp(prefix="mqgw-bench-kafka-"))
     broker = KafkaBroker(work / "kafka")
@@ -247,28 +271,43 @@ def main(argv: list[str] | None = None) -> int:
             baselines["confluent"] = ("raw librdkafka producer", rd_rate)
         for backend in backends:
             base_name, base_rate = baselines[backend]
-            for batch in (int(b) for b in args.batch_sizes.split(",")):
-                prefix = f"bench{batch}-{args.linger_ms}-{backend}"
-                done, took = asyncio.run(
-                    bridge(broker.bootstrap, work, n, batch, prefix, args.linger_ms, backend)
-                )
+            for batch, w in ((int(b), w) for b in args.batch_sizes.split(",")
+                             for w in workers):
+                prefix = f"bench{batch}-{args.linger_ms}-{backend}-w{w}"
+                cpu = time.process_time()
+                extra = ""
+                if w == 0:
+                    done, took = asyncio.run(
+                        bridge(broker.bootstrap, work, n, batch, prefix, args.linger_ms, backend)
+                    )
+                    extra = f"; CPU {(time.process_time() - cpu) / max(done, 1) * 1e6:.0f} us/msg"
+                else:
+                    wr = asyncio.run(bridge_in_worker(broker.bootstrap, work, n, batch, prefix,
+                                                      args.linger_ms, backend))
+                    done, took = wr.messages, wr.seconds
+                    extra = (f"; main CPU {wr.main_cpu / n * 1e6:.0f} us/msg (loop thread "
+                             f"{wr.loop_cpu / n * 1e6:.0f}), worker "
+                             f"{wr.worker_cpu / n * 1e6:.0f} us/msg, "
+                             f"{wr.delivered / max(wr.batches, 1):.0f} msgs/batch")
                 on_kafka = asyncio.run(_end_offset(broker.bootstrap, f"{prefix}.{STREAM}"))
                 rate = done / took
                 label = "" if backend == "aiokafka" else f" ({backend} backend)"
+                where = "" if w == 0 else ", 1 worker"
                 print(
-                    f"MQ -> Kafka bridge{label} (persistent 1 KiB, batch_size={batch}): "
+                    f"MQ -> Kafka bridge{label} (persistent 1 KiB, batch_size={batch}{where}): "
                     f"{done:,} in {took:.2f} s = {rate:,.0f} msg/s; ratio bridge/"
                     f"{base_name.removesuffix(' producer')} = {rate / base_rate:.2f}"
                     + ("" if backend == "aiokafka" else
                        f", bridge/raw aiokafka = {rate / raw_rate:.2f}")
-                    + f"; records on Kafka: {on_kafka:,}",
+                    + f"; records on Kafka: {on_kafka:,}{extra}",
                     flush=True,
                 )
-                record(Row(f"MQ -> Kafka{label}, batch {batch}", rate, base_rate, 0.8,
+                record(Row(f"MQ -> Kafka{label}, batch {batch}{where}", rate, base_rate, 0.8,
                            note=f"vs {base_name}"))
                 if backend != "aiokafka":
-                    record(Row(f"MQ -> Kafka{label}, batch {batch}", rate, raw_rate, None,
-                               kind="info", note="vs raw aiokafka producer; stretch > 1.0"))
+                    record(Row(f"MQ -> Kafka{label}, batch {batch}{where}", rate, raw_rate,
+                               None, kind="info",
+                               note="vs raw aiokafka producer; stretch > 1.0"))
                 if done != n or on_kafka != n:
                     print(
                         f"error: expected {n} bridged and on Kafka, got {done} / {on_kafka}"

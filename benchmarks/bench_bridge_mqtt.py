@@ -10,7 +10,10 @@ QoS 1, pipelined in windows of 1,000. Both are timed to the last PUBACK (gateway
 acknowledged all N and the stream queue and the sink's backlog queue are empty, i.e. the
 forwarder committed); an MQTT subscriber in
 the same process checks that exactly N arrived (no loss, no duplicate). Bounded to about 60 s.
-Run: .venv/bin/python benchmarks/bench_bridge_mqtt.py [--messages N]
+Then (``--workers 0,1``, the default) the same with the ``mqtt`` instance in ONE worker
+process, configured with ``workers:`` (benchmarks/worker_bridge.py: timed the same way,
+main-process and worker CPU per message printed), a row "..., 1 worker" with the same goal.
+Run: .venv/bin/python benchmarks/bench_bridge_mqtt.py [--messages N] [--workers 0,1]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from benchmarks.summary import Row, record
+from benchmarks.worker_bridge import run_with_worker
 from gateway.devstack import MosquittoBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import PutOptions
@@ -194,7 +198,31 @@ async def bench_raw(broker: MosquittoBroker, n: int) -> float:
     return n / elapsed
 
 
-async def run(n: int, batches: list[int]) -> None:
+async def bench_worker(broker: MosquittoBroker, n: int, batch: int, work: Path) -> float:
+    """The same bridge with the ``mqtt`` instance in one worker process (``workers:``),
+    timed the same way; the subscriber checks exactly ``n`` arrived."""
+    prefix = f"wk{batch}"
+    async with Counter(broker, prefix) as counter:
+        run_ = await run_with_worker(
+            work=work, stream=STREAM, n=n, batch=batch, wait_ms=50, plugin="mqtt",
+            config={"host": broker.host, "port": broker.port, "client_id": f"bench-wk-{batch}",
+                    "outbound": {"prefix": prefix, "topics": [f"$SYS/STREAM/{STREAM}/#"]}},
+            publication=_publication, time_limit=TIME_LIMIT_S,
+        )
+        await counter.wait(n, TIME_LIMIT_S)
+    if counter.count != n:
+        raise SystemExit(f"1 worker, batch {batch}: received {counter.count}, expected {n}")
+    LAST_CPU[0] = run_.main_cpu
+    LAST_WORKER[:] = [run_.worker_cpu, run_.delivered / max(run_.batches, 1), run_.loop_cpu]
+    return run_.rate
+
+
+#: The worker's CPU seconds, messages per forwarder batch and the main process's
+#: event-loop thread CPU seconds in the last worker run.
+LAST_WORKER = [0.0, 0.0, 0.0]
+
+
+async def run(n: int, batches: list[int], workers: list[int]) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-mqtt-"))
     broker = MosquittoBroker(work / "mosquitto")
     broker.start()
@@ -206,20 +234,31 @@ async def run(n: int, batches: list[int]) -> None:
             f"  CPU {LAST_CPU[0] / n * 1e6:6.0f} us/msg"
         )
         for batch in batches:
-            rate = await bench_gateway(broker, n, batch, work)
-            print(
-                f"MQ -> MQTT gateway, persistent, batch {batch:>3}: {rate:10,.0f} msg/s"
-                f"  ratio to raw {rate / raw:5.2f}  CPU {LAST_CPU[0] / n * 1e6:6.0f} us/msg"
-            )
-            record(
-                Row(
-                    f"MQ -> MQTT QoS 1, batch {batch}",
-                    rate,
-                    raw,
-                    0.8,
-                    note="vs raw aiomqtt publisher",
+            for w in workers:
+                if w == 0:
+                    rate = await bench_gateway(broker, n, batch, work)
+                    extra = ""
+                else:
+                    rate = await bench_worker(broker, n, batch, work)
+                    extra = (f" (loop thread {LAST_WORKER[2] / n * 1e6:4.0f}), "
+                             f"worker {LAST_WORKER[0] / n * 1e6:4.0f} us/msg, "
+                             f"{LAST_WORKER[1]:.0f} msgs/batch")
+                where = "" if w == 0 else ", 1 worker"
+                print(
+                    f"MQ -> MQTT gateway, persistent, batch {batch:>3}{where}: {rate:10,.0f} "
+                    f"msg/s  ratio to raw {rate / raw:5.2f}  "
+                    f"main CPU {LAST_CPU[0] / n * 1e6:6.0f} us/msg{extra}",
+                    flush=True,
                 )
-            )
+                record(
+                    Row(
+                        f"MQ -> MQTT QoS 1, batch {batch}{where}",
+                        rate,
+                        raw,
+                        0.8,
+                        note="vs raw aiomqtt publisher",
+                    )
+                )
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -229,8 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10000)
     parser.add_argument("--batch-sizes", default="32,256")
+    parser.add_argument("--workers", default="0,1",
+                        help="configurations: 0 = sink in process, 1 = in one worker process")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.messages, [int(b) for b in args.batch_sizes.split(",")]))
+    asyncio.run(run(args.messages, [int(b) for b in args.batch_sizes.split(",")],
+                    [int(w) for w in args.workers.split(",")]))
     return 0
 
 

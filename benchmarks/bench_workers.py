@@ -156,9 +156,12 @@ async def run_once(
     return done / (t1 - t0), (c1 - c0) / done * 1000, done
 
 
-async def protocol_cost(n: int) -> dict[str, float]:
-    """Microseconds per message: in-process get, socket get, socket get_batch(256)."""
-    out: dict[str, float] = {}
+async def protocol_cost(n: int) -> dict[str, tuple[float, float]]:
+    """Microseconds per message, (wall clock, CPU of this process: client, server and the
+    queue manager's writer thread): in-process get, socket get, socket get_batch(256) with
+    a packed MQMD per message (the first form) and compact (one descriptor per batch and
+    each message's changes, what the client asks for)."""
+    out: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="mqgw-bench-proto-") as d:
         qm = EmbeddedQueueManager("QMP", Path(d) / "qm")
         qm.run_mqsc("DEFINE QLOCAL(P.Q) MAXDEPTH(100000)", stop_on_error=True)
@@ -167,19 +170,21 @@ async def protocol_cost(n: int) -> dict[str, float]:
         try:
             local = await qm.connect()
             put = await local.open("P.Q", OpenOption.OUTPUT)
-            for label in ("in-process get", "socket get", "socket get_batch(256)"):
+            for label in ("in-process get", "socket get", "socket get_batch(256), packed",
+                          "socket get_batch(256)"):
                 for _ in range(n):
                     await put.put(MQMD(), PAYLOAD, PutOptions(syncpoint=True))
                 await local.commit()
                 conn = local if label == "in-process get" else await connect_local(Path(d) / "qm")
                 h: Any = await conn.open("P.Q", OpenOption.INPUT_SHARED)
                 got = 0
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 while got < n:
                     opts = GetOptions(wait_ms=0, syncpoint=True)
                     try:
-                        if label.endswith("(256)"):
-                            got += len(await h.get_batch(opts, 256))
+                        if "(256)" in label:  # packed: an MQMD per message (before)
+                            got += len(await h.get_batch(opts, 256,
+                                                         compact=not label.endswith("packed")))
                         else:
                             await h.get(opts)
                             got += 1
@@ -188,7 +193,8 @@ async def protocol_cost(n: int) -> dict[str, float]:
                     if got % 256 == 0:
                         await conn.commit()
                 await conn.commit()
-                out[label] = (time.perf_counter() - t0) / max(got, 1) * 1e6
+                out[label] = ((time.perf_counter() - t0) / max(got, 1) * 1e6,
+                              (time.process_time() - c0) / max(got, 1) * 1e6)
                 await h.close()
                 if conn is not local:
                     await conn.disconnect()
@@ -204,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=3000, help="publications per stream")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
     parser.add_argument("--no-protocol", action="store_true", help="skip the protocol cost")
+    parser.add_argument("--protocol-only", action="store_true",
+                        help="only the protocol cost (no gateway runs)")
     parser.add_argument("--sink", choices=("memory", "mqtt"), default="memory",
                         help="memory plugin (default) or mqtt to a local Mosquitto, QoS 1")
     args = parser.parse_args(argv)
@@ -220,8 +228,10 @@ def main(argv: list[str] | None = None) -> int:
 def _measure(args: argparse.Namespace, broker: MosquittoBroker | None) -> int:
     if not args.no_protocol:
         cost = asyncio.run(protocol_cost(min(args.messages, 5000)))
-        for label, us in cost.items():
-            print(f"  {label:<24} {us:8.1f} us/msg")
+        for label, (us, cpu) in cost.items():
+            print(f"  {label:<32} {us:8.1f} us/msg  (CPU {cpu:6.1f} us/msg)")
+        if args.protocol_only:
+            return 0
     rates: dict[int, list[float]] = {0: [], 1: [], 2: []}
     for r in range(args.repeat):
         for workers in (0, 1, 2):

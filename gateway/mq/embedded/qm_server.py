@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import pwd
@@ -39,6 +40,7 @@ from gateway.mq.embedded.mqsc_run import MQSCResult, format_results
 from gateway.mq.embedded.qm_protocol import (
     BATCH_BYTES,
     MAX_BATCH_MSGS,
+    MAX_HEADER,
     NO_REPLY_OPS,
     OPS,
     PROTOCOL_VERSION,
@@ -50,6 +52,7 @@ from gateway.mq.embedded.qm_protocol import (
     error_reply,
     frame_length,
     get_options_from_json,
+    pack_batch,
     pack_message,
     pack_messages,
     put_options_from_json,
@@ -69,6 +72,12 @@ log = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 107
 #: Clients connected at once; one more is told 2025 (MQRC_MAX_CONNS_LIMIT_REACHED).
 MAX_CLIENTS = 64
+#: A compact ``get_batch`` header of at most this many messages always fits
+#: :data:`MAX_HEADER` (a message's changed fields take under 3,000 bytes of JSON even
+#: with every field different and escaped); a longer batch's header is measured and,
+#: past :data:`COMPACT_HEADER_LIMIT`, the batch is sent packed instead.
+COMPACT_UNCHECKED_MSGS = 256
+COMPACT_HEADER_LIMIT = MAX_HEADER - 4096
 #: Seconds a client may take to send the rest of a frame it started (a stalled client
 #: must not hold a frame buffer for ever; idle time between frames is not limited).
 FRAME_READ_TIMEOUT_S = 60.0
@@ -455,7 +464,11 @@ async def _get_batch_of(
     A caller's ``max_length`` with ``accept_truncated`` holds for every message (each is
     truncated to it) while the remaining byte budget still has room for ``max_length``
     bytes; past that, a message longer than what is left stays on the queue and ends
-    the batch."""
+    the batch.
+
+    The reply is :func:`.qm_protocol.pack_batch`'s compact form when the request says
+    ``"compact": true`` (what :class:`.client.ClientQueueHandle` asks), else a packed
+    MQMD per message (``lengths``)."""
     gmo = get_options_from_json(req.get("options", {}))
     limit = req.get("max_msgs")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_BATCH_MSGS:
@@ -491,6 +504,13 @@ async def _get_batch_of(
             break
         got.append((m.md, m.body))
         size += len(m.body)
+    if req.get("compact") is True:  # one descriptor, then each message's changes
+        fields, data = pack_batch(got)
+        if len(got) <= COMPACT_UNCHECKED_MSGS or len(
+                json.dumps(fields, separators=(",", ":"))) <= COMPACT_HEADER_LIMIT:
+            return {"ok": True, **fields}, data
+        # a long batch of very different descriptors: its header would pass the
+        # protocol's limit, so the packed form (the client reads both)
     lengths, data = pack_messages(got)
     return {"ok": True, "lengths": lengths}, data
 
