@@ -153,7 +153,8 @@ class MessageStore:
                 raise StoreError(
                     f"{self.directory} was written by a newer version (schema {row[0]})"
                 )
-            self._create_or_upgrade(None if row is None else int(row[0]))
+            if row is None or int(row[0]) < SCHEMA_VERSION:
+                self._create_or_upgrade()
         except sqlite3.DatabaseError as exc:
             os.close(self._lock_fd)
             raise StoreError(f"cannot open {self.directory / DB_FILE}: {exc}") from exc
@@ -162,7 +163,7 @@ class MessageStore:
             raise
         self._closed = False
 
-    def _create_or_upgrade(self, schema: int | None) -> None:
+    def _create_or_upgrade(self) -> None:
         """Create the tables of a new directory, or upgrade a schema-1 one (adds the
         ``body_id`` column and the shared bodies), in one transaction."""
         with self._transaction():
@@ -174,11 +175,10 @@ class MessageStore:
                 self._db.execute("ALTER TABLE messages ADD COLUMN body_id INTEGER")
             self._db.execute(_BODIES)
             self._db.execute(_BODY_RELEASE)
-            if schema != SCHEMA_VERSION:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
+                (str(SCHEMA_VERSION),),
+            )
 
     # ------------------------------------------------------------------ catalogue
 
