@@ -50,6 +50,10 @@ PAYLOAD = bytes(range(256)) * 4  # 1 KiB
 #: measured in one run: before issue 16 the service did 15 publications/s where the pure
 #: engine did 167 (0.09 of it), so the goal is 3 x 15/167 of the pure engine's rate.
 FANOUT_GOAL = round(3 * 15 / 167, 2)
+#: CPU microseconds per delivery of the last ``bench_service`` run, by subscriber count:
+#: ``time.process_time`` over the drain (the event loop and the queue manager's writer
+#: thread), steadier than deliveries/s on a shared machine.
+CPU_PER_DELIVERY: dict[int, float] = {}
 
 
 def publish_message() -> tuple[MQMD, bytes]:
@@ -126,15 +130,18 @@ async def bench_service(subscribers: int, budget: float = 10.0, max_pubs: int = 
             total += 100
             if time.perf_counter() - load_start > budget / 2:
                 break
+        cpu = time.process_time()
         await service.start()
         start = time.perf_counter()
         while qm.queue_depth(DEFAULT) and time.perf_counter() - start < budget:
             await asyncio.sleep(0.01)
         elapsed = time.perf_counter() - start
         await service.stop()
+        cpu = time.process_time() - cpu
         done = total - qm.queue_depth(DEFAULT)
         delivered = sum(qm.queue_depth(f"SUB.{i}") for i in range(4))
         assert delivered == done * subscribers, (delivered, done, subscribers)
+        CPU_PER_DELIVERY[subscribers] = cpu / max(delivered, 1) * 1e6
         await stream.close()
         await conn.disconnect()
         await qm.close()
@@ -244,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         rate = asyncio.run(bench_service(subs, max_pubs=pubs))
         print(
             f"  BrokerService    {subs:5d} matching subscribers: {rate:10.0f} publications/s"
-            f"  ({rate * subs:10.0f} deliveries/s; embedded QM, syncpoint, persistent)"
+            f"  ({rate * subs:10.0f} deliveries/s; embedded QM, syncpoint, persistent;"
+            f" {CPU_PER_DELIVERY[subs]:.0f} us CPU per delivery)"
         )
         if subs == 10:
             record(Row(f"pub/sub service, {subs} subscribers", rate, engine[subs], None,

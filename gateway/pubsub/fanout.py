@@ -29,6 +29,9 @@ __all__ = ["Fanout"]
 
 _PUB_ON_REQ_ONLY = int(RegOpt.PUBLISH_ON_REQUEST_ONLY)
 _DUPS_OK = int(RegOpt.DUPLICATES_OK)
+# Enum members as module globals: a member lookup on the enum class is slow per delivery.
+_FMT_RFH = SubFormat.RFH
+_FMT_SINK = SubFormat.SINK
 
 
 class Fanout:
@@ -74,8 +77,10 @@ class Fanout:
                     first_topic.setdefault(key, topic)
         if not first_topic and not self.neighbours:
             return []
-        # One copy per subscriber identity unless the subscription says DupsOK.
-        chosen: dict[object, Subscription] = {}
+        # One copy per subscriber identity unless the subscription says DupsOK. The
+        # identity is (destination fields, correl id): a tuple of str/bytes hashes far
+        # faster than the frozen Destination; the key is kept (not recomputed per use).
+        chosen: dict[object, tuple[SubKey, Subscription]] = {}
         subs = self.state.subs
         now = self.clock()
         for key in sorted(first_topic):
@@ -95,17 +100,18 @@ class Fanout:
                 continue  # never back to the neighbour broker it came from
             if pub.local and not d.sink and d.q_mgr in self.neighbours:
                 continue  # published with RegOpt Local: not for other brokers
-            ident: object = key if opts & _DUPS_OK else (d, sub.correl_id)
+            ident: object = key if opts & _DUPS_OK else (d.q_mgr, d.queue, d.sink, sub.correl_id)
             if ident not in chosen:
-                chosen[ident] = sub
+                chosen[ident] = (key, sub)
         cache: dict[tuple[object, ...], bytes] = {}
         stamp = put_date_time(now)
         out_deliveries = [
-            self.delivery(sub, pub, first_topic[sub.key], False, now, cache=cache, stamp=stamp)
-            for sub in chosen.values()
+            self.delivery(sub, pub, first_topic[key], False, now, cache=cache, stamp=stamp,
+                          key=key)
+            for key, sub in chosen.values()
         ]
         if self.neighbours and pub.topics and not pub.local:
-            served = {s.destination.q_mgr for s in chosen.values() if not s.destination.sink}
+            served = {s.destination.q_mgr for _, s in chosen.values() if not s.destination.sink}
             for n in self.neighbours.values():
                 if not n.publish_all or n.q_mgr in served or n.q_mgr == source:
                     continue
@@ -181,9 +187,11 @@ class Fanout:
         held_for: float = 0.0,
         cache: dict[tuple[object, ...], bytes] | None = None,
         stamp: tuple[str, str] | None = None,
+        key: SubKey | None = None,
     ) -> Delivery:
         """``pub`` (matched on ``topic``) formatted for ``sub``: a forwarded Publish
-        command when ``sub`` belongs to a neighbour broker."""
+        command when ``sub`` belongs to a neighbour broker. ``key``: ``sub.key``, when
+        the caller has it already."""
         forward_as: SubFormat | None = None
         d = sub.destination
         if not d.sink and self.neighbours:
@@ -203,12 +211,13 @@ class Fanout:
             forward_as=forward_as,
         )
         seen_fmt = sub.fmt if forward_as is None else forward_as
-        seen_topic = topic if seen_fmt is SubFormat.RFH else prefixed_topic(pub.stream, topic)
-        if sub.fmt is SubFormat.SINK and pub.msg_id:
+        seen_topic = topic if seen_fmt is _FMT_RFH else prefixed_topic(pub.stream, topic)
+        if sub.fmt is _FMT_SINK and pub.msg_id:
             # Sinks see the publication as its publisher put it (Kafka contract: mq.msgId,
             # mq.correlId, mq.putTime, mq.userId), not the broker's forwarding identity.
             md.msg_id, md.correl_id = pub.msg_id, pub.correl_id
             md.user_identifier = pub.user_identifier
             if pub.put_date:
                 md.put_date, md.put_time = pub.put_date, pub.put_time
-        return Delivery(sub.destination, sub.key, md, body, pub, seen_topic, retained)
+        return Delivery(sub.destination, sub.key if key is None else key, md, body, pub,
+                        seen_topic, retained)

@@ -166,10 +166,20 @@ class LocalQueue:
         return len(self.available) + self.locked + self.pending_puts
 
     def add(self, msg: QueuedMessage) -> None:
-        self.available[msg.seq] = msg
-        heapq.heappush(self._heap, msg.key)
-        self.by_msg_id.setdefault(msg.md.msg_id, set()).add(msg.seq)
-        self.by_correl_id.setdefault(msg.md.correl_id, set()).add(msg.seq)
+        # every commit of a fan-out adds thousands: no throwaway set per index
+        seq, md = msg.seq, msg.md
+        self.available[seq] = msg
+        heapq.heappush(self._heap, (-msg.priority, seq))
+        seqs = self.by_msg_id.get(md.msg_id)
+        if seqs is None:
+            self.by_msg_id[md.msg_id] = {seq}
+        else:
+            seqs.add(seq)
+        seqs = self.by_correl_id.get(md.correl_id)
+        if seqs is None:
+            self.by_correl_id[md.correl_id] = {seq}
+        else:
+            seqs.add(seq)
 
     def remove(self, msg: QueuedMessage) -> None:
         del self.available[msg.seq]

@@ -16,6 +16,14 @@ opener gets :class:`DataDirInUseError` naming the owner's pid instead of a corru
 All methods are synchronous and serialised by an internal lock; the queue manager calls
 the message-writing ones from its own writer thread so the event loop never waits on
 their fsync; definition changes (MQSC) are written on the caller's thread.
+
+Shared bodies (schema 2): one publication fanned out to many subscriber queues is many
+messages with the *same* body object. A transaction that inserts one body object of at
+least ``SHARED_BODY_MIN`` bytes two or more times stores it once, in ``bodies``, and
+each message row refers to it (``body_id``, ``body`` left empty). A trigger drops the
+shared body in the same transaction as the delete of its last message, so a crash can
+never leave a message without its body, nor a body nobody refers to. A schema-1 data
+directory is upgraded in place when opened; an older version refuses a schema-2 one.
 """
 
 from __future__ import annotations
@@ -32,7 +40,10 @@ from pathlib import Path
 
 from gateway.mq.embedded.objects import ChannelDef, ObjectCatalogue, QMgrAttrs, QueueDef
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: A body object inserted at least twice in one transaction and at least this long is
+#: stored once (``bodies``); shorter ones are cheaper copied than referred to.
+SHARED_BODY_MIN = 256
 DB_FILE = "qmgr.sqlite3"
 LOCK_FILE = "qmgr.lock"
 
@@ -49,7 +60,8 @@ CREATE TABLE IF NOT EXISTS messages (
     expiry_at REAL,
     backout_count INTEGER NOT NULL,
     md BLOB NOT NULL,
-    body BLOB NOT NULL
+    body BLOB NOT NULL,
+    body_id INTEGER
 );
 CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue, seq);
 CREATE TABLE IF NOT EXISTS channels (name TEXT PRIMARY KEY, definition TEXT NOT NULL);
@@ -59,6 +71,22 @@ CREATE TABLE IF NOT EXISTS channel_sync (
     msg_ids BLOB NOT NULL
 );
 """
+
+#: Schema 2: bodies shared by several messages (see the module docstring). ``refs`` is
+#: how many message rows refer to the body; the delete of the last one drops it.
+_BODIES = """
+CREATE TABLE IF NOT EXISTS bodies (
+    id INTEGER PRIMARY KEY,
+    refs INTEGER NOT NULL,
+    data BLOB NOT NULL
+)"""
+_BODY_RELEASE = """
+CREATE TRIGGER IF NOT EXISTS message_body_release AFTER DELETE ON messages
+WHEN old.body_id IS NOT NULL
+BEGIN
+    UPDATE bodies SET refs = refs - 1 WHERE id = old.body_id;
+    DELETE FROM bodies WHERE id = old.body_id AND refs <= 0;
+END"""
 
 
 class StoreError(Exception):
@@ -117,16 +145,16 @@ class MessageStore:
             )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                self._db.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-                )
-            elif int(row[0]) > SCHEMA_VERSION:
+            if row is not None and int(row[0]) > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.directory} was written by a newer version (schema {row[0]})"
                 )
+            if row is None or int(row[0]) < SCHEMA_VERSION:
+                self._create_or_upgrade()
         except sqlite3.DatabaseError as exc:
             os.close(self._lock_fd)
             raise StoreError(f"cannot open {self.directory / DB_FILE}: {exc}") from exc
@@ -134,6 +162,23 @@ class MessageStore:
             os.close(self._lock_fd)
             raise
         self._closed = False
+
+    def _create_or_upgrade(self) -> None:
+        """Create the tables of a new directory, or upgrade a schema-1 one (adds the
+        ``body_id`` column and the shared bodies), in one transaction."""
+        with self._transaction():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            columns = {r[1] for r in self._db.execute("PRAGMA table_info(messages)")}
+            if "body_id" not in columns:
+                self._db.execute("ALTER TABLE messages ADD COLUMN body_id INTEGER")
+            self._db.execute(_BODIES)
+            self._db.execute(_BODY_RELEASE)
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
+                (str(SCHEMA_VERSION),),
+            )
 
     # ------------------------------------------------------------------ catalogue
 
@@ -207,8 +252,10 @@ class MessageStore:
         """All persistent messages, in arrival order."""
         with self._mutex:
             rows = self._db.execute(
-                "SELECT seq, queue, priority, msg_id, correl_id, put_at, expiry_at, "
-                "backout_count, md, body FROM messages ORDER BY seq"
+                "SELECT m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at, "
+                "m.expiry_at, m.backout_count, m.md, "
+                "CASE WHEN m.body_id IS NULL THEN m.body ELSE b.data END "
+                "FROM messages m LEFT JOIN bodies b ON b.id = m.body_id ORDER BY m.seq"
             ).fetchall()
         return [StoredMessage(*row) for row in rows]
 
@@ -226,7 +273,8 @@ class MessageStore:
     ) -> None:
         """One durable transaction: add ``inserts``, remove ``deletes`` (seqs), set
         backout counts ``(seq, count)``, record channel batches ``syncs``. Returns only
-        after the WAL is on disk."""
+        after the WAL is on disk. A body object inserted more than once is stored once
+        (see the module docstring)."""
         with self._mutex, self._transaction():
             self._db.executemany(
                 "INSERT OR REPLACE INTO channel_sync (channel, batch_seq, msg_ids) "
@@ -234,12 +282,16 @@ class MessageStore:
                 [(s.channel, s.batch_seq, s.msg_ids) for s in syncs],
             )
             if inserts:
+                body_ids = self._shared_bodies(inserts)
                 self._db.executemany(
                     "INSERT INTO messages (seq, queue, priority, msg_id, correl_id, put_at, "
-                    "expiry_at, backout_count, md, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    "expiry_at, backout_count, md, body, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     [
                         (m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at,
-                         m.expiry_at, m.backout_count, m.md, m.body)
+                         m.expiry_at, m.backout_count, m.md, m.body, None)
+                        if (ref := body_ids.get(id(m.body))) is None else
+                        (m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at,
+                         m.expiry_at, m.backout_count, m.md, b"", ref)
                         for m in inserts
                     ],
                 )
@@ -248,6 +300,28 @@ class MessageStore:
                 "UPDATE messages SET backout_count=? WHERE seq=?",
                 [(count, seq) for seq, count in backouts],
             )
+
+    def _shared_bodies(self, inserts: Sequence[StoredMessage]) -> dict[int, int]:
+        """Store once each body object that ``inserts`` carry at least twice and that is
+        at least ``SHARED_BODY_MIN`` bytes long: ``id(body)`` -> its ``bodies`` row.
+        By identity, not value: the fan-out hands the same object to every put, and
+        ``inserts`` keeps each object alive for the whole transaction."""
+        counts: dict[int, int] = {}
+        for m in inserts:
+            if len(m.body) >= SHARED_BODY_MIN:
+                k = id(m.body)
+                counts[k] = counts.get(k, 0) + 1
+        if not counts or max(counts.values()) < 2:
+            return {}
+        bodies = {id(m.body): m.body for m in inserts if counts.get(id(m.body), 0) > 1}
+        out: dict[int, int] = {}
+        for k, body in bodies.items():
+            cur = self._db.execute(
+                "INSERT INTO bodies (refs, data) VALUES (?, ?)", (counts[k], body)
+            )
+            assert cur.lastrowid is not None
+            out[k] = cur.lastrowid
+        return out
 
     def purge_queue(self, name: str) -> None:
         with self._mutex, self._transaction():

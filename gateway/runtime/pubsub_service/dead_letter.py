@@ -37,8 +37,10 @@ __all__ = ["DeliveryReport", "Put", "dead_letter", "dead_letter_queue_of", "put_
 
 
 class DeliveryReport(Protocol):
-    """Told how each delivery put went (the engine suspends subscriptions whose queue
-    keeps failing)."""
+    """Told how delivery puts went (the engine suspends subscriptions whose queue keeps
+    failing). ``delivered`` only ends a queue's run of failures, so :func:`put_all`
+    tells it once per queue between failures, not once per message (a fan-out puts
+    thousands to the same few queues); ``delivery_failed`` is told of every failure."""
 
     def delivered(self, q_mgr: str, queue: str) -> None: ...
 
@@ -155,13 +157,18 @@ async def put_all(
                     [(r.queue, "" if r.q_mgr == q_mgr else r.q_mgr, r.md, r.body) for r in run],
                     opts,
                 )
+                told: set[tuple[str, str]] = set()  # told delivered since their last failure
                 for r, result in zip(run, results, strict=True):
                     if isinstance(result, MQError):
                         if result.reason in CONNECTION_REASONS:
                             raise result
+                        told.discard((r.q_mgr or q_mgr, r.queue))
                         await set_aside(r, result)
                     elif report is not None:
-                        report.delivered(r.q_mgr or q_mgr, r.queue)
+                        target = (r.q_mgr or q_mgr, r.queue)
+                        if target not in told:
+                            told.add(target)
+                            report.delivered(*target)
                 continue
             i += 1
             try:
