@@ -10,6 +10,7 @@ package), plus the share of the profile spent in the event loop's selector (idle
 Not a benchmark (``make bench`` does not run it): cProfile slows Python code down about
 twofold, so rates printed here are not figures. Run:
 .venv/bin/python -m benchmarks.profile_paths [--paths kafka_out,mqtt_out,...] [--messages N]
+[--cpu RUNS] (no profiler: CPU us per message of each run instead of the tables)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pstats
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -34,20 +36,34 @@ PATHS = ("kafka_out", "mqtt_out", "kafka_in", "mqtt_in", "fanout")
 
 
 class Window:
-    """One profiler, switched on when the timed part starts."""
+    """One profiler, switched on when the timed part starts.
 
-    def __init__(self) -> None:
+    With ``cpu_only`` no profiler runs: the window records the process's CPU seconds
+    (``time.process_time``: every thread, the queue manager's writer included) and the
+    wall seconds between start and stop, for CPU per message without cProfile's overhead.
+    """
+
+    def __init__(self, cpu_only: bool = False) -> None:
         self.profile = cProfile.Profile()
+        self.cpu_only = cpu_only
         self.on = False
+        self.cpu = 0.0
+        self.wall = 0.0
 
     def start(self) -> None:
         if not self.on:
             self.on = True
-            self.profile.enable()
+            self.cpu -= time.process_time()
+            self.wall -= time.perf_counter()
+            if not self.cpu_only:
+                self.profile.enable()
 
     def stop(self) -> None:
         if self.on:
-            self.profile.disable()
+            if not self.cpu_only:
+                self.profile.disable()
+            self.cpu += time.process_time()
+            self.wall += time.perf_counter()
             self.on = False
 
 
@@ -112,8 +128,8 @@ def profiled_timed(window: Window) -> Callable[[], None]:
     return undo
 
 
-def profile(name: str, n: int, work: Path, top: int) -> str:
-    window = Window()
+def profile(name: str, n: int, work: Path, top: int, cpu_only: bool = False) -> str:
+    window = Window(cpu_only)
     undo = profiled_timed(window) if name.endswith("_in") else profiled_service_start(window)
     body: Callable[[], Awaitable[Any]]
     try:
@@ -152,6 +168,12 @@ def profile(name: str, n: int, work: Path, top: int) -> str:
                 window.stop()
     finally:
         undo()
+    if cpu_only:
+        done = result[0] if isinstance(result, tuple) else n
+        return (
+            f"{name}: {result!r}  CPU {window.cpu * 1e6 / max(done, 1):,.0f} us/msg "
+            f"(process, all threads; wall {window.wall * 1e6 / max(done, 1):,.0f} us/msg)"
+        )
     return f"### {name} (result under the profiler: {result!r})\n\n" + tables(window, top)
 
 
@@ -160,11 +182,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="no profiler: print the process CPU us per message of RUNS runs per path (best first)",
+    )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="mqgw-profile-"))
     try:
         for name in args.paths.split(","):
-            print(profile(name, args.messages, work, args.top), flush=True)
+            if args.cpu:
+                for run in range(args.cpu):
+                    run_dir = work / f"cpu{run}"
+                    run_dir.mkdir(exist_ok=True)
+                    print(profile(name, args.messages, run_dir, args.top, True), flush=True)
+            else:
+                print(profile(name, args.messages, work, args.top), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -21,7 +21,25 @@ def put_date_time(now: float | datetime | None = None) -> tuple[str, str]:
     else:
         moment = now.astimezone(UTC)
     hundredths = moment.microsecond // 10000
-    return moment.strftime("%Y%m%d"), moment.strftime("%H%M%S") + f"{hundredths:02d}"
+    second = (moment.second, moment.minute, moment.hour, moment.day, moment.month, moment.year)
+    cached = _last_second
+    if cached[0] != second:
+        # a put stamps every message: the two strftime calls are made once per second
+        cached = (second, moment.strftime("%Y%m%d"), moment.strftime("%H%M%S"))
+        _set_last_second(cached)
+    return cached[1], cached[2] + _HUNDREDTHS[hundredths]
+
+
+#: "00" .. "99"
+_HUNDREDTHS = tuple(f"{h:02d}" for h in range(100))
+#: the last second formatted: ((second, minute, hour, day, month, year) in UTC, PutDate,
+#: PutTime's HHMMSS)
+_last_second: tuple[tuple[int, ...], str, str] = ((), "", "")
+
+
+def _set_last_second(value: tuple[tuple[int, ...], str, str]) -> None:
+    global _last_second
+    _last_second = value
 
 
 def put_time_ms(put_date: str, put_time: str) -> int | None:
