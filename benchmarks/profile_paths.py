@@ -33,6 +33,62 @@ from gateway.devstack import KafkaBroker, MosquittoBroker
 from gateway.runtime.pubsub_service import BrokerService
 
 PATHS = ("kafka_out", "mqtt_out", "kafka_in", "mqtt_in", "fanout")
+#: not in the default list: the broker service's own work alone (stream queue, backlog,
+#: forwarder) with a ``memory`` sink, no external broker
+EXTRA_PATHS = ("memory_out",)
+
+
+async def memory_bridge(work: Path, n: int, batch: int) -> tuple[int, float]:
+    """``bench_bridge_kafka.bridge`` with a ``memory`` sink instead of Kafka: (messages
+    the sink got, seconds). Same publications, stream queue, batch and commits."""
+    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+    from gateway.mq.port import PutOptions
+    from gateway.pubsub.engine import PubSubEngine
+    from gateway.pubsub.sqlite_store import SqliteStore
+    from gateway.runtime.plugin_host import PluginHost
+    from gateway.runtime.pubsub_service import BrokerConfig, StreamQueueConfig
+    from plugins.memory import MemoryConfig, get_bus, plugin, reset_buses
+
+    stream = bench_bridge_kafka.STREAM
+    reset_buses()
+    qm = EmbeddedQueueManager("QMBENCH", work / "qm-memory")
+    qm.run_mqsc(f"DEFINE QLOCAL('{stream}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
+    store = SqliteStore(work / "pubsub-memory.db", synchronous="NORMAL")
+    service = BrokerService(
+        qm,
+        PubSubEngine(qm.name, store),
+        BrokerConfig(streams=[StreamQueueConfig(name=stream)], batch_size=batch, wait_ms=100),
+    )
+    host = PluginHost(qm, service, "bench")
+    config = MemoryConfig(bus="prof", subscribe=[f"$SYS/STREAM/{stream}/#"])
+    bus = get_bus("prof")
+    try:
+        await host.start(plugin.create("memory", config))
+        conn = await qm.connect()
+        opts = PutOptions(syncpoint=True)
+        for i in range(n):
+            md, body = bench_bridge_kafka._publication(i)
+            await conn.put1(stream, md, body, opts)
+            if i % 500 == 499:
+                await conn.commit()
+        await conn.commit()
+        await conn.disconnect()
+        started = time.monotonic()
+        await service.start()
+        deadline = started + bench_bridge_kafka.TIME_LIMIT_S
+        backlog = service.backlogs["memory"]
+        while (
+            len(bus.records) < n or qm.queue_depth(stream) or qm.queue_depth(backlog)
+        ) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        took = time.monotonic() - started
+        done = len(bus.records)
+    finally:
+        await host.stop_all()
+        await service.stop()
+        await qm.close()
+        store.close()
+    return done, took
 
 
 class Window:
@@ -161,6 +217,11 @@ def profile(name: str, n: int, work: Path, top: int, cpu_only: bool = False) -> 
             finally:
                 window.stop()
                 mqtt.stop()
+        elif name == "memory_out":
+            try:
+                result = asyncio.run(memory_bridge(work, n, 256))
+            finally:
+                window.stop()
         else:
             try:
                 result = asyncio.run(bench_pubsub.bench_service(1000, max_pubs=100))
@@ -179,7 +240,11 @@ def profile(name: str, n: int, work: Path, top: int, cpu_only: bool = False) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument(
+        "--paths",
+        default=",".join(PATHS),
+        help=f"comma-separated, of {', '.join(PATHS + EXTRA_PATHS)}",
+    )
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument(
