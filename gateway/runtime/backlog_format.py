@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import os
 import re
 import struct
@@ -99,11 +100,14 @@ _HEADER_FIELDS: tuple[tuple[str, int], ...] = tuple(
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
+#: every header field's value of an envelope, in ``_HEADER_FIELDS`` order, in one call
+_HEADER_VALUES = operator.attrgetter(*(name for name, _ in _HEADER_FIELDS))
+
+
 def encode_backlog_message(envelope: Envelope) -> bytes:
     """The backlog message body of ``envelope`` (see module docstring)."""
     header: dict[str, Any] = {}
-    for name, kind in _HEADER_FIELDS:
-        value = getattr(envelope, name)
+    for (name, kind), value in zip(_HEADER_FIELDS, _HEADER_VALUES(envelope), strict=True):
         if kind:
             if kind == 1:
                 value = value.hex()
