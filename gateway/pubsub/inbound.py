@@ -14,7 +14,7 @@ from gateway.pubsub.commands import Command, decode_psc_command, decode_rfh_comm
 from gateway.pubsub.errors import CommandError
 from gateway.wire.chain import parse_message
 from gateway.wire.errors import WireError
-from gateway.wire.folder import Element
+from gateway.wire.folder import Element, remember_usr_properties
 from gateway.wire.formats import FMT_RF_HEADER, FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
@@ -68,7 +68,14 @@ def decode_command_message(md: MQMD, body: bytes) -> ParsedCommand:
             except CommandError as exc:
                 exc.psc = psc
                 raise
-            extra = [f.to_xml() for f in header.folders if f.name not in ("psc", "pscr")]
+            extra: list[str] = []
+            for f in header.folders:
+                if f.name not in ("psc", "pscr"):
+                    text = f.to_xml()
+                    if f.name == "usr":
+                        # the sink envelope reads its properties from this text
+                        remember_usr_properties(text, f)
+                    extra.append(text)
             return ParsedCommand(
                 command,
                 header,

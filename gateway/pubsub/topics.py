@@ -322,6 +322,10 @@ class _CharIndex(Generic[K]):
                         out.add(key)
 
 
+#: most topics whose matches one TopicIndex remembers
+_MATCHED_MAX = 256
+
+
 class TopicIndex(Generic[K]):
     """Subscriptions of both schemes within one stream, matched in one call."""
 
@@ -329,12 +333,16 @@ class TopicIndex(Generic[K]):
         self._trie: _LevelTrie[K] = _LevelTrie()
         self._chars: _CharIndex[K] = _CharIndex()
         self._entries: dict[K, tuple[Scheme, str, CharPattern | None]] = {}
+        #: topic -> the keys it matched, since the last add/remove (a stream's
+        #: publications repeat a few topics); bounded, emptied by any change
+        self._matched: dict[str, frozenset[K]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def add(self, key: K, scheme: Scheme, pattern: str) -> None:
         """Index ``key`` under ``pattern`` (replacing an earlier entry of the same key)."""
+        self._matched.clear()
         if key in self._entries:
             self.remove(key)
         if scheme is Scheme.TOPIC:
@@ -346,6 +354,7 @@ class TopicIndex(Generic[K]):
             self._entries[key] = (scheme, pattern, compiled)
 
     def remove(self, key: K) -> None:
+        self._matched.clear()
         entry = self._entries.pop(key, None)
         if entry is None:
             return
@@ -356,16 +365,24 @@ class TopicIndex(Generic[K]):
             assert compiled is not None
             self._chars.remove(compiled, key)
 
+    def _match_one(self, topic: str) -> frozenset[K]:
+        known = self._matched.get(topic)
+        if known is None:
+            out: set[K] = set()
+            self._trie.match(topic, out)
+            self._chars.match(topic, out)
+            known = frozenset(out)
+            if len(self._matched) >= _MATCHED_MAX:
+                del self._matched[next(iter(self._matched))]
+            self._matched[topic] = known
+        return known
+
     def match(self, topic: str) -> set[K]:
         """Keys of every subscription whose pattern matches the literal ``topic``."""
-        out: set[K] = set()
-        self._trie.match(topic, out)
-        self._chars.match(topic, out)
-        return out
+        return set(self._match_one(topic))
 
     def match_many(self, topics: Iterable[str]) -> set[K]:
         out: set[K] = set()
         for topic in topics:
-            self._trie.match(topic, out)
-            self._chars.match(topic, out)
+            out.update(self._match_one(topic))
         return out

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import os
 import re
 import struct
@@ -85,21 +86,37 @@ def backlog_queue_name(instance: str) -> str:
     return name
 
 
+#: (field name, how it is written) for every Envelope field but the payload, in the
+#: dataclass's order: 0 as is, 1 bytes as hex, 2 a mapping as [key, value] lists, 3 a
+#: sequence of pairs as lists
+_HEADER_FIELDS: tuple[tuple[str, int], ...] = tuple(
+    (name, 1 if name in _BYTES_FIELDS else 2 if name in _MAP_FIELDS
+     else 3 if name in _PAIR_FIELDS else 0)
+    for name in _FIELDS
+    if name != "payload"
+)
+#: json.dumps(..., separators=(",", ":"), ensure_ascii=False) without making an encoder
+#: per call (same text)
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+#: every header field's value of an envelope, in ``_HEADER_FIELDS`` order, in one call
+_HEADER_VALUES = operator.attrgetter(*(name for name, _ in _HEADER_FIELDS))
+
+
 def encode_backlog_message(envelope: Envelope) -> bytes:
     """The backlog message body of ``envelope`` (see module docstring)."""
     header: dict[str, Any] = {}
-    for name in _FIELDS:
-        if name == "payload":
-            continue
-        value = getattr(envelope, name)
-        if name in _BYTES_FIELDS:
-            value = value.hex()
-        elif name in _MAP_FIELDS:
-            value = [[k, v] for k, v in value.items()]
-        elif name in _PAIR_FIELDS:
-            value = [list(p) for p in value]
+    for (name, kind), value in zip(_HEADER_FIELDS, _HEADER_VALUES(envelope), strict=True):
+        if kind:
+            if kind == 1:
+                value = value.hex()
+            elif kind == 2:
+                value = [[k, v] for k, v in value.items()]
+            else:
+                value = [list(p) for p in value]
         header[name] = value
-    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw = _JSON(header).encode("utf-8")
     return b"".join((_MAGIC, _LENGTH.pack(len(raw)), raw, envelope.payload))
 
 

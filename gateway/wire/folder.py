@@ -401,6 +401,31 @@ def usr_properties(folders: Iterable[str]) -> tuple[list[tuple[str, str]], dict[
     return props, types
 
 
+def remember_usr_properties(text: str, root: Element) -> None:
+    """Tell :func:`usr_properties` the properties of ``text``, the serialization of the
+    ``usr`` folder ``root`` the caller holds, so it need not parse ``text`` again. Only a
+    flat folder is remembered (leaves without attributes, text free of markup), for
+    which parsing ``text`` gives ``root`` exactly (the fast path's own condition)."""
+    if (
+        root.name != "usr"
+        or root.attributes
+        or root.text
+        or len(text) > _USR_CACHE_MAX_CHARS
+        or text in _USR_CACHE
+    ):
+        return
+    props: list[tuple[str, str]] = []
+    for child in root.children:
+        if child.children or child.attributes or _MARKUP.search(child.text):
+            return
+        props.append((child.name, child.text))
+    if len(_USR_CACHE) >= _USR_CACHE_MAX:
+        del _USR_CACHE[next(iter(_USR_CACHE))]
+    _USR_CACHE[text] = (tuple(props), {})
+
+
+_MARKUP = re.compile(r"[<>&\"']")
+
 #: usr folder text -> its properties (the service decodes a publication's folders, then
 #: each sink delivery asks for its properties: no second parse of the same folder).
 _USR_CACHE: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str]]] = {}

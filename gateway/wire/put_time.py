@@ -21,7 +21,25 @@ def put_date_time(now: float | datetime | None = None) -> tuple[str, str]:
     else:
         moment = now.astimezone(UTC)
     hundredths = moment.microsecond // 10000
-    return moment.strftime("%Y%m%d"), moment.strftime("%H%M%S") + f"{hundredths:02d}"
+    second = (moment.second, moment.minute, moment.hour, moment.day, moment.month, moment.year)
+    cached = _last_second
+    if cached[0] != second:
+        # a put stamps every message: the two strftime calls are made once per second
+        cached = (second, moment.strftime("%Y%m%d"), moment.strftime("%H%M%S"))
+        _set_last_second(cached)
+    return cached[1], cached[2] + _HUNDREDTHS[hundredths]
+
+
+#: "00" .. "99"
+_HUNDREDTHS = tuple(f"{h:02d}" for h in range(100))
+#: the last second formatted: ((second, minute, hour, day, month, year) in UTC, PutDate,
+#: PutTime's HHMMSS)
+_last_second: tuple[tuple[int, ...], str, str] = ((), "", "")
+
+
+def _set_last_second(value: tuple[tuple[int, ...], str, str]) -> None:
+    global _last_second
+    _last_second = value
 
 
 def put_time_ms(put_date: str, put_time: str) -> int | None:
@@ -30,11 +48,28 @@ def put_time_ms(put_date: str, put_time: str) -> int | None:
     d, t = put_date.strip(), put_time.strip()
     if len(d) != 8 or len(t) not in (6, 8) or not (d + t).isascii() or not (d + t).isdigit():
         return None
-    try:
-        moment = datetime(
-            int(d[:4]), int(d[4:6]), int(d[6:8]), int(t[:2]), int(t[2:4]), int(t[4:6]), tzinfo=UTC
-        )
-    except ValueError:
-        return None
+    key = d + t[:6]
+    last = _last_ms
+    if last[0] == key:
+        base = last[1]
+    else:
+        try:
+            moment = datetime(
+                int(d[:4]), int(d[4:6]), int(d[6:8]), int(t[:2]), int(t[2:4]), int(t[4:6]),
+                tzinfo=UTC,
+            )
+        except ValueError:
+            return None
+        base = int(moment.timestamp()) * 1000
+        _set_last_ms((key, base))  # a stream's stamps repeat the same second
     hundredths = int(t[6:8]) if len(t) == 8 else 0
-    return int(moment.timestamp()) * 1000 + hundredths * 10
+    return base + hundredths * 10
+
+
+#: the last PutDate + PutTime's HHMMSS read, and its milliseconds since 1970
+_last_ms: tuple[str, int] = ("", 0)
+
+
+def _set_last_ms(value: tuple[str, int]) -> None:
+    global _last_ms
+    _last_ms = value

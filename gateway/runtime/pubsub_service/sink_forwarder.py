@@ -314,7 +314,9 @@ class SinkForwarder:
         msgs = [first]
         isolated = self._isolate > 0 or first.md.backout_count >= threshold
         limit = 1 if isolated else self.batch_size
-        get_batch = getattr(handle, "get_batch", None)  # a local-socket client: one trip
+        # the embedded handle (checks once per batch) and the local-socket client (one
+        # trip) both have it
+        get_batch = getattr(handle, "get_batch", None)
         if get_batch is not None and limit > 1:
             try:
                 msgs += await get_batch(GetOptions(wait_ms=0, syncpoint=True), limit - 1)
