@@ -186,10 +186,15 @@ def _schema_1(directory: Path) -> None:
     db.close()
 
 
-def test_schema_1_directory_is_upgraded_in_place(tmp_path: Path) -> None:
+def test_schema_1_directory_is_upgraded_in_place(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     data = tmp_path / "old"
     _schema_1(data)
-    store = MessageStore(data)
+    with caplog.at_level("WARNING", logger="gateway.mq.embedded.store"):
+        store = MessageStore(data)
+    assert any("from schema 1 to" in r.getMessage() and "restore a backup" in r.getMessage()
+               for r in caplog.records), caplog.text
     try:
         assert [(m.seq, m.body) for m in store.load_messages()] == [(1, BODY), (2, BODY)]
         shared = BODY[:]  # one object, inserted twice: stored once next to the old rows
@@ -205,6 +210,65 @@ def test_schema_1_directory_is_upgraded_in_place(tmp_path: Path) -> None:
     db.close()
     assert [r for _, r in db_rows(data)[0]] == [2]
     consistent(data)
+
+
+def test_reopen_shares_one_body_object_and_logs_no_upgrade(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a restart the messages that shared a body share one object again (a large
+    fan-out backlog needs the memory it needed while running), and an ordinary open of
+    the current schema is not reported as an upgrade."""
+    data = tmp_path / "qm"
+    store = MessageStore(data)
+    shared = BODY[:]
+    store.apply([StoredMessage(s, "Q", 0, bytes([s]) * 24, bytes(24), 1.0, None, 0,
+                               b"\x00", shared) for s in (1, 2, 3)])
+    store.close()
+    with caplog.at_level("WARNING", logger="gateway.mq.embedded.store"):
+        store = MessageStore(data)
+    try:
+        loaded = store.load_messages()
+    finally:
+        store.close()
+    assert [m.body for m in loaded] == [BODY] * 3
+    assert loaded[0].body is loaded[1].body is loaded[2].body
+    assert not [r for r in caplog.records if "upgrading" in r.getMessage()]
+
+
+def test_missing_shared_body_is_a_clear_store_error(tmp_path: Path) -> None:
+    data = tmp_path / "qm"
+    store = MessageStore(data)
+    shared = BODY[:]
+    store.apply([StoredMessage(s, "Q", 0, bytes([s]) * 24, bytes(24), 1.0, None, 0,
+                               b"\x00", shared) for s in (1, 2)])
+    store.close()
+    db = sqlite3.connect(data / DB_FILE)
+    db.execute("DELETE FROM bodies")  # damage: rows still refer to it
+    db.commit()
+    db.close()
+    store = MessageStore(data)
+    try:
+        with pytest.raises(StoreError, match="missing"):
+            store.load_messages()
+    finally:
+        store.close()
+
+
+def test_open_recreates_a_missing_table_or_index(tmp_path: Path) -> None:
+    """An ordinary open (schema already current) still runs the idempotent creates, so
+    a table or index added later without a schema bump reaches existing directories."""
+    data = tmp_path / "qm"
+    MessageStore(data).close()
+    db = sqlite3.connect(data / DB_FILE)
+    db.execute("DROP INDEX messages_by_queue")
+    db.execute("DROP TRIGGER message_body_release")
+    db.commit()
+    db.close()
+    MessageStore(data).close()
+    db = sqlite3.connect(data / DB_FILE)
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+    db.close()
+    assert {"messages_by_queue", "message_body_release", "bodies"} <= names
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -39,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.mq.embedded.objects import ChannelDef, ObjectCatalogue, QMgrAttrs, QueueDef
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
 #: A body object inserted at least twice in one transaction and at least this long is
@@ -153,8 +156,16 @@ class MessageStore:
                 raise StoreError(
                     f"{self.directory} was written by a newer version (schema {row[0]})"
                 )
-            if row is None or int(row[0]) < SCHEMA_VERSION:
-                self._create_or_upgrade()
+            if row is not None and int(row[0]) < SCHEMA_VERSION:
+                log.warning(
+                    "upgrading the queue manager's store in %s from schema %s to %s; "
+                    "versions before this one refuse it afterwards (to roll back, "
+                    "restore a backup taken before the upgrade)",
+                    self.directory, row[0], SCHEMA_VERSION,
+                )
+            # Every open: the statements are idempotent, so a table or index added
+            # later without a schema bump still reaches existing directories.
+            self._create_or_upgrade()
         except sqlite3.DatabaseError as exc:
             os.close(self._lock_fd)
             raise StoreError(f"cannot open {self.directory / DB_FILE}: {exc}") from exc
@@ -249,15 +260,28 @@ class MessageStore:
     # ------------------------------------------------------------------ messages
 
     def load_messages(self) -> list[StoredMessage]:
-        """All persistent messages, in arrival order."""
+        """All persistent messages, in arrival order. A shared body is loaded once and
+        handed to every message that refers to it (as it was while running)."""
         with self._mutex:
             rows = self._db.execute(
                 "SELECT m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at, "
-                "m.expiry_at, m.backout_count, m.md, "
-                "CASE WHEN m.body_id IS NULL THEN m.body ELSE b.data END "
+                "m.expiry_at, m.backout_count, m.md, m.body, m.body_id, b.data "
                 "FROM messages m LEFT JOIN bodies b ON b.id = m.body_id ORDER BY m.seq"
             ).fetchall()
-        return [StoredMessage(*row) for row in rows]
+        shared: dict[int, bytes] = {}
+        out: list[StoredMessage] = []
+        for seq, queue, prio, msg_id, correl_id, put_at, expiry_at, backouts, md, body, \
+                body_id, data in rows:
+            if body_id is not None:
+                if data is None:
+                    raise StoreError(
+                        f"{self.directory / DB_FILE}: message {seq} refers to body "
+                        f"{body_id}, which is missing (damaged store)"
+                    )
+                body = shared.setdefault(body_id, data)
+            out.append(StoredMessage(seq, queue, prio, msg_id, correl_id, put_at, expiry_at,
+                                     backouts, md, body))
+        return out
 
     def max_seq(self) -> int:
         with self._mutex:
