@@ -100,3 +100,42 @@ async def test_delivered_after_a_failure_is_told_again(tmp_path: Path) -> None:
     finally:
         await qm.close()
 
+
+
+async def test_ok_fail_ok_to_one_queue_in_one_run_is_told_three_times(tmp_path: Path) -> None:
+    """Within one put_many run: a delivery, a failure that depends on the message (not on
+    the queue's state), then a delivery again to the same queue. The second delivery ends
+    the failure run, so it is told, and the engine keeps no failure count for the queue."""
+    qm = EmbeddedQueueManager("QM1", tmp_path / "qm")
+    try:
+        for r in qm.run_mqsc("DEFINE QLOCAL(C) MAXMSGL(10)\nDEFINE QLOCAL(DLQ)"):
+            assert r.ok, r.lines
+        engine = PubSubEngine("QM1", MemoryStore())
+        rec = Recorder()
+
+        class Both:
+            def delivered(self, q_mgr: str, queue: str) -> None:
+                rec.delivered(q_mgr, queue)
+                engine.delivered(q_mgr, queue)
+
+            def delivery_failed(self, q_mgr: str, queue: str, reason: int) -> None:
+                rec.delivery_failed(q_mgr, queue, reason)
+                engine.delivery_failed(q_mgr, queue, reason)
+
+        def sized(i: int, body: bytes) -> Put:
+            md = MQMD(persistence=Persistence.PERSISTENT, correl_id=i.to_bytes(24, "big"))
+            return Put("", "C", md, body)
+
+        async with await qm.connect() as conn:
+            done = await put_all(conn, [sized(0, b"a"), sized(1, b"b" * 20), sized(2, b"c")],
+                                 "DLQ", Both())
+            await conn.commit()
+        too_big = str(int(Reason.MSG_TOO_BIG_FOR_Q))
+        assert rec.calls == [
+            ("ok", "QM1", "C"), ("failed", "QM1", "C", too_big), ("ok", "QM1", "C"),
+        ]
+        assert engine._failures == {}
+        assert [p.kind for p in done] == ["dead_letter"]
+        assert qm.queue_depth("C") == 2 and qm.queue_depth("DLQ") == 1
+    finally:
+        await qm.close()
