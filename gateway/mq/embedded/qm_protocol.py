@@ -17,8 +17,10 @@ keep their order with the calls around them; it keeps the connection's MQSTAT re
 (first failure, success/warning/failure counts), returned and reset by ``async_status``,
 and a unit of work in which an asynchronous syncpoint put failed cannot commit: ``commit``
 backs it out and replies 2003 (MQRC_BACKED_OUT, completion code warning) naming the
-failure. A client may write several such frames (and the call that follows) in one
-write. Nothing
+failure (the gateway's rule, not IBM's: IBM MQ's MQCMIT commits the puts that
+succeeded). A client may write several such frames (and the call that follows) in one
+write, and sends them only to a server whose ``connect`` reply lists ``put_async`` in
+``features`` (:data:`FEATURES`). Nothing
 read from the wire is trusted: lengths are checked against :data:`MAX_FRAME` and
 :data:`MAX_HEADER` before anything is allocated, and every malformed frame is a
 :class:`ProtocolError` carrying the MQ reason the server replies with.

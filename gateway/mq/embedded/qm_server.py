@@ -12,7 +12,9 @@ queue manager does; setting context explicitly (MQPMO_SET_*_CONTEXT) is refused 
 One task per client connection; one request at a time per connection (the MQI is
 synchronous per hconn). Asynchronous puts (``put_async``/``put1_async``, MQPMO_ASYNC_RESPONSE)
 get no reply: their outcome goes to the connection's MQSTAT record (``async_status``), and
-a failed one under syncpoint makes the unit of work's ``commit`` back out and fail (2003).
+a failed one under syncpoint makes the unit of work's ``commit`` back out and fail (2003;
+the gateway's rule, not IBM's). The ``connect`` reply announces ``features`` (the client
+sends asynchronous puts only to a server announcing ``put_async``).
 A frame that breaks the protocol (:mod:`.qm_protocol`) gets an
 error reply naming the cause, then the connection is closed; its unit of work is backed
 out, as for a broken client connection on MQ.
