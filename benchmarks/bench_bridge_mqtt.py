@@ -210,8 +210,9 @@ async def bench_worker(broker: MosquittoBroker, n: int, batch: int, work: Path) 
             publication=_publication, time_limit=TIME_LIMIT_S,
         )
         await counter.wait(n, TIME_LIMIT_S)
-    if counter.count != n:
-        raise SystemExit(f"1 worker, batch {batch}: received {counter.count}, expected {n}")
+    if counter.count != n or run_.delivered != n:
+        raise SystemExit(f"1 worker, batch {batch}: received {counter.count}, the worker's "
+                         f"sink delivered {run_.delivered}, expected {n}")
     LAST_CPU[0] = run_.main_cpu
     LAST_WORKER[:] = [run_.worker_cpu, run_.delivered / max(run_.batches, 1), run_.loop_cpu]
     return run_.rate

@@ -70,6 +70,9 @@ from plugins.mqtt import plugin as mqtt_plugin
 STREAM = "BENCH.STREAM"
 SIZE = 1024
 WARM_UP = 50
+#: ``--app-alone``: units of work put first and not counted (connection, caches, the
+#: queue file's first growth), in both the rate and the CPU per message
+APP_ALONE_WARM_UNITS = 5
 GOAL_P99_MS = 20.0
 
 #: Calls back with each received payload; yields once the consumer is listening.
@@ -232,6 +235,7 @@ def unit_times(start: float, rate: float, total: int, per_unit: int) -> Iterator
 async def run_app(
     qm: Any, get_start: Callable[[], Awaitable[float]], rate: float, total: int,
     per_unit: int, async_put: bool = True,
+    on_commit: Callable[[int], None] | None = None,
 ) -> list[tuple[int, int, float]]:
     """The MQ application: puts on the open-loop schedule; (first, end, commit time)
     of each unit of work. ``qm`` is the embedded queue manager (same event loop) or a
@@ -254,6 +258,8 @@ async def run_app(
                 await handle.put(md, body, opts)
             await conn.commit()
             committed.append((first, end, time.perf_counter()))
+            if on_commit is not None:
+                on_commit(len(committed))
     finally:
         await conn.disconnect()
     return committed
@@ -264,7 +270,8 @@ def app_child(argv: list[str]) -> int:
     process over the queue manager's local socket, as a real MQ application runs. Once
     connected it prints ``ready`` and reads the schedule's start from stdin; at the end it
     prints the commit time of each unit of work (perf_counter is CLOCK_MONOTONIC: one
-    clock for both processes)."""
+    clock for both processes). After the first :data:`APP_ALONE_WARM_UNITS` units it
+    prints ``warm CPU`` (its CPU so far), which ``--app-alone`` waits for."""
     from gateway.mq.embedded.client import ClientQueueManager
 
     where, rate, total, per_unit, async_put = argv
@@ -274,9 +281,13 @@ def app_child(argv: list[str]) -> int:
         line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         return float(line)
 
+    def on_commit(units: int) -> None:
+        if units == APP_ALONE_WARM_UNITS:
+            print("warm", repr(time.process_time()), flush=True)
+
     committed = asyncio.run(
         run_app(ClientQueueManager(where), get_start, float(rate), int(total), int(per_unit),
-                async_put == "1")
+                async_put == "1", on_commit)
     )
     for first, end, at in committed:
         print(first, end, repr(at))
@@ -288,13 +299,15 @@ async def app_alone(work: Path, units: int, per_unit: int, async_put: bool) -> N
     """``--app-alone``: the MQ application process putting ``units`` units of work back to
     back over the local socket, with no broker service or sink: its achieved rate and
     the CPU per message of the queue manager's process (the socket's server) and of the
-    application's."""
+    application's. The first :data:`APP_ALONE_WARM_UNITS` units are put and not counted:
+    rate and both CPUs run from their last commit to the end."""
     qm = EmbeddedQueueManager("QMAPP", work / f"qm-alone-{int(async_put)}-{time.time_ns()}")
     qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
     server = QueueManagerServer(qm)
     await server.start()
     try:
-        total = WARM_UP + units * per_unit
+        warm = APP_ALONE_WARM_UNITS
+        total = WARM_UP + (warm + units) * per_unit
         child = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "benchmarks.bench_latency", "--app-child",
             str(qm.path), "1e9", str(total), str(per_unit), "1" if async_put else "0",
@@ -302,20 +315,25 @@ async def app_alone(work: Path, units: int, per_unit: int, async_put: bool) -> N
         )
         assert child.stdout is not None and child.stdin is not None
         await asyncio.wait_for(child.stdout.readline(), 120)
-        cpu = time.process_time()
-        start = time.perf_counter()
-        child.stdin.write(f"{start!r}\n".encode())
+        child.stdin.write(f"{time.perf_counter()!r}\n".encode())
+        warm_line = (await asyncio.wait_for(child.stdout.readline(), 120)).split()
+        cpu = time.process_time()  # the server's, from the end of the warm-up units
+        if not warm_line or warm_line[0] != b"warm":
+            raise SystemExit(f"the MQ application process said {warm_line!r}, not warm")
         out, _ = await child.communicate()
         server_cpu = time.process_time() - cpu
+        if child.returncode:
+            raise SystemExit(f"the MQ application process failed ({child.returncode})")
         lines = [ln.split() for ln in out.decode().splitlines()]
         rows = [(int(a), int(b), float(c)) for a, b, c in (ln for ln in lines if len(ln) == 3)]
-        app_cpu = next(float(ln[1]) for ln in lines if ln[0] == "cpu")
-        n = rows[-1][1] - rows[0][0]
+        app_cpu = next(float(ln[1]) for ln in lines if ln[0] == "cpu") - float(warm_line[1])
+        start = rows[warm - 1][2]  # the last warm-up unit's commit
+        n = rows[-1][1] - rows[warm][0]
         print(
             f"  MQ application alone ({'async' if async_put else 'sync'} put, {per_unit} per "
-            f"unit): {n / (rows[-1][2] - start):,.0f} msg/s; queue manager process "
-            f"{server_cpu * 1e6 / n:,.0f} us/msg, application process (whole, with its "
-            f"start) {app_cpu * 1e6 / n:,.0f} us/msg",
+            f"unit, after {warm} warm-up units): {n / (rows[-1][2] - start):,.0f} msg/s; "
+            f"queue manager process {server_cpu * 1e6 / n:,.0f} us/msg, application "
+            f"process {app_cpu * 1e6 / n:,.0f} us/msg",
             flush=True,
         )
     finally:
@@ -699,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         metavar="UNITS",
         help="only the MQ application: UNITS units of work back to back over the local "
-        "socket, synchronous then asynchronous puts (rate and CPU per message)",
+        "socket, in both orders: sync, async, async, sync (rate and CPU per message)",
     )
     parser.add_argument("--app-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -710,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         async def alone() -> int:
             work = Path(tempfile.mkdtemp(prefix="mqgw-bench-app-"))
             try:
-                for async_put in (False, True):
+                # both orders, so a drift of the machine's load favours neither side
+                for async_put in (False, True, True, False):
                     await app_alone(work, args.app_alone, args.per_unit, async_put)
             finally:
                 shutil.rmtree(work, ignore_errors=True)

@@ -114,12 +114,15 @@ class PutOptions:
     ``set_identity_context``: MQPMO_SET_IDENTITY_CONTEXT (UserIdentifier, AccountingToken,
     ApplIdentityData kept; origin context filled by the queue manager).
     ``async_response``: MQPMO_ASYNC_RESPONSE (:data:`PMO_ASYNC_RESPONSE`): the put returns
-    without waiting for the queue manager; a failure is reported later, by
-    :func:`async_put_status` (MQSTAT) and, under syncpoint, by the commit, which then
-    backs the whole unit of work out and fails (MQRC_BACKED_OUT). The returned descriptor
-    is the caller's, with the MsgId (and CorrelId) set when they were to be generated.
-    An adapter that cannot put asynchronously puts synchronously (as MQ does for a
-    message not eligible for it).
+    without waiting for the queue manager; a failure is reported later by
+    :func:`async_put_status` (MQSTAT). That much is IBM's semantics. The gateway adds a
+    rule of its own (IBM MQ's MQCMIT commits the puts that succeeded): under syncpoint a
+    failed asynchronous put makes the unit's commit back the whole unit out and fail
+    (MQRC_BACKED_OUT). The embedded queue manager applies it itself; the ibmmq adapter
+    emulates it with MQSTAT before MQCMIT (a failure an earlier MQSTAT of the unit saw is
+    kept). The returned descriptor is the caller's, with the MsgId (and CorrelId) set
+    when they were to be generated. An adapter (or a server) that cannot put
+    asynchronously puts synchronously (as MQ does for a message not eligible for it).
     """
 
     syncpoint: bool = False

@@ -88,6 +88,9 @@ def _good() -> dict[str, Any]:
         (lambda h: h["md"].__setitem__(8, "FORMAT123"), Reason.MD_ERROR),  # CHAR8
         (lambda h: h["md"].__setitem__(11, "zz" * 24), Reason.MD_ERROR),  # not hex
         (lambda h: h["md"].__setitem__(11, "00" * 23), Reason.MD_ERROR),  # 23 bytes
+        # bytes.fromhex skips whitespace: 48 characters that would make 16 bytes
+        (lambda h: h["md"].__setitem__(11, "01" * 16 + " " * 16), Reason.MD_ERROR),
+        (lambda h: h["md"].__setitem__(11, " 0" * 24), Reason.MD_ERROR),
         (lambda h: h.update(sizes=[2, 2]), Reason.DATA_LENGTH_ERROR),
         (lambda h: h.update(sizes=[2, -1, 2]), Reason.DATA_LENGTH_ERROR),
         (lambda h: h.update(sizes="3"), Reason.DATA_LENGTH_ERROR),
@@ -101,6 +104,8 @@ def _good() -> dict[str, Any]:
         (lambda h: h.update(diffs=[[], [False, 1]]), Reason.MD_ERROR),
         (lambda h: h.update(diffs=[[], [13, "1"]]), Reason.MD_ERROR),
         (lambda h: h.update(diffs=[[], [11, "0" * 47 + "g"]]), Reason.MD_ERROR),
+        (lambda h: h.update(diffs=[[], [11, "ab" * 16 + "\t" * 16]]), Reason.MD_ERROR),
+        (lambda h: h.update(diffs=[[], [11, "ab" * 8 + " " * 32]]), Reason.MD_ERROR),
         (lambda h: h.update(diffs=[[], [11, b"x"]]), Reason.MD_ERROR),
     ],
 )
@@ -199,3 +204,54 @@ def test_the_worst_descriptor_change_fits_the_unchecked_batch() -> None:
     fields, _ = pack_batch([(worst if i % 2 else MQMD(), b"") for i in range(n)])
     frame = encode_frame({"ok": True, **fields})
     assert len(frame) - 8 <= qm_server.COMPACT_HEADER_LIMIT
+
+
+async def test_a_batch_longer_than_asked_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F5: a server returning more messages than ``max_msgs`` breaks the protocol."""
+    real = qm_server._get_batch_of
+
+    async def greedy(handle: Any, req: dict[str, Any], **kw: Any) -> Any:
+        return await real(handle, {**req, "max_msgs": 10}, **kw)
+
+    monkeypatch.setattr(qm_server, "_get_batch_of", greedy)
+    qm = EmbeddedQueueManager("QMB", tmp_path / "qm")
+    qm.run_mqsc("DEFINE QLOCAL(Q1)\nDEFINE QLOCAL(Q2)", stop_on_error=True)
+    server = QueueManagerServer(qm)
+    await server.start()
+    try:
+        for q_name, compact in (("Q1", True), ("Q2", False)):
+            conn = await connect_local(tmp_path / "qm")
+            h = await conn.open(q_name, OpenOption.INPUT_SHARED | OpenOption.OUTPUT)
+            for i in range(6):
+                await h.put(MQMD(), f"m{i}".encode())
+            with pytest.raises(MQError) as info:
+                await h.get_batch(GetOptions(wait_ms=0, syncpoint=True), 2, compact=compact)
+            assert info.value.reason == Reason.DATA_LENGTH_ERROR
+            assert "6 messages" in str(info.value) and not conn._open
+    finally:
+        await server.stop()  # the refused batches' units are backed out
+        try:
+            assert qm.queue_depth("Q1") == qm.queue_depth("Q2") == 6
+        finally:
+            await qm.close()
+
+
+async def test_the_compact_form_only_from_a_server_announcing_it(tmp_path: Path) -> None:
+    qm = EmbeddedQueueManager("QMB", tmp_path / "qm")
+    qm.run_mqsc("DEFINE QLOCAL(Q1)", stop_on_error=True)
+    server = QueueManagerServer(qm, features=("put_async",))
+    await server.start()
+    try:
+        conn = await connect_local(tmp_path / "qm")
+        assert "compact_batch" not in conn.features
+        h = await conn.open("Q1", OpenOption.INPUT_SHARED | OpenOption.OUTPUT)
+        await h.put(MQMD(), b"a")
+        reply, _ = await conn._call({"op": "get_batch", "hobj": h._hobj, "max_msgs": 5,
+                                     "compact": True, "options": {"wait_ms": 0}})
+        assert "lengths" in reply and "sizes" not in reply
+        await conn.disconnect()
+    finally:
+        await server.stop()
+        await qm.close()

@@ -25,7 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.mq.embedded.client import ASYNC_FLUSH_BYTES, ClientConnection, connect_local
-from gateway.mq.embedded.qm_protocol import ProtocolError, encode_frame, status_from_json
+from gateway.mq.embedded.qm_protocol import (
+    ProtocolError,
+    encode_frame,
+    pack_message,
+    status_from_json,
+)
 from gateway.mq.embedded.qm_server import QueueManagerServer
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import (
@@ -34,6 +39,7 @@ from gateway.mq.port import (
     MQError,
     OpenOption,
     PutOptions,
+    QueueAttr,
     async_put_status,
 )
 from gateway.wire.constants import CompCode, Persistence
@@ -279,16 +285,175 @@ async def test_a_frame_cut_short_still_times_out(
     assert b"was not complete" in reply and b'"closing":true' in reply
 
 
+async def test_a_client_never_sends_async_frames_to_a_server_without_the_feature(
+    tmp_path: Path,
+) -> None:
+    """F2: a server that does not announce ``put_async`` (one from before it, which
+    closes the connection on the unknown operation) gets synchronous puts: every put
+    lands, a failure raises at once, and the connection stays up."""
+    qm = EmbeddedQueueManager("QMO", tmp_path / "qm")
+    qm.run_mqsc(DEFS)
+    server = QueueManagerServer(qm, features=("compact_batch",))
+    await server.start()
+    try:
+        c = await connect_local(qm.path)
+        assert not c.async_put_supported
+        q = await c.open("APP.Q", OpenOption.OUTPUT | OpenOption.INQUIRE)
+        ids = [(await q.put(_md(), f"m{i}".encode(), ASYNC)).msg_id for i in range(3)]
+        ids.append((await c.put1("APP.Q", _md(), b"m3", ASYNC)).msg_id)
+        await q.put(_md(), b"unit", ASYNC_SP)
+        with pytest.raises(MQError) as info:  # synchronous: the failure is told at once
+            await c.put1("NO.SUCH.Q", _md(), b"x", ASYNC_SP)
+        assert info.value.reason == Reason.UNKNOWN_OBJECT_NAME
+        await c.commit()
+        depth = await q.inquire(QueueAttr.CURRENT_Q_DEPTH)
+        assert depth[QueueAttr.CURRENT_Q_DEPTH] == 5
+        await c.disconnect()
+        assert server.protocol_errors == 0
+        got = await _drain(qm, "APP.Q")
+        assert got == [b"m0", b"m1", b"m2", b"m3", b"unit"]
+        # such a server does refuse the frames (what an older one does)
+        reader, writer = await asyncio.open_unix_connection(str(qm.path / "qm.sock"))
+        try:
+            writer.write(encode_frame({"op": "connect", "version": 1})
+                         + encode_frame({"op": "put_async", "hobj": 1, "options": {}}))
+            await writer.drain()
+            reply = await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+        assert b"unknown operation 'put_async'" in reply
+    finally:
+        await server.stop()
+        await qm.close()
+    # the current server announces it, and the client uses it
+    assert ASYNC_FLUSH_BYTES > 0
+
+
+async def test_the_server_announces_its_features(conn: ClientConnection) -> None:
+    assert conn.async_put_supported and "compact_batch" in conn.features
+
+
+async def test_async_puts_wait_when_the_server_does_not_read(tmp_path: Path) -> None:
+    """F3: one put per loop step to a server that stopped reading: the puts stop
+    returning once ASYNC_FLUSH_BYTES are not taken by the socket (back-pressure), and
+    what the client holds stays near that bound."""
+    stalled = asyncio.Event()
+
+    async def stalled_server(reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        for reply in ({"ok": True, "q_mgr_name": "QM", "user": "u",
+                       "features": ["put_async"]},
+                      {"ok": True, "hobj": 1, "resolved_q_name": "Q",
+                       "resolved_q_mgr_name": "QM"}):
+            n = int.from_bytes(await reader.readexactly(4), "big")
+            await reader.readexactly(n)
+            writer.write(encode_frame(reply))
+            await writer.drain()
+        await stalled.wait()
+        writer.close()
+
+    path = tmp_path / "qm.sock"
+    srv = await asyncio.start_unix_server(stalled_server, path=str(path))
+    body = b"x" * 10240
+    done = 0
+    try:
+        c = await connect_local(path)
+        q = await c.open("Q", OpenOption.OUTPUT)
+
+        async def put_many() -> None:
+            nonlocal done
+            for _ in range(3000):
+                await q.put(_md(), body, ASYNC)
+                done += 1
+                await asyncio.sleep(0)  # one put per loop step
+
+        task = asyncio.ensure_future(put_many())
+        await asyncio.sleep(1.0)
+        held = c._pending_bytes + c._writer.transport.get_write_buffer_size()
+        assert not task.done() and done < 300, done  # waiting, not returning success
+        assert held <= ASYNC_FLUSH_BYTES + 2 * len(body), held
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        c._writer.transport.abort()
+    finally:
+        stalled.set()
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_bad_hobj_on_put_async_is_a_failure_not_a_crash(
+    served: EmbeddedQueueManager, conn: ClientConnection, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """F6: a list or dict ``hobj`` is MQRC 2019 in the MQSTAT record, the connection
+    carries on, and nothing is logged as an unexpected failure."""
+    data = pack_message(_md(), b"x")
+    await conn._send_async({"op": "put_async", "hobj": [1], "options": {}}, data)
+    await conn._send_async({"op": "put_async", "hobj": {"a": 1}, "options": {}}, data)
+    status = await async_put_status(conn)
+    assert (status.reason, status.put_failure_count) == (Reason.HOBJ_ERROR, 2)
+    assert "unexpected failure" not in caplog.text
+    q = await conn.open("APP.Q", OpenOption.OUTPUT)
+    await q.put(_md(), b"still up", ASYNC)
+    await conn.commit()
+    assert await _drain(served, "APP.Q") == [b"still up"]
+
+
+async def test_a_doomed_unit_whose_backout_fails_stays_doomed(
+    served: EmbeddedQueueManager, conn: ClientConnection, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """F7: the server forgets a doomed unit only after its backout succeeded."""
+    from gateway.mq.embedded.connection import EmbeddedConnection
+
+    real = EmbeddedConnection.backout
+    failures = [1]
+
+    async def backout(self: EmbeddedConnection) -> None:
+        if failures:
+            failures.pop()
+            raise MQError(Reason.RESOURCE_PROBLEM, "the store could not write")
+        await real(self)
+
+    q = await conn.open("APP.Q", OpenOption.OUTPUT)
+    await q.put(_md(), b"good", ASYNC_SP)
+    await conn.put1("NO.SUCH.Q", _md(), b"x", ASYNC_SP)
+    monkeypatch.setattr(EmbeddedConnection, "backout", backout)
+    with pytest.raises(MQError) as first:
+        await conn.commit()
+    assert first.value.reason == Reason.RESOURCE_PROBLEM
+    with pytest.raises(MQError) as again:  # retried: still backs out, never commits
+        await conn.commit()
+    assert again.value.reason == Reason.BACKED_OUT
+    assert await _drain(served, "APP.Q") == []
+
+
+async def test_an_async_put_behind_a_disconnect_is_refused(
+    served: EmbeddedQueueManager,
+) -> None:
+    """F9: a put that waited for the lock while disconnect held it raises; it is not
+    reported as made and then dropped."""
+    c = await connect_local(served.path)
+    q = await c.open("APP.Q", OpenOption.OUTPUT)
+    closing = asyncio.ensure_future(c.disconnect())
+    await asyncio.sleep(0)  # disconnect holds the lock, waiting for its reply
+    assert c._lock.locked()
+    with pytest.raises(MQError) as info:
+        await q.put(_md(), b"late", ASYNC)
+    assert info.value.reason == Reason.HCONN_ERROR
+    await closing
+    assert await _drain(served, "APP.Q") == []
+
+
 CHILD = r"""
 import asyncio, os, signal, sys
 from gateway.mq.embedded.client import connect_local
-from gateway.mq.port import OpenOption, PutOptions
+from gateway.mq.port import OpenOption, PutOptions, QueueAttr
 from gateway.wire.constants import Persistence
 from gateway.wire.mqmd import MQMD
 
 async def main(where):
     conn = await connect_local(where)
-    q = await conn.open("APP.Q", OpenOption.OUTPUT)
+    q = await conn.open("APP.Q", OpenOption.OUTPUT | OpenOption.INQUIRE)
     opts = PutOptions(syncpoint=True, async_response=True)
     for unit in range(3):
         for i in range(20):
@@ -296,8 +461,9 @@ async def main(where):
         await conn.commit()
     for i in range(20):
         await q.put(MQMD(persistence=Persistence.PERSISTENT), f"open-{i}".encode(), opts)
-    await asyncio.sleep(0.2)   # the frames are written; no commit
-    print("putting", flush=True)
+    # a synchronous call flushes the frames: the depth counts the open unit's 20 puts
+    depth = (await q.inquire(QueueAttr.CURRENT_Q_DEPTH))[QueueAttr.CURRENT_Q_DEPTH]
+    print("putting", depth, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 
 asyncio.run(main(sys.argv[1]))
@@ -316,7 +482,8 @@ async def test_a_client_killed_mid_unit_loses_nothing_committed(tmp_path: Path) 
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         out, _ = await asyncio.wait_for(child.communicate(), 60)
-        assert child.returncode == -signal.SIGKILL and out == b"putting\n"
+        # the server had the open unit's 20 puts (uncommitted) when the child died
+        assert child.returncode == -signal.SIGKILL and out == b"putting 80\n"
         for _ in range(100):  # the server sees the socket close and backs the unit out
             if server.qm.queue_depth("APP.Q") == 60 and not server._clients:
                 break

@@ -197,7 +197,7 @@ class StandIn:
                 self.conn = standin.mq(standin.qm.connect())
 
             def put1(self, od: Any, body: bytes, md: Any, pmo: Any) -> None:
-                standin.record("put1", q=_text(od.ObjectName))
+                standin.record("put1", q=_text(od.ObjectName), options=pmo.Options)
                 out = standin.mq(self.conn.put1(_text(od.ObjectName), md_from_block(md), body,
                                                 _put_options(pmo.Options),
                                                 _text(od.ObjectQMgrName)))

@@ -12,13 +12,17 @@ is a ``put_async`` frame with no reply, kept in memory and written with the fram
 around it (at the end of the event loop's current step, or with the next call, in one
 write), so ten puts and a commit cost one write and one reply. A failure is reported by
 :meth:`ClientConnection.async_status` (MQSTAT) and, under syncpoint, by the commit, which
-backs the unit of work out and raises MQError 2003 (MQRC_BACKED_OUT) naming it.
+backs the unit of work out and raises MQError 2003 (MQRC_BACKED_OUT) naming it (the
+gateway's rule, not IBM's: see docs/embedded-qm.md). Only a server that announces the
+``put_async`` feature at connect gets such frames; with an older server, asynchronous
+puts are made synchronously (as the port allows an adapter to).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -52,8 +56,10 @@ from gateway.wire.constants import MI_NONE
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
-#: Bytes of asynchronous-put frames held before they are written at once (and the
-#: writer drained): bounds the memory of a client putting faster than the server reads.
+#: Bytes of asynchronous-put frames not yet taken by the socket (held here plus those in
+#: the transport's write buffer) past which a put writes them and waits for the writer to
+#: drain: the back-pressure that bounds the memory of a client putting faster than the
+#: server reads (the put waits; it never returns beyond the bound without waiting).
 ASYNC_FLUSH_BYTES = 256 * 1024
 
 
@@ -88,6 +94,9 @@ async def connect_local(
         raise
     conn._q_mgr_name = str(reply["q_mgr_name"])
     conn.user = str(reply["user"])
+    features = reply.get("features")
+    if isinstance(features, list):  # a server from before features announces none
+        conn.features = frozenset(f for f in features if isinstance(f, str))
     conn._msg_ids = MsgIdGenerator(conn._q_mgr_name)
     return conn
 
@@ -127,6 +136,13 @@ class ClientConnection:
         self._pending_bytes = 0
         self._flush_handle: asyncio.Handle | None = None
         self._msg_ids = MsgIdGenerator("")
+        #: what the server announced at connect (qm_protocol.FEATURES); none: an older
+        #: server, which gets synchronous puts for asynchronous ones
+        self.features: frozenset[str] = frozenset()
+
+    @property
+    def async_put_supported(self) -> bool:
+        return "put_async" in self.features
 
     @property
     def q_mgr_name(self) -> str:
@@ -137,6 +153,8 @@ class ClientConnection:
         if not self._open:
             raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
         async with self._lock:
+            if not self._open:  # closed by the call that held the lock before us
+                raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
             try:
                 out = encode_frame(header, data)
                 if self._pending:  # asynchronous puts first, in one write with the call
@@ -172,11 +190,20 @@ class ClientConnection:
         frame = encode_frame(header, data)
         if self._lock.locked():  # a call is waiting for its reply: after it
             async with self._lock:
+                if not self._open:  # that call closed the connection: not sent
+                    raise MQError(Reason.HCONN_ERROR,
+                                  "the connection has been disconnected")
                 self._queue(frame)
         else:
             self._queue(frame)
-        if self._pending_bytes >= ASYNC_FLUSH_BYTES:
+        # bytes not yet taken by the socket: those held here and those the transport
+        # still buffers (end-of-step flushes do not drain); past the bound, wait
+        if (self._pending_bytes + self._writer.transport.get_write_buffer_size()
+                >= ASYNC_FLUSH_BYTES):
             async with self._lock:
+                if not self._open:
+                    raise MQError(Reason.CONNECTION_BROKEN,
+                                  "the connection to the queue manager was closed")
                 self._flush(force=True)
                 try:
                     await self._writer.drain()
@@ -265,6 +292,8 @@ class ClientConnection:
         q_mgr_name: str = "",
     ) -> MQMD:
         opts = options or PutOptions()
+        if opts.async_response and not self.async_put_supported:
+            opts = dataclasses.replace(opts, async_response=False)
         if opts.async_response:
             out, sent = self._async_md(md, opts)
             await self._send_async({"op": "put1_async", "q_name": q_name,
@@ -343,6 +372,10 @@ class ClientQueueHandle:
         try:
             got = (unpack_batch(reply, data, "server") if "sizes" in reply
                    else unpack_messages(reply.get("lengths"), data, "server"))
+            if len(got) > max_msgs:
+                raise ProtocolError(Reason.DATA_LENGTH_ERROR,
+                                    f"{len(got)} messages for a get_batch of at most "
+                                    f"{max_msgs}", "server")
         except ProtocolError as exc:  # the server broke the protocol: this hconn is gone
             await self._conn._close_stream()
             raise MQError(exc.reason, str(exc)) from None
@@ -350,6 +383,8 @@ class ClientQueueHandle:
 
     async def put(self, md: MQMD, body: bytes, options: PutOptions | None = None) -> MQMD:
         opts = options or PutOptions()
+        if opts.async_response and not self._conn.async_put_supported:
+            opts = dataclasses.replace(opts, async_response=False)  # an older server
         if opts.async_response:
             out, sent = self._conn._async_md(md, opts)
             await self._conn._send_async({"op": "put_async", "hobj": self._hobj,

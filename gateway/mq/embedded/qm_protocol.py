@@ -17,8 +17,10 @@ keep their order with the calls around them; it keeps the connection's MQSTAT re
 (first failure, success/warning/failure counts), returned and reset by ``async_status``,
 and a unit of work in which an asynchronous syncpoint put failed cannot commit: ``commit``
 backs it out and replies 2003 (MQRC_BACKED_OUT, completion code warning) naming the
-failure. A client may write several such frames (and the call that follows) in one
-write. Nothing
+failure (the gateway's rule, not IBM's: IBM MQ's MQCMIT commits the puts that
+succeeded). A client may write several such frames (and the call that follows) in one
+write, and sends them only to a server whose ``connect`` reply lists ``put_async`` in
+``features`` (:data:`FEATURES`). Nothing
 read from the wire is trusted: lengths are checked against :data:`MAX_FRAME` and
 :data:`MAX_HEADER` before anything is allocated, and every malformed frame is a
 :class:`ProtocolError` carrying the MQ reason the server replies with.
@@ -56,6 +58,12 @@ OPS = frozenset({"connect", "open", "put", "put1", "get", "commit", "backout", "
                  "put_async", "put1_async", "async_status"})
 #: Requests that get no reply (asynchronous put).
 NO_REPLY_OPS = frozenset({"put_async", "put1_async"})
+#: What the server announces in its ``connect`` reply (``features``): a client sends
+#: ``put_async``/``put1_async`` only to a server announcing ``put_async`` (a server from
+#: before it closes the connection on an unknown operation, after the client had
+#: reported the puts as made), and puts synchronously otherwise. ``compact_batch``: the
+#: server answers ``get_batch`` with ``"compact": true`` in :func:`pack_batch`'s form.
+FEATURES = ("put_async", "compact_batch")
 #: Most messages one ``get_batch`` returns, and the data size past which it stops adding
 #: (a later message that would not fit is left on the queue: MQRC 2080 semantics).
 MAX_BATCH_MSGS = 10_000
@@ -245,6 +253,16 @@ def pack_batch(messages: list[tuple[MQMD, bytes]]) -> tuple[dict[str, Any], byte
     return {"md": template, "diffs": diffs, "sizes": sizes}, b"".join(b for _, b in messages)
 
 
+def _strict_hex(v: str) -> bytes | None:
+    """``v``'s bytes if it is hex digits only (``bytes.fromhex`` skips whitespace, which
+    would make a value of the right length decode to fewer bytes), else None."""
+    try:
+        b = bytes.fromhex(v)
+    except ValueError:
+        return None
+    return b if 2 * len(b) == len(v) else None
+
+
 def _md_value(i: Any, v: Any, who: str) -> Any:
     if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(_MD_NAMES):
         raise ProtocolError(Reason.MD_ERROR, f"descriptor field index {i!r} is unknown", who)
@@ -257,10 +275,9 @@ def _md_value(i: Any, v: Any, who: str) -> Any:
         if isinstance(v, str) and len(v) <= size:
             return v
     elif isinstance(v, str) and len(v) == 2 * size:
-        try:
-            return bytes.fromhex(v)
-        except ValueError:
-            pass
+        b = _strict_hex(v)
+        if b is not None:
+            return b
     raise ProtocolError(Reason.MD_ERROR, f"MQMD {name} value {v!r:.60} is not valid", who)
 
 
@@ -295,11 +312,10 @@ def unpack_batch(header: dict[str, Any], data: bytes,
                                     who)
             kind, width = kinds[i]
             if kind == "b" and type(v) is str and len(v) == 2 * width:
-                try:
-                    values[i] = bytes.fromhex(v)
+                b = _strict_hex(v)
+                if b is not None:
+                    values[i] = b
                     continue
-                except ValueError:
-                    pass
             values[i] = _md_value(i, v, who)
         out.append((MQMD(*values), data[at:at + size]))
         at += size

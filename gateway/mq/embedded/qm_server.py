@@ -12,7 +12,9 @@ queue manager does; setting context explicitly (MQPMO_SET_*_CONTEXT) is refused 
 One task per client connection; one request at a time per connection (the MQI is
 synchronous per hconn). Asynchronous puts (``put_async``/``put1_async``, MQPMO_ASYNC_RESPONSE)
 get no reply: their outcome goes to the connection's MQSTAT record (``async_status``), and
-a failed one under syncpoint makes the unit of work's ``commit`` back out and fail (2003).
+a failed one under syncpoint makes the unit of work's ``commit`` back out and fail (2003;
+the gateway's rule, not IBM's). The ``connect`` reply announces ``features`` (the client
+sends asynchronous puts only to a server announcing ``put_async``).
 A frame that breaks the protocol (:mod:`.qm_protocol`) gets an
 error reply naming the cause, then the connection is closed; its unit of work is backed
 out, as for a broken client connection on MQ.
@@ -39,6 +41,7 @@ from gateway.mq.embedded.handle import EmbeddedQueueHandle
 from gateway.mq.embedded.mqsc_run import MQSCResult, format_results
 from gateway.mq.embedded.qm_protocol import (
     BATCH_BYTES,
+    FEATURES,
     MAX_BATCH_MSGS,
     MAX_HEADER,
     NO_REPLY_OPS,
@@ -102,13 +105,16 @@ class QueueManagerServer:
 
     ``status_reports``: extra DISPLAY providers (``SUB``, ``PUBSUB``, ``CHSTATUS``) the
     owner of the queue manager registers; they are installed on the queue manager.
+    ``features``: what the connect reply announces (:data:`.qm_protocol.FEATURES`); a
+    server without ``put_async`` refuses those frames as an older server does (tests).
     """
 
     def __init__(
         self, qm: EmbeddedQueueManager, path: Path | None = None, *,
-        max_clients: int = MAX_CLIENTS,
+        max_clients: int = MAX_CLIENTS, features: tuple[str, ...] = FEATURES,
     ) -> None:
         self.qm = qm
+        self.features = features
         self.path = path if path is not None else qm.path / SOCKET_NAME
         self.max_clients = max_clients
         self._server: asyncio.AbstractServer | None = None
@@ -230,6 +236,9 @@ class _Session:
                         f"a frame was not complete after {FRAME_READ_TIMEOUT_S:.0f} s") from None
                 frame = decode_frame(payload)
                 if frame.header.get("op") in NO_REPLY_OPS:
+                    if "put_async" not in self.server.features:
+                        raise ProtocolError(Reason.UNEXPECTED_ERROR,
+                                            f"unknown operation {frame.header.get('op')!r}")
                     await self.put_async(frame)
                     continue
                 if frame.header.get("op") == "get":
@@ -306,7 +315,8 @@ class _Session:
             await self.call(op, req, frame.data)
         except MQError as exc:
             if op == "put":
-                handle = self.handles.get(req.get("hobj"))  # type: ignore[arg-type]
+                hobj = req.get("hobj")
+                handle = self.handles.get(hobj) if isinstance(hobj, int) else None
                 names = (handle.name, "", handle.resolved_q_name,
                          handle.resolved_q_mgr_name) if handle is not None else ("",) * 4
             else:
@@ -340,7 +350,8 @@ class _Session:
             self.conn = await self.qm.connect()
         except MQError as exc:
             return {**error_reply(exc), "closing": True}
-        return {"ok": True, "q_mgr_name": self.qm.name, "user": self.user}
+        return {"ok": True, "q_mgr_name": self.qm.name, "user": self.user,
+                "features": list(self.server.features)}
 
     def _handle(self, req: dict[str, Any]) -> EmbeddedQueueHandle:
         hobj = req.get("hobj")
@@ -401,7 +412,8 @@ class _Session:
             msg = await self._handle(req).get(gmo)
             return {"ok": True}, pack_message(msg.md, msg.body)
         if op == "get_batch":
-            return await _get_batch_of(self._handle(req), req)
+            return await _get_batch_of(self._handle(req), req,
+                                       compact="compact_batch" in self.server.features)
         if op == "inquire":
             selectors = req.get("selectors")
             if not isinstance(selectors, list) or not all(
@@ -421,8 +433,8 @@ class _Session:
         if op == "commit":
             if self.doomed is not None:
                 failed, q_name = self.doomed
-                self.doomed = None
                 await conn.backout()
+                self.doomed = None  # only once backed out: a failed backout stays doomed
                 raise MQError(
                     Reason.BACKED_OUT,
                     f"an asynchronous put to {q_name or 'a queue'} failed with MQRC "
@@ -433,8 +445,8 @@ class _Session:
             await conn.commit()
             return {"ok": True}, b""
         if op == "backout":
-            self.doomed = None
             await conn.backout()
+            self.doomed = None
             return {"ok": True}, b""
         if op == "async_status":
             status, self.async_status = self.async_status, AsyncPutStatus()
@@ -454,7 +466,7 @@ class _Session:
 
 
 async def _get_batch_of(
-    handle: EmbeddedQueueHandle, req: dict[str, Any]
+    handle: EmbeddedQueueHandle, req: dict[str, Any], *, compact: bool = True
 ) -> tuple[dict[str, Any], bytes]:
     """``get_batch``: the first get as asked (it may wait; 2033 when nothing came), then
     up to ``max_msgs`` - 1 more without waiting, stopping at the first empty get, at
@@ -504,7 +516,7 @@ async def _get_batch_of(
             break
         got.append((m.md, m.body))
         size += len(m.body)
-    if req.get("compact") is True:  # one descriptor, then each message's changes
+    if compact and req.get("compact") is True:  # one descriptor, then each one's changes
         fields, data = pack_batch(got)
         if len(got) <= COMPACT_UNCHECKED_MSGS or len(
                 json.dumps(fields, separators=(",", ":"))) <= COMPACT_HEADER_LIMIT:

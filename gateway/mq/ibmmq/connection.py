@@ -21,7 +21,7 @@ import importlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType, TracebackType
 from typing import Any, Self, TypeVar
 
@@ -123,6 +123,14 @@ class IBMMQConnection:
         #: caller's next async_status (MQSTAT resets what it returns)
         self._async_in_uow = False
         self._held_status = AsyncPutStatus()
+        #: the failure an MQSTAT read while the unit of work was open (the caller's own
+        #: async_status): MQSTAT resets its record, so it is kept here until the unit is
+        #: backed out (commit then backs out and fails; only a successful backout clears it)
+        self._doomed: AsyncPutStatus | None = None
+        #: asynchronous puts made outside a unit of work since the last MQSTAT: before
+        #: the next unit's first asynchronous syncpoint put, an MQSTAT takes them out of
+        #: the record, so their failures do not back out a unit they are not part of
+        self._async_unstated = False
 
     @property
     def q_mgr_name(self) -> str:
@@ -175,6 +183,8 @@ class IBMMQConnection:
             self._broken = False
             self._in_uow = False
             self._async_in_uow = False
+            self._doomed = None  # the unit of work went with the old connection
+            self._async_unstated = False
             return
 
     async def _call(self, fn: Callable[[], T], *, uow: bool = False) -> T:
@@ -239,16 +249,40 @@ class IBMMQConnection:
             od = mqi_calls.object_descriptor(mqi, q_name, q_mgr_name)
             self._hconn.put1(od, body, raw_md, pmo)
 
+        await self._before_async_put(opts)
         await self._call(call, uow=opts.syncpoint)
-        if opts.async_response and opts.syncpoint:
-            self._async_in_uow = True
+        self._after_async_put(opts)
         return mqi_calls.md_from_mqi(raw_md)
+
+    async def _before_async_put(self, opts: PutOptions) -> None:
+        """Before the first asynchronous syncpoint put of a unit of work: if asynchronous
+        puts outside any unit were made since the last MQSTAT, read MQSTAT now (kept for
+        the caller's next async_status), so the commit's MQSTAT counts this unit only."""
+        if opts.async_response and opts.syncpoint and not self._async_in_uow \
+                and self._async_unstated:
+            status = await self._call(lambda: mqi_calls.async_status(self._hconn))
+            self._held_status.merge(status)
+            self._async_unstated = False
+
+    def _after_async_put(self, opts: PutOptions) -> None:
+        if not opts.async_response:
+            return
+        if opts.syncpoint:
+            self._async_in_uow = True
+        elif not self._async_in_uow:
+            self._async_unstated = True
 
     async def async_status(self) -> AsyncPutStatus:
         """MQSTAT(MQSTAT_TYPE_ASYNC_ERROR) (``gateway.mq.port.async_put_status``): the
         first failure of the asynchronous puts since the last call, and their counts."""
+        read = await self._call(lambda: mqi_calls.async_status(self._hconn))
+        if self._async_in_uow and read.put_failure_count and self._doomed is None:
+            # MQSTAT has now forgotten this failure; the open unit must not commit
+            self._doomed = replace(read)
+        if not self._async_in_uow:
+            self._async_unstated = False
         status, self._held_status = self._held_status, AsyncPutStatus()
-        status.merge(await self._call(lambda: mqi_calls.async_status(self._hconn)))
+        status.merge(read)
         return status
 
     async def put_many(
@@ -259,26 +293,33 @@ class IBMMQConnection:
 
     async def commit(self) -> None:
         if self._async_in_uow:
-            # the port's rule for asynchronous puts: a unit of work with a failed one
-            # does not commit (MQSTAT tells, before MQCMIT)
-            self._async_in_uow = False
-            status = await self._call(lambda: mqi_calls.async_status(self._hconn))
-            self._held_status.merge(status)
-            if status.put_failure_count:
-                await self.backout()
+            # the gateway's rule for asynchronous puts (not IBM's: MQCMIT commits the
+            # puts that succeeded): a unit of work with a failed one does not commit.
+            # MQSTAT tells, before MQCMIT; a failure an earlier MQSTAT of this unit saw
+            # is kept in _doomed. The markers are cleared only once the unit is decided.
+            failed = self._doomed
+            if failed is None:
+                status = await self._call(lambda: mqi_calls.async_status(self._hconn))
+                self._held_status.merge(status)
+                if status.put_failure_count:
+                    failed = self._doomed = replace(status)
+            if failed is not None:
+                await self.backout()  # clears the markers once it has succeeded
                 raise MQError(
                     Reason.BACKED_OUT,
-                    f"an asynchronous put to {status.object_name or 'a queue'} failed with "
-                    f"{_reason_text(status.reason)}; the unit of work was backed out",
+                    f"an asynchronous put to {failed.object_name or 'a queue'} failed with "
+                    f"{_reason_text(failed.reason)}; the unit of work was backed out",
                     CompCode.WARNING,
                 )
         await self._call(lambda: self._hconn.commit())
         self._in_uow = False
+        self._async_in_uow = False
 
     async def backout(self) -> None:
-        self._async_in_uow = False
         await self._call(lambda: self._hconn.backout())
         self._in_uow = False
+        self._async_in_uow = False
+        self._doomed = None
 
     async def disconnect(self) -> None:
         if self._closed:
@@ -376,9 +417,9 @@ class IBMMQQueueHandle:
         mqi = self._conn._qm.mqi()
         raw_md = mqi_calls.md_to_mqi(mqi, md)
         pmo = mqi_calls.put_options(mqi, opts)
+        await self._conn._before_async_put(opts)
         await self._conn._call(lambda: hobj.put(body, raw_md, pmo), uow=opts.syncpoint)
-        if opts.async_response and opts.syncpoint:
-            self._conn._async_in_uow = True
+        self._conn._after_async_put(opts)
         return mqi_calls.md_from_mqi(raw_md)
 
     async def inquire(self, *selectors: QueueAttr) -> dict[QueueAttr, int | str]:

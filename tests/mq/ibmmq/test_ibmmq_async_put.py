@@ -76,7 +76,9 @@ async def test_put_and_put1_pass_async_response_through(standin: StandIn) -> Non
     puts = [c for c in standin.calls if c.name == "put"]
     assert [bool(c.args["options"] & 0x10000) for c in puts] == [True, False]
     assert puts[0].args["options"] & 0x2  # syncpoint kept alongside
-    assert any(c.name == "put1" for c in standin.calls)
+    put1s = [c for c in standin.calls if c.name == "put1"]
+    assert len(put1s) == 1 and put1s[0].args["options"] & 0x10000
+    assert not put1s[0].args["options"] & 0x2  # no syncpoint asked, none added
 
 
 async def test_async_status_maps_mqsts_and_resets(standin: StandIn) -> None:
@@ -122,3 +124,84 @@ async def test_a_commit_after_a_failed_async_put_backs_out_and_fails(standin: St
     finally:
         await conn.disconnect()
     assert standin.qm.queue_depth("APP.Q") == 1
+
+
+async def test_a_failure_seen_by_the_callers_mqstat_inside_the_unit_still_backs_it_out(
+        standin: StandIn) -> None:
+    """F1: MQSTAT resets its record, so the failure the application's own MQSTAT read
+    inside the unit is kept by the adapter: the commit backs out and fails (2003)."""
+    asked = with_stat(standin, [STS(CompCode=2, Reason=2053, PutSuccessCount=1,
+                                    PutFailureCount=1, ObjectName=b"APP.Q".ljust(48))])
+    conn = await IBMMQQueueManager(IBMMQConfig(q_mgr_name="STANDIN"), mqi=standin.module).connect()
+    try:
+        q = await conn.open("APP.Q", OpenOption.OUTPUT)
+        await q.put(MQMD(), b"ok-1", PutOptions(syncpoint=True, async_response=True))
+        status = await async_put_status(conn)
+        assert (status.reason, status.put_failure_count) == (2053, 1)
+        with pytest.raises(MQError) as info:
+            await conn.commit()
+        assert info.value.reason == Reason.BACKED_OUT and "2053" in str(info.value)
+        names = [c.name for c in standin.calls]
+        assert "commit" not in names and names[-1] == "backout"
+        assert asked == [0]  # the commit did not need a second MQSTAT
+        # the unit is decided: the next one commits normally
+        await q.put(MQMD(), b"kept", PutOptions(syncpoint=True, async_response=True))
+        await conn.commit()
+    finally:
+        await conn.disconnect()
+    assert standin.qm.queue_depth("APP.Q") == 1
+
+
+async def test_a_commit_whose_backout_fails_stays_doomed(standin: StandIn) -> None:
+    """F7: the marker is cleared only after the backout succeeded: a retried commit
+    after a failed backout backs out again, never commits."""
+    with_stat(standin, [STS(CompCode=2, Reason=2053, PutFailureCount=1,
+                            ObjectName=b"APP.Q".ljust(48))])
+    conn = await IBMMQQueueManager(IBMMQConfig(q_mgr_name="STANDIN"), mqi=standin.module).connect()
+    real_backout = standin.module.QueueManager.backout
+    failures = [1]
+
+    def backout(self: Any) -> None:
+        if failures:
+            failures.pop()
+            raise standin.module.MQMIError(2, 2195)  # MQRC_UNEXPECTED_ERROR
+        real_backout(self)
+
+    try:
+        q = await conn.open("APP.Q", OpenOption.OUTPUT)
+        await q.put(MQMD(), b"a", PutOptions(syncpoint=True, async_response=True))
+        standin.module.QueueManager.backout = backout
+        with pytest.raises(MQError) as first:
+            await conn.commit()
+        assert first.value.reason == 2195
+        with pytest.raises(MQError) as again:
+            await conn.commit()
+        assert again.value.reason == Reason.BACKED_OUT
+        assert "commit" not in [c.name for c in standin.calls]
+    finally:
+        standin.module.QueueManager.backout = real_backout
+        await conn.disconnect()
+    assert standin.qm.queue_depth("APP.Q") == 0
+
+
+async def test_a_failed_async_put_outside_the_unit_does_not_back_it_out(
+        standin: StandIn) -> None:
+    """F8: MQSTAT counts every asynchronous put of the hconn; one made outside any unit
+    before the unit is taken out of the record (an MQSTAT before the unit's first
+    asynchronous syncpoint put), so the unit's commit sees only its own puts."""
+    asked = with_stat(standin, [STS(CompCode=2, Reason=2053, PutFailureCount=1,
+                                    ObjectName=b"OTHER.Q".ljust(48)), STS(PutSuccessCount=1)])
+    conn = await IBMMQQueueManager(IBMMQConfig(q_mgr_name="STANDIN"), mqi=standin.module).connect()
+    try:
+        q = await conn.open("APP.Q", OpenOption.OUTPUT)
+        await conn.put1("APP.Q", MQMD(), b"outside", PutOptions(async_response=True))
+        await q.put(MQMD(), b"in-unit", PutOptions(syncpoint=True, async_response=True))
+        await conn.commit()
+        assert asked == [0, 0]
+        # the failure outside the unit is still the caller's next status
+        status = await async_put_status(conn)
+        assert (status.reason, status.object_name, status.put_failure_count) == (
+            2053, "OTHER.Q", 1)
+    finally:
+        await conn.disconnect()
+    assert standin.qm.queue_depth("APP.Q") == 2
