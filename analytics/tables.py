@@ -7,6 +7,11 @@ merges them instead: read the partitions the batch touches, replace the rows who
 came again, and overwrite just those partitions (dynamic partition overwrite). Because
 each row holds an absolute value, replaying a batch after a crash writes the same table.
 
+Only the touched partitions' directories are read (never the whole table's listing),
+and a batch whose partitions do not exist yet (a table's first write) is written as it
+comes: nothing to read, nothing to replace. A table derived wholly from another one's
+partitions (a summary) can skip the merge: :meth:`ParquetTable.replace_partitions`.
+
 Hadoop's FileSystem (through the JVM) does the listing and deleting so paths on HDFS or
 object stores work the same as local ones.
 """
@@ -94,31 +99,61 @@ class ParquetTable:
 
     def upsert_changed(self, updates: DataFrame, deleted: str | None = None) -> DataFrame | None:
         """:meth:`upsert`, but None when ``updates`` touched no partition (an empty
-        micro-batch), so a caller can skip follow-up work without another Spark job."""
+        micro-batch), so a caller can skip follow-up work without another Spark job.
+
+        When none of the touched partitions exists yet, the rows returned are not
+        materialised: they are ``updates``' own (minus deletes), recomputed on use.
+        """
         spark = updates.sparkSession
         columns = [f.name for f in self.schema.fields]
-        incoming = updates.select(*columns, *([deleted] if deleted else [])).localCheckpoint()
-        touched = [tuple(r) for r in incoming.select(*self.partition_by).distinct().collect()]
-        if not touched:
-            return None
-        touched_df = spark.createDataFrame(
-            touched, StructType([self.schema[c] for c in self.partition_by])
-        )
-        existing = self.read(spark).join(
-            F.broadcast(touched_df), on=list(self.partition_by), how="left_semi"
-        )
-        kept = existing.join(incoming, _key_match(existing, incoming, self.keys), "left_anti")
-        fresh = incoming.where(~F.col(deleted)) if deleted else incoming
-        merged = kept.select(*columns).unionByName(fresh.select(*columns)).localCheckpoint()
+        # Cached, not checkpointed: the collect below materialises it (no job of its
+        # own), and the merged rows are checkpointed before any file is overwritten.
+        incoming = updates.select(*columns, *([deleted] if deleted else [])).persist()
+        try:
+            touched = [tuple(r) for r in
+                       incoming.select(*self.partition_by).distinct().collect()]
+            if not touched:
+                return None
+            fresh = (incoming.where(~F.col(deleted)) if deleted else incoming).select(*columns)
+            present = [d for d in (self._partition_path(spark, v) for v in touched)
+                       if path_exists(spark, d)]
+            if not present:
+                # First write of these partitions: no rows to keep or to delete.
+                self._write(fresh)
+                return fresh
+            existing = (spark.read.schema(self.schema).option("basePath", self.path)
+                        .parquet(*present))
+            kept = existing.join(incoming, _key_match(existing, incoming, self.keys),
+                                 "left_anti")
+            merged = kept.select(*columns).unionByName(fresh).localCheckpoint()
+            self._write(merged)
+            if deleted:
+                self._drop_emptied(spark, touched, merged)
+            return merged
+        finally:
+            incoming.unpersist()
+
+    def replace_partitions(self, rows: DataFrame) -> None:
+        """Overwrite the partitions ``rows`` fall in with ``rows`` (no read, no merge).
+
+        For a table recomputed whole per partition from another table's merged
+        partitions (``traffic_streams`` from ``traffic_topics``): ``rows`` must hold
+        every row of each partition it touches. Other partitions stay as they are.
+        """
+        self._write(rows.select(*[f.name for f in self.schema.fields]))
+
+    def _write(self, rows: DataFrame) -> None:
         (
-            merged.write.mode("overwrite")
+            rows.write.mode("overwrite")
             .option("partitionOverwriteMode", "dynamic")
             .partitionBy(*self.partition_by)
             .parquet(self.path)
         )
-        if deleted:
-            self._drop_emptied(spark, touched, merged)
-        return merged
+
+    def _partition_path(self, spark: SparkSession, values: tuple[Any, ...]) -> str:
+        parts = [partition_dir(spark, c, v) for c, v in zip(self.partition_by, values,
+                                                                strict=True)]
+        return "/".join([self.path.rstrip("/"), *parts])
 
     def _drop_emptied(self, spark: SparkSession, touched: list[tuple[Any, ...]],
                       merged: DataFrame) -> None:
@@ -126,8 +161,5 @@ class ParquetTable:
         deletes emptied a partition, remove its directory so the deleted rows go too."""
         remaining = {tuple(r) for r in merged.select(*self.partition_by).distinct().collect()}
         for values in touched:
-            if values in remaining:
-                continue
-            parts = [partition_dir(spark, c, v) for c, v in zip(self.partition_by, values,
-                                                                    strict=True)]
-            delete_path(spark, "/".join([self.path.rstrip("/"), *parts]))
+            if values not in remaining:
+                delete_path(spark, self._partition_path(spark, values))

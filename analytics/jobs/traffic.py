@@ -98,8 +98,26 @@ def summarise_streams(topic_rows: DataFrame, top: int) -> DataFrame:
     )
 
 
+def write_tables(batch: DataFrame, topics_table: ParquetTable, streams_table: ParquetTable,
+                 top: int) -> DataFrame | None:
+    """Merge one micro-batch of topic rows into both tables; the streams rows written
+    (every window of the touched partitions), or None for a batch that changed nothing."""
+    merged = topics_table.upsert_changed(batch)
+    if merged is None:
+        # Nothing changed (the no-data batch ``availableNow`` runs to move the
+        # watermark): the streams table would merge nothing, skip its Spark jobs.
+        return None
+    # ``merged`` holds every topic row of the (stream, date) partitions the batch
+    # touched, and a streams row is a function of its window's topic rows only: the
+    # streams partitions are recomputed from it and overwritten, one pass, no merge.
+    summary = summarise_streams(merged, top)
+    streams_table.replace_partitions(summary)
+    return summary
+
+
 def build(spark: SparkSession, options: JobOptions) -> list[QueryPlan]:
-    """The traffic query: windowed counts, upserted into both tables each batch."""
+    """The traffic query: windowed counts upserted into ``traffic_topics`` each batch,
+    ``traffic_streams`` recomputed from its merged partitions."""
     top = int(options.extra.get("top", DEFAULT_TOP))
     topics_table = ParquetTable(options.table_path("traffic_topics"), TOPICS_SCHEMA,
                                 keys=("stream", "kafka_topic", "topic", "window_start"))
@@ -107,17 +125,11 @@ def build(spark: SparkSession, options: JobOptions) -> list[QueryPlan]:
                                  keys=("stream", "window_start"))
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        merged = topics_table.upsert_changed(batch)
-        if merged is None:
-            # Nothing changed (the no-data batch ``availableNow`` runs to move the
-            # watermark): the streams table would merge nothing, skip its Spark jobs.
-            return
-        affected = rows_of_groups(merged, batch, ("stream", "window_start"))
-        summary = summarise_streams(affected, top)
-        streams_table.upsert(summary)
-        if options.console:
+        summary = write_tables(batch, topics_table, streams_table, top)
+        if summary is not None and options.console:
             show_batch(f"traffic batch {batch_id}: streams",
-                       summary.drop("date").orderBy("stream", "window_start"))
+                       rows_of_groups(summary, batch, ("stream", "window_start"))
+                       .drop("date").orderBy("stream", "window_start"))
 
     frame = aggregate(decode_records(read_stream(spark, options.source)), options)
     return [QueryPlan("traffic", frame, write_batch)]
