@@ -35,10 +35,14 @@ from gateway.runtime.pubsub_service import BrokerService
 PATHS = ("kafka_out", "mqtt_out", "kafka_in", "mqtt_in", "fanout")
 #: not in the default list: the broker service's own work alone (stream queue, backlog,
 #: forwarder) with a ``memory`` sink, no external broker
-EXTRA_PATHS = ("memory_out",)
+EXTRA_PATHS = ("memory_out", "memory_backlog")
+#: ``memory_backlog`` is ``memory_out`` with the direct hand-over off: every delivery goes
+#: through the sink's backlog queue (a sink that lags), the forwarder gets it from there
 
 
-async def memory_bridge(work: Path, n: int, batch: int) -> tuple[int, float]:
+async def memory_bridge(
+    work: Path, n: int, batch: int, direct: bool = True
+) -> tuple[int, float]:
     """``bench_bridge_kafka.bridge`` with a ``memory`` sink instead of Kafka: (messages
     the sink got, seconds). Same publications, stream queue, batch and commits."""
     from gateway.mq.embedded.qmgr import EmbeddedQueueManager
@@ -59,6 +63,8 @@ async def memory_bridge(work: Path, n: int, batch: int) -> tuple[int, float]:
         PubSubEngine(qm.name, store),
         BrokerConfig(streams=[StreamQueueConfig(name=stream)], batch_size=batch, wait_ms=100),
     )
+    if not direct:
+        service.sink_backlogs.direct_ack_timeout = 0  # never hand over: via the backlog
     host = PluginHost(qm, service, "bench")
     config = MemoryConfig(bus="prof", subscribe=[f"$SYS/STREAM/{stream}/#"])
     bus = get_bus("prof")
@@ -217,9 +223,9 @@ def profile(name: str, n: int, work: Path, top: int, cpu_only: bool = False) -> 
             finally:
                 window.stop()
                 mqtt.stop()
-        elif name == "memory_out":
+        elif name in ("memory_out", "memory_backlog"):
             try:
-                result = asyncio.run(memory_bridge(work, n, 256))
+                result = asyncio.run(memory_bridge(work, n, 256, name == "memory_out"))
             finally:
                 window.stop()
         else:

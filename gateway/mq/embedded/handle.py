@@ -51,6 +51,8 @@ from gateway.wire.reasons import Reason
 from gateway.wire.xqh import wrap_for_xmitq
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gateway.mq.embedded.connection import EmbeddedConnection
 
 log = logging.getLogger(__name__)
@@ -253,6 +255,43 @@ class EmbeddedQueueHandle:
             except MQError:
                 break
         return out
+
+    def syncpoint_taker(self, options: GetOptions) -> Callable[[], Message] | None:
+        """The gets after the first of a batch the caller grows one message at a time
+        (the broker service, which decides after each message whether to get another):
+        a function that gets the next message exactly as :meth:`get` with ``options``
+        (under syncpoint, no wait, not browse) would, MQError 2033 when none is there.
+        The handle, queue and GET(ENABLED) are checked once, here, as ``get_batch`` does:
+        the function is only valid until its caller next awaits (nothing else runs on
+        the loop between its calls). None when ``options`` are not such a get or a check
+        fails: the caller then uses :meth:`get`, which raises the reason."""
+        if options.browse is not None or not options.syncpoint or options.wait_ms != 0:
+            return None
+        try:
+            self._check()
+        except MQError:
+            return None
+        if not self._option_bits & _INPUT_BITS:
+            return None
+        qm = self._conn.queue_manager
+        q = self._target
+        if q is None or qm._queues.get(q.name) is not q:
+            return None
+        for d in self._defs():
+            if not d.get_enabled:
+                return None
+        first, on_expired = q.first, qm._on_expired
+        match_msg_id, match_correl_id = options.match_msg_id, options.match_correl_id
+        take_under_syncpoint, name = self._take_under_syncpoint, self._name
+
+        def take() -> Message:
+            now = time.time()
+            msg = first(now, on_expired, match_msg_id, match_correl_id, None)
+            if msg is None:
+                raise MQError(Reason.NO_MSG_AVAILABLE, f"no message available on {name}")
+            return take_under_syncpoint(q, msg, options, now)
+
+        return take
 
     def _take_under_syncpoint(
         self, q: LocalQueue, msg: QueuedMessage, opts: GetOptions, now: float

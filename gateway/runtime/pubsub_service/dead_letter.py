@@ -103,8 +103,9 @@ async def dead_letter_queue_of(handle: QueueHandle, fallback: str) -> tuple[str,
 
 
 def _plain(p: Put) -> bool:
-    """A delivery (or response) put: dead-lettered when it fails, no backpressure."""
-    return not p.kind and p.dead_letter_on_failure and not p.backpressure
+    """A delivery, response or sink-backlog put: dead-lettered when it fails (a backlog
+    put that finds its queue full is back-pressure instead: BacklogFullError)."""
+    return not p.kind and p.dead_letter_on_failure
 
 
 async def put_all(
@@ -145,8 +146,11 @@ async def put_all(
         while i < n:
             p = puts[i]
             if _plain(p):
-                # A run of deliveries (one publication's fan-out, or several): one
-                # put_many; each failed delivery is dead-lettered as a single put would be.
+                # A run of deliveries (one publication's fan-out, or several, and the
+                # batch's sink-backlog puts): one put_many; each failed delivery is
+                # dead-lettered as a single put would be, in order. A backlog put that
+                # found its queue full raises BacklogFullError where the single put
+                # did: the later puts of the run were made but the batch backs out.
                 j = i + 1
                 while j < n and _plain(puts[j]):
                     j += 1
@@ -162,6 +166,8 @@ async def put_all(
                     if isinstance(result, MQError):
                         if result.reason in CONNECTION_REASONS:
                             raise result
+                        if r.backpressure and result.reason == Reason.Q_FULL:
+                            raise BacklogFullError(r.queue, result) from result
                         told.discard((r.q_mgr or q_mgr, r.queue))
                         await set_aside(r, result)
                     elif report is not None:

@@ -471,6 +471,12 @@ class BrokerService:
 
         The batch ends at ``batch_size`` messages or once ``max_puts_per_unit`` puts are
         due, so a unit of work stays below the queue manager's MaxUncommittedMsgs.
+
+        On the embedded queue manager the gets after ``first`` go through the handle's
+        ``syncpoint_taker`` (its checks made once a batch, as ``get_batch``'s): still one
+        message at a time, each got only after the one before was handled and the limits
+        allow another, so the batch is exactly the one single gets make. Nothing here is
+        awaited between those gets (``_handle_one`` is synchronous), as the taker needs.
         """
         puts: list[Put] = []
         to_sinks: dict[str, list[Delivery]] = {}
@@ -479,19 +485,28 @@ class BrokerService:
         q_mgr = conn.q_mgr_name
         count = 0
         limit = 1 if q.isolate else self.config.batch_size
+        max_puts = self.config.max_puts_per_unit
+        more = GetOptions(wait_ms=0, syncpoint=True)
+        # the handle's synchronous getter (None: none, or its checks failed: get raises)
+        taker = None
+        if limit > 1:
+            make_taker = getattr(q.handle, "syncpoint_taker", None)
+            if make_taker is not None:
+                taker = make_taker(more)
+        zero_id = bytes(24)
         m: Message | None = first
         while m is not None:
             count += 1
             self._batch_got = count
-            if m.md.msg_id != bytes(24):
+            if m.md.msg_id != zero_id:
                 self._batch_ids.append(m.md.msg_id)
             if m.md.reply_to_q_mgr.strip():
                 self._batch_heard.add(m.md.reply_to_q_mgr.strip())
             self._handle_one(q, dlq, q_mgr, m, puts, to_sinks)
             m = None
-            if count < limit and len(puts) < self.config.max_puts_per_unit:
+            if count < limit and len(puts) < max_puts:
                 try:
-                    m = await q.handle.get(GetOptions(wait_ms=0, syncpoint=True))
+                    m = taker() if taker is not None else await q.handle.get(more)
                 except MQError as exc:
                     if exc.reason != Reason.NO_MSG_AVAILABLE:
                         raise
