@@ -113,7 +113,9 @@ async def put_all(
 ) -> list[Put]:
     """Put everything under syncpoint; returns the moves/dead-letters made (to count
     after the commit). A failed put to the DLQ/backout queue raises AsideQueueError.
-    ``report`` hears of every delivery put that worked or was dead-lettered."""
+    ``report`` hears, per destination queue, of the first delivery put that worked since
+    that queue last failed, and of every failed delivery (dead-lettered). One call per
+    delivery would tell the engine the same: a run of successes ends a failure run once."""
     done: list[Put] = []
     handles: dict[tuple[str, str], QueueHandle] = {}
     opts = PutOptions(syncpoint=True, set_all_context=True)
