@@ -100,7 +100,9 @@ def old_traffic_batch(batch: DataFrame, topics: ParquetTable, streams: ParquetTa
     merged = old_upsert(topics, batch)
     if merged is None:
         return
-    affected = rows_of_groups(merged, batch, ("stream", "window_start"))
+    # The batch's blank stream is the stored null one (as in ``old_upsert``).
+    groups = batch.withColumn("stream", F.when(F.col("stream") != "", F.col("stream")))
+    affected = rows_of_groups(merged, groups, ("stream", "window_start"))
     old_upsert(streams, traffic.summarise_streams(affected, top))
 
 
