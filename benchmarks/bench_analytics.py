@@ -10,13 +10,20 @@ then on one local[2] SparkSession:
 * fair: the same read, the job's own header decode (``analytics.records.decode_records``)
   of the columns the traffic job uses, and a count that needs every decoded column (so
   Spark cannot prune the decode away) - what any job over the contract must do at least;
-* traffic: the traffic job with ``availableNow`` over the same topic (header decoding,
-  windowed aggregation with watermark, Parquet upsert of both tables).
+* traffic, in two runs of the job with ``availableNow`` into one output folder and
+  checkpoint (header decoding, windowed aggregation with watermark, Parquet upsert of
+  both tables): the first over the first ``--first-share`` of the records (produced
+  first), writing the tables from nothing (first write: nothing to read or merge), then,
+  after the rest is produced, the steady-state run over the rest into the tables that now
+  exist (touched partitions read and merged), as a long-running job does every batch.
+  The steady-state run is the summary row; the first write is an info row.
 
-Prints records produced and produce rate, the three rates and both ratios (traffic/bare,
-traffic/fair). ``--profile`` also writes Spark's event log and prints where the time went:
-per phase the Spark jobs' wall time and executors' run/CPU time, per traffic stage the
-same, and the streaming query's own per-batch durations (addBatch, planning, ...).
+The bare warm-up counts the first part; the measured bare and the fair read count all
+records. Prints records produced and produce rate, the rates and ratios (traffic/bare,
+traffic/fair) and the Spark jobs of each traffic run. ``--profile`` also writes Spark's
+event log and prints where the time went: per phase the Spark jobs' wall time and
+executors' run/CPU time, per stage of the steady-state traffic run the same, and the
+streaming query's own per-batch durations (addBatch, planning, ...).
 Run: .venv/bin/python -m benchmarks.bench_analytics [--records N] [--profile]
 """
 
@@ -50,19 +57,24 @@ TOPIC = "mqgw." + STREAM
 TOPICS = 200
 
 
-async def produce(bootstrap: str, records: int, seconds: float) -> tuple[int, float]:
-    """Produce up to ``records`` within ``seconds``; returns (count, elapsed)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(TOPIC, 2, 1)])
-    finally:
-        await admin.close()
+async def produce(bootstrap: str, records: int, seconds: float, *, first: int = 0,
+                  stop: int | None = None) -> tuple[int, float]:
+    """Produce records ``first`` up to ``stop`` (all by default) of ``records`` within
+    ``seconds`` (put times spread by the record's number over all ``records``); returns
+    (count, elapsed). The topic is created by the call starting at record 0."""
+    if first == 0:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(TOPIC, 2, 1)])
+        finally:
+            await admin.close()
+    stop = records if stop is None else stop
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, acks=1,
                                 max_batch_size=1 << 20, max_request_size=8 << 20)
     await producer.start()
     value = b"v" * 100
-    t0 = (int(time.time() * 1000) // 60_000 - 20) * 60_000
+    t0 = T0
     keys = [f"BENCH/T{i:03d}".encode() for i in range(TOPICS)]
     fixed = [(b"mq.contract", b"1"), (b"mq.stream", STREAM.encode())]
     tail = [(b"mq.correlId", b"\0" * 24), (b"mq.userId", b"bench"), (b"mq.format", b"MQSTR"),
@@ -71,11 +83,11 @@ async def produce(bootstrap: str, records: int, seconds: float) -> tuple[int, fl
     fixed_s = [(k.decode(), v) for k, v in fixed]
     tail_s = [(k.decode(), v) for k, v in tail]
     started = time.monotonic()
-    sent = 0
+    sent = first
     try:
         pending: list[asyncio.Future[object]] = []
-        while sent < records and time.monotonic() - started < seconds:
-            for _ in range(min(5_000, records - sent)):
+        while sent < stop and time.monotonic() - started < seconds:
+            for _ in range(min(5_000, stop - sent)):
                 key = keys[sent % TOPICS]
                 put = t0 + (sent * 600_000) // records
                 headers = [*fixed_s, ("mq.topic", key), ("mq.msgId", sent.to_bytes(24, "big")),
@@ -90,7 +102,20 @@ async def produce(bootstrap: str, records: int, seconds: float) -> tuple[int, fl
         await producer.flush()
     finally:
         await producer.stop()
-    return sent, time.monotonic() - started
+    return sent - first, time.monotonic() - started
+
+
+# Event times start 20 minutes before the benchmark; both produce calls share them.
+T0 = (int(time.time() * 1000) // 60_000 - 20) * 60_000
+
+
+def job_marker(spark: Any, name: str) -> int:
+    """The id of a tiny Spark job run now: jobs between two markers are the runs'."""
+    sc = spark.sparkContext
+    sc.setJobGroup(name, "job counter")
+    spark.range(1).count()
+    sc.setJobGroup("bench", "bench")
+    return max(sc.statusTracker().getJobIdsForGroup(name))
 
 
 def fair_count(spark: Any, source: KafkaInput) -> int:
@@ -160,7 +185,7 @@ def event_log_profile(log_dir: Path, phases: list[tuple[str, float, float]]) -> 
         cpu_ms = _accum(info, "internal.metrics.executorCpuTime") / 1e6
         per_phase[phase][2] += run_ms
         per_phase[phase][3] += cpu_ms
-        if phase == "traffic":
+        if phase == "traffic steady state":
             name = info["Stage Name"].split(" at ")[0]
             wall = float(info.get("Completion Time", 0)) - float(info.get("Submission Time", 0))
             row = per_stage[name]
@@ -173,7 +198,7 @@ def event_log_profile(log_dir: Path, phases: list[tuple[str, float, float]]) -> 
     for phase, (n, wall, run_ms, cpu_ms) in per_phase.items():
         lines.append(f"  {phase:<30} {int(n):>5} {wall / 1000:>12.2f} {run_ms / 1000:>12.2f} "
                      f"{cpu_ms / 1000:>12.2f}")
-    lines.append("traffic stages by call:          stages  stage wall s  exec run s  exec cpu s"
+    lines.append("steady-state traffic stages:     stages  stage wall s  exec run s  exec cpu s"
                  "  records in")
     for name, (n, wall, run_ms, cpu_ms, rec) in sorted(per_stage.items(),
                                                        key=lambda kv: -kv[1][2]):
@@ -197,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--produce-seconds", type=float, default=180.0)
+    parser.add_argument("--first-share", type=float, default=0.2,
+                        help="share of the records the first-write run gets (the rest: "
+                             "the steady-state run, the summary row)")
     parser.add_argument("--profile", action="store_true",
                         help="write Spark's event log and print per-phase/stage timings")
     args = parser.parse_args(argv)
@@ -206,10 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     try:
         broker.start()
-        count, took = asyncio.run(produce(broker.bootstrap, args.records, args.produce_seconds))
-        print(f"produced {count:,} records in {took:.1f} s ({count / took:,.0f} records/s, "
-              f"aiokafka){'' if count == args.records else ' - stopped by --produce-seconds'}",
-              flush=True)
+        split = max(1, min(args.records - 1, int(args.records * args.first_share)))
+        first, took = asyncio.run(produce(broker.bootstrap, args.records,
+                                          args.produce_seconds * args.first_share, stop=split))
+        print(f"produced {first:,} records (first part) in {took:.1f} s "
+              f"({first / took:,.0f} records/s, aiokafka)"
+              f"{'' if first == split else ' - stopped by --produce-seconds'}", flush=True)
 
         from pyspark.sql import SparkSession
 
@@ -231,15 +261,46 @@ def main(argv: list[str] | None = None) -> int:
 
         source = KafkaInput(broker.bootstrap, topics=(TOPIC,))
         phases: list[tuple[str, float, float]] = []
-        bare_rate = fair_rate = 0.0
-        for attempt in ("warm-up", "measured"):
-            n, dt = timed(f"bare {attempt}", phases, lambda: read_batch(spark, source).count())
-            bare_rate = n / dt
-            print(f"bare Kafka read + count ({attempt}): {n:,} rows in {dt:.1f} s "
-                  f"({bare_rate:,.0f} rows/s)", flush=True)
-            if n != count:
-                print(f"error: bare count {n} != produced {count}", file=sys.stderr)
-                return 1
+        n, dt = timed("bare warm-up", phases, lambda: read_batch(spark, source).count())
+        print(f"bare Kafka read + count (warm-up, first part): {n:,} rows in {dt:.1f} s "
+              f"({n / dt:,.0f} rows/s)", flush=True)
+        if n != first:
+            print(f"error: bare count {n} != produced {first}", file=sys.stderr)
+            return 1
+
+        options = JobOptions(source=source, out=str(work / "out"))
+        runs: dict[str, tuple[int, float, int, int]] = {}
+
+        def traffic_run(name: str) -> tuple[int, float, int, int]:
+            before = job_marker(spark, f"before-{name}")
+            with open(os.devnull, "w") as quiet:
+                result, dt = timed(name, phases, lambda: run_job(
+                    spark, "traffic", traffic.build, options,
+                    checkpoint=str(work / "ckpt"), once=True, out=quiet))
+            jobs = job_marker(spark, f"after-{name}") - before - 1
+            stats = result.stats["traffic"]
+            print(f"traffic job {name} (availableNow): {stats.rows:,} rows in {dt:.1f} s, "
+                  f"{stats.batches} batches, {jobs} Spark jobs ({stats.rows / dt:,.0f} rows/s)",
+                  flush=True)
+            return stats.rows, dt, stats.batches, jobs
+
+        runs["first write"] = traffic_run("traffic first write")
+
+        rest, took = asyncio.run(produce(broker.bootstrap, args.records,
+                                         args.produce_seconds * (1 - args.first_share),
+                                         first=split))
+        count = first + rest
+        print(f"produced {rest:,} records (rest) in {took:.1f} s ({rest / took:,.0f} records/s)"
+              f"{'' if count == args.records else ' - stopped by --produce-seconds'}",
+              flush=True)
+
+        n, dt = timed("bare measured", phases, lambda: read_batch(spark, source).count())
+        bare_rate = n / dt
+        print(f"bare Kafka read + count (measured): {n:,} rows in {dt:.1f} s "
+              f"({bare_rate:,.0f} rows/s)", flush=True)
+        if n != count:
+            print(f"error: bare count {n} != produced {count}", file=sys.stderr)
+            return 1
         n, dt = timed("fair (read + decode + count)", phases, lambda: fair_count(spark, source))
         fair_rate = n / dt
         print(f"fair baseline, read + header decode + count: {n:,} rows in {dt:.1f} s "
@@ -248,26 +309,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: fair count {n} != produced {count}", file=sys.stderr)
             return 1
 
-        options = JobOptions(source=source, out=str(work / "out"))
-        with open(os.devnull, "w") as quiet:
-            result, dt = timed("traffic", phases, lambda: run_job(
-                spark, "traffic", traffic.build, options,
-                checkpoint=str(work / "ckpt"), once=True, out=quiet))
-        rows = result.stats["traffic"].rows
-        batches = result.stats["traffic"].batches
-        job_rate = rows / dt
-        print(f"traffic job (availableNow): {rows:,} rows in {dt:.1f} s, {batches} batches "
-              f"({job_rate:,.0f} rows/s)", flush=True)
+        runs["steady state"] = traffic_run("traffic steady state")
+        rows = runs["first write"][0] + runs["steady state"][0]
         totals = spark.read.schema(traffic.STREAMS_SCHEMA).parquet(
             str(work / "out" / "traffic_streams")).groupBy().sum("messages").first()
         counted = int(totals[0]) if totals and totals[0] is not None else 0
         print(f"traffic_streams total messages: {counted:,} (expected {count:,})")
-        print(f"ratio traffic/bare: {job_rate / bare_rate:.2f}, "
-              f"traffic/fair: {job_rate / fair_rate:.2f} (fair/bare {fair_rate / bare_rate:.2f})")
+        first_rate = runs["first write"][0] / runs["first write"][1]
+        job_rate = runs["steady state"][0] / runs["steady state"][1]
+        for name, rate in (("first write", first_rate), ("steady state", job_rate)):
+            print(f"ratio {name} traffic/bare: {rate / bare_rate:.2f}, "
+                  f"traffic/fair: {rate / fair_rate:.2f} (fair/bare {fair_rate / bare_rate:.2f})")
+        steady = "steady state: the run into existing tables"
         record(Row("Spark traffic job", job_rate, bare_rate, 0.7, unit="rows/s",
-                   note="vs bare Kafka read + count"))
+                   note=f"{steady}, vs bare Kafka read + count"))
         record(Row("Spark traffic job", job_rate, fair_rate, 0.7, unit="rows/s",
-                   note="vs read + header decode + count"))
+                   note=f"{steady}, vs read + header decode + count"))
+        record(Row("Spark traffic job, first write", first_rate, fair_rate, None,
+                   kind="info", unit="rows/s",
+                   note="first run into empty tables (no read, no merge), vs read + decode"))
         if args.profile:
             spark.stop()  # flushes and closes the event log
             spark = None

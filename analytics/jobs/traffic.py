@@ -102,16 +102,24 @@ def write_tables(batch: DataFrame, topics_table: ParquetTable, streams_table: Pa
                  top: int) -> DataFrame | None:
     """Merge one micro-batch of topic rows into both tables; the streams rows written
     (every window of the touched partitions), or None for a batch that changed nothing."""
-    merged = topics_table.upsert_changed(batch)
-    if merged is None:
+    done = topics_table.merge(batch)
+    if done is None:
         # Nothing changed (the no-data batch ``availableNow`` runs to move the
         # watermark): the streams table would merge nothing, skip its Spark jobs.
         return None
-    # ``merged`` holds every topic row of the (stream, date) partitions the batch
+    # ``done.rows`` holds every topic row of the (stream, date) partitions the batch
     # touched, and a streams row is a function of its window's topic rows only: the
     # streams partitions are recomputed from it and overwritten, one pass, no merge.
-    summary = summarise_streams(merged, top)
-    streams_table.replace_partitions(summary)
+    summary = summarise_streams(done.rows, top)
+    spark = batch.sparkSession
+    if any(streams_table.exists(spark, p) for p in done.created):
+        # A topics partition that did not exist while its streams partition does (lost
+        # in a crash inside the topics commit, deleted or restored by hand): the topics
+        # rows are incomplete, so merge as before instead of recomputing the streams
+        # partition from them, which would drop the windows this batch did not touch.
+        streams_table.upsert_changed(summary)
+    else:
+        streams_table.replace_partitions(summary)
     return summary
 
 
