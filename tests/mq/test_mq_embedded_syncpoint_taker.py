@@ -92,3 +92,46 @@ async def test_no_taker_for_other_gets_or_failed_checks(tmp_path: Path) -> None:
             assert h.syncpoint_taker(SYNC) is None  # closed handle
     finally:
         await qm.close()
+
+
+async def test_a_taker_kept_across_a_change_raises_and_takes_nothing(tmp_path: Path) -> None:
+    """Review 18d F1: a taker kept past an await must not take messages into a unit of
+    work nothing will end: GET(DISABLED), a closed handle and a closed connection each
+    make the next call raise what get would, with the messages left on the queue."""
+    qm = EmbeddedQueueManager("QM1", tmp_path / "qm")
+    try:
+        for r in qm.run_mqsc("DEFINE QLOCAL(Q)"):
+            assert r.ok, r.lines
+        await _load(qm, "Q", 6)
+        conn = await qm.connect()
+        h = await conn.open("Q", OpenOption.INPUT_SHARED)
+        take = h.syncpoint_taker(SYNC)
+        assert take is not None
+        take()  # one taken under syncpoint
+        for r in qm.run_mqsc("ALTER QLOCAL(Q) GET(DISABLED)"):
+            assert r.ok, r.lines
+        try:
+            take()
+            raise AssertionError("took a message from a GET(DISABLED) queue")
+        except MQError as exc:
+            assert exc.reason == Reason.GET_INHIBITED
+        for r in qm.run_mqsc("ALTER QLOCAL(Q) GET(ENABLED)"):
+            assert r.ok, r.lines
+        await h.close()
+        try:
+            take()
+            raise AssertionError("took a message through a closed handle")
+        except MQError as exc:
+            assert exc.reason == Reason.HOBJ_ERROR
+        h2 = await conn.open("Q", OpenOption.INPUT_SHARED)
+        take2 = h2.syncpoint_taker(SYNC)
+        assert take2 is not None
+        await conn.disconnect()  # backs the one taken message out
+        try:
+            take2()
+            raise AssertionError("took a message on a closed connection")
+        except MQError as exc:
+            assert exc.reason != Reason.NO_MSG_AVAILABLE
+        assert qm.queue_depth("Q") == 6
+    finally:
+        await qm.close()

@@ -261,10 +261,12 @@ class EmbeddedQueueHandle:
         (the broker service, which decides after each message whether to get another):
         a function that gets the next message exactly as :meth:`get` with ``options``
         (under syncpoint, no wait, not browse) would, MQError 2033 when none is there.
-        The handle, queue and GET(ENABLED) are checked once, here, as ``get_batch`` does:
-        the function is only valid until its caller next awaits (nothing else runs on
-        the loop between its calls). None when ``options`` are not such a get or a check
-        fails: the caller then uses :meth:`get`, which raises the reason."""
+        The queue lookups are done once, here; every call still checks that the handle
+        and connection are open, the queue is the one opened and GET is enabled, so a
+        taker kept across an await (handle closed, connection gone, queue redefined or
+        GET(DISABLED) meanwhile) raises the reason :meth:`get` would, never takes a
+        message into a unit of work nothing will end. None when ``options`` are not such
+        a get or a check fails now: the caller then uses :meth:`get`, which raises it."""
         if options.browse is not None or not options.syncpoint or options.wait_ms != 0:
             return None
         try:
@@ -283,8 +285,15 @@ class EmbeddedQueueHandle:
         first, on_expired = q.first, qm._on_expired
         match_msg_id, match_correl_id = options.match_msg_id, options.match_correl_id
         take_under_syncpoint, name = self._take_under_syncpoint, self._name
+        check, defs, queues = self._check, self._defs, qm._queues
 
         def take() -> Message:
+            check()
+            if queues.get(q.name) is not q:
+                raise MQError(Reason.Q_DELETED, f"queue {name} has been deleted")
+            for d in defs():
+                if not d.get_enabled:
+                    raise MQError(Reason.GET_INHIBITED, f"gets are inhibited on {d.name}")
             now = time.time()
             msg = first(now, on_expired, match_msg_id, match_correl_id, None)
             if msg is None:
