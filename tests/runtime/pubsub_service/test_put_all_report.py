@@ -17,14 +17,21 @@ from gateway.wire.reasons import Reason
 
 
 class Recorder:
-    def __init__(self) -> None:
+    """The DeliveryReport calls, in order; passed on to ``engine`` when one is given."""
+
+    def __init__(self, engine: PubSubEngine | None = None) -> None:
         self.calls: list[tuple[str, ...]] = []
+        self.engine = engine
 
     def delivered(self, q_mgr: str, queue: str) -> None:
         self.calls.append(("ok", q_mgr, queue))
+        if self.engine is not None:
+            self.engine.delivered(q_mgr, queue)
 
     def delivery_failed(self, q_mgr: str, queue: str, reason: int) -> None:
         self.calls.append(("failed", q_mgr, queue, str(reason)))
+        if self.engine is not None:
+            self.engine.delivery_failed(q_mgr, queue, reason)
 
 
 def put(queue: str, i: int) -> Put:
@@ -70,26 +77,17 @@ async def test_delivered_after_a_failure_is_told_again(tmp_path: Path) -> None:
         for r in qm.run_mqsc("DEFINE QLOCAL(C) MAXDEPTH(1)\nDEFINE QLOCAL(DLQ)"):
             assert r.ok, r.lines
         engine = PubSubEngine("QM1", MemoryStore())
-        rec = Recorder()
-
-        class Both:
-            def delivered(self, q_mgr: str, queue: str) -> None:
-                rec.delivered(q_mgr, queue)
-                engine.delivered(q_mgr, queue)
-
-            def delivery_failed(self, q_mgr: str, queue: str, reason: int) -> None:
-                rec.delivery_failed(q_mgr, queue, reason)
-                engine.delivery_failed(q_mgr, queue, reason)
+        rec = Recorder(engine)
 
         async with await qm.connect() as conn:
-            await put_all(conn, [put("C", 0), put("C", 1)], "DLQ", Both())
+            await put_all(conn, [put("C", 0), put("C", 1)], "DLQ", rec)
             await conn.commit()
             assert engine._failures == {("QM1", "C"): 1}
             h = await conn.open("C", OpenOption.INPUT_SHARED)
             await h.get(GetOptions(wait_ms=0, syncpoint=True))
             await conn.commit()
             await h.close()
-            await put_all(conn, [put("C", 2), put("C", 3)], "DLQ", Both())
+            await put_all(conn, [put("C", 2), put("C", 3)], "DLQ", rec)
             await conn.commit()
         assert engine._failures == {("QM1", "C"): 1}  # ok (cleared), then full again
         full = str(int(Reason.Q_FULL))
@@ -111,16 +109,7 @@ async def test_ok_fail_ok_to_one_queue_in_one_run_is_told_three_times(tmp_path: 
         for r in qm.run_mqsc("DEFINE QLOCAL(C) MAXMSGL(10)\nDEFINE QLOCAL(DLQ)"):
             assert r.ok, r.lines
         engine = PubSubEngine("QM1", MemoryStore())
-        rec = Recorder()
-
-        class Both:
-            def delivered(self, q_mgr: str, queue: str) -> None:
-                rec.delivered(q_mgr, queue)
-                engine.delivered(q_mgr, queue)
-
-            def delivery_failed(self, q_mgr: str, queue: str, reason: int) -> None:
-                rec.delivery_failed(q_mgr, queue, reason)
-                engine.delivery_failed(q_mgr, queue, reason)
+        rec = Recorder(engine)
 
         def sized(i: int, body: bytes) -> Put:
             md = MQMD(persistence=Persistence.PERSISTENT, correl_id=i.to_bytes(24, "big"))
@@ -128,7 +117,7 @@ async def test_ok_fail_ok_to_one_queue_in_one_run_is_told_three_times(tmp_path: 
 
         async with await qm.connect() as conn:
             done = await put_all(conn, [sized(0, b"a"), sized(1, b"b" * 20), sized(2, b"c")],
-                                 "DLQ", Both())
+                                 "DLQ", rec)
             await conn.commit()
         too_big = str(int(Reason.MSG_TOO_BIG_FOR_Q))
         assert rec.calls == [
