@@ -302,10 +302,10 @@ class EmbeddedQueueHandle:
 
         return take
 
-    def _take_under_syncpoint(
-        self, q: LocalQueue, msg: QueuedMessage, opts: GetOptions, now: float
-    ) -> Message:
-        """:meth:`_take` of a get under syncpoint (not browse): nothing awaited."""
+    @staticmethod
+    def _copy_out(msg: QueuedMessage, opts: GetOptions, now: float) -> tuple[MQMD, bytes]:
+        """What a get hands back: the descriptor copied (Expiry counted down to now) and
+        the body, truncated to the buffer when ``accept_truncated`` allows (2080 if not)."""
         body = msg.body
         if opts.max_length is not None and len(body) > opts.max_length:
             if not opts.accept_truncated:
@@ -318,6 +318,13 @@ class EmbeddedQueueHandle:
         md = clone_md(msg.md)
         if msg.expiry_at is not None:
             md.expiry = max(1, int((msg.expiry_at - now) * 10))
+        return md, body
+
+    def _take_under_syncpoint(
+        self, q: LocalQueue, msg: QueuedMessage, opts: GetOptions, now: float
+    ) -> Message:
+        """:meth:`_take` of a get under syncpoint (not browse): nothing awaited."""
+        md, body = self._copy_out(msg, opts, now)
         q.remove(msg)
         self._conn.queue_manager.stats.gets += 1
         q.locked += 1
@@ -330,18 +337,7 @@ class EmbeddedQueueHandle:
         if opts.syncpoint and opts.browse is None:
             return self._take_under_syncpoint(q, msg, opts, now)
         qm = self._conn.queue_manager
-        body = msg.body
-        if opts.max_length is not None and len(body) > opts.max_length:
-            if not opts.accept_truncated:
-                raise MQError(
-                    Reason.TRUNCATED_MSG_FAILED,
-                    f"message is {len(body)} bytes, buffer {opts.max_length}",
-                    CompCode.WARNING,
-                )
-            body = body[: opts.max_length]
-        md = clone_md(msg.md)
-        if msg.expiry_at is not None:
-            md.expiry = max(1, int((msg.expiry_at - now) * 10))
+        md, body = self._copy_out(msg, opts, now)
         if opts.browse is not None:
             self._browse_cursor = msg.key
             return Message(md, body)
