@@ -29,6 +29,7 @@ from gateway.runtime.pubsub_service import DEAD_LETTER_QUEUE
 from gateway.runtime.registry import PluginRegistry
 from gateway.wire.constants import MsgType
 from gateway.wire.dlh import unwrap_from_dlq
+from gateway.wire.formats import FMT_RF_HEADER_1, FMT_RF_HEADER_2
 from plugins.kafka.mapping import NOT_AUTHORIZED_REASON
 from tests.plugins.kafka.kafka_harness import consume, headers_of, produce
 from tests.support.names import unique
@@ -156,7 +157,12 @@ async def test_b_publishing_on_the_admin_stream_is_refused(
             msg_type=MsgType.REQUEST,
         ),
     )
-    v1, v2 = await wait_for_queue(app.qm, "REPLY.Q", 2)
+    # The two requests go to different queues (the admin stream queue, the control
+    # queue), which the service serves independently: the replies may come in either
+    # order. Tell them apart by their header format (MQRFH for v1, MQRFH2 for v2).
+    replies = await wait_for_queue(app.qm, "REPLY.Q", 2)
+    assert sorted(r.fmt for r in replies) == sorted([FMT_RF_HEADER_1, FMT_RF_HEADER_2])
+    v1, v2 = sorted(replies, key=lambda r: r.fmt != FMT_RF_HEADER_1)
     assert v1.get("MQPSCompCode") == "2"
     assert v1.get("MQPSReason") == NOT_AUTHORIZED
     assert v1.get("MQPSReasonText") == "MQRCCF_NOT_AUTHORIZED"
