@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption, PutOptions
 from gateway.wire.constants import Persistence
@@ -110,28 +112,22 @@ async def test_a_taker_kept_across_a_change_raises_and_takes_nothing(tmp_path: P
         take()  # one taken under syncpoint
         for r in qm.run_mqsc("ALTER QLOCAL(Q) GET(DISABLED)"):
             assert r.ok, r.lines
-        try:
+        with pytest.raises(MQError) as info:
             take()
-            raise AssertionError("took a message from a GET(DISABLED) queue")
-        except MQError as exc:
-            assert exc.reason == Reason.GET_INHIBITED
+        assert info.value.reason == Reason.GET_INHIBITED
         for r in qm.run_mqsc("ALTER QLOCAL(Q) GET(ENABLED)"):
             assert r.ok, r.lines
         await h.close()
-        try:
+        with pytest.raises(MQError) as info:
             take()
-            raise AssertionError("took a message through a closed handle")
-        except MQError as exc:
-            assert exc.reason == Reason.HOBJ_ERROR
+        assert info.value.reason == Reason.HOBJ_ERROR
         h2 = await conn.open("Q", OpenOption.INPUT_SHARED)
         take2 = h2.syncpoint_taker(SYNC)
         assert take2 is not None
         await conn.disconnect()  # backs the one taken message out
-        try:
+        with pytest.raises(MQError) as info:
             take2()
-            raise AssertionError("took a message on a closed connection")
-        except MQError as exc:
-            assert exc.reason != Reason.NO_MSG_AVAILABLE
+        assert info.value.reason != Reason.NO_MSG_AVAILABLE
         assert qm.queue_depth("Q") == 6
     finally:
         await qm.close()

@@ -28,6 +28,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
+from tests.support.served_qm import served_queue_manager
 
 
 def _batch() -> list[tuple[MQMD, bytes]]:
@@ -122,11 +123,7 @@ def test_every_malformed_value_is_refused(change: Any, reason: int) -> None:
 async def test_the_client_asks_for_the_compact_form_and_others_get_the_packed_one(
     tmp_path: Path,
 ) -> None:
-    qm = EmbeddedQueueManager("QMB", tmp_path / "qm")
-    qm.run_mqsc("DEFINE QLOCAL(Q1)", stop_on_error=True)
-    server = QueueManagerServer(qm)
-    await server.start()
-    try:
+    async with served_queue_manager(tmp_path / "qm", "DEFINE QLOCAL(Q1)"):
         conn = await connect_local(tmp_path / "qm")
         h = await conn.open("Q1", OpenOption.INPUT_SHARED | OpenOption.OUTPUT)
         sent = []
@@ -148,9 +145,6 @@ async def test_the_client_asks_for_the_compact_form_and_others_get_the_packed_on
         assert [md for md, _ in packed] == [m.md.copy(backout_count=1) for m in got]
         await conn.backout()
         await conn.disconnect()
-    finally:
-        await server.stop()
-        await qm.close()
 
 
 async def test_a_compact_header_past_the_limit_is_sent_packed(
@@ -158,11 +152,7 @@ async def test_a_compact_header_past_the_limit_is_sent_packed(
 ) -> None:
     monkeypatch.setattr(qm_server, "COMPACT_UNCHECKED_MSGS", 2)
     monkeypatch.setattr(qm_server, "COMPACT_HEADER_LIMIT", 2000)
-    qm = EmbeddedQueueManager("QMB", tmp_path / "qm")
-    qm.run_mqsc("DEFINE QLOCAL(Q1)", stop_on_error=True)
-    server = QueueManagerServer(qm)
-    await server.start()
-    try:
+    async with served_queue_manager(tmp_path / "qm", "DEFINE QLOCAL(Q1)"):
         conn = await connect_local(tmp_path / "qm")
         h = await conn.open("Q1", OpenOption.INPUT_SHARED | OpenOption.OUTPUT)
         for i in range(30):
@@ -181,9 +171,6 @@ async def test_a_compact_header_past_the_limit_is_sent_packed(
         assert empty.value.reason == Reason.NO_MSG_AVAILABLE
         await conn.commit()
         await conn.disconnect()
-    finally:
-        await server.stop()
-        await qm.close()
 
 
 def test_the_worst_descriptor_change_fits_the_unchecked_batch() -> None:

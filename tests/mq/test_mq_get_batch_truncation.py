@@ -10,18 +10,13 @@ import pytest
 
 from gateway.mq.embedded import qm_server
 from gateway.mq.embedded.client import connect_local
-from gateway.mq.embedded.qm_server import QueueManagerServer
-from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, OpenOption
 from gateway.wire.mqmd import MQMD
+from tests.support.served_qm import served_queue_manager
 
 
 async def test_every_message_of_a_batch_is_truncated_as_asked(tmp_path: Path) -> None:
-    qm = EmbeddedQueueManager("QMB", tmp_path / "qm")
-    qm.run_mqsc("DEFINE QLOCAL(Q1)", stop_on_error=True)
-    server = QueueManagerServer(qm)
-    await server.start()
-    try:
+    async with served_queue_manager(tmp_path / "qm", "DEFINE QLOCAL(Q1)"):
         conn = await connect_local(tmp_path / "qm")
         h = await conn.open("Q1", OpenOption.INPUT_SHARED | OpenOption.OUTPUT)
         bodies = [b"a" * 50, b"b" * 5, b"c" * 300, b"d" * 11, b"e" * 1000]
@@ -37,20 +32,13 @@ async def test_every_message_of_a_batch_is_truncated_as_asked(tmp_path: Path) ->
         assert [m.body for m in got] == bodies[:2]
         await conn.backout()
         await conn.disconnect()
-    finally:
-        await server.stop()
-        await qm.close()
 
 
 async def test_truncation_yields_to_the_byte_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(qm_server, "BATCH_BYTES", 100)
-    qm = EmbeddedQueueManager("QMB", tmp_path / "qm")
-    qm.run_mqsc("DEFINE QLOCAL(Q1)", stop_on_error=True)
-    server = QueueManagerServer(qm)
-    await server.start()
-    try:
+    async with served_queue_manager(tmp_path / "qm", "DEFINE QLOCAL(Q1)"):
         conn = await connect_local(tmp_path / "qm")
         h = await conn.open("Q1", OpenOption.INPUT_SHARED | OpenOption.OUTPUT)
         for _ in range(8):
@@ -61,6 +49,3 @@ async def test_truncation_yields_to_the_byte_budget(
         assert [len(m.body) for m in got] == [30, 30, 30]
         await conn.backout()
         await conn.disconnect()
-    finally:
-        await server.stop()
-        await qm.close()
