@@ -338,6 +338,15 @@ async def put_many(
     return await put_each(conn, items, options)
 
 
+def puts_in_one_pass(conn: Connection) -> bool:
+    """Whether ``conn``'s :func:`put_many` is one in-process pass (the embedded queue
+    manager's), where a put that fails costs nothing: a caller that will give up the
+    whole batch at the first failure of some kinds (a full sink backlog) may then still
+    hand over the whole run. Elsewhere every put is a round trip to the queue manager,
+    so such a caller puts those one at a time and stops at the first failure."""
+    return bool(getattr(conn, "put_many_in_one_pass", False))
+
+
 async def async_put_status(conn: Connection) -> AsyncPutStatus:
     """MQSTAT(MQSTAT_TYPE_ASYNC_ERROR): the connection's asynchronous-put status since
     the last call, then reset. An adapter without the optional verb ``async_status``

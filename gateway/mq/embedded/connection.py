@@ -80,6 +80,10 @@ class _UowGet:
 class EmbeddedConnection:
     """A connection (hconn) with its own unit of work."""
 
+    #: ``put_many`` puts in one in-process pass: a failing put costs no round trip
+    #: (``gateway.mq.port.puts_in_one_pass``).
+    put_many_in_one_pass = True
+
     def __init__(self, qm: EmbeddedQueueManager) -> None:
         self._qm = qm
         self._puts: list[_UowPut] = []

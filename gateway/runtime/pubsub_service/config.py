@@ -30,7 +30,8 @@ class BrokerConfig(BaseModel):
     #: Implicit Stream Naming of SYSTEM.BROKER.DEFAULT.STREAM itself.
     default_stream_implicit_naming: bool = True
     batch_size: int = Field(default=32, ge=1, le=5000)
-    #: A batch stops growing once this many puts are due (MQ's MaxUncommittedMsgs is
+    #: A batch stops growing once its unit of work holds this many messages: gets,
+    #: puts due and sink deliveries (MQ's MaxUncommittedMsgs counts gets and puts and is
     #: 10,000 by default; one publication with more matching subscribers than that
     #: cannot be delivered in one unit of work and ends on the backout queue).
     max_puts_per_unit: int = Field(default=2000, ge=1)

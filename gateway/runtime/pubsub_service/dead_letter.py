@@ -23,6 +23,7 @@ from gateway.mq.port import (
     QueueAttr,
     QueueHandle,
     put_many,
+    puts_in_one_pass,
 )
 from gateway.runtime.pubsub_service.errors import (
     CONNECTION_REASONS,
@@ -108,6 +109,14 @@ def _plain(p: Put) -> bool:
     return not p.kind and p.dead_letter_on_failure
 
 
+def _plain_delivery(p: Put) -> bool:
+    """:func:`_plain`, but not a sink-backlog put: what joins a ``put_many`` run on a
+    connection whose puts are round trips (review 18d, F2: a full backlog ends the batch
+    at its first Q_FULL, so the later puts of a run would be wasted MQPUTs, made again on
+    every back-pressure retry)."""
+    return not p.kind and p.dead_letter_on_failure and not p.backpressure
+
+
 async def put_all(
     conn: Connection, puts: list[Put], dlq: str, report: DeliveryReport | None = None
 ) -> list[Put]:
@@ -143,18 +152,20 @@ async def put_all(
         if report is not None:
             report.delivery_failed(p.q_mgr or q_mgr, p.queue, exc.reason)
 
+    in_run = _plain if puts_in_one_pass(conn) else _plain_delivery
     i, n = 0, len(puts)
     try:
         while i < n:
             p = puts[i]
-            if _plain(p):
-                # A run of deliveries (one publication's fan-out, or several, and the
-                # batch's sink-backlog puts): one put_many; each failed delivery is
-                # dead-lettered as a single put would be, in order. A backlog put that
-                # found its queue full raises BacklogFullError where the single put
-                # did: the later puts of the run were made but the batch backs out.
+            if in_run(p):
+                # A run of deliveries (one publication's fan-out, or several, and, on
+                # the embedded queue manager, the batch's sink-backlog puts): one
+                # put_many; each failed delivery is dead-lettered as a single put would
+                # be, in order. A backlog put that found its queue full raises
+                # BacklogFullError where the single put did: the later puts of the run
+                # were made (in process, at no cost) but the batch backs out.
                 j = i + 1
-                while j < n and _plain(puts[j]):
+                while j < n and in_run(puts[j]):
                     j += 1
                 run = puts[i:j]
                 i = j
@@ -198,6 +209,7 @@ async def put_all(
                 if exc.reason in CONNECTION_REASONS:
                     raise
                 if p.backpressure and exc.reason == Reason.Q_FULL:
+                    # a sink-backlog put on a connection whose puts are round trips
                     raise BacklogFullError(p.queue, exc) from exc
                 if p.kind or not p.dead_letter_on_failure:
                     if p.kind:

@@ -469,8 +469,10 @@ class BrokerService:
     async def _process(self, conn: Connection, q: _InputQueue, dlq: str, first: Message) -> int:
         """Handle ``first`` and more messages (gotten as the batch grows), put, commit.
 
-        The batch ends at ``batch_size`` messages or once ``max_puts_per_unit`` puts are
-        due, so a unit of work stays below the queue manager's MaxUncommittedMsgs.
+        The batch ends at ``batch_size`` messages or once the unit of work holds
+        ``max_puts_per_unit`` messages (its gets, the puts due and the sink deliveries,
+        which may become backlog puts), so it stays below the queue manager's
+        MaxUncommittedMsgs, which counts gets and puts alike.
 
         On the embedded queue manager the gets after ``first`` go through the handle's
         ``syncpoint_taker`` (its checks made once a batch, as ``get_batch``'s): still one
@@ -504,7 +506,9 @@ class BrokerService:
                 self._batch_heard.add(m.md.reply_to_q_mgr.strip())
             self._handle_one(q, dlq, q_mgr, m, puts, to_sinks)
             m = None
-            if count < limit and len(puts) < max_puts:
+            # the unit's messages so far: gets, puts, and the sink deliveries that may
+            # become backlog puts (MaxUncommittedMsgs counts them all)
+            if count < limit and count + len(puts) + sum(map(len, to_sinks.values())) < max_puts:
                 try:
                     m = taker() if taker is not None else await q.handle.get(more)
                 except MQError as exc:

@@ -241,9 +241,40 @@ class Recorder:
         self.calls.append(("failed", q_mgr, queue, str(reason)))
 
 
+class RoundTrips:
+    """A connection whose puts are round trips, as IBM MQ's client channel: the embedded
+    connection behind it without its one-pass ``put_many``; counts the MQPUTs made."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.puts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("put_many", "put_many_in_one_pass"):
+            raise AttributeError(name)
+        return getattr(self._conn, name)
+
+    async def open(self, *args: Any, **kwargs: Any) -> Any:
+        return _CountedHandle(await self._conn.open(*args, **kwargs), self)
+
+
+class _CountedHandle:
+    def __init__(self, handle: Any, conn: RoundTrips) -> None:
+        self._handle, self._conn = handle, conn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+    async def put(self, *args: Any, **kwargs: Any) -> Any:
+        self._conn.puts += 1
+        return await self._handle.put(*args, **kwargs)
+
+
 async def run_put_all(
-    path: Path, puts: list[Put]
+    path: Path, puts: list[Put], counted: list[int] | None = None
 ) -> tuple[object, list[tuple[str, ...]], dict[str, list[tuple[object, ...]]]]:
+    """``put_all`` on a fresh queue manager; with ``counted``, through :class:`RoundTrips`
+    (its MQPUT count appended to ``counted``)."""
     qm = EmbeddedQueueManager("QM1", path)
     try:
         for r in qm.run_mqsc(
@@ -255,13 +286,16 @@ async def run_put_all(
         rec = Recorder()
         result: object
         async with await qm.connect() as conn:
+            via: Any = conn if counted is None else RoundTrips(conn)
             try:
-                done = await put_all(conn, puts, "DLQ", rec)
+                done = await put_all(via, puts, "DLQ", rec)
                 result = [(p.kind, p.queue) for p in done]
                 await conn.commit()
             except (BacklogFullError, MQError) as exc:
                 result = (type(exc).__name__, exc.reason)
                 await conn.backout()
+            if counted is not None:
+                counted.append(via.puts)
         queues: dict[str, list[tuple[object, ...]]] = {}
         for q in ("A", "BL", "BL2", "INH", "BOQ"):
             msgs = await drain_raw(qm, q)
@@ -328,3 +362,36 @@ async def test_put_all_full_backlog_is_backpressure_as_before(
     # told delivered once per queue between failures (put_many's rule), nothing failed
     assert set(new[1]) == set(old[1]) == {("ok", "QM1", "A"), ("ok", "QM1", "BL")}
     assert all(v == [] for v in new[2].values())
+
+
+async def test_put_all_round_trip_puts_stop_at_the_first_full_backlog(tmp_path: Path) -> None:
+    """Review 18d, F2: where every put is a round trip (IBM MQ), a full sink backlog ends
+    the batch at its first Q_FULL, so the batch's later backlog puts are not made (each
+    back-pressure retry would make them again); the outcome is the one-pass one."""
+
+    def puts() -> list[Put]:
+        return (
+            [plain("A", 0)]
+            + [plain("BL", i, backpressure=True) for i in range(1, 7)]
+            + [plain("BL2", i, backpressure=True) for i in range(7, 10)]
+        )
+
+    counted: list[int] = []
+    one_pass = await run_put_all(tmp_path / "one-pass", puts())
+    trips = await run_put_all(tmp_path / "round-trips", puts(), counted)
+    assert trips[0] == one_pass[0] == ("BacklogFullError", int(Reason.Q_FULL))
+    assert trips[2] == one_pass[2] and all(v == [] for v in trips[2].values())
+    assert counted == [5]  # A, three BL puts that fit, the one that found BL full
+
+    # deliveries and backlog puts that all fit: every put made, same outcome as one pass
+    def fitting() -> list[Put]:
+        return [plain("A", 0), plain("BL", 1, backpressure=True), plain("INH", 2),
+                plain("BL2", 3, backpressure=True), plain("A", 4)]
+
+    counted.clear()
+    one_pass = await run_put_all(tmp_path / "one-pass-2", fitting())
+    trips = await run_put_all(tmp_path / "round-trips-2", fitting(), counted)
+    assert trips[0] == one_pass[0] == [("dead_letter", "DLQ")]
+    assert trips[2] == one_pass[2]
+    assert [b for b, *_ in trips[2]["A"]] == [b"m0", b"m4"]
+    assert counted == [5]  # every put made, the one to INH failing (put inhibited)

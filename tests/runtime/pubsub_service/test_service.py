@@ -193,6 +193,29 @@ async def test_units_of_work_stay_under_the_put_limit(
     assert service.counters.batches - before == 4  # one publication per unit of work
 
 
+async def test_units_of_work_count_gets_and_sink_deliveries(
+    qm: EmbeddedQueueManager, service: BrokerService
+) -> None:
+    """MaxUncommittedMsgs counts gets as well as puts: a batch whose publications only go
+    to a sink (no MQ put due while it grows) still ends at ``max_puts_per_unit`` messages
+    in its unit of work, each publication being one get and one sink delivery."""
+    sink = RecordingSink()
+    service.register_sink("kafka", sink)
+    await service.subscribe_sink("kafka", "$SYS/STREAM/StreamX/#", scheme=Scheme.TOPIC)
+    await settle(qm, service)
+    await service.stop()
+    for i in range(30):
+        await put(
+            qm, rfh_message("StreamX", [("MQPSCommand", "Publish"), ("MQPSTopic", f"k/{i}")], b"v")
+        )
+    service.config.max_puts_per_unit = 10
+    before = service.counters.batches
+    await service.start()
+    await settle(qm, service)
+    assert sorted(int(d.topic[2:]) for b in sink.batches for d in b) == list(range(30))
+    assert service.counters.batches - before == 6  # 5 gets + 5 sink deliveries each
+
+
 async def test_poison_sink_delivery_moves_to_backout_queue_and_does_not_block(
     qm: EmbeddedQueueManager, service: BrokerService
 ) -> None:
