@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 from pathlib import Path
@@ -126,6 +127,32 @@ def test_no_workers_is_the_default(tmp_path: Path) -> None:
     registry = PluginRegistry.from_entry_points()
     loaded = parse_config(_config(tmp_path, []), registry, base_dir=tmp_path)
     assert loaded.gateway.workers == []
+
+
+def test_workers_log_at_debug_when_the_gateway_does(tmp_path: Path) -> None:
+    """``mqgw run -vv`` sets the root logger to debug: the workers' specs carry that,
+    else the configured level."""
+    from gateway.runtime.workers import worker_specs
+
+    registry = PluginRegistry.from_entry_points()
+    cfg = _config(tmp_path, [{"name": "w1", "plugins": ["mem0"]}])
+    cfg["logging"] = {"level": "warning"}
+    loaded = parse_config(cfg, registry, base_dir=tmp_path)
+
+    def level() -> str:
+        (spec,) = worker_specs(loaded, socket="qm.sock", backlogs={"mem0": "BL.MEM0"},
+                               dead_letter_queue="DLQ", serviced_queues=[], instances={})
+        return spec.log_level
+
+    root = logging.getLogger()
+    saved = root.level
+    try:
+        root.setLevel(logging.INFO)
+        assert level() == "warning"
+        root.setLevel(logging.DEBUG)
+        assert level() == "debug"
+    finally:
+        root.setLevel(saved)
 
 
 # ------------------------------------------------------------ the running gateway -----

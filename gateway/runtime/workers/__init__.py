@@ -15,6 +15,7 @@ trip per batch) and commit after the sink's acknowledgement, exactly as in proce
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from gateway.plugin_api import DeclaresSubscriptions, PluginError, PluginInstance
@@ -58,6 +59,8 @@ def worker_specs(
     only for their planned subscriptions; the worker makes its own)."""
     cfg = loaded.gateway
     broker = cfg.broker
+    # `mqgw run -vv` logs at debug whatever the configuration says: the workers too
+    log_level = "debug" if logging.getLogger().isEnabledFor(logging.DEBUG) else cfg.logging.level
     kinds = {p.name: p for p in cfg.plugins}
     out: list[WorkerSpec] = []
     for w in cfg.workers:
@@ -77,6 +80,6 @@ def worker_specs(
             default_backout_threshold=broker.default_backout_threshold,
             retry_delay=broker.retry_delay, sink_retry_max_delay=broker.sink_retry_max_delay,
             shutdown_timeout=cfg.shutdown_timeout, log_format=cfg.logging.format,
-            log_level=cfg.logging.level,
+            log_level=log_level,
         ))
     return out
