@@ -65,6 +65,8 @@ class FaultWorld:
     qm_dir: Path | None = None
     #: Also route the outbound stream through an exactly-once kafka instance.
     exactly_once: bool = False
+    #: Run the kafka and mqtt instances in one worker process (``workers:``).
+    plugins_in_worker: bool = False
 
     @property
     def data_dir(self) -> Path:
@@ -100,6 +102,8 @@ class FaultWorld:
         config = self._config()
         if self.exactly_once:
             config["plugins"].append(self._exactly_once_plugin())
+        if self.plugins_in_worker:
+            config["workers"] = [{"name": "w1", "plugins": ["kafka", "mqtt"]}]
         return config
 
     def _exactly_once_plugin(self) -> dict[str, Any]:

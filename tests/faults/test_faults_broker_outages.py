@@ -132,6 +132,19 @@ async def test_kafka_stopped_30s_mid_load(
                   kafka_broker.restart)
 
 
+async def test_kafka_stopped_30s_mid_load_plugins_in_a_worker(
+    kafka_broker: KafkaBroker, mqtt_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    """The same outage with both plugin instances in a worker process (``workers:``):
+    the worker's forwarders hold their batches in open units of work on the queue
+    manager's local socket and retry through the outage; the inbound instances put over
+    that socket. The running gateway, worker included, delivers everything."""
+    world = FaultWorld(tmp_path, kafka_broker.bootstrap, mqtt_broker.host, mqtt_broker.port,
+                       kafka_extra={"request_timeout_ms": 5000}, plugins_in_worker=True)
+    await _outage(world, tmp_path, "kafka-worker", "MQ->Kafka", kafka_broker.stop,
+                  kafka_broker.restart)
+
+
 async def test_mosquitto_stopped_30s_mid_load(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
