@@ -5,8 +5,9 @@ the descriptor it returns carries the MsgId the queue holds; a failed one (unkno
 MAXMSGL, put inhibited) makes the unit of work's commit back out everything and fail with
 2003 naming the reason, while MQSTAT (``async_put_status``) reports the first failure and
 the counts, then resets; outside syncpoint a failure only goes to MQSTAT; a client killed
-in the middle of a unit loses nothing it committed and leaves nothing of the open unit;
-random sequences of puts, commits and backouts leave the same queues with asynchronous as
+in the middle of a unit loses nothing it committed and leaves nothing of the open unit,
+and so does a queue-manager process killed under a client's asynchronous puts (the client
+is told at its next call); random sequences of puts, commits and backouts leave the same queues with asynchronous as
 with synchronous puts (hypothesis); the in-process connection accepts the option.
 """
 
@@ -495,6 +496,64 @@ async def test_a_client_killed_mid_unit_loses_nothing_committed(tmp_path: Path) 
     try:
         expected = [f"c{u}-{i}".encode() for u in range(3) for i in range(20)]
         assert await _drain(again, "APP.Q") == expected
+    finally:
+        await again.close()
+
+
+SERVER_CHILD = r"""
+import asyncio, sys
+from gateway.mq.embedded.qm_server import QueueManagerServer
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+
+async def main(where):
+    qm = EmbeddedQueueManager("QMS", where)
+    qm.run_mqsc("DEFINE QLOCAL(APP.Q) REPLACE", stop_on_error=True)
+    await QueueManagerServer(qm).start()
+    print("serving", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_a_queue_manager_killed_mid_unit_keeps_every_acknowledged_commit(
+    tmp_path: Path,
+) -> None:
+    """The other side's outage: the process serving the queue manager is SIGKILLed while
+    an application has asynchronous puts of an open unit in flight. Every unit whose
+    commit returned is on disk, in order; the open one is not; the application is told
+    at its next call (connection broken), never that its commit worked."""
+    where = tmp_path / "qm"
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SERVER_CHILD, str(where), cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    committed: list[bytes] = []
+    try:
+        assert server.stdout is not None
+        assert await asyncio.wait_for(server.stdout.readline(), 60) == b"serving\n"
+        conn = await connect_local(where)
+        q = await conn.open("APP.Q", OpenOption.OUTPUT)
+        for unit in range(3):
+            bodies = [f"c{unit}-{i}".encode() for i in range(20)]
+            for body in bodies:
+                await q.put(_md(persistence=Persistence.PERSISTENT), body, ASYNC_SP)
+            await conn.commit()
+            committed += bodies
+        for i in range(20):
+            await q.put(_md(persistence=Persistence.PERSISTENT), f"open-{i}".encode(), ASYNC_SP)
+        server.kill()
+        assert await server.wait() == -signal.SIGKILL
+        with pytest.raises(MQError) as broken:
+            await conn.commit()
+        assert broken.value.reason in (Reason.CONNECTION_BROKEN, Reason.HCONN_ERROR)
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
+    again = EmbeddedQueueManager("QMS", where)  # what is on disk
+    try:
+        assert await _drain(again, "APP.Q") == committed
     finally:
         await again.close()
 
