@@ -84,6 +84,9 @@ class FaultWorld:
     def ready_lines(self) -> tuple[str, ...]:
         """The start lines of every plugin instance of :meth:`config`."""
         eos = (f"plugin instance {EOS_INSTANCE} started",) if self.exactly_once else ()
+        if self.plugins_in_worker:
+            # the worker's own lines (the main process's start lines share the prefix)
+            return tuple(f"{r} in worker w1" for r in READY) + eos
         return READY + eos
 
     @property

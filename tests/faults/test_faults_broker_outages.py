@@ -73,7 +73,7 @@ async def _outage(
         ledger.paths["MQ->Kafka"].sent.update(ids)
         ledger.paths["MQ->MQTT"].sent.update(ids)
         gw.start()
-        assert await wait_ready(gw), gw.log_tail()
+        assert await wait_ready(gw, lines=world.ready_lines), gw.log_tail()
         feeds.start()
         await wait_until(lambda: len(ledger.paths[watched].received) >= MID_LOAD, STOP_AFTER_S)
         at_stop = {name: len(p.received) for name, p in ledger.paths.items()}

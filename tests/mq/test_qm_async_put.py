@@ -6,9 +6,10 @@ MAXMSGL, put inhibited) makes the unit of work's commit back out everything and 
 2003 naming the reason, while MQSTAT (``async_put_status``) reports the first failure and
 the counts, then resets; outside syncpoint a failure only goes to MQSTAT; a client killed
 in the middle of a unit loses nothing it committed and leaves nothing of the open unit,
-and so does a queue-manager process killed under a client's asynchronous puts (the client
-is told at its next call); random sequences of puts, commits and backouts leave the same queues with asynchronous as
-with synchronous puts (hypothesis); the in-process connection accepts the option.
+and so does a queue-manager process killed while it holds a client's asynchronous puts
+or during its commit (the client is told, never that the commit worked); random
+sequences of puts, commits and backouts leave the same queues with asynchronous as with
+synchronous puts (hypothesis); the in-process connection accepts the option.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from gateway.mq.port import (
     OpenOption,
     PutOptions,
     QueueAttr,
+    QueueHandle,
     async_put_status,
 )
 from gateway.wire.constants import CompCode, Persistence
@@ -516,42 +518,66 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-async def test_a_queue_manager_killed_mid_unit_keeps_every_acknowledged_commit(
-    tmp_path: Path,
-) -> None:
-    """The other side's outage: the process serving the queue manager is SIGKILLed while
-    an application has asynchronous puts of an open unit in flight. Every unit whose
-    commit returned is on disk, in order; the open one is not; the application is told
-    at its next call (connection broken), never that its commit worked."""
-    where = tmp_path / "qm"
+async def _serve_in_child(where: Path) -> asyncio.subprocess.Process:
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-c", SERVER_CHILD, str(where), cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    committed: list[bytes] = []
+    assert server.stdout is not None
+    assert await asyncio.wait_for(server.stdout.readline(), 60) == b"serving\n"
+    return server
+
+
+async def _committed_units(conn: ClientConnection, q: QueueHandle, units: int) -> list[bytes]:
+    out: list[bytes] = []
+    for unit in range(units):
+        bodies = [f"c{unit}-{i}".encode() for i in range(20)]
+        for body in bodies:
+            await q.put(_md(persistence=Persistence.PERSISTENT), body, ASYNC_SP)
+        await conn.commit()
+        out += bodies
+    return out
+
+
+@pytest.mark.parametrize("when", ["holding the open unit", "during the commit"])
+async def test_a_queue_manager_killed_under_async_puts_keeps_every_acknowledged_commit(
+    tmp_path: Path, when: str
+) -> None:
+    """The other side's outage: the process serving the queue manager is SIGKILLed while
+    it holds an application's open unit of asynchronous puts (checked: its depth counts
+    them), or while the application's commit of that unit is in progress. Every unit
+    whose commit returned is in the directory, in order; the open unit is not (its commit
+    was never carried out: the server was stopped before it could read it); the
+    application is told by a connection error, never that its commit worked."""
+    where = tmp_path / "qm"
+    server = await _serve_in_child(where)
     try:
-        assert server.stdout is not None
-        assert await asyncio.wait_for(server.stdout.readline(), 60) == b"serving\n"
         conn = await connect_local(where)
-        q = await conn.open("APP.Q", OpenOption.OUTPUT)
-        for unit in range(3):
-            bodies = [f"c{unit}-{i}".encode() for i in range(20)]
-            for body in bodies:
-                await q.put(_md(persistence=Persistence.PERSISTENT), body, ASYNC_SP)
-            await conn.commit()
-            committed += bodies
+        q = await conn.open("APP.Q", OpenOption.OUTPUT | OpenOption.INQUIRE)
+        committed = await _committed_units(conn, q, 3)
         for i in range(20):
             await q.put(_md(persistence=Persistence.PERSISTENT), f"open-{i}".encode(), ASYNC_SP)
-        server.kill()
+        # a synchronous call: the frames are written and the server has the 20 puts
+        depth = (await q.inquire(QueueAttr.CURRENT_Q_DEPTH))[QueueAttr.CURRENT_Q_DEPTH]
+        assert depth == 80
+        if when == "during the commit":
+            server.send_signal(signal.SIGSTOP)  # the commit is sent, never answered
+            commit = asyncio.ensure_future(conn.commit())
+            await asyncio.sleep(0.2)
+            assert not commit.done()
+            server.kill()
+        else:
+            server.kill()
+            commit = asyncio.ensure_future(conn.commit())
         assert await server.wait() == -signal.SIGKILL
         with pytest.raises(MQError) as broken:
-            await conn.commit()
+            await asyncio.wait_for(commit, 30)
         assert broken.value.reason in (Reason.CONNECTION_BROKEN, Reason.HCONN_ERROR)
     finally:
         if server.returncode is None:
             server.kill()
             await server.wait()
-    again = EmbeddedQueueManager("QMS", where)  # what is on disk
+    again = EmbeddedQueueManager("QMS", where)  # what is in the directory
     try:
         assert await _drain(again, "APP.Q") == committed
     finally:

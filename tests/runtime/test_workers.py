@@ -130,7 +130,7 @@ def test_no_workers_is_the_default(tmp_path: Path) -> None:
 
 
 def test_workers_log_at_debug_when_the_gateway_does(tmp_path: Path) -> None:
-    """``mqgw run -vv`` sets the root logger to debug: the workers' specs carry that,
+    """``mqgw -vv run`` sets the root logger to debug: the workers' specs carry that,
     else the configured level."""
     from gateway.runtime.workers import worker_specs
 

@@ -31,9 +31,10 @@ class BrokerConfig(BaseModel):
     default_stream_implicit_naming: bool = True
     batch_size: int = Field(default=32, ge=1, le=5000)
     #: A batch stops growing once its unit of work holds this many messages: gets,
-    #: puts due and sink deliveries (MQ's MaxUncommittedMsgs counts gets and puts and is
-    #: 10,000 by default; one publication with more matching subscribers than that
-    #: cannot be delivered in one unit of work and ends on the backout queue).
+    #: puts due and sink deliveries (MQ's MaxUncommittedMsgs counts gets and puts, and
+    #: report and trigger messages, and is 10,000 by default; one publication with more
+    #: matching subscribers than that cannot be delivered in one unit of work and ends
+    #: on the backout queue). It can end a batch before ``batch_size``.
     max_puts_per_unit: int = Field(default=2000, ge=1)
     #: Longest wait for a message per get (0 would make the service poll without rest).
     wait_ms: int = Field(default=500, ge=1, le=60_000)

@@ -11,7 +11,6 @@ committed (the service does that with what :func:`put_all` returns).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +21,7 @@ from gateway.mq.port import (
     PutOptions,
     QueueAttr,
     QueueHandle,
+    close_opened,
     put_many,
     puts_in_one_pass,
 )
@@ -126,9 +126,16 @@ async def put_all(
     that queue last failed, and of every failed delivery (dead-lettered). One call per
     delivery would tell the engine the same: a run of successes ends a failure run once."""
     done: list[Put] = []
-    handles: dict[tuple[str, str], QueueHandle] = {}
+    # per queue: its handle, or why a delivery's open failed (kept, as put_each does)
+    handles: dict[tuple[str, str], QueueHandle | MQError] = {}
     opts = PutOptions(syncpoint=True, set_all_context=True)
     q_mgr = conn.q_mgr_name
+    told: set[tuple[str, str]] = set()  # told delivered since their last failure
+
+    def delivered(target: tuple[str, str]) -> None:
+        if report is not None and target not in told:
+            told.add(target)
+            report.delivered(*target)
 
     async def set_aside(p: Put, exc: MQError) -> None:
         # Undeliverable to this destination: the DLQ keeps it on its behalf.
@@ -150,6 +157,7 @@ async def put_all(
             raise AsideQueueError(dlq, dl_exc) from dl_exc
         done.append(dl)
         if report is not None:
+            told.discard((p.q_mgr or q_mgr, p.queue))
             report.delivery_failed(p.q_mgr or q_mgr, p.queue, exc.reason)
 
     in_run = _plain if puts_in_one_pass(conn) else _plain_delivery
@@ -174,37 +182,39 @@ async def put_all(
                     [(r.queue, "" if r.q_mgr == q_mgr else r.q_mgr, r.md, r.body) for r in run],
                     opts,
                 )
-                told: set[tuple[str, str]] = set()  # told delivered since their last failure
                 for r, result in zip(run, results, strict=True):
                     if isinstance(result, MQError):
                         if result.reason in CONNECTION_REASONS:
                             raise result
                         if r.backpressure and result.reason == Reason.Q_FULL:
                             raise BacklogFullError(r.queue, result) from result
-                        told.discard((r.q_mgr or q_mgr, r.queue))
                         await set_aside(r, result)
-                    elif report is not None:
-                        target = (r.q_mgr or q_mgr, r.queue)
-                        if target not in told:
-                            told.add(target)
-                            report.delivered(*target)
+                    else:
+                        delivered((r.q_mgr or q_mgr, r.queue))
                 continue
             i += 1
+            key = (p.q_mgr, p.queue)
             try:
-                key = (p.q_mgr, p.queue)
                 handle = handles.get(key)
                 if handle is None:
-                    handle = await conn.open(
-                        p.queue,
-                        OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT,
-                        "" if p.q_mgr == q_mgr else p.q_mgr,
-                    )
+                    try:
+                        handle = await conn.open(
+                            p.queue,
+                            OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT,
+                            "" if p.q_mgr == q_mgr else p.q_mgr,
+                        )
+                    except MQError as exc:
+                        if _plain(p) and exc.reason not in CONNECTION_REASONS:
+                            handles[key] = exc  # the batch's other puts there fail alike
+                        raise
                     handles[key] = handle
+                elif isinstance(handle, MQError):
+                    raise handle
                 await handle.put(p.md, p.body, opts)
                 if p.kind:
                     done.append(p)
-                elif report is not None:
-                    report.delivered(p.q_mgr or q_mgr, p.queue)
+                else:
+                    delivered((p.q_mgr or q_mgr, p.queue))
             except MQError as exc:
                 if exc.reason in CONNECTION_REASONS:
                     raise
@@ -217,7 +227,5 @@ async def put_all(
                     raise
                 await set_aside(p, exc)
     finally:
-        for handle in handles.values():
-            with contextlib.suppress(MQError):
-                await handle.close()
+        await close_opened(handles.values())
     return done

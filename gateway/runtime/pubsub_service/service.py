@@ -486,6 +486,7 @@ class BrokerService:
         engine = self.engine
         q_mgr = conn.q_mgr_name
         count = 0
+        sunk = 0  # sink deliveries so far
         limit = 1 if q.isolate else self.config.batch_size
         max_puts = self.config.max_puts_per_unit
         more = GetOptions(wait_ms=0, syncpoint=True)
@@ -504,11 +505,11 @@ class BrokerService:
                 self._batch_ids.append(m.md.msg_id)
             if m.md.reply_to_q_mgr.strip():
                 self._batch_heard.add(m.md.reply_to_q_mgr.strip())
-            self._handle_one(q, dlq, q_mgr, m, puts, to_sinks)
+            sunk += self._handle_one(q, dlq, q_mgr, m, puts, to_sinks)
             m = None
             # the unit's messages so far: gets, puts, and the sink deliveries that may
             # become backlog puts (MaxUncommittedMsgs counts them all)
-            if count < limit and count + len(puts) + sum(map(len, to_sinks.values())) < max_puts:
+            if count < limit and count + len(puts) + sunk < max_puts:
                 try:
                     m = taker() if taker is not None else await q.handle.get(more)
                 except MQError as exc:
@@ -581,7 +582,9 @@ class BrokerService:
         m: Message,
         puts: list[Put],
         to_sinks: dict[str, list[Delivery]],
-    ) -> None:
+    ) -> int:
+        """Add ``m``'s puts to ``puts`` and its sink deliveries to ``to_sinks``; returns
+        how many sink deliveries it added (the batch's unit-of-work count)."""
         engine = self.engine
         backouts = m.md.backout_count - self.forgiven.get(m.md.msg_id)
         if backouts >= q.backout_threshold:
@@ -612,11 +615,13 @@ class BrokerService:
                         kind="backout_queue",
                     )
                 )
-            return
+            return 0
         outcome = engine.handle(InboundMessage(q.name, m.md, m.body, q.implicit_stream_naming))
+        sunk = 0
         for d in outcome.deliveries:
             if d.destination.is_sink:
                 to_sinks.setdefault(d.destination.sink, []).append(d)
+                sunk += 1
             else:
                 puts.append(Put(d.destination.q_mgr, d.destination.queue, d.md, d.body))
         # DeletePub passed on to neighbours (docs/neighbours.md), same unit of work.
@@ -631,3 +636,4 @@ class BrokerService:
                     m.md, m.body, reason, dlq=dlq, dest_queue=q.name, dest_q_mgr=q_mgr, q_mgr=q_mgr
                 )
             )
+        return sunk

@@ -59,7 +59,7 @@ def worker_specs(
     only for their planned subscriptions; the worker makes its own)."""
     cfg = loaded.gateway
     broker = cfg.broker
-    # `mqgw run -vv` logs at debug whatever the configuration says: the workers too
+    # `mqgw -vv run` logs at debug whatever the configuration says: the workers too
     log_level = "debug" if logging.getLogger().isEnabledFor(logging.DEBUG) else cfg.logging.level
     kinds = {p.name: p for p in cfg.plugins}
     out: list[WorkerSpec] = []

@@ -36,12 +36,9 @@ from tests.support.service_client import drain_raw, put, settle
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 SINK = "mem"
 FAN = ("SUB.Q", "SUB2.Q", "SUB.SAME")  # three MQ subscribers of fan/a
-MAX_PUTS = 7  # a fan/a publication makes 3 puts: the limit ends batches of 3
-
-
-def _old_plain(p: Put) -> bool:
-    """``put_all``'s run test before backlog puts joined ``put_many``."""
-    return not p.kind and p.dead_letter_on_failure and not p.backpressure
+#: a fan/a publication counts 5 in its unit (its get, 3 puts, 1 sink delivery): the
+#: limit ends batches of 2
+MAX_PUTS = 7
 
 
 @contextmanager
@@ -50,7 +47,9 @@ def old_paths(monkeypatch: pytest.MonkeyPatch, old: bool) -> Iterator[None]:
     with monkeypatch.context() as mp:
         if old:
             mp.delattr(EmbeddedQueueHandle, "syncpoint_taker")
-            mp.setattr(dead_letter_module, "_plain", _old_plain)
+            # put_all's run test before backlog puts joined put_many (what connections
+            # whose puts are round trips still use)
+            mp.setattr(dead_letter_module, "_plain", dead_letter_module._plain_delivery)
         yield
 
 
@@ -243,11 +242,13 @@ class Recorder:
 
 class RoundTrips:
     """A connection whose puts are round trips, as IBM MQ's client channel: the embedded
-    connection behind it without its one-pass ``put_many``; counts the MQPUTs made."""
+    connection behind it without its one-pass ``put_many``; counts the MQOPENs, MQPUTs
+    and MQPUT1s made (each a round trip there)."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
         self.puts = 0
+        self.opens = 0
 
     def __getattr__(self, name: str) -> Any:
         if name in ("put_many", "put_many_in_one_pass"):
@@ -255,7 +256,12 @@ class RoundTrips:
         return getattr(self._conn, name)
 
     async def open(self, *args: Any, **kwargs: Any) -> Any:
+        self.opens += 1
         return _CountedHandle(await self._conn.open(*args, **kwargs), self)
+
+    async def put1(self, *args: Any, **kwargs: Any) -> Any:
+        self.puts += 1
+        return await self._conn.put1(*args, **kwargs)
 
 
 class _CountedHandle:
@@ -271,10 +277,10 @@ class _CountedHandle:
 
 
 async def run_put_all(
-    path: Path, puts: list[Put], counted: list[int] | None = None
+    path: Path, puts: list[Put], counted: list[tuple[int, int]] | None = None
 ) -> tuple[object, list[tuple[str, ...]], dict[str, list[tuple[object, ...]]]]:
     """``put_all`` on a fresh queue manager; with ``counted``, through :class:`RoundTrips`
-    (its MQPUT count appended to ``counted``)."""
+    (its counts of MQOPENs and of MQPUTs + MQPUT1s appended to ``counted``)."""
     qm = EmbeddedQueueManager("QM1", path)
     try:
         for r in qm.run_mqsc(
@@ -295,7 +301,7 @@ async def run_put_all(
                 result = (type(exc).__name__, exc.reason)
                 await conn.backout()
             if counted is not None:
-                counted.append(via.puts)
+                counted.append((via.opens, via.puts))
         queues: dict[str, list[tuple[object, ...]]] = {}
         for q in ("A", "BL", "BL2", "INH", "BOQ"):
             msgs = await drain_raw(qm, q)
@@ -367,7 +373,8 @@ async def test_put_all_full_backlog_is_backpressure_as_before(
 async def test_put_all_round_trip_puts_stop_at_the_first_full_backlog(tmp_path: Path) -> None:
     """Review 18d, F2: where every put is a round trip (IBM MQ), a full sink backlog ends
     the batch at its first Q_FULL, so the batch's later backlog puts are not made (each
-    back-pressure retry would make them again); the outcome is the one-pass one."""
+    back-pressure retry would make them again); the outcome and what the engine is told
+    are the one-pass ones."""
 
     def puts() -> list[Put]:
         return (
@@ -376,22 +383,49 @@ async def test_put_all_round_trip_puts_stop_at_the_first_full_backlog(tmp_path: 
             + [plain("BL2", i, backpressure=True) for i in range(7, 10)]
         )
 
-    counted: list[int] = []
+    counted: list[tuple[int, int]] = []
     one_pass = await run_put_all(tmp_path / "one-pass", puts())
     trips = await run_put_all(tmp_path / "round-trips", puts(), counted)
     assert trips[0] == one_pass[0] == ("BacklogFullError", int(Reason.Q_FULL))
     assert trips[2] == one_pass[2] and all(v == [] for v in trips[2].values())
-    assert counted == [5]  # A, three BL puts that fit, the one that found BL full
+    assert set(trips[1]) == set(one_pass[1]) == {("ok", "QM1", "A"), ("ok", "QM1", "BL")}
+    # A, three BL puts that fit, the one that found BL full; one open per queue
+    assert counted == [(2, 5)]
 
-    # deliveries and backlog puts that all fit: every put made, same outcome as one pass
-    def fitting() -> list[Put]:
-        return [plain("A", 0), plain("BL", 1, backpressure=True), plain("INH", 2),
-                plain("BL2", 3, backpressure=True), plain("A", 4)]
 
-    counted.clear()
-    one_pass = await run_put_all(tmp_path / "one-pass-2", fitting())
-    trips = await run_put_all(tmp_path / "round-trips-2", fitting(), counted)
-    assert trips[0] == one_pass[0] == [("dead_letter", "DLQ")]
+async def test_put_all_round_trips_same_outcome_and_reports_as_one_pass(
+    tmp_path: Path,
+) -> None:
+    """Deliveries and backlog puts that fit, a put-inhibited queue, and a missing backlog
+    queue: the same queues, MQDLH reasons and engine reports as in one pass; a queue whose
+    open failed is not opened again for the batch's later puts (review 19a, F5), and
+    "delivered" is told once per queue between failures (F6)."""
+
+    def puts() -> list[Put]:
+        return [
+            plain("A", 0), plain("BL", 1, backpressure=True), plain("INH", 2),
+            plain("BL2", 3, backpressure=True), plain("A", 4),
+            plain("NOBL", 5, backpressure=True), plain("NOBL", 6, backpressure=True),
+            plain("BL", 7, backpressure=True), plain("NOBL", 8, backpressure=True),
+        ]
+
+    counted: list[tuple[int, int]] = []
+    one_pass = await run_put_all(tmp_path / "one-pass", puts())
+    trips = await run_put_all(tmp_path / "round-trips", puts(), counted)
+    assert trips[0] == one_pass[0] == [("dead_letter", "DLQ")] * 4
     assert trips[2] == one_pass[2]
     assert [b for b, *_ in trips[2]["A"]] == [b"m0", b"m4"]
-    assert counted == [5]  # every put made, the one to INH failing (put inhibited)
+    assert [b for b, *_ in trips[2]["BL"]] == [b"m1", b"m7"]
+    assert [(r, q, b) for r, q, b, _ in trips[2]["DLQ"]] == [  # type: ignore[misc]
+        (int(Reason.PUT_INHIBITED), "INH", b"m2"),
+        *[(int(Reason.UNKNOWN_OBJECT_NAME), "NOBL", b"m%d" % i) for i in (5, 6, 8)],
+    ]
+    failures = [c for c in trips[1] if c[0] == "failed"]
+    assert failures == [c for c in one_pass[1] if c[0] == "failed"] and len(failures) == 4
+    ok = [c for c in trips[1] if c[0] == "ok"]
+    assert sorted(ok) == sorted(set(ok)) and set(ok) == {c for c in one_pass[1] if c[0] == "ok"}
+    # opens: each delivery run's put_many opens its queues (A; INH; A again), the single
+    # backlog puts BL, BL2 and NOBL once (failed, not tried again for m6, m8); puts: the 6
+    # that fit or were inhibited at put + 4 MQPUT1s to the DLQ. (The service appends its
+    # backlog puts after the deliveries, so its runs do not interleave like this.)
+    assert counted == [(6, 10)]
