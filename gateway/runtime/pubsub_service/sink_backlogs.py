@@ -11,16 +11,18 @@ fails the start with the ``DEFINE`` to run.
 Direct hand-over (latency, docs/performance.md "Latency pass"): when a sink's forwarder
 is idle and its backlog queue is empty (on a queue manager that tells its depth), the
 stream batch hands its deliveries to the sink itself (:meth:`SinkBacklogs.hand_over`)
-while it puts its other deliveries, and waits at most ``direct_ack_timeout`` for the
-acknowledgement before its commit. Acknowledged in time: no backlog put (the sink has
+while it puts its other deliveries, and waits at most :meth:`SinkBacklogs.ack_wait`
+(``direct_ack_timeout`` plus ``direct_ack_per_delivery`` per delivery handed over) for
+the acknowledgement before its commit. Acknowledged in time: no backlog put (the sink has
 them before the stream messages leave the queue; a crash before the commit re-delivers
 the batch: duplicates, never a loss). Otherwise — refused, failed, slow — the deliveries
 are put on the backlog in the same unit of work, exactly as without the hand-over, and
 the forwarder sends nothing before the hand-over's send has ended (the sink keeps the
 stream's order). If that send ends acknowledged after all (it was only slow), the
 forwarder commits those backlog copies away unsent, so a slow sink sees no duplicate;
-if it failed, the copies are sent. That sink gets no hand-over for ``direct_pause``
-seconds.
+if it failed, the copies are sent. That sink gets no hand-over for
+``direct_pause_min`` seconds, doubled for each such hand-over in a row up to
+``direct_pause``.
 """
 
 from __future__ import annotations
@@ -58,11 +60,19 @@ log = logging.getLogger(__name__)
 BACKLOG_MAXMSGL = 104_857_600
 
 #: Seconds a stream batch waits, before its commit, for a sink's acknowledgement of a
-#: direct hand-over; later, the deliveries go to the backlog as usual.
+#: direct hand-over, plus ``DIRECT_ACK_PER_DELIVERY`` for each delivery handed over (a
+#: batch of 256 to Kafka, acks=all, takes 40-60 ms on a busy machine: a flat 50 ms sent
+#: every large batch to the backlog), at most ``DIRECT_ACK_MAX``; later, the deliveries
+#: go to the backlog as usual.
 DIRECT_ACK_TIMEOUT = 0.05
+DIRECT_ACK_PER_DELIVERY = 0.001
+DIRECT_ACK_MAX = 1.0
 #: Seconds without direct hand-over to a sink after one was not acknowledged in time or
-#: failed: while the sink is slow, its deliveries take the backlog (one duplicate batch
-#: per slow spell at most, not one per idle moment).
+#: failed: ``DIRECT_PAUSE_MIN``, doubled for each such hand-over in a row up to
+#: ``DIRECT_PAUSE``, back to the minimum after one acknowledged in time. While a sink
+#: is slow its deliveries take the backlog; one slow send (a topic's first, a broker's
+#: hiccup) costs half a second of backlog, not five.
+DIRECT_PAUSE_MIN = 0.5
 DIRECT_PAUSE = 5.0
 
 
@@ -103,9 +113,14 @@ class SinkBacklogs:
         #: sinks whose forwarder runs in a worker process (gateway/runtime/workers/):
         #: their backlog is filled here, no forwarder is started for them here
         self.remote: set[str] = set()
-        #: wait for a direct hand-over's acknowledgement (0: never hand over directly)
+        #: wait for a direct hand-over's acknowledgement (0: never hand over directly),
+        #: plus this much per delivery handed over, at most ``direct_ack_max``
         self.direct_ack_timeout = DIRECT_ACK_TIMEOUT
-        #: no hand-over to a sink for this long after one was not acknowledged in time
+        self.direct_ack_per_delivery = DIRECT_ACK_PER_DELIVERY
+        self.direct_ack_max = DIRECT_ACK_MAX
+        #: no hand-over to a sink for ``direct_pause_min`` after one was not acknowledged
+        #: in time, doubling for each in a row up to ``direct_pause``
+        self.direct_pause_min = DIRECT_PAUSE_MIN
         self.direct_pause = DIRECT_PAUSE
 
     def _define_statement(self, queue: str, name: str) -> str:
@@ -185,20 +200,28 @@ class SinkBacklogs:
         envelopes = [envelope_of(d) for d in deliveries]
         return HandOver(name, deliveries, envelopes, fw, fw.send_directly(envelopes))
 
+    def ack_wait(self, handovers: list[HandOver]) -> float:
+        """How long :meth:`settle` waits: the sinks send at once, so the largest
+        hand-over sets it."""
+        most = max((len(h.deliveries) for h in handovers), default=0)
+        return min(self.direct_ack_timeout + self.direct_ack_per_delivery * most,
+                   max(self.direct_ack_max, self.direct_ack_timeout))
+
     async def settle(self, handovers: list[HandOver]) -> list[Put]:
-        """Wait (at most ``direct_ack_timeout``) for the acknowledgements of
-        ``handovers``; the backlog puts of those not acknowledged, in order."""
+        """Wait (at most :meth:`ack_wait`) for the acknowledgements of ``handovers``;
+        the backlog puts of those not acknowledged, in order."""
         tasks = {h.task for h in handovers if not h.task.done()}
         if tasks:
-            await asyncio.wait(tasks, timeout=self.direct_ack_timeout)
+            await asyncio.wait(tasks, timeout=self.ack_wait(handovers))
         puts: list[Put] = []
         for h in handovers:
             if h.task.done() and not h.task.cancelled() and h.task.exception() is None:
                 h.acked = True
+                h.fw.direct_in_time()
                 continue
             if not h.task.done():
                 log.debug("sink %s: no acknowledgement in time: via the backlog", h.name)
-            h.fw.pause_direct(self.direct_pause)
+            h.fw.pause_direct_after_miss(self.direct_pause_min, self.direct_pause)
             copies = [
                 self.put_of(h.name, d, e) for d, e in zip(h.deliveries, h.envelopes, strict=True)
             ]

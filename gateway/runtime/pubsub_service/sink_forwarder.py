@@ -128,6 +128,8 @@ class SinkForwarder:
         #: no direct hand-over before this time (monotonic): set after one was not
         #: acknowledged in time, so a slow sink does not get many duplicates
         self._no_direct_until = 0.0
+        #: hand-overs in a row not acknowledged in time (the next pause doubles)
+        self._direct_misses = 0
 
     @property
     def idle(self) -> bool:
@@ -146,6 +148,19 @@ class SinkForwarder:
     def pause_direct(self, seconds: float) -> None:
         """No direct hand-over for ``seconds`` (one was not acknowledged in time)."""
         self._no_direct_until = time.monotonic() + seconds
+
+    def pause_direct_after_miss(self, shortest: float, longest: float) -> float:
+        """A hand-over was not acknowledged in time: no direct hand-over for
+        ``shortest`` seconds, doubled for each such miss in a row, at most ``longest``;
+        returns the pause."""
+        pause: float = min(shortest * 2.0 ** min(self._direct_misses, 30), longest)
+        self._direct_misses += 1
+        self.pause_direct(pause)
+        return pause
+
+    def direct_in_time(self) -> None:
+        """A hand-over was acknowledged in time: the next miss pauses the shortest."""
+        self._direct_misses = 0
 
     @property
     def direct_in_flight(self) -> bool:

@@ -20,9 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.mq.port import OpenOption, PutOptions
 from gateway.plugin_api import Envelope, PluginError
 from gateway.runtime.backlog_format import backlog_queue_name
+from gateway.runtime.pubsub_service.sink_backlogs import HandOver
 from plugins.memory import MemoryConfig, MemoryInstance, get_bus, reset_buses
 from tests.support.gateway import STOCK, InProcessGateway, bridge_config, build_gateway
 from tests.support.pubsub_messages import rfh_message
@@ -143,6 +146,78 @@ async def test_a_slow_acknowledgement_goes_through_the_backlog_in_order(tmp_path
         assert puts[0] == 5
         assert gw.qm.queue_depth(backlog_queue_name("slow")) == 0
         assert gw.qm.queue_depth(STOCK) == 0
+    finally:
+        await gw.close()
+        reset_buses()
+
+
+@pytest.mark.parametrize("per_delivery", [0.01, 0.0])
+async def test_a_large_hand_over_waits_in_proportion_to_its_size(
+    tmp_path: Path, per_delivery: float
+) -> None:
+    """The wait for a hand-over's acknowledgement grows with the deliveries handed over
+    (a batch of 256 to Kafka takes longer than a batch of 3): 20 deliveries whose send
+    takes 0.1 s are acknowledged in time with 10 ms each on top of a 20 ms wait, with
+    no backlog put; without the allowance the same send is late and takes the backlog."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = 0.02
+    backlogs.direct_ack_per_delivery = per_delivery
+    puts = _count_backlog_puts(gw)
+    inst = _memory("big")
+    send = inst.send
+
+    async def steady_send(envelopes: Sequence[Envelope]) -> None:
+        await asyncio.sleep(0.1)
+        await send(envelopes)
+
+    inst.send = steady_send  # type: ignore[method-assign]
+    await gw.start(inst)
+    try:
+        payloads = [f"b{i}".encode() for i in range(20)]
+        await _publish(gw, payloads)  # one unit of work: one batch of 20
+        records = await get_bus("big").wait_for(20)
+        await settle(gw.qm, gw.service)
+        await asyncio.sleep(0.2)  # a duplicate would arrive here
+        assert [r.payload for r in get_bus("big").records] == payloads
+        fw = backlogs.forwarders["big"]
+        assert len(records) == 20 and fw.counters.delivered == 20
+        if per_delivery:
+            assert (fw.counters.direct, puts[0]) == (20, 0)
+        else:
+            # late: the copies were put and, the send ending acknowledged, taken off unsent
+            assert (fw.counters.direct, puts[0]) == (20, 20)
+        assert gw.qm.queue_depth(backlog_queue_name("big")) == 0
+    finally:
+        await gw.close()
+        reset_buses()
+
+
+async def test_the_wait_is_capped_and_the_pause_doubles_then_resets(tmp_path: Path) -> None:
+    """``ack_wait`` is the base plus the allowance of the largest hand-over, at most
+    ``direct_ack_max``; each late hand-over in a row doubles the pause without hand-over
+    (0.5 s, 1 s, ... up to 5 s) and one acknowledged in time resets it."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    await gw.start(_memory("timing"))
+    try:
+        backlogs = gw.service.sink_backlogs
+        fw = backlogs.forwarders["timing"]
+
+        def handover(n: int) -> HandOver:
+            return HandOver("timing", [None] * n, [], fw, None)  # type: ignore[list-item,arg-type]
+
+        assert backlogs.ack_wait([handover(3), handover(256)]) == pytest.approx(0.05 + 0.256)
+        assert backlogs.ack_wait([handover(5000)]) == pytest.approx(1.0)
+        assert backlogs.ack_wait([]) == pytest.approx(0.05)
+        pauses = [fw.pause_direct_after_miss(0.5, 5.0) for _ in range(6)]
+        assert pauses == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+        assert not fw.idle  # paused
+        fw.direct_in_time()
+        assert fw.pause_direct_after_miss(0.5, 5.0) == 0.5
+        fw.pause_direct(0)
+        assert fw.idle
     finally:
         await gw.close()
         reset_buses()
