@@ -198,6 +198,8 @@ def phase_of(filename: str, func: str) -> str | None:
     f = _short(filename)
     if "select.epoll" in func:
         return IDLE
+    if "_socket.socket" in func:
+        return PHASES[7]  # send/recv on the clients' sockets (the only ones on these paths)
     if f.startswith("benchmarks/hand_bridge.py"):
         return PHASES[5]
     if f.startswith("benchmarks/bench_bridge_") and func in ("send", "hand", "bench_hand"):
