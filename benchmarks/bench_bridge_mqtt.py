@@ -306,9 +306,6 @@ async def run(n: int, batches: list[int], workers: list[int], hand: bool = True)
                     extra = ""
                     if hand_rate is not None:
                         extra = f"  ratio to hand-written bridge {rate / hand_rate:5.2f}"
-                        record(Row(f"MQ -> MQTT QoS 1, batch {batch}", rate, hand_rate, None,
-                                   kind="info",
-                                   note="vs hand-written bridge: MQ get + raw aiomqtt + commit"))
                 else:
                     rate = await bench_worker(broker, n, batch, work)
                     extra = (f" (loop thread {LAST_WORKER[2] / n * 1e6:4.0f}), "
@@ -330,6 +327,10 @@ async def run(n: int, batches: list[int], workers: list[int], hand: bool = True)
                         note="vs raw aiomqtt publisher",
                     )
                 )
+                if w == 0 and hand_rate is not None:
+                    record(Row(f"MQ -> MQTT QoS 1, batch {batch}", rate, hand_rate, None,
+                               kind="info",
+                               note="vs hand-written bridge: MQ get + raw aiomqtt + commit"))
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
