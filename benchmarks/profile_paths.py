@@ -361,6 +361,7 @@ def run_path(name: str, n: int, work: Path, window: Window, stop_early: bool = F
     else:
         undo = profiled_service_start(window, stop_early)
     body: Callable[[], Awaitable[Any]]
+    result: Any
     try:
         if name == "kafka_hand":
             kafka = KafkaBroker(work / f"kafka-{name}")
