@@ -18,6 +18,12 @@ with the same goal. Both rows' CPU covers their timed window only. The windows s
 differ in two ways: the in-process one includes the broker service's start (a few ms),
 the worker one the commit of the units holding the publications (worker_bridge). The
 worker rows count what the worker's sink delivered. Bounded to about 90 s per run.
+Before each in-process aiokafka gateway run (``--hand``, the default), the hand-written
+bridge (benchmarks/hand_bridge.py: get_batch of the same batch size under syncpoint,
+MQRFH2 decode for the topic, raw aiokafka producer as above, wait for the batch's
+acknowledgements, MQ commit) runs on the same pre-loaded publications: an info row
+"MQ -> Kafka, batch B [vs hand-written bridge ...]", its end offset checked against N,
+and its own ratio to the raw producer printed (what the MQ side costs a bridge alone).
 Run: .venv/bin/python benchmarks/bench_bridge_kafka.py [--messages N] [--workers 0,1]
 """
 
@@ -29,16 +35,18 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from benchmarks import hand_bridge
 from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import WorkerRun, run_with_worker
 from gateway.devstack import KafkaBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import PutOptions
+from gateway.mq.port import Message, PutOptions
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.plugin_host import PluginHost
@@ -145,6 +153,49 @@ async def bridge(
     return done, took, cpu
 
 
+async def hand(
+    bootstrap: str, work: Path, n: int, batch: int, prefix: str,
+    on_start: Callable[[], None] | None = None, on_stop: Callable[[], None] | None = None,
+) -> hand_bridge.HandRun:
+    """The hand-written bridge (benchmarks/hand_bridge.py) with the raw aiokafka producer
+    of :func:`raw` (idempotent, acks=all, linger 5 ms, the same 14 headers), key = the
+    publication's topic within the stream (the raw baseline's keys), on the same
+    pre-loaded publications as :func:`bridge`; timed from the first get to the last MQ
+    commit. Topic creation and the producer's start are outside the window."""
+    qm = EmbeddedQueueManager("QMBENCH", work / f"qm-{prefix}")
+    qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
+    topic = f"{prefix}.{STREAM}"
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+    )
+    headers = [(f"mq.h{i}", b"0123456789") for i in range(14)]
+    try:
+        await hand_bridge.preload(qm, STREAM, n, _publication)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, 1, 1)])
+        finally:
+            await admin.close()
+        await producer.start()
+        await producer.partitions_for(topic)  # metadata outside the timed part
+
+        async def send(
+            mq_topic: str, _m: Message, _rfh2: MQRFH2, payload: bytes
+        ) -> Awaitable[object]:
+            result: Awaitable[object] = await producer.send(
+                topic, payload, key=mq_topic.encode(), headers=headers
+            )
+            return result
+
+        return await hand_bridge.run(
+            qm, STREAM, n, batch, send, time_limit=TIME_LIMIT_S, on_start=on_start, on_stop=on_stop
+        )
+    finally:
+        await producer.stop()
+        await qm.close()
+
+
 async def bridge_in_worker(
     bootstrap: str, work: Path, n: int, batch: int, prefix: str, linger_ms: int | None = None,
     backend: str = "aiokafka",
@@ -248,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", default="0,1",
                         help="configurations: 0 = sink in process, 1 = in one worker process")
+    parser.add_argument("--hand", action=argparse.BooleanOptionalAction, default=True,
+                        help="also the hand-written bridge (MQ get + raw aiokafka + commit)")
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     workers = [int(w) for w in args.workers.split(",")]
@@ -283,6 +336,24 @@ def main(argv: list[str] | None = None) -> int:
                              for w in workers):
                 prefix = f"bench{batch}-{args.linger_ms}-{backend}-w{w}"
                 extra = ""
+                hand_run = None
+                if w == 0 and backend == "aiokafka" and args.hand:
+                    # the hand-written bridge just before the gateway run it is set against
+                    hand_run = asyncio.run(hand(broker.bootstrap, work, n, batch, f"hand{batch}"))
+                    hand_on = asyncio.run(_end_offset(broker.bootstrap, f"hand{batch}.{STREAM}"))
+                    print(
+                        f"hand-written bridge (MQ get_batch {batch} + raw aiokafka + commit): "
+                        f"{hand_run.sent:,} in {hand_run.seconds:.2f} s = {hand_run.rate:,.0f} "
+                        f"msg/s; ratio hand-written/raw aiokafka = {hand_run.rate / raw_rate:.2f}"
+                        f"; records on Kafka: {hand_on:,}; CPU "
+                        f"{hand_run.cpu / max(hand_run.sent, 1) * 1e6:.0f} us/msg (loop thread "
+                        f"{hand_run.loop_cpu / max(hand_run.sent, 1) * 1e6:.0f})",
+                        flush=True,
+                    )
+                    if hand_run.sent != n or hand_on != n:
+                        print(f"error: hand-written bridge: expected {n} bridged and on Kafka, "
+                              f"got {hand_run.sent} / {hand_on}", file=sys.stderr)
+                        failed = True
                 if w == 0:
                     # CPU over the timed window only (not the puts before it), as the
                     # worker rows' main CPU
@@ -314,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 record(Row(f"MQ -> Kafka{label}, batch {batch}{where}", rate, base_rate, 0.8,
                            note=f"vs {base_name}"))
+                if hand_run is not None:
+                    print(f"ratio bridge/hand-written bridge = {rate / hand_run.rate:.2f}",
+                          flush=True)
+                    record(Row(f"MQ -> Kafka, batch {batch}", rate, hand_run.rate, None,
+                               kind="info",
+                               note="vs hand-written bridge: MQ get + raw aiokafka + commit"))
                 if backend != "aiokafka":
                     record(Row(f"MQ -> Kafka{label}, batch {batch}{where}", rate, raw_rate,
                                None, kind="info",

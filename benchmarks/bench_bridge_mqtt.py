@@ -13,6 +13,12 @@ the same process checks that exactly N arrived (no loss, no duplicate). Bounded 
 Then (``--workers 0,1``, the default) the same with the ``mqtt`` instance in ONE worker
 process, configured with ``workers:`` (benchmarks/worker_bridge.py: timed the same way,
 main-process and worker CPU per message printed), a row "..., 1 worker" with the same goal.
+Before each in-process gateway run (``--hand``, the default) the hand-written bridge
+(benchmarks/hand_bridge.py: get_batch of the same batch size under syncpoint, MQRFH2
+decode for the topic, raw aiomqtt QoS 1 publishes of the batch awaited together, MQ
+commit) runs on the same pre-loaded publications: an info row "MQ -> MQTT QoS 1, batch B
+[vs hand-written bridge ...]", its own ratio to the raw publisher printed, the count
+checked by the subscriber.
 Run: .venv/bin/python benchmarks/bench_bridge_mqtt.py [--messages N] [--workers 0,1]
 """
 
@@ -24,17 +30,19 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from benchmarks import hand_bridge
 from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import run_with_worker
 from gateway.devstack import MosquittoBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import PutOptions
+from gateway.mq.port import Message, PutOptions
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.plugin_host import PluginHost
@@ -198,6 +206,51 @@ async def bench_raw(broker: MosquittoBroker, n: int) -> float:
     return n / elapsed
 
 
+async def bench_hand(
+    broker: MosquittoBroker, n: int, batch: int, work: Path,
+    on_start: Callable[[], None] | None = None, on_stop: Callable[[], None] | None = None,
+) -> hand_bridge.HandRun:
+    """The hand-written bridge (benchmarks/hand_bridge.py) with a raw aiomqtt publisher
+    (QoS 1, the client settings of :func:`bench_raw`), one user property (the publication's ``usr``
+    Seq), on the same pre-loaded publications as :func:`bench_gateway`: each batch's
+    publishes are awaited together (every PUBACK), then the MQ unit of work commits.
+    The subscriber checks exactly ``n`` arrived."""
+    prefix = f"hand{batch}"
+    qm = EmbeddedQueueManager("QMB", work / f"qm-hand{batch}")
+    qm.run_mqsc(
+        f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH({n + 1000}) REPLACE", stop_on_error=True
+    )
+    try:
+        await hand_bridge.preload(qm, STREAM, n, _publication)
+        async with (
+            Counter(broker, prefix) as counter,
+            aiomqtt.Client(
+                broker.host, port=broker.port, identifier=f"bench-hand-{batch}",
+                max_inflight_messages=max(batch, WINDOW),
+            ) as pub,
+        ):
+            pub.pending_calls_threshold = n + 1  # a batch's publishes pipelined on purpose
+
+            async def send(
+                topic: str, _m: Message, rfh2: MQRFH2, payload: bytes
+            ) -> Awaitable[object]:
+                props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+                props.UserProperty = [("Seq", rfh2.get("usr", "Seq") or "")]
+                return pub.publish(f"{prefix}/{topic}", payload, qos=1, properties=props)
+
+            run_ = await hand_bridge.run(
+                qm, STREAM, n, batch, send, time_limit=TIME_LIMIT_S, wait_ms=50,
+                on_start=on_start, on_stop=on_stop,
+            )
+            await counter.wait(n, TIME_LIMIT_S)
+        if counter.count != n or run_.sent != n:
+            raise SystemExit(f"hand-written bridge, batch {batch}: received {counter.count}, "
+                             f"committed {run_.sent}, expected {n}")
+    finally:
+        await qm.close()
+    return run_
+
+
 async def bench_worker(broker: MosquittoBroker, n: int, batch: int, work: Path) -> float:
     """The same bridge with the ``mqtt`` instance in one worker process (``workers:``),
     timed the same way; the subscriber checks exactly ``n`` arrived."""
@@ -223,7 +276,7 @@ async def bench_worker(broker: MosquittoBroker, n: int, batch: int, work: Path) 
 LAST_WORKER = [0.0, 0.0, 0.0]
 
 
-async def run(n: int, batches: list[int], workers: list[int]) -> None:
+async def run(n: int, batches: list[int], workers: list[int], hand: bool = True) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-mqtt-"))
     broker = MosquittoBroker(work / "mosquitto")
     broker.start()
@@ -235,10 +288,24 @@ async def run(n: int, batches: list[int], workers: list[int]) -> None:
             f"  CPU {LAST_CPU[0] / n * 1e6:6.0f} us/msg"
         )
         for batch in batches:
+            hand_rate = None
+            if hand and 0 in workers:
+                # the hand-written bridge just before the gateway run it is set against
+                h = await bench_hand(broker, n, batch, work)
+                hand_rate = h.rate
+                print(
+                    f"hand-written bridge (get_batch {batch:>3} + raw aiomqtt + commit): "
+                    f"{h.rate:10,.0f} msg/s  ratio to raw {h.rate / raw:5.2f}  "
+                    f"CPU {h.cpu / n * 1e6:6.0f} us/msg (loop thread {h.loop_cpu / n * 1e6:4.0f}); "
+                    f"received {n:,} exactly",
+                    flush=True,
+                )
             for w in workers:
                 if w == 0:
                     rate = await bench_gateway(broker, n, batch, work)
                     extra = ""
+                    if hand_rate is not None:
+                        extra = f"  ratio to hand-written bridge {rate / hand_rate:5.2f}"
                 else:
                     rate = await bench_worker(broker, n, batch, work)
                     extra = (f" (loop thread {LAST_WORKER[2] / n * 1e6:4.0f}), "
@@ -260,6 +327,10 @@ async def run(n: int, batches: list[int], workers: list[int]) -> None:
                         note="vs raw aiomqtt publisher",
                     )
                 )
+                if w == 0 and hand_rate is not None:
+                    record(Row(f"MQ -> MQTT QoS 1, batch {batch}", rate, hand_rate, None,
+                               kind="info",
+                               note="vs hand-written bridge: MQ get + raw aiomqtt + commit"))
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -271,9 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", default="32,256")
     parser.add_argument("--workers", default="0,1",
                         help="configurations: 0 = sink in process, 1 = in one worker process")
+    parser.add_argument("--hand", action=argparse.BooleanOptionalAction, default=True,
+                        help="also the hand-written bridge (MQ get + raw aiomqtt + commit)")
     args = parser.parse_args(argv)
     asyncio.run(run(args.messages, [int(b) for b in args.batch_sizes.split(",")],
-                    [int(w) for w in args.workers.split(",")]))
+                    [int(w) for w in args.workers.split(",")], args.hand))
     return 0
 
 

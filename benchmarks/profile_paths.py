@@ -11,6 +11,9 @@ Not a benchmark (``make bench`` does not run it): cProfile slows Python code dow
 twofold, so rates printed here are not figures. Run:
 .venv/bin/python -m benchmarks.profile_paths [--paths kafka_out,mqtt_out,...] [--messages N]
 [--cpu RUNS] (no profiler: CPU us per message of each run instead of the tables)
+[--phases] (kafka_out, kafka_hand, mqtt_out, mqtt_hand side by side: CPU us per message
+per phase -- stream-queue get, decode, match, delivery build, sink, acknowledgements, MQ
+commit, idle -- from one plain and one profiled run of each; see :func:`phases`)
 """
 
 from __future__ import annotations
@@ -30,12 +33,16 @@ from typing import Any
 
 from benchmarks import bench_bridge_kafka, bench_bridge_mqtt, bench_inbound, bench_pubsub
 from gateway.devstack import KafkaBroker, MosquittoBroker
+from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerService
 
 PATHS = ("kafka_out", "mqtt_out", "kafka_in", "mqtt_in", "fanout")
 #: not in the default list: the broker service's own work alone (stream queue, backlog,
-#: forwarder) with a ``memory`` sink, no external broker
-EXTRA_PATHS = ("memory_out", "memory_backlog")
+#: forwarder) with a ``memory`` sink, no external broker; and the hand-written bridges
+#: (benchmarks/hand_bridge.py, batch 256) the bridge benchmarks compare the gateway with
+EXTRA_PATHS = ("memory_out", "memory_backlog", "kafka_hand", "mqtt_hand")
+#: ``--phases``: these paths side by side, CPU us per message per phase
+PHASE_PATHS = ("kafka_out", "kafka_hand", "mqtt_out", "mqtt_hand")
 #: ``memory_backlog`` is ``memory_out`` with the direct hand-over off: every delivery goes
 #: through the sink's backlog queue (a sink that lags), the forwarder gets it from there
 
@@ -111,11 +118,14 @@ class Window:
         self.on = False
         self.cpu = 0.0
         self.wall = 0.0
+        #: CPU seconds of the thread that switched the window (the event loop's)
+        self.loop_cpu = 0.0
 
     def start(self) -> None:
         if not self.on:
             self.on = True
             self.cpu -= time.process_time()
+            self.loop_cpu -= time.thread_time()
             self.wall -= time.perf_counter()
             if not self.cpu_only:
                 self.profile.enable()
@@ -125,6 +135,7 @@ class Window:
             if not self.cpu_only:
                 self.profile.disable()
             self.cpu += time.process_time()
+            self.loop_cpu += time.thread_time()
             self.wall += time.perf_counter()
             self.on = False
 
@@ -160,17 +171,170 @@ def tables(window: Window, top: int) -> str:
     return "\n".join(out)
 
 
-def profiled_service_start(window: Window) -> Callable[[], None]:
+# ------------------------------------------------------------------ phases ------------
+
+IDLE = "event loop idle (epoll: sockets, the writer thread)"
+#: Phases in table order; "writer thread" is not from the profile (see :func:`phases`).
+PHASES = (
+    "stream-queue get (embedded QM)",
+    "MQRFH2/MQMD decode (gateway.wire)",
+    "topic match / engine (gateway.pubsub)",
+    "delivery build (mapping, envelope, record/properties)",
+    "gateway runtime (service loop, hand-over, sink glue)",
+    "hand-written bridge loop",
+    "sink: client send (aiokafka / paho publish)",
+    "sink: client network + acknowledgements",
+    "MQ commit, event-loop side",
+    "event loop scheduling (asyncio)",
+    "benchmark harness (counting subscriber, polling)",
+    "other",
+)
+_COMMIT_WORDS = ("commit", "complete", "flush", "writer", "durable", "settle", "_done")
+
+
+def phase_of(filename: str, func: str) -> str | None:
+    """The phase of a function's own time by where it lives (None: a builtin or a
+    general-purpose stdlib function, whose time goes to its callers' phases)."""
+    f = _short(filename)
+    if "select.epoll" in func:
+        return IDLE
+    if "_socket.socket" in func:
+        return PHASES[7]  # send/recv on the clients' sockets (the only ones on these paths)
+    if f.startswith("benchmarks/hand_bridge.py"):
+        return PHASES[5]
+    if f.startswith("benchmarks/bench_bridge_") and func in ("send", "hand", "bench_hand"):
+        return PHASES[3]  # the hand-written bridge's record / properties
+    if f.startswith("benchmarks/"):
+        return PHASES[10]
+    if f.startswith("gateway/wire/"):
+        return PHASES[1]
+    if f.startswith(("gateway/mq/embedded/", "gateway/mq/port.py")):
+        if f.endswith("store.py") or any(w in func.lower() for w in _COMMIT_WORDS):
+            return PHASES[8]
+        return PHASES[0]
+    if f.startswith(("gateway/pubsub/deliveries.py", "gateway/plugin_api",
+                     "gateway/runtime/envelopes.py")) or f.endswith("/mapping.py"):
+        return PHASES[3]
+    if f.startswith("gateway/pubsub/"):
+        return PHASES[2]
+    if f.startswith(("gateway/", "plugins/")):
+        return PHASES[4]
+    if f.startswith("aiokafka/"):
+        if f.startswith(("aiokafka/producer/producer.py", "aiokafka/producer/message_acc",
+                         "aiokafka/record/", "aiokafka/partitioner", "aiokafka/util")):
+            return PHASES[6]
+        return PHASES[7]
+    if f.startswith(("paho/", "aiomqtt/")):
+        if func in ("_handle_publish", "_handle_on_message", "_on_message", "messages",
+                    "_messages", "__anext__"):
+            return PHASES[10]
+        if func in ("publish", "_send_publish", "_packet_queue", "_pending_call",
+                    "__init__", "pack", "_pack_remaining_length", "_pack_str16"):
+            return PHASES[6]
+        return PHASES[7]
+    if f.startswith(("asyncio/", "selectors.py")):
+        return PHASES[9]
+    return None
+
+
+def phase_seconds(window: Window) -> dict[str, float]:
+    """Own time of every profiled function summed by :func:`phase_of`; a function with no
+    phase of its own is split over its callers (by the own time each call site gave it,
+    up the call graph a few levels)."""
+    stats = pstats.Stats(window.profile, stream=io.StringIO())
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    out: dict[str, float] = {}
+
+    def give(key: Any, amount: float, depth: int) -> None:
+        phase = phase_of(key[0], key[2])
+        if phase is None:
+            callers = raw.get(key, (0, 0, 0, 0, {}))[4]
+            weights = {c: (e[2] or e[3] or e[1]) for c, e in callers.items()}
+            total = sum(weights.values())
+            if depth < 8 and total > 0:
+                for caller, w in weights.items():
+                    give(caller, amount * w / total, depth + 1)
+                return
+            phase = PHASES[-1]
+        out[phase] = out.get(phase, 0.0) + amount
+
+    for key, (_cc, _nc, tt, _ct, _callers) in raw.items():
+        if tt:
+            give(key, tt, 0)
+    return out
+
+
+def phases(names: list[str], n: int, work: Path) -> str:
+    """CPU us per message per phase of each path, side by side (Markdown).
+
+    Each path runs twice: without the profiler (CPU of the whole process and of the
+    event-loop thread over the timed part, wall time), then under cProfile (the shares).
+    A phase's figure is its share of the event-loop thread's profiled busy time (epoll
+    excluded) times that thread's unprofiled CPU per message; the other threads' CPU
+    (the queue manager's writer: SQLite and fsync of each commit) is its own row; idle
+    is the epoll share of the profiled wall time times the unprofiled wall per message.
+    """
+    columns: dict[str, dict[str, float]] = {}
+    for name in names:
+        plain = Window(cpu_only=True)
+        run_dir = work / f"phases-{name}-cpu"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run_path(name, n, run_dir, plain, stop_early=True)
+        prof = Window()
+        run_dir = work / f"phases-{name}-prof"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run_path(name, n, run_dir, prof, stop_early=True)
+        seconds = phase_seconds(prof)
+        idle = seconds.pop(IDLE, 0.0)
+        busy = sum(seconds.values()) or 1e-9
+        loop_us = plain.loop_cpu / n * 1e6
+        col = {phase: seconds.get(phase, 0.0) / busy * loop_us for phase in PHASES}
+        col["writer thread: MQ commit (SQLite, fsync), other threads"] = (
+            (plain.cpu - plain.loop_cpu) / n * 1e6
+        )
+        col["total CPU (process)"] = plain.cpu / n * 1e6
+        col["event-loop thread CPU"] = loop_us
+        col[IDLE + ", wall"] = idle / (idle + busy) * plain.wall / n * 1e6
+        col["wall"] = plain.wall / n * 1e6
+        columns[name] = col
+        print(f"{name}: CPU {plain.cpu / n * 1e6:,.0f} us/msg (event-loop thread {loop_us:,.0f}),"
+              f" wall {plain.wall / n * 1e6:,.0f} us/msg", flush=True)
+    rows = list(next(iter(columns.values())))
+    out = ["| us per message | " + " | ".join(names) + " |",
+           "|---|" + "---:|" * len(names)]
+    for row in rows:
+        out.append(f"| {row} | " + " | ".join(f"{columns[c][row]:,.0f}" for c in names) + " |")
+    return "\n".join(out)
+
+
+def profiled_service_start(window: Window, stop_early: bool = False) -> Callable[[], None]:
+    """Switch ``window`` on as the broker service starts; with ``stop_early`` also off
+    as the benchmark's teardown begins (``PluginHost.stop_all`` or
+    ``BrokerService.stop``, whichever first), so only the timed part is in it."""
     original = BrokerService.start
+    original_stop, original_stop_all = BrokerService.stop, PluginHost.stop_all
 
     async def start(self: BrokerService) -> None:
         window.start()
         await original(self)
 
+    async def stop(self: BrokerService) -> None:
+        window.stop()
+        await original_stop(self)
+
+    async def stop_all(self: PluginHost) -> None:
+        window.stop()
+        await original_stop_all(self)
+
     BrokerService.start = start  # type: ignore[method-assign]
+    if stop_early:
+        BrokerService.stop = stop  # type: ignore[method-assign]
+        PluginHost.stop_all = stop_all  # type: ignore[method-assign]
 
     def undo() -> None:
         BrokerService.start = original  # type: ignore[method-assign]
+        BrokerService.stop = original_stop  # type: ignore[method-assign]
+        PluginHost.stop_all = original_stop_all  # type: ignore[method-assign]
 
     return undo
 
@@ -190,12 +354,38 @@ def profiled_timed(window: Window) -> Callable[[], None]:
     return undo
 
 
-def profile(name: str, n: int, work: Path, top: int, cpu_only: bool = False) -> str:
-    window = Window(cpu_only)
-    undo = profiled_timed(window) if name.endswith("_in") else profiled_service_start(window)
+def run_path(name: str, n: int, work: Path, window: Window, stop_early: bool = False) -> Any:
+    """Run path ``name`` once with ``window`` switched on for its timed part; its result."""
+    if name.endswith("_in"):
+        undo = profiled_timed(window)
+    else:
+        undo = profiled_service_start(window, stop_early)
     body: Callable[[], Awaitable[Any]]
+    result: Any
     try:
-        if name in ("kafka_out", "kafka_in"):
+        if name == "kafka_hand":
+            kafka = KafkaBroker(work / f"kafka-{name}")
+            kafka.start()
+            try:
+                body = lambda: bench_bridge_kafka.hand(  # noqa: E731
+                    kafka.bootstrap, work, n, 256, "hand", window.start, window.stop
+                )
+                result = asyncio.run(body())
+            finally:
+                window.stop()
+                kafka.stop()
+        elif name == "mqtt_hand":
+            mqtt = MosquittoBroker(work / f"mqtt-{name}")
+            mqtt.start()
+            try:
+                body = lambda: bench_bridge_mqtt.bench_hand(  # noqa: E731
+                    mqtt, n, 256, work, window.start, window.stop
+                )
+                result = asyncio.run(body())
+            finally:
+                window.stop()
+                mqtt.stop()
+        elif name in ("kafka_out", "kafka_in"):
             kafka = KafkaBroker(work / f"kafka-{name}")
             kafka.start()
             try:
@@ -235,6 +425,12 @@ def profile(name: str, n: int, work: Path, top: int, cpu_only: bool = False) -> 
                 window.stop()
     finally:
         undo()
+    return result
+
+
+def profile(name: str, n: int, work: Path, top: int, cpu_only: bool = False) -> str:
+    window = Window(cpu_only)
+    result = run_path(name, n, work, window)
     if cpu_only:
         done = result[0] if isinstance(result, tuple) else n
         return (
@@ -260,9 +456,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RUNS",
         help="no profiler: print the process CPU us per message of RUNS runs per path (best first)",
     )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help=f"CPU us per message per phase, side by side (default paths: "
+        f"{','.join(PHASE_PATHS)}): each path once without and once under the profiler",
+    )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="mqgw-profile-"))
     try:
+        if args.phases:
+            names = args.paths.split(",") if args.paths != ",".join(PATHS) else PHASE_PATHS
+            print(phases(list(names), args.messages, work), flush=True)
+            return 0
         for name in args.paths.split(","):
             if args.cpu:
                 for run in range(args.cpu):
