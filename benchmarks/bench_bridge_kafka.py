@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import shutil
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from benchmarks import gc_setting
 from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import WorkerRun, run_with_worker
 from gateway.devstack import KafkaBroker
@@ -41,6 +43,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import PutOptions
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.gc_policy import apply_gc_policy
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.wire.constants import Persistence
@@ -112,6 +115,7 @@ async def bridge(
         }
     )
     instance = plugin.create("kafka", config)
+    gc_policy = None
     try:
         await host.start(instance)
         conn = await qm.connect()
@@ -124,6 +128,8 @@ async def bridge(
         await conn.commit()
         await conn.disconnect()
         counters = host.sink_counters["kafka"]
+        # started up: the policy `mqgw run` applies at this point (benchmarks/gc_setting.py)
+        gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench bridge {prefix}")
         started, cpu = time.monotonic(), time.process_time()
         await service.start()
         deadline = started + TIME_LIMIT_S
@@ -138,6 +144,8 @@ async def bridge(
         cpu = time.process_time() - cpu
         done = counters.deliveries
     finally:
+        if gc_policy is not None:
+            gc_policy.release()
         await host.stop_all()
         await service.stop()
         await qm.close()
@@ -248,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", default="0,1",
                         help="configurations: 0 = sink in process, 1 = in one worker process")
+    gc_setting.add_argument(parser)
     args = parser.parse_args(argv)
+    gc_setting.configure(args)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     workers = [int(w) for w in args.workers.split(",")]
     n = args.messages
@@ -257,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     try:
         broker.start()
+        print(f"GC: the gateway runs with {gc_setting.describe()}; the raw producers with "
+              f"Python's settings {gc.get_threshold()} (a raw client's user has them)",
+              flush=True)
         raw_s = asyncio.run(raw(broker.bootstrap, n, "raw-warmup"))  # JVM warm-up
         raw_s = asyncio.run(raw(broker.bootstrap, n, "raw"))
         raw_rate = n / raw_s
@@ -328,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
+    print(f"peak RSS of the whole run: {gc_setting.peak_rss_mib():.0f} MiB", flush=True)
     return 1 if failed else 0
 
 
