@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import shutil
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from benchmarks import hand_bridge
+from benchmarks import gc_setting, hand_bridge
 from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import WorkerRun, run_with_worker
 from gateway.devstack import KafkaBroker
@@ -49,6 +50,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Message, PutOptions
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.gc_policy import apply_gc_policy
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.wire.constants import Persistence
@@ -120,6 +122,7 @@ async def bridge(
         }
     )
     instance = plugin.create("kafka", config)
+    gc_policy = None
     try:
         await host.start(instance)
         conn = await qm.connect()
@@ -132,6 +135,8 @@ async def bridge(
         await conn.commit()
         await conn.disconnect()
         counters = host.sink_counters["kafka"]
+        # started up: the policy `mqgw run` applies at this point (benchmarks/gc_setting.py)
+        gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench bridge {prefix}")
         started, cpu = time.monotonic(), time.process_time()
         await service.start()
         deadline = started + TIME_LIMIT_S
@@ -146,6 +151,8 @@ async def bridge(
         cpu = time.process_time() - cpu
         done = counters.deliveries
     finally:
+        if gc_policy is not None:
+            gc_policy.release()
         await host.stop_all()
         await service.stop()
         await qm.close()
@@ -301,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="configurations: 0 = sink in process, 1 = in one worker process")
     parser.add_argument("--hand", action=argparse.BooleanOptionalAction, default=True,
                         help="also the hand-written bridge (MQ get + raw aiokafka + commit)")
+    gc_setting.add_argument(parser)
     args = parser.parse_args(argv)
+    gc_setting.configure(args)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     workers = [int(w) for w in args.workers.split(",")]
     n = args.messages
@@ -310,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     try:
         broker.start()
+        print(f"GC: the gateway runs with {gc_setting.describe()}; the raw producers with "
+              f"Python's settings {gc.get_threshold()} (a raw client's user has them)",
+              flush=True)
         raw_s = asyncio.run(raw(broker.bootstrap, n, "raw-warmup"))  # JVM warm-up
         raw_s = asyncio.run(raw(broker.bootstrap, n, "raw"))
         raw_rate = n / raw_s
@@ -405,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
+    print(f"peak RSS of the whole run: {gc_setting.peak_rss_mib():.0f} MiB", flush=True)
     return 1 if failed else 0
 
 

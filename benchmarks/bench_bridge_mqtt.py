@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import shutil
 import sys
 import tempfile
@@ -37,7 +38,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from benchmarks import hand_bridge
+from benchmarks import gc_setting, hand_bridge
 from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import run_with_worker
 from gateway.devstack import MosquittoBroker
@@ -45,6 +46,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Message, PutOptions
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.runtime.gc_policy import apply_gc_policy
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.wire.constants import Persistence
@@ -148,9 +150,12 @@ async def bench_gateway(broker: MosquittoBroker, n: int, batch: int, work: Path)
         }
     )
     instance = plugin.create("mqtt", config)
+    gc_policy = None
     try:
         async with Counter(broker, prefix) as counter:
             await host.start(instance)
+            # started up: the policy `mqgw run` applies here (benchmarks/gc_setting.py)
+            gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench bridge {prefix}")
             started = time.perf_counter()
             cpu = time.process_time()
             await service.start()
@@ -171,6 +176,8 @@ async def bench_gateway(broker: MosquittoBroker, n: int, batch: int, work: Path)
         if counter.count != n:
             raise SystemExit(f"gateway batch {batch}: received {counter.count}, expected {n}")
     finally:
+        if gc_policy is not None:
+            gc_policy.release()
         await service.stop()
         await host.stop_all()
         await qm.close()
@@ -280,6 +287,8 @@ async def run(n: int, batches: list[int], workers: list[int], hand: bool = True)
     work = Path(tempfile.mkdtemp(prefix="bench-mqtt-"))
     broker = MosquittoBroker(work / "mosquitto")
     broker.start()
+    print(f"GC: the gateway runs with {gc_setting.describe()}; the raw publisher with "
+          f"Python's settings {gc.get_threshold()} (a raw client's user has them)", flush=True)
     try:
         await bench_raw(broker, min(n, 500))  # warm-up
         raw = await bench_raw(broker, n)
@@ -334,6 +343,7 @@ async def run(n: int, batches: list[int], workers: list[int], hand: bool = True)
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
+    print(f"peak RSS of the whole run: {gc_setting.peak_rss_mib():.0f} MiB", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="configurations: 0 = sink in process, 1 = in one worker process")
     parser.add_argument("--hand", action=argparse.BooleanOptionalAction, default=True,
                         help="also the hand-written bridge (MQ get + raw aiomqtt + commit)")
+    gc_setting.add_argument(parser)
     args = parser.parse_args(argv)
+    gc_setting.configure(args)
     asyncio.run(run(args.messages, [int(b) for b in args.batch_sizes.split(",")],
                     [int(w) for w in args.workers.split(",")], args.hand))
     return 0

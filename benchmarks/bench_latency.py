@@ -45,6 +45,7 @@ from typing import Any
 import aiomqtt
 from aiokafka import AIOKafkaConsumer
 
+from benchmarks import gc_setting
 from benchmarks.summary import Row, record
 from gateway.devstack import KafkaBroker, MosquittoBroker
 from gateway.mq.embedded.qm_server import QueueManagerServer
@@ -53,6 +54,7 @@ from gateway.mq.port import OpenOption, PutOptions
 from gateway.plugin_api import PluginInstance
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.store import MemoryStore
+from gateway.runtime.gc_policy import apply_gc_policy
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.runtime.pubsub_service.sink_backlogs import SinkBacklogs
@@ -475,10 +477,13 @@ async def with_gateway(
         service.sink_backlogs.direct_ack_timeout = 0
     host = PluginHost(qm, service, "bench")
     server = QueueManagerServer(qm)
+    gc_policy = None
     try:
         await server.start()
         await host.start(instance)
         await service.start()
+        # started up: the policy `mqgw run` applies here (benchmarks/gc_setting.py)
+        gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench latency {name}")
         cpu, times, threads = time.process_time(), os.times(), thread_cpu()
 
         def after_warm_up() -> None:
@@ -515,6 +520,8 @@ async def with_gateway(
         )
         return lat
     finally:
+        if gc_policy is not None:
+            gc_policy.release()
         await server.stop()
         await host.stop_all()
         await service.stop()
@@ -720,7 +727,9 @@ def main(argv: list[str] | None = None) -> int:
         "socket, in both orders: sync, async, async, sync (rate and CPU per message)",
     )
     parser.add_argument("--app-child", nargs=5, help=argparse.SUPPRESS)
+    gc_setting.add_argument(parser)
     args = parser.parse_args(argv)
+    gc_setting.configure(args)
     if args.app_child:
         return app_child(args.app_child)
     if args.app_alone:
@@ -738,6 +747,9 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(alone())
     rates = [float(r) for r in args.rates.split(",")]
     paths = set(args.paths.split(","))
+    print(f"GC: the gateway (and the consumer in its process) runs with "
+          f"{gc_setting.describe()}; the MQ application in its own process with Python's "
+          "settings", flush=True)
     return asyncio.run(
         run(
             rates,

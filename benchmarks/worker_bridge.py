@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import gc_setting
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import PutOptions
 from gateway.runtime.app import GatewayApp
@@ -108,6 +109,8 @@ async def run_with_worker(
             "logging": {"level": "warning"},
             "plugins": [{"name": name, "plugin": plugin, "config": config}],
             "workers": [{"name": "w1", "plugins": [name]}] if workers else [],
+            # what `mqgw run` applies once started (benchmarks/gc_setting.py)
+            "gc": gc_setting.GATEWAY_GC.model_dump(),
         },
         registry,
         base_dir=tmp,

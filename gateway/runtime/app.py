@@ -41,6 +41,7 @@ from gateway.runtime.config import (
 )
 from gateway.runtime.dashboard import DashboardSource
 from gateway.runtime.errors import GatewayRuntimeError
+from gateway.runtime.gc_policy import GcPolicy, apply_gc_policy
 from gateway.runtime.metrics import GatewayMetrics, HealthServer, server_ssl_context
 from gateway.runtime.neighbours.attach import links_for, with_admin_stream
 from gateway.runtime.neighbours.links import NeighbourLinks
@@ -117,6 +118,8 @@ class GatewayApp:
         self._started = False
         #: Worker processes forwarding groups of plugin instances (gateway/runtime/workers/).
         self.workers: list[WorkerProcess] = []
+        #: The garbage-collector policy applied once started (``gc:``), released at shutdown.
+        self.gc_policy: GcPolicy | None = None
 
     # ---------------------------------------------------------------- building -------
 
@@ -324,6 +327,8 @@ class GatewayApp:
             len(service.serviced_queues) - 1,
             len(instances),
         )
+        # start-up complete (config, queue manager, store, plugins constructed)
+        self.gc_policy = apply_gc_policy(self.config.gc, who=f"gateway {self.config.gateway_id}")
 
     def _dashboard_source(self) -> DashboardSource:
         """The live dashboard's view of this gateway (docs/dashboard.md)."""
@@ -432,6 +437,9 @@ class GatewayApp:
         if not self._started:
             return
         self._started = False
+        if self.gc_policy is not None:  # Python's settings back (a test process goes on)
+            self.gc_policy.release()
+            self.gc_policy = None
         timeout = self.config.shutdown_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

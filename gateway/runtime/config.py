@@ -39,6 +39,7 @@ from gateway.runtime.config_checks import (
     check_streams,
 )
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
+from gateway.runtime.gc_policy import GcConfig
 from gateway.runtime.neighbours.config import NeighbourConfig, unique_neighbours
 from gateway.runtime.pubsub_service import BrokerConfig
 from gateway.runtime.registry import PluginRegistry
@@ -249,6 +250,9 @@ class GatewayConfig(_Strict):
     #: Worker processes, each forwarding a group of plugin instances' sinks (default
     #: none: everything in one process). Embedded queue manager only.
     workers: list[WorkerGroupConfig] = Field(default_factory=list)
+    #: The process's garbage-collector policy, applied once start-up is complete
+    #: (gateway/runtime/gc_policy.py); ``gc: {tune: false}`` keeps Python's settings.
+    gc: GcConfig = Field(default_factory=GcConfig)
 
     @field_validator("neighbours")
     @classmethod

@@ -80,6 +80,6 @@ def worker_specs(
             default_backout_threshold=broker.default_backout_threshold,
             retry_delay=broker.retry_delay, sink_retry_max_delay=broker.sink_retry_max_delay,
             shutdown_timeout=cfg.shutdown_timeout, log_format=cfg.logging.format,
-            log_level=log_level,
+            log_level=log_level, gc=cfg.gc.model_dump(),
         ))
     return out

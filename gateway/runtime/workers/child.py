@@ -37,6 +37,7 @@ from gateway.mq.embedded.client import ClientQueueManager
 from gateway.plugin_api import PluginError, PluginInstance, Sink
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.config import _fit_send_timeout
+from gateway.runtime.gc_policy import GcConfig, apply_gc_policy
 from gateway.runtime.plugin_host import MQPublisher
 from gateway.runtime.pubsub_service.sink_forwarder import SinkForwarder
 from gateway.runtime.registry import PluginRegistry
@@ -135,6 +136,9 @@ class Worker:
         status = asyncio.create_task(self._report(), name="status")
         log.info("worker %s started (pid %d): %s", spec.group, os.getpid(),
                  ", ".join(self.instances))
+        # start-up complete (spec read, socket client, instances and forwarders built)
+        gc_policy = apply_gc_policy(GcConfig.model_validate(spec.gc),
+                                    who=f"worker {spec.group}")
         await self.stop.wait()
         self._fw_stop.set()
         budget = spec.shutdown_timeout * 0.6
@@ -161,6 +165,7 @@ class Worker:
         with contextlib.suppress(asyncio.CancelledError):
             await status
         self._write_status()
+        gc_policy.release()
         log.info("worker %s stopped", spec.group)
         return EXIT_FATAL if self.fatal else 0
 

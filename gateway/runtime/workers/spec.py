@@ -56,6 +56,8 @@ class WorkerSpec:
     log_level: str = "info"
     #: the main process's pid: the worker stops when its parent is gone
     parent_pid: int = 0
+    #: the ``gc:`` section (gateway/runtime/gc_policy.py), applied once the worker started
+    gc: dict[str, Any] = field(default_factory=dict)
     version: int = SPEC_VERSION
 
     def to_line(self) -> bytes:

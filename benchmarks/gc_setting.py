@@ -1,0 +1,61 @@
+"""The garbage-collector setting of a benchmark's gateway side.
+
+``mqgw run`` applies the ``gc:`` policy once its start-up is complete
+(gateway/runtime/gc_policy.py). A benchmark that builds the gateway itself (broker
+service, plugin host) applies the same policy through the same function at the same
+point (just before the service starts), so it measures what a user runs; benchmarks
+that start a ``GatewayApp`` get it from the app. Raw baselines keep Python's settings
+(a user of a raw client has them) unless the benchmark says otherwise.
+``--python-gc`` keeps Python's settings on the gateway side too (the "before" of
+docs/performance.md "Garbage-collector policy (issue 16)").
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gateway.runtime.gc_policy import GcConfig, apply_gc_policy
+
+#: What the gateway side runs with; ``--python-gc`` sets ``tune=False``.
+GATEWAY_GC = GcConfig()
+
+
+def add_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--python-gc", action="store_true",
+        help="gateway side with Python's collector settings (no gc: policy) for a before/after",
+    )
+
+
+def configure(args: argparse.Namespace) -> None:
+    global GATEWAY_GC
+    GATEWAY_GC = GcConfig(tune=not args.python_gc)
+
+
+def describe(cfg: GcConfig | None = None) -> str:
+    cfg = GATEWAY_GC if cfg is None else cfg
+    if not cfg.tune:
+        return f"Python's settings {gc.get_threshold()}, no freeze"
+    return (f"the app's gc: policy (freeze after start, generation-0 threshold "
+            f"{cfg.gen0_threshold:,})")
+
+
+@contextmanager
+def gateway_gc(who: str, cfg: GcConfig | None = None) -> Iterator[None]:
+    """The gateway side's policy for the block (released after it, so the baseline that
+    follows in the same process has Python's settings again)."""
+    policy = apply_gc_policy(GATEWAY_GC if cfg is None else cfg, who=who)
+    try:
+        yield
+    finally:
+        policy.release()
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far (``ru_maxrss``, KiB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
