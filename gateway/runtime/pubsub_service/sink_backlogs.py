@@ -9,7 +9,8 @@ the sink is registered; on IBM MQ the administrator defines it and :meth:`check_
 fails the start with the ``DEFINE`` to run.
 
 Direct hand-over (latency, docs/performance.md "Latency pass"): when a sink's forwarder
-is idle and its backlog queue is empty (on a queue manager that tells its depth), the
+is idle, its backlog queue is empty (on a queue manager that tells its depth) and no
+other serviced queue has messages waiting (the wait holds the service's lock), the
 stream batch hands its deliveries to the sink itself (:meth:`SinkBacklogs.hand_over`)
 while it puts its other deliveries, and waits at most :meth:`SinkBacklogs.ack_wait`
 (``direct_ack_timeout`` plus ``direct_ack_per_delivery`` per delivery handed over) for
@@ -66,7 +67,7 @@ BACKLOG_MAXMSGL = 104_857_600
 #: go to the backlog as usual.
 DIRECT_ACK_TIMEOUT = 0.05
 DIRECT_ACK_PER_DELIVERY = 0.001
-DIRECT_ACK_MAX = 1.0
+DIRECT_ACK_MAX = 0.3
 #: Seconds without direct hand-over to a sink after one was not acknowledged in time or
 #: failed: ``DIRECT_PAUSE_MIN``, doubled for each such hand-over in a row up to
 #: ``DIRECT_PAUSE``, back to the minimum after one acknowledged in time. While a sink
@@ -212,7 +213,16 @@ class SinkBacklogs:
         the backlog puts of those not acknowledged, in order."""
         tasks = {h.task for h in handovers if not h.task.done()}
         if tasks:
-            await asyncio.wait(tasks, timeout=self.ack_wait(handovers))
+            # until every hand-over ended, the wait ran out, or the service stops (a
+            # stop does not wait: the unsettled ones take the backlog)
+            acked = asyncio.ensure_future(asyncio.wait(tasks))
+            stopping = asyncio.ensure_future(self._stop.wait())
+            try:
+                await asyncio.wait({acked, stopping}, timeout=self.ack_wait(handovers),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                acked.cancel()  # the wait only: the sends go on
+                stopping.cancel()
         puts: list[Put] = []
         for h in handovers:
             if h.task.done() and not h.task.cancelled() and h.task.exception() is None:

@@ -27,7 +27,13 @@ from gateway.plugin_api import Envelope, PluginError
 from gateway.runtime.backlog_format import backlog_queue_name
 from gateway.runtime.pubsub_service.sink_backlogs import HandOver
 from plugins.memory import MemoryConfig, MemoryInstance, get_bus, reset_buses
-from tests.support.gateway import STOCK, InProcessGateway, bridge_config, build_gateway
+from tests.support.gateway import (
+    BULLETIN,
+    STOCK,
+    InProcessGateway,
+    bridge_config,
+    build_gateway,
+)
 from tests.support.pubsub_messages import rfh_message
 from tests.support.service_client import settle
 
@@ -208,8 +214,8 @@ async def test_the_wait_is_capped_and_the_pause_doubles_then_resets(tmp_path: Pa
         def handover(n: int) -> HandOver:
             return HandOver("timing", [None] * n, [], fw, None)  # type: ignore[list-item,arg-type]
 
-        assert backlogs.ack_wait([handover(3), handover(256)]) == pytest.approx(0.05 + 0.256)
-        assert backlogs.ack_wait([handover(5000)]) == pytest.approx(1.0)
+        assert backlogs.ack_wait([handover(3), handover(200)]) == pytest.approx(0.05 + 0.2)
+        assert backlogs.ack_wait([handover(5000)]) == pytest.approx(0.3)
         assert backlogs.ack_wait([]) == pytest.approx(0.05)
         pauses = [fw.pause_direct_after_miss(0.5, 5.0) for _ in range(6)]
         assert pauses == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
@@ -219,6 +225,98 @@ async def test_the_wait_is_capped_and_the_pause_doubles_then_resets(tmp_path: Pa
         fw.pause_direct(0)
         assert fw.idle
     finally:
+        await gw.close()
+        reset_buses()
+
+
+async def test_late_hand_overs_in_a_row_pause_longer_and_one_in_time_resets(
+    tmp_path: Path,
+) -> None:
+    """Through ``settle``: a late hand-over pauses hand-overs to that sink for
+    ``direct_pause_min``, a second late one in a row for twice that, and one acknowledged
+    in time makes the next miss pause the shortest again; while paused the deliveries
+    take the backlog. Each sink sees every publication once, in order."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = 0.02
+    backlogs.direct_ack_per_delivery = 0.0
+    backlogs.direct_pause_min = 0.3
+    puts = _count_backlog_puts(gw)
+    inst = _memory("moody")
+    send = inst.send
+    async def moody_send(envelopes: Sequence[Envelope]) -> None:
+        if any(e.payload in (b"a", b"c") for e in envelopes):  # the late hand-overs
+            await asyncio.sleep(0.1)
+        await send(envelopes)
+
+    inst.send = moody_send  # type: ignore[method-assign]
+    await gw.start(inst)
+    fw = backlogs.forwarders["moody"]
+    bus = get_bus("moody")
+
+    def paused_for() -> float:
+        return fw._no_direct_until - time.monotonic()
+
+    try:
+        await _publish(gw, [b"a"])  # hand-over, late: paused 0.3 s
+        await bus.wait_for(1)
+        await settle(gw.qm, gw.service)
+        assert 0.0 < paused_for() <= 0.3
+        await _publish(gw, [b"b"])  # paused: the backlog
+        await bus.wait_for(2)
+        await settle(gw.qm, gw.service)
+        assert (fw.counters.direct, puts[0]) == (1, 2)
+        await asyncio.sleep(max(paused_for(), 0) + 0.05)
+        await _publish(gw, [b"c"])  # hand-over again, late again: paused 0.6 s
+        await bus.wait_for(3)
+        await settle(gw.qm, gw.service)
+        assert 0.3 < paused_for() <= 0.6
+        assert (fw.counters.direct, puts[0]) == (2, 3)
+        await asyncio.sleep(max(paused_for(), 0) + 0.05)
+        await _publish(gw, [b"d"])  # in time: no backlog put, the misses forgotten
+        await bus.wait_for(4)
+        await settle(gw.qm, gw.service)
+        assert (fw.counters.direct, puts[0]) == (3, 3)
+        assert fw.pause_direct_after_miss(0.3, 5.0) == 0.3
+        await asyncio.sleep(0.2)  # a duplicate would arrive here
+        assert [r.payload for r in bus.records] == [b"a", b"b", b"c", b"d"]
+    finally:
+        await gw.close()
+        reset_buses()
+
+
+async def test_no_hand_over_while_another_serviced_queue_holds_messages(
+    tmp_path: Path,
+) -> None:
+    """A hand-over waits for the sink with the service's lock held; while another stream
+    has a message waiting (here an uncommitted put, which its depth counts) the batch
+    takes the backlog path instead, so that stream is not held by the sink
+    (review 19b, F1); once it is empty, hand-overs resume."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    puts = _count_backlog_puts(gw)
+    await gw.start(_memory("fair"))
+    other = await gw.qm.connect()
+    try:
+        bulletin = await other.open(BULLETIN, OpenOption.OUTPUT)
+        msg = rfh_message(BULLETIN, [("MQPSCommand", "Publish"), ("MQPSTopic", "x")], b"o")
+        await bulletin.put(msg.md, msg.body, PutOptions(syncpoint=True))
+        await _publish(gw, [b"1", b"2"])
+        await get_bus("fair").wait_for(2)
+        deadline = time.monotonic() + 10
+        while gw.qm.queue_depth(STOCK) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        fw = gw.service.sink_backlogs.forwarders["fair"]
+        assert (fw.counters.direct, puts[0]) == (0, 2)
+        await other.backout()
+        await _publish(gw, [b"3"])
+        records = await get_bus("fair").wait_for(3)
+        await settle(gw.qm, gw.service)
+        assert (fw.counters.direct, puts[0]) == (1, 2)
+        assert [r.payload for r in records] == [b"1", b"2", b"3"]
+    finally:
+        await other.disconnect()
         await gw.close()
         reset_buses()
 
