@@ -279,11 +279,11 @@ def phases(names: list[str], n: int, work: Path) -> str:
         plain = Window(cpu_only=True)
         run_dir = work / f"phases-{name}-cpu"
         run_dir.mkdir(parents=True, exist_ok=True)
-        run_path(name, n, run_dir, plain, stop_early=True)
+        _check_all(name, run_path(name, n, run_dir, plain, stop_early=True), n)
         prof = Window()
         run_dir = work / f"phases-{name}-prof"
         run_dir.mkdir(parents=True, exist_ok=True)
-        run_path(name, n, run_dir, prof, stop_early=True)
+        _check_all(name, run_path(name, n, run_dir, prof, stop_early=True), n)
         seconds = phase_seconds(prof)
         idle = seconds.pop(IDLE, 0.0)
         busy = sum(seconds.values()) or 1e-9
@@ -352,6 +352,17 @@ def profiled_timed(window: Window) -> Callable[[], None]:
         bench_inbound.timed = original
 
     return undo
+
+
+def _check_all(name: str, result: Any, n: int) -> None:
+    """The per-message figures divide by ``n``: a run that stopped at its time limit
+    with fewer messages (where its result tells the count) fails instead."""
+    got = getattr(result, "sent", None)
+    if got is None and isinstance(result, tuple) and result and isinstance(result[0], int):
+        got = result[0]
+    if isinstance(got, int) and got < n:
+        raise SystemExit(f"{name}: {got} of {n} messages within the time limit: "
+                         "per-message figures would be wrong")
 
 
 def run_path(name: str, n: int, work: Path, window: Window, stop_early: bool = False) -> Any:

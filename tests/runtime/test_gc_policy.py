@@ -283,3 +283,45 @@ async def test_a_worker_applies_the_policy_once_started(
         await worker.run()
     assert seen == [(GcConfig(gen0_threshold=25_000), "worker w1", ["m"], True)]
     assert gc.get_threshold() == python_settings  # released when the worker stopped
+
+
+class _Cyclic:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_pending_garbage_is_collected_before_the_freeze() -> None:
+    """A cycle that is already garbage when the policy applies is collected first, not
+    frozen until shutdown (review 19b, F6)."""
+    gc.disable()  # keep the cycle uncollected until the policy's own collect
+    try:
+        cycle = _Cyclic()
+        dead = weakref.ref(cycle)
+        del cycle
+        assert dead() is not None
+        policy = apply_gc_policy(GcConfig())
+    finally:
+        gc.enable()
+    try:
+        assert dead() is None
+    finally:
+        policy.release()
+
+
+def test_only_the_first_gateway_of_a_process_freezes() -> None:
+    """A second gateway in the process does not freeze the first one's in-flight
+    objects; its line says so; the count of the first is its own (review 19b, F7)."""
+    first = apply_gc_policy(GcConfig())
+    in_flight = [_Cyclic() for _ in range(100)]
+    frozen = gc.get_freeze_count()
+    second = apply_gc_policy(GcConfig())
+    try:
+        assert first.frozen > 0 and second.frozen == 0
+        assert gc.get_freeze_count() == frozen
+        assert "no freeze" in second.describe()
+    finally:
+        second.release()
+        second.release()  # twice: counted once
+        assert gc_policy._holders == 1
+        first.release()
+    del in_flight

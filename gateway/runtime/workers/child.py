@@ -129,6 +129,7 @@ class Worker:
                 retry_delay=spec.retry_delay, retry_max_delay=spec.sink_retry_max_delay,
                 stopping=self._fw_stop,
             )
+        gc_config = GcConfig.model_validate(spec.gc)  # refused before anything runs
         tasks = [asyncio.create_task(fw.run(), name=f"sink:{n}")
                  for n, fw in self.forwarders.items()]
         tasks += [asyncio.create_task(self._start_plugin(n), name=f"plugin:{n}")
@@ -137,8 +138,16 @@ class Worker:
         log.info("worker %s started (pid %d): %s", spec.group, os.getpid(),
                  ", ".join(self.instances))
         # start-up complete (spec read, socket client, instances and forwarders built)
-        gc_policy = apply_gc_policy(GcConfig.model_validate(spec.gc),
-                                    who=f"worker {spec.group}")
+        gc_policy = apply_gc_policy(gc_config, who=f"worker {spec.group}")
+        try:
+            return await self._run_until_stopped(spec, tasks, status)
+        finally:
+            gc_policy.release()
+
+    async def _run_until_stopped(
+        self, spec: WorkerSpec, tasks: list[asyncio.Task[None]], status: asyncio.Task[None]
+    ) -> int:
+        """Serve until asked to stop, then stop the forwarders and plugins."""
         await self.stop.wait()
         self._fw_stop.set()
         budget = spec.shutdown_timeout * 0.6
@@ -165,7 +174,6 @@ class Worker:
         with contextlib.suppress(asyncio.CancelledError):
             await status
         self._write_status()
-        gc_policy.release()
         log.info("worker %s stopped", spec.group)
         return EXIT_FATAL if self.fatal else 0
 
