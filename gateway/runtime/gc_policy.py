@@ -11,8 +11,8 @@ per delivery (docs/performance.md "Garbage-collector policy (issue 16)"). A libr
 not change process-wide settings; ``mqgw run`` (and its worker processes) is the
 application, so it does, once start-up is complete:
 
-* ``gc.collect()`` then ``gc.freeze()`` (the first gateway of the process only): the
-  start-up garbage is collected, then every object alive at that moment moves into the
+* ``gc.collect(1)`` then ``gc.freeze()`` (the first gateway of the process only): the
+  young start-up garbage is collected, then every object alive at that moment moves into the
   permanent generation: later collections no longer walk them. They are still freed by
   reference counting when they go; but a reference cycle that involves a frozen object,
   and everything it refers to, even objects made later, is freed only at shutdown (the
@@ -137,7 +137,7 @@ def apply_gc_policy(cfg: GcConfig, *, who: str = "gateway") -> GcPolicy:
         if cfg.freeze_after_start and _holders == 1:
             # the first holder only: a later gateway in the process would freeze the
             # earlier ones' in-flight objects
-            gc.collect()
+            gc.collect(1)  # the young start-up garbage (a full pass costs a big heap 100 ms+)
             before = gc.get_freeze_count()
             gc.freeze()
             frozen = gc.get_freeze_count() - before
