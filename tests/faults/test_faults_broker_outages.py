@@ -145,6 +145,18 @@ async def test_kafka_stopped_30s_mid_load_plugins_in_a_worker(
                   kafka_broker.restart)
 
 
+async def test_kafka_stopped_30s_mid_load_confluent_backend(
+    kafka_broker: KafkaBroker, mqtt_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    """The same outage with the kafka instance on the librdkafka backend
+    (``backend: confluent``, docs/kafka-backends.md): its producer and consumer ride out
+    the stop and restart, and nothing is lost."""
+    world = FaultWorld(tmp_path, kafka_broker.bootstrap, mqtt_broker.host, mqtt_broker.port,
+                       kafka_extra={"request_timeout_ms": 5000, "backend": "confluent"})
+    await _outage(world, tmp_path, "kafka-confluent", "MQ->Kafka", kafka_broker.stop,
+                  kafka_broker.restart)
+
+
 async def test_mosquitto_stopped_30s_mid_load(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
