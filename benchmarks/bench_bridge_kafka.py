@@ -47,7 +47,7 @@ from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import WorkerRun, run_with_worker
 from gateway.devstack import KafkaBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import Message, PutOptions
+from gateway.mq.port import Message
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.gc_policy import apply_gc_policy
@@ -74,6 +74,16 @@ def _publication(i: int) -> tuple[MQMD, bytes]:
     rfh2 = MQRFH2(folders=[psc, usr], format=FMT_STRING, coded_char_set_id=1208)
     md = MQMD(format=FMT_RF_HEADER_2, persistence=Persistence.PERSISTENT, coded_char_set_id=1208)
     return md, encode_rfh2(rfh2, ccsid=1208) + PAYLOAD
+
+
+async def _create_topic(bootstrap: str, topic: str) -> None:
+    """One partition, replication 1 (the raw producers' topics)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
 
 
 async def _end_offset(bootstrap: str, topic: str) -> int:
@@ -128,15 +138,7 @@ async def bridge(
         # started up: the policy `mqgw run` applies at this point (benchmarks/gc_setting.py),
         # before the publications are queued, so they are not frozen (as in steady running)
         gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench bridge {prefix}")
-        conn = await qm.connect()
-        opts = PutOptions(syncpoint=True)
-        for i in range(n):
-            md, body = _publication(i)
-            await conn.put1(STREAM, md, body, opts)
-            if i % 500 == 499:
-                await conn.commit()
-        await conn.commit()
-        await conn.disconnect()
+        await hand_bridge.preload(qm, STREAM, n, _publication)
         counters = host.sink_counters["kafka"]
         started, cpu = time.monotonic(), time.process_time()
         await service.start()
@@ -182,12 +184,7 @@ async def hand(
     gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"hand-written bridge {prefix}")
     try:
         await hand_bridge.preload(qm, STREAM, n, _publication)
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, 1, 1)])
-        finally:
-            await admin.close()
+        await _create_topic(bootstrap, topic)
         await producer.start()
         await producer.partitions_for(topic)  # metadata outside the timed part
 
@@ -230,12 +227,7 @@ async def raw(bootstrap: str, n: int, topic: str) -> float:
         bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
     )
     await producer.start()
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        await admin.close()
+    await _create_topic(bootstrap, topic)
     headers = [(f"mq.h{i}", b"0123456789") for i in range(14)]
     try:
         await producer.partitions_for(topic)  # metadata outside the timed part

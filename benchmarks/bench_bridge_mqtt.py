@@ -43,7 +43,7 @@ from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import run_with_worker
 from gateway.devstack import MosquittoBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import Message, PutOptions
+from gateway.mq.port import Message
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.gc_policy import apply_gc_policy
@@ -128,15 +128,7 @@ async def bench_gateway(broker: MosquittoBroker, n: int, batch: int, work: Path)
     # the policy `mqgw run` applies once started (benchmarks/gc_setting.py), here before
     # the publications are queued, so they are not frozen (as in steady running)
     gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench bridge {prefix}")
-    conn = await qm.connect()
-    opts = PutOptions(syncpoint=True)
-    for i in range(n):
-        md, body = _publication(i)
-        await conn.put1(STREAM, md, body, opts)
-        if i % 500 == 499:
-            await conn.commit()
-    await conn.commit()
-    await conn.disconnect()
+    await hand_bridge.preload(qm, STREAM, n, _publication)
     store = SqliteStore(work / f"pubsub{batch}.db", synchronous="NORMAL")
     service = BrokerService(
         qm,
