@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -515,7 +516,6 @@ class BrokerService:
                 except MQError as exc:
                     if exc.reason != Reason.NO_MSG_AVAILABLE:
                         raise
-        others_waiting: bool | None = None  # asked once, if a sink has deliveries
         for name, deliveries in to_sinks.items():
             if name not in self.sinks:
                 # No such sink in this process (plugin not loaded): keep the data on the DLQ.
@@ -533,11 +533,7 @@ class BrokerService:
                     )
             else:
                 self.counters.sink_deliveries += len(deliveries)
-                if others_waiting is None:
-                    others_waiting = self._others_waiting(q.name)
-                handover = (
-                    None if others_waiting else self.sink_backlogs.hand_over(name, deliveries)
-                )
+                handover = self.sink_backlogs.hand_over(name, deliveries)
                 if handover is not None:
                     handovers.append(handover)  # acknowledged before the commit, or backlog
                 else:
@@ -547,7 +543,13 @@ class BrokerService:
         finally:
             # Whatever happens, a hand-over's send ends (or is given up) before the
             # unit of work does; the forwarder waits for it before sending anything.
-            late = await self.sink_backlogs.settle(handovers) if handovers else []
+            late = (
+                await self.sink_backlogs.settle(
+                    handovers, functools.partial(self._others_waiting, q.name)
+                )
+                if handovers
+                else []
+            )
         if late:
             done += await put_all(conn, late, dlq, self.engine)
         await engine.commit_async()  # the store's commit off the loop, still before MQ's
@@ -560,9 +562,9 @@ class BrokerService:
     def _others_waiting(self, name: str) -> bool:
         """Whether another serviced queue holds messages (a batch waiting for the lock
         holds its first one). A direct hand-over waits for the sink's acknowledgement
-        with the service's lock held, which would hold those queues too; the backlog
-        path does not wait, so they go first (review 19b, F1). True where the queue
-        manager does not tell depths (no hand-over there anyway)."""
+        with the service's lock held, which holds those queues too: past its first
+        ``direct_ack_timeout`` it waits only while this is false (review 19b, F1). True
+        where the queue manager does not tell depths (no hand-over there anyway)."""
         depth_of = getattr(self.qm, "queue_depth", None)
         if depth_of is None:
             return True

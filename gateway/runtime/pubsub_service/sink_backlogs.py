@@ -9,20 +9,20 @@ the sink is registered; on IBM MQ the administrator defines it and :meth:`check_
 fails the start with the ``DEFINE`` to run.
 
 Direct hand-over (latency, docs/performance.md "Latency pass"): when a sink's forwarder
-is idle, its backlog queue is empty (on a queue manager that tells its depth) and no
-other serviced queue has messages waiting (the wait holds the service's lock), the
+is idle and its backlog queue is empty (on a queue manager that tells its depth), the
 stream batch hands its deliveries to the sink itself (:meth:`SinkBacklogs.hand_over`)
-while it puts its other deliveries, and waits at most :meth:`SinkBacklogs.ack_wait`
-(``direct_ack_timeout`` plus ``direct_ack_per_delivery`` per delivery handed over) for
-the acknowledgement before its commit. Acknowledged in time: no backlog put (the sink has
-them before the stream messages leave the queue; a crash before the commit re-delivers
-the batch: duplicates, never a loss). Otherwise — refused, failed, slow — the deliveries
-are put on the backlog in the same unit of work, exactly as without the hand-over, and
-the forwarder sends nothing before the hand-over's send has ended (the sink keeps the
-stream's order). If that send ends acknowledged after all (it was only slow), the
-forwarder commits those backlog copies away unsent, so a slow sink sees no duplicate;
-if it failed, the copies are sent. That sink gets no hand-over for
-``direct_pause_min`` seconds, doubled for each such hand-over in a row up to
+while it puts its other deliveries, and waits for the acknowledgement before its commit:
+``direct_ack_timeout``, then (up to :meth:`SinkBacklogs.ack_wait`: plus
+``direct_ack_per_delivery`` per delivery handed over) only while no other serviced queue
+has messages waiting, since the wait holds the service's lock. Acknowledged in time: no
+backlog put (the sink has them before the stream messages leave the queue; a crash
+before the commit re-delivers the batch: duplicates, never a loss). Otherwise — refused,
+failed, slow — the deliveries are put on the backlog in the same unit of work, exactly
+as without the hand-over, and the forwarder sends nothing before the hand-over's send
+has ended (the sink keeps the stream's order). If that send ends acknowledged after all
+(it was only slow), the forwarder commits those backlog copies away unsent, so a slow
+sink sees no duplicate; if it failed, the copies are sent. That sink gets no hand-over
+for ``direct_pause_min`` seconds, doubled for each such hand-over in a row up to
 ``direct_pause``.
 """
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.mq.port import MQError, OpenOption, QueueManager
@@ -68,6 +69,9 @@ BACKLOG_MAXMSGL = 104_857_600
 DIRECT_ACK_TIMEOUT = 0.05
 DIRECT_ACK_PER_DELIVERY = 0.001
 DIRECT_ACK_MAX = 0.3
+#: Past ``DIRECT_ACK_TIMEOUT`` the wait goes on only while no other serviced queue has
+#: messages (it holds the service's lock); checked this often (seconds).
+DIRECT_ACK_POLL = 0.01
 #: Seconds without direct hand-over to a sink after one was not acknowledged in time or
 #: failed: ``DIRECT_PAUSE_MIN``, doubled for each such hand-over in a row up to
 #: ``DIRECT_PAUSE``, back to the minimum after one acknowledged in time. While a sink
@@ -208,18 +212,35 @@ class SinkBacklogs:
         return min(self.direct_ack_timeout + self.direct_ack_per_delivery * most,
                    max(self.direct_ack_max, self.direct_ack_timeout))
 
-    async def settle(self, handovers: list[HandOver]) -> list[Put]:
-        """Wait (at most :meth:`ack_wait`) for the acknowledgements of ``handovers``;
-        the backlog puts of those not acknowledged, in order."""
+    async def settle(
+        self, handovers: list[HandOver], others_waiting: Callable[[], bool] | None = None
+    ) -> list[Put]:
+        """Wait for the acknowledgements of ``handovers``; the backlog puts of those not
+        acknowledged, in order. The wait holds the service's lock, so it is
+        ``direct_ack_timeout``, then, up to :meth:`ack_wait` in all, only while
+        ``others_waiting()`` says no other serviced queue has messages (checked every
+        ``DIRECT_ACK_POLL`` s); a stop ends it (the unsettled take the backlog)."""
         tasks = {h.task for h in handovers if not h.task.done()}
         if tasks:
-            # until every hand-over ended, the wait ran out, or the service stops (a
-            # stop does not wait: the unsettled ones take the backlog)
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            deadline = now + self.ack_wait(handovers)
             acked = asyncio.ensure_future(asyncio.wait(tasks))
             stopping = asyncio.ensure_future(self._stop.wait())
             try:
-                await asyncio.wait({acked, stopping}, timeout=self.ack_wait(handovers),
-                                   return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {acked, stopping},
+                    timeout=min(self.direct_ack_timeout, deadline - now),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                while not done and loop.time() < deadline and not (
+                    others_waiting is not None and others_waiting()
+                ):
+                    done, _ = await asyncio.wait(
+                        {acked, stopping},
+                        timeout=min(DIRECT_ACK_POLL, deadline - loop.time()),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
             finally:
                 acked.cancel()  # the wait only: the sends go on
                 stopping.cancel()

@@ -1,8 +1,8 @@
 """One sink's forwarder: its backlog queue → the sink, like an MQ sender channel.
 
 The publish/subscribe service waits for a sink only for a direct hand-over to an idle
-sink (``sink_backlogs``: at most 0.3 s, and only when no other serviced queue has
-messages waiting); otherwise it puts each sink delivery onto the sink's backlog queue
+sink (``sink_backlogs``: 50 ms, longer, up to 0.3 s, only while no other serviced queue
+has messages waiting); otherwise it puts each sink delivery onto the sink's backlog queue
 (``gateway.runtime.backlog_format``) in the unit of work of the publication. Per sink,
 one :class:`SinkForwarder` task gets a batch from that queue under syncpoint, decodes
 the envelopes, hands them to ``sink.send`` and commits after the acknowledgement. So a

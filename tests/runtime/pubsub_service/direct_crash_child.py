@@ -20,8 +20,8 @@ from tests.runtime.pubsub_service.test_sink_direct_handover import _gateway, _me
 async def main(path: str, record_file: str) -> None:
     settle = SinkBacklogs.settle
 
-    async def settle_then_hang(self: SinkBacklogs, handovers: list[Any]) -> Any:
-        late = await settle(self, handovers)
+    async def settle_then_hang(self: SinkBacklogs, handovers: list[Any], *args: Any) -> Any:
+        late = await settle(self, handovers, *args)
         if handovers and not late:
             print("acked", flush=True)
             await asyncio.sleep(3600)  # the commit never comes: SIGKILL

@@ -286,36 +286,54 @@ async def test_late_hand_overs_in_a_row_pause_longer_and_one_in_time_resets(
         reset_buses()
 
 
-async def test_no_hand_over_while_another_serviced_queue_holds_messages(
-    tmp_path: Path,
+@pytest.mark.parametrize("other_waiting", [True, False])
+async def test_the_long_wait_is_cut_while_another_serviced_queue_holds_messages(
+    tmp_path: Path, other_waiting: bool
 ) -> None:
-    """A hand-over waits for the sink with the service's lock held; while another stream
-    has a message waiting (here an uncommitted put, which its depth counts) the batch
-    takes the backlog path instead, so that stream is not held by the sink
-    (review 19b, F1); once it is empty, hand-overs resume."""
+    """The wait for a hand-over holds the service's lock: past ``direct_ack_timeout`` it
+    goes on only while no other serviced queue has messages (review 19b, F1). A send
+    of 0.15 s with a 20 ms wait and a large allowance: in time when the other stream is
+    empty; with a message waiting on it (here an uncommitted put, which its depth
+    counts) the wait stops at 20 ms and the deliveries take the backlog (taken off
+    unsent when the send ends acknowledged). Once each, in order, either way."""
     reset_buses()
     gw = _gateway(tmp_path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = 0.02
+    backlogs.direct_ack_per_delivery = 0.2
     puts = _count_backlog_puts(gw)
-    await gw.start(_memory("fair"))
+    inst = _memory("fair")
+    send = inst.send
+
+    async def slowish_send(envelopes: Sequence[Envelope]) -> None:
+        await asyncio.sleep(0.15)
+        await send(envelopes)
+
+    inst.send = slowish_send  # type: ignore[method-assign]
+    await gw.start(inst)
     other = await gw.qm.connect()
     try:
-        bulletin = await other.open(BULLETIN, OpenOption.OUTPUT)
-        msg = rfh_message(BULLETIN, [("MQPSCommand", "Publish"), ("MQPSTopic", "x")], b"o")
-        await bulletin.put(msg.md, msg.body, PutOptions(syncpoint=True))
+        if other_waiting:
+            bulletin = await other.open(BULLETIN, OpenOption.OUTPUT)
+            msg = rfh_message(BULLETIN, [("MQPSCommand", "Publish"), ("MQPSTopic", "x")], b"o")
+            await bulletin.put(msg.md, msg.body, PutOptions(syncpoint=True))
+        started = time.monotonic()
         await _publish(gw, [b"1", b"2"])
-        await get_bus("fair").wait_for(2)
+        records = await get_bus("fair").wait_for(2)
         deadline = time.monotonic() + 10
         while gw.qm.queue_depth(STOCK) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        fw = gw.service.sink_backlogs.forwarders["fair"]
-        assert (fw.counters.direct, puts[0]) == (0, 2)
-        await other.backout()
-        await _publish(gw, [b"3"])
-        records = await get_bus("fair").wait_for(3)
-        await settle(gw.qm, gw.service)
-        assert (fw.counters.direct, puts[0]) == (1, 2)
-        assert [r.payload for r in records] == [b"1", b"2", b"3"]
+            await asyncio.sleep(0.01)
+        assert gw.qm.queue_depth(STOCK) == 0, "the batch did not commit"
+        fw = backlogs.forwarders["fair"]
+        await asyncio.sleep(0.2)  # a duplicate would arrive here
+        assert [r.payload for r in get_bus("fair").records] == [b"1", b"2"] == [
+            r.payload for r in records
+        ]
+        assert fw.counters.direct == 2
+        assert puts[0] == (2 if other_waiting else 0)
+        assert time.monotonic() - started < 5
     finally:
+        await other.backout()
         await other.disconnect()
         await gw.close()
         reset_buses()
