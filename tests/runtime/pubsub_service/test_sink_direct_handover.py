@@ -48,6 +48,18 @@ def _memory(name: str, record_file: Path | None = None) -> MemoryInstance:
     return MemoryInstance(name, MemoryConfig.model_validate(cfg))
 
 
+def _delayed(inst: MemoryInstance, seconds: float) -> MemoryInstance:
+    """``inst``, each send taking ``seconds`` longer (a sink slow to acknowledge)."""
+    send = inst.send
+
+    async def delayed_send(envelopes: Sequence[Envelope]) -> None:
+        await asyncio.sleep(seconds)
+        await send(envelopes)
+
+    inst.send = delayed_send  # type: ignore[method-assign]
+    return inst
+
+
 def _gateway(path: Path) -> InProcessGateway:
     return build_gateway(path, config=bridge_config(retry_delay=0.01, sink_retry_max_delay=0.1))
 
@@ -171,15 +183,7 @@ async def test_a_large_hand_over_waits_in_proportion_to_its_size(
     backlogs.direct_ack_timeout = 0.02
     backlogs.direct_ack_per_delivery = per_delivery
     puts = _count_backlog_puts(gw)
-    inst = _memory("big")
-    send = inst.send
-
-    async def steady_send(envelopes: Sequence[Envelope]) -> None:
-        await asyncio.sleep(0.1)
-        await send(envelopes)
-
-    inst.send = steady_send  # type: ignore[method-assign]
-    await gw.start(inst)
+    await gw.start(_delayed(_memory("big"), 0.1))
     try:
         payloads = [f"b{i}".encode() for i in range(20)]
         await _publish(gw, payloads)  # one unit of work: one batch of 20
@@ -302,15 +306,7 @@ async def test_the_long_wait_is_cut_while_another_serviced_queue_holds_messages(
     backlogs.direct_ack_timeout = 0.02
     backlogs.direct_ack_per_delivery = 0.2
     puts = _count_backlog_puts(gw)
-    inst = _memory("fair")
-    send = inst.send
-
-    async def slowish_send(envelopes: Sequence[Envelope]) -> None:
-        await asyncio.sleep(0.15)
-        await send(envelopes)
-
-    inst.send = slowish_send  # type: ignore[method-assign]
-    await gw.start(inst)
+    await gw.start(_delayed(_memory("fair"), 0.15))
     other = await gw.qm.connect()
     try:
         if other_waiting:
