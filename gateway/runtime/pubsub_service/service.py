@@ -574,7 +574,7 @@ class BrokerService:
                     if depth_of(other):
                         return True
                 except MQError:
-                    continue
+                    return True  # an alias or remote name: its depth unknown, assume busy
         return False
 
     def _committed(self, heard: Collection[str]) -> None:

@@ -21,7 +21,8 @@ failed, slow — the deliveries are put on the backlog in the same unit of work,
 as without the hand-over, and the forwarder sends nothing before the hand-over's send
 has ended (the sink keeps the stream's order). If that send ends acknowledged after all
 (it was only slow), the forwarder commits those backlog copies away unsent, so a slow
-sink sees no duplicate; if it failed, the copies are sent. That sink gets no hand-over
+sink sees no duplicate (unless the gateway stops meanwhile: the restarted forwarder
+sends them again, at-least-once); if it failed, the copies are sent. That sink gets no hand-over
 for ``direct_pause_min`` seconds, doubled for each such hand-over in a row up to
 ``direct_pause``.
 """
