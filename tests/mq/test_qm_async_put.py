@@ -48,6 +48,7 @@ from gateway.mq.port import (
 from gateway.wire.constants import CompCode, Persistence
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
+from tests.support.served_qm import served_queue_manager
 
 ROOT = Path(__file__).resolve().parents[2]
 ASYNC_SP = PutOptions(syncpoint=True, async_response=True)
@@ -58,15 +59,8 @@ DEFS = ("DEFINE QLOCAL(APP.Q)\nDEFINE QLOCAL(OTHER.Q)\nDEFINE QLOCAL(SMALL.Q) MA
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[EmbeddedQueueManager]:
-    qm = EmbeddedQueueManager("QMA", tmp_path / "qm")
-    qm.run_mqsc(DEFS)
-    server = QueueManagerServer(qm)
-    await server.start()
-    try:
+    async with served_queue_manager(tmp_path / "qm", DEFS, name="QMA") as qm:
         yield qm
-    finally:
-        await server.stop()
-        await qm.close()
 
 
 @pytest.fixture
