@@ -2,7 +2,13 @@
 
 One embedded queue manager with a stream queue, the broker service (default batch
 settings) and one plugin instance (``kafka``: idempotent acks=all, linger 0; ``mqtt``:
-MQTT 5, QoS 1), a Kafka or MQTT consumer in the same process. The MQ application runs
+MQTT 5, QoS 1). The Kafka or MQTT consumer runs in its own process, as a subscriber of
+the bridged topics does (it reports each receipt's time on its stdout;
+``--consumer-in-loop``: on the gateway's event loop, as before). The Kafka broker gets
+one uncounted pass at the first rate first (``--no-broker-warm-up``: none), so the
+measured runs do not share the cores with a broker's JIT warm-up. Each run prints the CPU
+per message of every process on the path (MQ application, gateway, consumer, broker):
+on a 2-core machine their sum says whether the offered rate fits. The MQ application runs
 in its own process over the queue manager's local socket, as a real MQ application does
 (``--app-in-loop``: on the gateway's event loop, as before issue 16's latency pass; it
 then competes with the gateway for that loop). It puts
@@ -77,8 +83,10 @@ WARM_UP = 50
 APP_ALONE_WARM_UNITS = 5
 GOAL_P99_MS = 20.0
 
-#: Calls back with each received payload; yields once the consumer is listening.
-Consumer = Callable[[Callable[[bytes], None]], contextlib.AbstractAsyncContextManager[None]]
+#: Calls back with each received payload and its receipt time (perf_counter); yields
+#: once the consumer is listening.
+Arrived = Callable[[bytes, float], None]
+Consumer = Callable[[Arrived], contextlib.AbstractAsyncContextManager[None]]
 
 #: The stages a message passes, in order (``--stages``); "received" is the consumer's.
 STAGES = ("scheduled", "committed", "backlog_put", "to_sink", "acked", "fw_commit", "received")
@@ -228,6 +236,15 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of another process (Linux /proc; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def unit_times(start: float, rate: float, total: int, per_unit: int) -> Iterator[tuple[int, float]]:
     """(first sequence number, scheduled time) of each unit of work of the load."""
     for i in range(0, total - WARM_UP, per_unit):
@@ -361,8 +378,7 @@ async def measure(
     done = asyncio.Event()
     total = WARM_UP + int(rate * seconds)
 
-    def arrived(payload: bytes) -> None:
-        now = time.perf_counter()
+    def arrived(payload: bytes, now: float) -> None:
         try:
             seq = int(payload[:12])
         except ValueError:
@@ -421,8 +437,13 @@ async def measure(
             out, _ = await child.communicate()
             if child.returncode:
                 raise SystemExit(f"the MQ application process failed ({child.returncode})")
-            rows = (ln.split() for ln in out.decode().splitlines())
+            rows = [ln.split() for ln in out.decode().splitlines()]
             committed = [(int(r[0]), int(r[1]), float(r[2])) for r in rows if len(r) == 3]
+            cpus = {r[0]: float(r[1]) for r in rows if len(r) == 2}
+            if "warm" in cpus and "cpu" in cpus and len(committed) > APP_ALONE_WARM_UNITS:
+                n_warm = committed[-1][1] - committed[APP_ALONE_WARM_UNITS][0]
+                print(f"  MQ application process CPU (after {APP_ALONE_WARM_UNITS} units): "
+                      f"{(cpus['cpu'] - cpus['warm']) * 1e6 / n_warm:,.0f} us/msg", flush=True)
         if committed:
             # the application's own pace: its achieved rate and how far behind its
             # schedule each unit's commit came (it is open loop: late means slow)
@@ -465,7 +486,12 @@ async def with_gateway(
     app_in_loop: bool = False,
     direct: bool = True,
     async_put: bool = True,
+    consumer_cpu: list[float] | None = None,
+    broker_pid: int | None = None,
 ) -> list[float]:
+    """``consumer_cpu``: the consumer runs in its own process and appends its CPU seconds
+    there (None: it runs on the gateway's event loop and its CPU is the gateway's).
+    ``broker_pid``: the Kafka or MQTT broker's process, whose CPU is printed too."""
     qm = EmbeddedQueueManager("QMLAT", work / f"qm-{name}")
     qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
     service = BrokerService(
@@ -485,6 +511,7 @@ async def with_gateway(
         # started up: the policy `mqgw run` applies here (benchmarks/gc_setting.py)
         gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench latency {name}")
         cpu, times, threads = time.process_time(), os.times(), thread_cpu()
+        broker_cpu = process_cpu(broker_pid) if broker_pid is not None else 0.0
 
         def after_warm_up() -> None:
             # The warm-up's first sends (topic creation, connections) are slow once and
@@ -503,10 +530,17 @@ async def with_gateway(
             print(f"  stages of {name} at {rate:,.0f} msg/s offered:", flush=True)
             clock.report(range(WARM_UP, WARM_UP + len(lat)))
         cpu, after = time.process_time() - cpu, os.times()
+        if broker_pid is not None:
+            broker_cpu = process_cpu(broker_pid) - broker_cpu
         fws = service.sink_backlogs.forwarders.values()
-        direct, n = sum(fw.counters.direct for fw in fws), len(lat) + WARM_UP
+        n_direct, n = sum(fw.counters.direct for fw in fws), len(lat) + WARM_UP
+        if consumer_cpu:
+            print(f"  consumer process CPU (from listening, with the warm-up): "
+                  f"{consumer_cpu[-1] * 1e6 / n:,.0f} us/msg", flush=True)
         print(
-            f"  gateway process CPU (all threads, with the consumer and the warm-up): "
+            f"  gateway process CPU (all threads, with "
+            f"{'the warm-up' if consumer_cpu is not None else 'the consumer and the warm-up'}"
+            "): "
             f"{cpu * 1e6 / n:,.0f} us/msg (user {(after.user - times.user) * 1e6 / n:,.0f}, "
             f"system {(after.system - times.system) * 1e6 / n:,.0f}; by thread: "
             + ", ".join(
@@ -515,9 +549,12 @@ async def with_gateway(
                 if v - threads.get(k, 0.0) > 0
             )
             + "); handed to the sink "
-            f"directly: {direct:,} of {n:,}",
+            f"directly: {n_direct:,} of {n:,}",
             flush=True,
         )
+        if broker_pid is not None:
+            print(f"  broker process CPU (all of it, with the warm-up): "
+                  f"{broker_cpu * 1e6 / n:,.0f} us/msg", flush=True)
         return lat
     finally:
         if gc_policy is not None:
@@ -530,7 +567,7 @@ async def with_gateway(
 
 def kafka_consumer(bootstrap: str, topic: str) -> Consumer:
     @contextlib.asynccontextmanager
-    async def consume(arrived: Callable[[bytes], None]) -> AsyncIterator[None]:
+    async def consume(arrived: Arrived) -> AsyncIterator[None]:
         consumer = AIOKafkaConsumer(
             topic,
             bootstrap_servers=bootstrap,
@@ -543,7 +580,7 @@ def kafka_consumer(bootstrap: str, topic: str) -> Consumer:
 
         async def loop() -> None:
             async for msg in consumer:
-                arrived(msg.value or b"")
+                arrived(msg.value or b"", time.perf_counter())
 
         task = asyncio.create_task(loop())
         try:
@@ -557,17 +594,16 @@ def kafka_consumer(bootstrap: str, topic: str) -> Consumer:
     return consume
 
 
-def mqtt_consumer(broker: MosquittoBroker, prefix: str) -> Consumer:
+def mqtt_consumer(host: str, port: int, prefix: str) -> Consumer:
     @contextlib.asynccontextmanager
-    async def consume(arrived: Callable[[bytes], None]) -> AsyncIterator[None]:
-        async with aiomqtt.Client(
-            broker.host, port=broker.port, identifier=f"lat-sub-{prefix}"
-        ) as client:
+    async def consume(arrived: Arrived) -> AsyncIterator[None]:
+        async with aiomqtt.Client(host, port=port, identifier=f"lat-sub-{prefix}") as client:
             await client.subscribe(f"{prefix}/#", qos=1)
 
             async def loop() -> None:
                 async for msg in client.messages:
-                    arrived(msg.payload if isinstance(msg.payload, bytes) else b"")
+                    payload = msg.payload if isinstance(msg.payload, bytes) else b""
+                    arrived(payload, time.perf_counter())
 
             task = asyncio.create_task(loop())
             try:
@@ -576,6 +612,87 @@ def mqtt_consumer(broker: MosquittoBroker, prefix: str) -> Consumer:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    return consume
+
+
+def consumer_of(argv: list[str]) -> Consumer:
+    """``kafka BOOTSTRAP TOPIC`` or ``mqtt HOST PORT PREFIX``."""
+    if argv[0] == "kafka":
+        return kafka_consumer(argv[1], argv[2])
+    return mqtt_consumer(argv[1], int(argv[2]), argv[3])
+
+
+def consumer_child(argv: list[str]) -> int:
+    """``--consumer-child KIND ARGS...``: the Kafka or MQTT consumer in its own process,
+    as a subscriber of the bridged topics runs. It prints ``ready`` once listening, then
+    ``SEQ TIME`` per message received (TIME: perf_counter at receipt, CLOCK_MONOTONIC,
+    one clock for all processes; lines written in batches every few ms, after the
+    receipt time is taken), and at the end (stdin closed) ``cpu SECONDS``: its CPU since
+    ``ready``."""
+    lines: list[str] = []
+
+    def arrived(payload: bytes, now: float) -> None:
+        lines.append(f"{payload[:12].decode(errors='replace')} {now!r}\n")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with consumer_of(argv)(arrived):
+            print("ready", flush=True)
+            cpu = time.process_time()
+            closed = loop.run_in_executor(None, sys.stdin.read)
+            while not closed.done():
+                if lines:
+                    sys.stdout.write("".join(lines))
+                    sys.stdout.flush()
+                    lines.clear()
+                await asyncio.sleep(0.002)
+            if lines:
+                sys.stdout.write("".join(lines))
+            print("cpu", repr(time.process_time() - cpu), flush=True)
+
+    asyncio.run(main())
+    return 0
+
+
+def process_consumer(argv: list[str], cpu: list[float]) -> Consumer:
+    """The consumer of ``argv`` (see :func:`consumer_of`) in a child process; its CPU
+    seconds are appended to ``cpu`` when it ends."""
+
+    @contextlib.asynccontextmanager
+    async def consume(arrived: Arrived) -> AsyncIterator[None]:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.bench_latency", "--consumer-child", *argv,
+            stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.PIPE,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        stdout, stdin = child.stdout, child.stdin
+        try:
+            ready = await asyncio.wait_for(stdout.readline(), 120)
+            if ready.strip() != b"ready":
+                raise SystemExit(f"the consumer process did not start: {ready!r}")
+
+            async def read() -> None:
+                async for line in stdout:
+                    fields = line.split()
+                    if len(fields) == 2 and fields[0] == b"cpu":
+                        cpu.append(float(fields[1]))
+                    elif len(fields) == 2:
+                        arrived(fields[0], float(fields[1]))
+
+            reader = asyncio.create_task(read())
+            try:
+                yield
+            finally:
+                stdin.close()
+                await asyncio.wait_for(reader, 30)
+        finally:
+            if child.returncode is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(child.wait(), 30)
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
 
     return consume
 
@@ -613,15 +730,30 @@ async def run(
     app_in_loop: bool = False,
     direct: bool = True,
     async_put: bool = True,
+    consumer_in_loop: bool = False,
+    broker_warm_up: bool = True,
 ) -> int:
     """The first rate is the goal's (recorded with the goal); the others are info rows."""
     work = Path(tempfile.mkdtemp(prefix="mqgw-bench-latency-"))
+    consumer_cpu: list[float] | None = None if consumer_in_loop else []
+
+    def consumer(argv: list[str]) -> Consumer:
+        if consumer_cpu is None:
+            return consumer_of(argv)
+        return process_consumer(argv, consumer_cpu)
+
     try:
         if "kafka" in paths:
             kafka = KafkaBroker(work / "kafka")
             kafka.start()
             try:
-                for i, rate in enumerate(rates):
+                # A Kafka broker just started compiles its hot paths (JIT) for its first
+                # seconds of traffic, at about a core; a broker a gateway feeds has long
+                # done so. One pass at the first rate, not counted, warms it up.
+                runs: list[tuple[int | str, float]] = [("w", rates[0])] if broker_warm_up else []
+                for i, rate in runs + list(enumerate(rates)):
+                    if i == "w":
+                        print("  Kafka broker warm-up pass (not counted):", flush=True)
                     config = KafkaPluginConfig.model_validate(
                         {
                             "bootstrap_servers": kafka.bootstrap,
@@ -635,7 +767,7 @@ async def run(
                         work,
                         f"kafka{i}",
                         kafka_plugin.create("kafka", config),
-                        kafka_consumer(kafka.bootstrap, f"lat{i}.{STREAM}"),
+                        consumer(["kafka", kafka.bootstrap, f"lat{i}.{STREAM}"]),
                         rate,
                         seconds,
                         per_unit,
@@ -643,9 +775,12 @@ async def run(
                         app_in_loop,
                         direct,
                         async_put,
+                        consumer_cpu,
+                        kafka.process.pid if kafka.process is not None else None,
                     )
-                    report("MQ put -> Kafka consumer", lat, rate, per_unit, goal=i == 0,
-                           async_put=async_put)
+                    if i != "w":
+                        report("MQ put -> Kafka consumer", lat, rate, per_unit, goal=i == 0,
+                               async_put=async_put)
             finally:
                 kafka.stop()
         if "mqtt" in paths:
@@ -668,7 +803,7 @@ async def run(
                         work,
                         f"mqtt{i}",
                         mqtt_plugin.create("mqtt", config_m),
-                        mqtt_consumer(mqtt, f"lat{i}"),
+                        consumer(["mqtt", mqtt.host, str(mqtt.port), f"lat{i}"]),
                         rate,
                         seconds,
                         per_unit,
@@ -676,6 +811,8 @@ async def run(
                         app_in_loop,
                         direct,
                         async_put,
+                        consumer_cpu,
+                        mqtt.process.pid if mqtt.process is not None else None,
                     )
                     report("MQ put -> MQTT subscriber", lat, rate, per_unit, goal=i == 0,
                            async_put=async_put)
@@ -726,9 +863,24 @@ def main(argv: list[str] | None = None) -> int:
         help="only the MQ application: UNITS units of work back to back over the local "
         "socket, in both orders: sync, async, async, sync (rate and CPU per message)",
     )
+    parser.add_argument(
+        "--consumer-in-loop",
+        action="store_true",
+        help="run the Kafka/MQTT consumer on the gateway's event loop (before this option "
+        "existed); by default it is its own process, as a subscriber of the bridged topics is",
+    )
+    parser.add_argument(
+        "--no-broker-warm-up",
+        action="store_true",
+        help="measure on a Kafka broker just started (by default one uncounted pass at the "
+        "first rate warms its JIT up first)",
+    )
     parser.add_argument("--app-child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--consumer-child", nargs="+", help=argparse.SUPPRESS)
     gc_setting.add_argument(parser)
     args = parser.parse_args(argv)
+    if args.consumer_child:
+        return consumer_child(args.consumer_child)
     gc_setting.configure(args)
     if args.app_child:
         return app_child(args.app_child)
@@ -747,9 +899,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(alone())
     rates = [float(r) for r in args.rates.split(",")]
     paths = set(args.paths.split(","))
-    print(f"GC: the gateway (and the consumer in its process) runs with "
-          f"{gc_setting.describe()}; the MQ application in its own process with Python's "
-          "settings", flush=True)
+    where = "(and the consumer in its process) " if args.consumer_in_loop else ""
+    print(f"GC: the gateway {where}runs with {gc_setting.describe()}; the MQ application "
+          f"{'' if args.consumer_in_loop else 'and the consumer '}in its own process with "
+          "Python's settings", flush=True)
     return asyncio.run(
         run(
             rates,
@@ -760,6 +913,8 @@ def main(argv: list[str] | None = None) -> int:
             args.app_in_loop,
             not args.no_direct,
             not args.sync_put,
+            args.consumer_in_loop,
+            not args.no_broker_warm_up,
         )
     )
 

@@ -312,7 +312,7 @@ class _Session:
         op = "put" if req.get("op") == "put_async" else "put1"
         status = self.async_status
         try:
-            await self.call(op, req, frame.data)
+            await self.put(op, req, frame.data)
         except MQError as exc:
             if op == "put":
                 hobj = req.get("hobj")
@@ -382,6 +382,21 @@ class _Session:
         opts.set_all_context, opts.set_identity_context = True, False
         return opts
 
+    async def put(self, op: str, req: dict[str, Any], data: bytes) -> MQMD:
+        """MQPUT (``put``) or MQPUT1 (``put1``) of a frame: the completed descriptor
+        (packed into the reply by :meth:`call`; an asynchronous put has no reply, so
+        :meth:`put_async` calls this directly and packs nothing)."""
+        conn = self.conn
+        assert conn is not None
+        md, body = unpack_message(data)
+        opts = self._stamp(md, put_options_from_json(req.get("options", {})))
+        if op == "put":
+            return await self._handle(req).put(md, body, opts)
+        name, q_mgr = req.get("q_name"), req.get("q_mgr_name", "")
+        if not isinstance(name, str) or not isinstance(q_mgr, str):
+            raise ProtocolError(Reason.OPTIONS_ERROR, "put1 needs q_name")
+        return await conn.put1(name, md, body, opts, q_mgr)
+
     async def call(self, op: str, req: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
         conn = self.conn
         assert conn is not None
@@ -397,16 +412,7 @@ class _Session:
             return {"ok": True, "hobj": hobj, "resolved_q_name": handle.resolved_q_name,
                     "resolved_q_mgr_name": handle.resolved_q_mgr_name}, b""
         if op in ("put", "put1"):
-            md, body = unpack_message(data)
-            opts = self._stamp(md, put_options_from_json(req.get("options", {})))
-            if op == "put":
-                out = await self._handle(req).put(md, body, opts)
-            else:
-                name, q_mgr = req.get("q_name"), req.get("q_mgr_name", "")
-                if not isinstance(name, str) or not isinstance(q_mgr, str):
-                    raise ProtocolError(Reason.OPTIONS_ERROR, "put1 needs q_name")
-                out = await conn.put1(name, md, body, opts, q_mgr)
-            return {"ok": True}, pack_message(out, b"")
+            return {"ok": True}, pack_message(await self.put(op, req, data), b"")
         if op == "get":
             gmo = get_options_from_json(req.get("options", {}))
             msg = await self._handle(req).get(gmo)
