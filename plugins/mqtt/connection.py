@@ -53,6 +53,30 @@ paho_log = logging.getLogger(f"{__name__}.paho")
 #: paho log level -> logging level (what ``enable_logger`` would use).
 _PAHO_LEVELS: dict[int, int] = {int(k): v for k, v in paho.LOGGING_LEVEL.items()}
 
+class PahoClient(paho.Client):
+    """paho's client without two costs per message that buy the gateway nothing
+    (issue 16; measured in docs/performance.md, "MQTT client costs"):
+
+    - after every PUBACK/PUBCOMP paho scans all messages it holds for a queued one to
+      send next (O(n) per acknowledgement, O(n^2) per batch in flight); there is none
+      while every message it holds is in flight, so the scan is skipped then;
+    - paho formats each DEBUG line (``Sending PUBLISH ... properties=[...]``) before
+      handing it to ``on_log``; it is skipped unless this module's paho logger is
+      enabled for DEBUG (``mqgw -vv run``), so nothing that is logged today is lost.
+    """
+
+    def _update_inflight(self) -> MQTTErrorCode:
+        if self._inflight_messages >= len(self._out_messages):
+            return MQTTErrorCode.MQTT_ERR_SUCCESS  # nothing queued behind the window
+        result: MQTTErrorCode = super()._update_inflight()
+        return result
+
+    def _easy_log(self, level: Any, fmt: str, *args: Any) -> None:
+        if level == paho.MQTT_LOG_DEBUG and not paho_log.isEnabledFor(logging.DEBUG):
+            return
+        super()._easy_log(level, fmt, *args)
+
+
 #: paho's Message Expiry Interval etc. live in Properties objects per packet type.
 MISC_INTERVAL = 1.0
 
@@ -296,7 +320,7 @@ class MqttConnection:
         *,
         on_message: Callable[[Received], None],
         subscriptions: Callable[[], Sequence[tuple[str, int]]],
-        client_factory: Callable[..., paho.Client] = paho.Client,
+        client_factory: Callable[..., paho.Client] = PahoClient,
         name: str = "",
         on_failure: Callable[[MqttConnectionError], None] | None = None,
     ) -> None:

@@ -1,0 +1,70 @@
+"""The plugin's paho client (plugins/mqtt/connection.py ``PahoClient``) skips paho's scan
+for queued messages after each acknowledgement while nothing is queued, and paho's DEBUG
+lines unless they would be logged. Both must change nothing a user sees: messages held
+behind a full in-flight window still go out as acknowledgements free it, and
+``mqgw -vv`` still shows paho's DEBUG lines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiomqtt
+import paho.mqtt.client as paho
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from gateway.devstack import MosquittoBroker
+from plugins.mqtt.config import MqttConfig
+from plugins.mqtt.connection import MqttConnection, Outgoing, PahoClient, paho_log
+
+
+async def test_messages_behind_a_full_in_flight_window_are_all_published_in_order(
+    mqtt_broker: MosquittoBroker,
+) -> None:
+    """20 QoS 1 messages through a window of 2: paho queues 18 and sends each as an
+    acknowledgement frees a place (the path the skipped scan must not lose)."""
+    n, topic = 20, "paho-window/t"
+    config = MqttConfig(protocol="5", port=mqtt_broker.port, max_inflight=2)
+    received: list[bytes] = []
+    async with aiomqtt.Client(mqtt_broker.host, port=mqtt_broker.port,
+                              identifier="paho-window-sub") as sub:
+        await sub.subscribe(topic, qos=1)
+        conn = MqttConnection(config, "paho-window-pub", on_message=lambda _: None,
+                              subscriptions=lambda: [])
+        await conn.start()
+        try:
+            assert isinstance(conn._client, PahoClient)
+            messages = [Outgoing(topic, f"{i:03d}".encode(), 1, False) for i in range(n)]
+            await conn.publish_all(messages, timeout=20)
+            assert not conn._client._out_messages  # every one acknowledged
+        finally:
+            await conn.close()
+
+        async def collect() -> None:
+            async for msg in sub.messages:
+                assert isinstance(msg.payload, bytes)
+                received.append(msg.payload)
+                if len(received) == n:
+                    return
+
+        await asyncio.wait_for(collect(), 20)
+    assert received == [f"{i:03d}".encode() for i in range(n)]
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_paho_debug_lines_reach_on_log_only_when_they_would_be_logged(debug: bool) -> None:
+    seen: list[tuple[int, str]] = []
+    client = PahoClient(callback_api_version=CallbackAPIVersion.VERSION2, client_id="log")
+    client.on_log = lambda _c, _u, level, text: seen.append((level, text))
+    before = paho_log.level
+    paho_log.setLevel(logging.DEBUG if debug else logging.INFO)
+    try:
+        client._easy_log(paho.MQTT_LOG_DEBUG, "Sending %s", "PUBLISH")
+        client._easy_log(paho.MQTT_LOG_ERR, "failed to receive on socket: %s", "reset")
+    finally:
+        paho_log.setLevel(before)
+    expected = [(paho.MQTT_LOG_ERR, "failed to receive on socket: reset")]
+    if debug:
+        expected.insert(0, (paho.MQTT_LOG_DEBUG, "Sending PUBLISH"))
+    assert seen == expected
