@@ -20,8 +20,10 @@ this machine, see bench_embedded_qm). Latency of a message = the consumer's rece
 minus its *scheduled* put time; the message carries its sequence number. After a
 warm-up (topic creation, connections), ``--seconds`` (3) of load per path and rate.
 Rates: 1,000 msg/s (issue 16's goal: p99 < 20 ms) and 200 msg/s for information. The
-Kafka consumer uses ``fetch_max_wait_ms=5`` (a latency-minded consumer; aiokafka's
-default 500 ms would be the consumer's own latency, not the bridge's).
+Kafka consumer uses ``fetch_max_wait_ms=100``: a fetch returns as soon as a record is
+there (fetch_min_bytes 1), so the wait bounds only empty fetches; at 5 ms (used before)
+the broker answered 200 empty fetches a second and spent 0.3-0.9 of a core on them,
+which this 2-core machine's gateway then lacked (measured: docs/performance.md).
 ``--stages`` also timestamps each message at every stage (the MQ application's commit,
 the service's backlog put, the forwarder handing it to the sink, the sink's
 acknowledgement, the forwarder's commit; instrumented from outside, by wrapping those
@@ -511,9 +513,12 @@ async def with_gateway(
         # started up: the policy `mqgw run` applies here (benchmarks/gc_setting.py)
         gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench latency {name}")
         cpu, times, threads = time.process_time(), os.times(), thread_cpu()
-        broker_cpu = process_cpu(broker_pid) if broker_pid is not None else 0.0
+        broker_cpu = 0.0
 
         def after_warm_up() -> None:
+            nonlocal broker_cpu
+            if broker_pid is not None:  # from here: the load only (no topic creation)
+                broker_cpu = process_cpu(broker_pid)
             # The warm-up's first sends (topic creation, connections) are slow once and
             # pause the direct hand-over (SinkBacklogs.direct_pause); a gateway past its
             # start has no such pause, so the measured load starts without it.
@@ -553,8 +558,8 @@ async def with_gateway(
             flush=True,
         )
         if broker_pid is not None:
-            print(f"  broker process CPU (all of it, with the warm-up): "
-                  f"{broker_cpu * 1e6 / n:,.0f} us/msg", flush=True)
+            print(f"  broker process CPU (all of it, during the load): "
+                  f"{broker_cpu * 1e6 / len(lat):,.0f} us/msg", flush=True)
         return lat
     finally:
         if gc_policy is not None:
@@ -573,7 +578,7 @@ def kafka_consumer(bootstrap: str, topic: str) -> Consumer:
             bootstrap_servers=bootstrap,
             group_id=None,
             auto_offset_reset="earliest",
-            fetch_max_wait_ms=5,
+            fetch_max_wait_ms=100,
             metadata_max_age_ms=500,
         )
         await consumer.start()
