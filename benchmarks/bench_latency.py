@@ -525,6 +525,8 @@ async def with_gateway(
             for fw in service.sink_backlogs.forwarders.values():
                 fw.pause_direct(0)
 
+        if consumer_cpu is not None:
+            consumer_cpu.clear()  # this run's consumer reports here
         clock = StageClock() if stages else None
         with clock.installed() if clock is not None else contextlib.nullcontext():
             lat = await measure(
@@ -539,13 +541,14 @@ async def with_gateway(
             broker_cpu = process_cpu(broker_pid) - broker_cpu
         fws = service.sink_backlogs.forwarders.values()
         n_direct, n = sum(fw.counters.direct for fw in fws), len(lat) + WARM_UP
-        if consumer_cpu:
-            print(f"  consumer process CPU (from listening, with the warm-up): "
-                  f"{consumer_cpu[-1] * 1e6 / n:,.0f} us/msg", flush=True)
+        if consumer_cpu is not None:
+            print("  consumer process CPU (from listening, with the warm-up): " + (
+                f"{consumer_cpu[-1] * 1e6 / n:,.0f} us/msg" if consumer_cpu
+                else "not reported (the consumer process did not end in time)"), flush=True)
+        with_what = ("the warm-up and the reading of the consumer's lines"
+                     if consumer_cpu is not None else "the consumer and the warm-up")
         print(
-            f"  gateway process CPU (all threads, with "
-            f"{'the warm-up' if consumer_cpu is not None else 'the consumer and the warm-up'}"
-            "): "
+            f"  gateway process CPU (all threads, with {with_what}): "
             f"{cpu * 1e6 / n:,.0f} us/msg (user {(after.user - times.user) * 1e6 / n:,.0f}, "
             f"system {(after.system - times.system) * 1e6 / n:,.0f}; by thread: "
             + ", ".join(
@@ -623,18 +626,20 @@ def mqtt_consumer(host: str, port: int, prefix: str) -> Consumer:
 
 def consumer_of(argv: list[str]) -> Consumer:
     """``kafka BOOTSTRAP TOPIC`` or ``mqtt HOST PORT PREFIX``."""
-    if argv[0] == "kafka":
+    if argv[0] == "kafka" and len(argv) == 3:
         return kafka_consumer(argv[1], argv[2])
-    return mqtt_consumer(argv[1], int(argv[2]), argv[3])
+    if argv[0] == "mqtt" and len(argv) == 4:
+        return mqtt_consumer(argv[1], int(argv[2]), argv[3])
+    raise SystemExit(f"consumer: want kafka BOOTSTRAP TOPIC or mqtt HOST PORT PREFIX, not {argv}")
 
 
 def consumer_child(argv: list[str]) -> int:
     """``--consumer-child KIND ARGS...``: the Kafka or MQTT consumer in its own process,
     as a subscriber of the bridged topics runs. It prints ``ready`` once listening, then
     ``SEQ TIME`` per message received (TIME: perf_counter at receipt, CLOCK_MONOTONIC,
-    one clock for all processes; lines written in batches every few ms, after the
-    receipt time is taken), and at the end (stdin closed) ``cpu SECONDS``: its CPU since
-    ``ready``."""
+    one clock for all processes; lines written in batches every 20 ms, after the
+    receipt time is taken, so the reporting costs little), and at the end (stdin closed)
+    ``cpu SECONDS``: its CPU since ``ready``."""
     lines: list[str] = []
 
     def arrived(payload: bytes, now: float) -> None:
@@ -651,7 +656,7 @@ def consumer_child(argv: list[str]) -> int:
                     sys.stdout.write("".join(lines))
                     sys.stdout.flush()
                     lines.clear()
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.02)
             if lines:
                 sys.stdout.write("".join(lines))
             print("cpu", repr(time.process_time() - cpu), flush=True)
@@ -680,18 +685,26 @@ def process_consumer(argv: list[str], cpu: list[float]) -> Consumer:
             async def read() -> None:
                 async for line in stdout:
                     fields = line.split()
-                    if len(fields) == 2 and fields[0] == b"cpu":
-                        cpu.append(float(fields[1]))
-                    elif len(fields) == 2:
-                        arrived(fields[0], float(fields[1]))
+                    with contextlib.suppress(ValueError):  # not a line of ours
+                        if len(fields) == 2 and fields[0] == b"cpu":
+                            cpu.append(float(fields[1]))
+                        elif len(fields) == 2:
+                            arrived(fields[0], float(fields[1]))
 
             reader = asyncio.create_task(read())
             try:
                 yield
             finally:
                 stdin.close()
-                await asyncio.wait_for(reader, 30)
+                # the child's last lines and its CPU; a child that does not end in time
+                # is killed below (its CPU is then missing, said where it is printed),
+                # never masking how the run itself ended
+                done, _ = await asyncio.wait({reader}, timeout=30)
+                if not done:
+                    reader.cancel()
         finally:
+            if not stdin.is_closing():
+                stdin.close()  # the child did not start: it ends on EOF
             if child.returncode is None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(child.wait(), 30)
@@ -906,8 +919,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = set(args.paths.split(","))
     where = "(and the consumer in its process) " if args.consumer_in_loop else ""
     print(f"GC: the gateway {where}runs with {gc_setting.describe()}; the MQ application "
-          f"{'' if args.consumer_in_loop else 'and the consumer '}in its own process with "
-          "Python's settings", flush=True)
+          f"{'' if args.consumer_in_loop else 'and the consumer, each '}in its own process, "
+          "with Python's settings", flush=True)
     return asyncio.run(
         run(
             rates,

@@ -59,10 +59,15 @@ class PahoClient(paho.Client):
 
     - after every PUBACK/PUBCOMP paho scans all messages it holds for a queued one to
       send next (O(n) per acknowledgement, O(n^2) per batch in flight); there is none
-      while every message it holds is in flight, so the scan is skipped then;
+      while every message it holds is in flight (QoS 0 ones are never held; a
+      reconnect recounts), so the scan is skipped then; whoever drops held messages
+      must lower ``_inflight_messages`` as paho does (``_forget_unacknowledged``);
     - paho formats each DEBUG line (``Sending PUBLISH ... properties=[...]``) before
       handing it to ``on_log``; it is skipped unless this module's paho logger is
       enabled for DEBUG (``mqgw -vv run``), so nothing that is logged today is lost.
+
+    Both override paho internals (paho-mqtt 2.1/2.2); tests/plugins/mqtt/
+    test_mqtt_paho_client.py fails if a paho release changes what they rely on.
     """
 
     def _update_inflight(self) -> MQTTErrorCode:
@@ -766,7 +771,11 @@ class MqttConnection:
         if out is None or not mids:
             return
         for mid in [m for m, msg in list(out.items()) if m in mids and msg.qos < 2]:
-            out.pop(mid, None)
+            msg = out.pop(mid)
+            if msg.qos > 0 and msg.state != paho.mqtt_ms_queued:
+                # keep paho's in-flight count true to what it holds, as its own
+                # acknowledgement handling does (PahoClient relies on it)
+                self._client._inflight_messages = max(0, self._client._inflight_messages - 1)
 
     def _fail_pending(self, exc: Exception) -> None:
         futures: list[asyncio.Future[Any]] = [*self._pending.values(), *self._sub_pending.values()]

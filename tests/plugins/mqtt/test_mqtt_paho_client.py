@@ -68,3 +68,44 @@ def test_paho_debug_lines_reach_on_log_only_when_they_would_be_logged(debug: boo
     if debug:
         expected.insert(0, (paho.MQTT_LOG_DEBUG, "Sending PUBLISH"))
     assert seen == expected
+
+
+class _NoScan(dict[int, paho.MQTTMessage]):
+    """Held messages that fail the test if paho scans them."""
+
+    def values(self):  # type: ignore[override]
+        raise AssertionError("paho scanned the held messages")
+
+
+def _held(n: int, state: int = paho.mqtt_ms_wait_for_puback) -> dict[int, paho.MQTTMessage]:
+    held = {}
+    for mid in range(1, n + 1):
+        msg = paho.MQTTMessage(mid, b"t")
+        msg.qos, msg.state = 1, state
+        held[mid] = msg
+    return held
+
+
+def test_no_scan_for_queued_messages_while_every_held_one_is_in_flight() -> None:
+    client = PahoClient(callback_api_version=CallbackAPIVersion.VERSION2, client_id="scan")
+    client._out_messages = _NoScan(_held(3))
+    client._inflight_messages = 3
+    assert client._update_inflight() == paho.MQTTErrorCode.MQTT_ERR_SUCCESS
+    # one held message not in flight (queued): paho's own scan runs, and is seen
+    client._inflight_messages = 2
+    with pytest.raises(AssertionError, match="scanned"):
+        client._update_inflight()
+
+
+async def test_forgetting_held_messages_lowers_the_in_flight_count() -> None:
+    conn = MqttConnection(MqttConfig(), "forget", on_message=lambda _: None,
+                          subscriptions=lambda: [])
+    client = conn._client
+    client._out_messages = _held(3)
+    queued = paho.MQTTMessage(4, b"t")
+    queued.qos, queued.state = 1, paho.mqtt_ms_queued
+    client._out_messages[4] = queued
+    client._inflight_messages = 3
+    conn._forget_unacknowledged({1, 2, 4})
+    assert list(client._out_messages) == [3]
+    assert client._inflight_messages == 1  # the queued one was never counted
