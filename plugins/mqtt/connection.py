@@ -53,9 +53,10 @@ paho_log = logging.getLogger(f"{__name__}.paho")
 #: paho log level -> logging level (what ``enable_logger`` would use).
 _PAHO_LEVELS: dict[int, int] = {int(k): v for k, v in paho.LOGGING_LEVEL.items()}
 
+
 class PahoClient(paho.Client):
     """paho's client without two costs per message that buy the gateway nothing
-    (issue 16; measured in docs/performance.md, "MQTT client costs"):
+    (issue 16; measured in docs/performance.md, "Latency budget and client costs"):
 
     - after every PUBACK/PUBCOMP paho scans all messages it holds for a queued one to
       send next (O(n) per acknowledgement, O(n^2) per batch in flight); there is none
