@@ -335,6 +335,57 @@ async def test_the_long_wait_is_cut_while_another_serviced_queue_holds_messages(
         reset_buses()
 
 
+async def test_a_stop_ends_the_wait_for_a_hand_over_and_loses_nothing(tmp_path: Path) -> None:
+    """A stop during the wait for a slow sink's acknowledgement ends the stream batch's
+    wait at once (the wait holds the service's lock; a stop must not sit out the
+    allowance, here 20 s): the unsettled deliveries take the backlog in the batch's unit
+    of work, which commits. The forwarder still lets the sink's send end (its outcome
+    decides whether the backlog copies go out), and since the sink then acknowledges,
+    the copies are taken off unsent: the sink has each publication once."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = 20.0
+    backlogs.direct_ack_max = 20.0
+    sending, release = asyncio.Event(), asyncio.Event()
+    inst = _memory("slowstop")
+    send = inst.send
+
+    async def slow_send(envelopes: Sequence[Envelope]) -> None:
+        sending.set()
+        await release.wait()
+        await send(envelopes)
+
+    inst.send = slow_send  # type: ignore[method-assign]
+    backlog = backlog_queue_name("slowstop")
+    await gw.start(inst)
+    stop: asyncio.Task[None] | None = None
+    try:
+        await _publish(gw, [b"1", b"2"])
+        await asyncio.wait_for(sending.wait(), 10)
+        await asyncio.sleep(0.1)  # the batch now waits in settle
+        assert gw.qm.queue_depth(STOCK) == 2 and gw.qm.queue_depth(backlog) == 0
+        started = time.monotonic()
+        stop = asyncio.create_task(gw.service.stop())
+        while time.monotonic() - started < 10 and gw.qm.queue_depth(STOCK):
+            await asyncio.sleep(0.01)
+        waited = time.monotonic() - started
+        assert gw.qm.queue_depth(STOCK) == 0, "the stream batch did not commit"
+        assert waited < 5, f"the stream batch waited {waited:.1f} s after the stop"
+        assert gw.qm.queue_depth(backlog) == 2  # the copies, nothing lost
+        release.set()
+        await asyncio.wait_for(stop, 10)
+        stop = None
+        assert gw.qm.queue_depth(backlog) == 0  # acknowledged: taken off unsent
+        assert [r.payload for r in get_bus("slowstop").records] == [b"1", b"2"]
+    finally:
+        release.set()
+        if stop is not None:
+            await stop
+        await gw.close()
+        reset_buses()
+
+
 async def test_a_failed_direct_send_is_retried_from_the_backlog(tmp_path: Path) -> None:
     """The sink fails the hand-over (retriably): the deliveries are on the backlog and
     the forwarder delivers them once the sink is back; nothing is lost."""
