@@ -223,28 +223,35 @@ def publication(seq: int) -> tuple[MQMD, bytes]:
     return md, encode_rfh2(rfh2, ccsid=1208) + payload
 
 
+def stat_cpu(stat: Path) -> float:
+    """CPU seconds (user + system) in a Linux ``/proc/.../stat`` file (OSError if it
+    cannot be read, ValueError if it is not one)."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except IndexError:
+        raise ValueError(f"{stat} is not a stat file") from None
+
+
 def thread_cpu() -> dict[str, float]:
     """CPU seconds (user + system) of this process's threads by name (Linux /proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     tasks = Path("/proc/self/task")
     if not tasks.is_dir():
         return out
     for task in tasks.iterdir():
-        with contextlib.suppress(OSError, ValueError, IndexError):
+        with contextlib.suppress(OSError, ValueError):
             comm = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            out[comm] = out.get(comm, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+            out[comm] = out.get(comm, 0.0) + stat_cpu(task / "stat")
     return out
 
 
 def process_cpu(pid: int) -> float:
     """CPU seconds (user + system) of another process (Linux /proc; 0.0 elsewhere)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        return stat_cpu(Path(f"/proc/{pid}/stat"))
+    except (OSError, ValueError):
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def unit_times(start: float, rate: float, total: int, per_unit: int) -> Iterator[tuple[int, float]]:

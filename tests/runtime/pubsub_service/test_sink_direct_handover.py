@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +48,21 @@ def _memory(name: str, record_file: Path | None = None) -> MemoryInstance:
     return MemoryInstance(name, MemoryConfig.model_validate(cfg))
 
 
-def _delayed(inst: MemoryInstance, seconds: float) -> MemoryInstance:
-    """``inst``, each send taking ``seconds`` longer (a sink slow to acknowledge)."""
+def _before_send(inst: MemoryInstance, wait: Callable[[], Awaitable[object]]) -> MemoryInstance:
+    """``inst``, each send awaiting ``wait()`` first (a sink slow to acknowledge)."""
     send = inst.send
 
     async def delayed_send(envelopes: Sequence[Envelope]) -> None:
-        await asyncio.sleep(seconds)
+        await wait()
         await send(envelopes)
 
     inst.send = delayed_send  # type: ignore[method-assign]
     return inst
+
+
+def _delayed(inst: MemoryInstance, seconds: float) -> MemoryInstance:
+    """``inst``, each send taking ``seconds`` longer."""
+    return _before_send(inst, lambda: asyncio.sleep(seconds))
 
 
 def _gateway(path: Path) -> InProcessGateway:
@@ -348,17 +353,13 @@ async def test_a_stop_ends_the_wait_for_a_hand_over_and_loses_nothing(tmp_path: 
     backlogs.direct_ack_timeout = 20.0
     backlogs.direct_ack_max = 20.0
     sending, release = asyncio.Event(), asyncio.Event()
-    inst = _memory("slowstop")
-    send = inst.send
 
-    async def slow_send(envelopes: Sequence[Envelope]) -> None:
+    async def held() -> None:
         sending.set()
         await release.wait()
-        await send(envelopes)
 
-    inst.send = slow_send  # type: ignore[method-assign]
     backlog = backlog_queue_name("slowstop")
-    await gw.start(inst)
+    await gw.start(_before_send(_memory("slowstop"), held))
     stop: asyncio.Task[None] | None = None
     try:
         await _publish(gw, [b"1", b"2"])
