@@ -242,8 +242,11 @@ class RRNetwork:
                     assert got.body.endswith(f"probe {n}".encode())
                     return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no echo from Q3@QMC to {n} probes put to MYQ3\n"
-                                   f"{self.log_tails()}")
+                qm = self.tester.qm
+                raise TimeoutError(
+                    f"no echo from Q3@QMC to {n} probes put to MYQ3; on TESTER "
+                    f"{qm.queue_depth(CLUSTER_XMITQ)} message(s) wait on {CLUSTER_XMITQ}, "
+                    f"{qm.queue_depth(DLQ)} on its DLQ\n{self.log_tails()}")
 
     async def _unknown(self, names: Sequence[tuple[str, str]]) -> list[str]:
         """The names TESTER cannot open yet (a partial repository learns a cluster queue

@@ -11,7 +11,7 @@ keeps its repository (:mod:`.repository`, pure state) as a message on
 ``SYSTEM.CLUSTER.REPOSITORY.QUEUE``, learns names on first use (partial repository),
 balances puts round robin across instances and starts cluster-sender channels on demand.
 
-About 510 lines, one class, on purpose: its publish path and its command path follow one
+About 550 lines, one class, on purpose: its publish path and its command path follow one
 rule (snapshot the repository, change it, undo exactly one's own side if the unit of
 work backs out) and are easier to check side by side; records, commands and storage
 are already apart.
@@ -104,6 +104,8 @@ class ClusterManager:
         self._task: asyncio.Task[None] | None = None
         self._publish_task: asyncio.Task[None] | None = None
         self._waiting: set[tuple[str, str]] = set()
+        #: Queries about members a waiting message needs (:meth:`_ask_for_member`).
+        self._asking: dict[str, asyncio.Task[None]] = {}
         self._query_ids = itertools.count(1)
         self._force_publish = False
         self._publish_again = False
@@ -162,9 +164,27 @@ class ClusterManager:
         endpoint = self._endpoint(hop)
         if endpoint is None:
             self._waiting.add((hop, lane))
+            self._ask_for_member(hop)
             return
         channel, conname = endpoint
         self.node.cluster_sender(hop, lane, channel, conname)
+
+    def _ask_for_member(self, hop: str) -> None:
+        """A message waits for a member whose record this partial repository lacks: ask
+        a full repository (the query also subscribes to it, so a record the full
+        repository learns later is sent on; its arrival starts the channel)."""
+        if hop in self._asking or self.qm is None or self.qm.stopping:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._learn_member(hop), name=f"{self.q_mgr_name}: ask about {hop}")
+        self._asking[hop] = task
+        task.add_done_callback(lambda _: self._asking.pop(hop, None))
+
+    async def _learn_member(self, hop: str) -> None:
+        try:
+            await self.learn("", hop)
+        except Exception:
+            log.exception("%s: asking about cluster member %s failed", self.q_mgr_name, hop)
 
     async def learn(self, q_name: str, q_mgr_name: str = "") -> bool:
         """Partial repository: ask a full repository about names not known yet."""
@@ -221,7 +241,7 @@ class ClusterManager:
         await self._kick_waiting()
 
     async def close(self) -> None:
-        for t in (self._task, self._publish_task):
+        for t in (self._task, self._publish_task, *self._asking.values()):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(BaseException):
@@ -403,6 +423,8 @@ class ClusterManager:
             names = [str(n) for n in cmd.get("names", [])]
             self.repository.subscribe(names, sender)
             items = self.repository.answer(cluster, names)
+            # the hosts too, so a later change of a host's channel reaches the asker
+            self.repository.subscribe({r.name for r in items if r.kind == QMGR}, sender)
             self.repository.stats.queries_answered += 1
             await self._send(conn, sender,
                              update_command(items, self.q_mgr_name, answer=cmd.get("id")))
@@ -450,11 +472,20 @@ class ClusterManager:
     async def _notify_subscribers(
         self, conn: EmbeddedConnection, items: list[RepositoryRecord], exclude: set[str]
     ) -> None:
+        """Tell each subscriber of a changed name; a subscriber told of a queue is told
+        of its host too (and subscribed to it): it may have asked about the queue before
+        this repository knew either, and cannot send to the queue without the host's
+        channel."""
         by_target: dict[str, list[RepositoryRecord]] = {}
         for r in items:
             for sub in self.repository.subscribers.get(r.name, ()):
                 if sub not in exclude and sub != self.q_mgr_name:
                     by_target.setdefault(sub, []).append(r)
+        for target, recs in by_target.items():
+            hosts = [h for c in sorted({r.cluster for r in recs})
+                     for h in self.repository.hosts(c, recs) if h not in recs]
+            self.repository.subscribe({h.name for h in hosts}, target)
+            recs += hosts
         for target, recs in sorted(by_target.items()):
             await self._send(conn, target, update_command(recs, self.q_mgr_name))
 

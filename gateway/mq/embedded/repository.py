@@ -147,11 +147,14 @@ class Repository:
         wanted = set(names)
         out = [r for r in self.records.values()
                if r.cluster == cluster and r.name in wanted]
-        hosts = {r.q_mgr for r in out if r.kind == QUEUE}
-        out += [r for r in self.records.values()
-                if r.cluster == cluster and r.kind == QMGR and r.name in hosts
-                and r not in out]
-        return out
+        return out + [r for r in self.hosts(cluster, out) if r not in out]
+
+    def hosts(self, cluster: str, records: Iterable[RepositoryRecord]) -> list[RepositoryRecord]:
+        """The queue-manager records of ``cluster`` hosting the queue records among
+        ``records``: a member told of a queue cannot send to it without its host's."""
+        names = {r.q_mgr for r in records if r.kind == QUEUE and r.cluster == cluster}
+        return [r for r in self.records.values()
+                if r.cluster == cluster and r.kind == QMGR and r.name in names]
 
     def subscribe(self, names: Iterable[str], q_mgr: str) -> None:
         for n in names:

@@ -409,6 +409,19 @@ async def wait_healthy(instance: MqttInstance, healthy: bool, timeout: float = 3
             await asyncio.sleep(0.05)
 
 
+async def wait_acknowledged(instance: MqttInstance, handled: int) -> None:
+    """Until ``handled`` messages are acknowledged and the broker has read the PUBACKs.
+
+    A handler sees a message before its PUBACK goes out; a broker stopped in between
+    keeps the message in the session and sends it again, as at-least-once allows. The
+    broker reads a client's packets in order, so the PUBACK of a QoS 1 publication sent
+    after the acks means it has read them."""
+    async with asyncio.timeout(20):
+        while instance.stats()["exchange_handled"] < handled:
+            await asyncio.sleep(0.05)
+    await instance.produce([Envelope(stream="", topic=unique("rr-sync/"), payload=b"")])
+
+
 async def test_sources_are_resubscribed_after_a_lost_session_and_added_while_down(
     tmp_path: Path,
 ) -> None:
@@ -429,6 +442,7 @@ async def test_sources_are_resubscribed_after_a_lost_session_and_added_while_dow
             await wait_healthy(instance, True)
             await asyncio.to_thread(mosquitto_pub, broker, "rr-a/1", "after session loss")
             await first.wait_for(1)
+            await wait_acknowledged(instance, 1)
             # A route added while the broker is down is subscribed on the next connection,
             # though the broker kept the session (and the older source).
             broker.stop()

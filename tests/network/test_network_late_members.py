@@ -1,0 +1,100 @@
+"""A partial repository reaches a queue whose host joined the cluster after it asked.
+
+Why: a partial repository learns a cluster queue on first use and stays subscribed to the
+name. When the queue's host joins later, the full repository sends the queue on; without
+the host's queue-manager record (its CLUSRCVR channel) the partial repository cannot start
+a channel, and its messages would wait on SYSTEM.CLUSTER.TRANSMIT.QUEUE for ever. Issue
+14's request/reply network met this at start-up when its gateway started last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from gateway.mq.embedded.network import Network
+from gateway.mq.embedded.repository import QMGR, QUEUE
+from gateway.mq.embedded.topology import topology_from_dict
+from gateway.mq.port import MQError
+from gateway.wire.reasons import Reason
+from tests.network.network_helpers import get_one, wait_for
+from tests.network.test_network_scenarios import joined, member, put
+
+TOPOLOGY = {
+    "FR": member("FR", "DEMO", "FR", full=True),
+    "HOST": member("HOST", "DEMO", "FR") + "DEFINE QLOCAL(PQ) CLUSTER(DEMO)\n",
+    "USER": member("USER", "DEMO", "FR"),
+}
+
+
+def holds(net: Network, qm: str, kind: str, name: str) -> bool:
+    return any(r.kind == kind and r.name == name for r in net[qm].cluster.repository.live())
+
+
+@pytest_asyncio.fixture
+async def net(tmp_path: Path) -> AsyncIterator[Network]:
+    """FR and USER running; HOST (with cluster queue PQ) not started yet."""
+    network = Network(topology_from_dict({"queue_managers": {
+        name: {"mqsc": text} for name, text in TOPOLOGY.items()}}, tmp_path),
+        tmp_path / "data")
+    try:
+        await network.start(["FR", "USER"])
+        await joined(network, "FR", "USER")
+        yield network
+    finally:
+        await network.stop()
+
+
+async def test_a_queue_sent_on_after_its_host_joined_comes_with_the_host(net: Network) -> None:
+    # USER asks about PQ before anyone advertised it: unknown (2085), and subscribed.
+    with pytest.raises(MQError) as err:
+        await put(net, "USER", "PQ", b"too early")
+    assert err.value.reason == Reason.UNKNOWN_OBJECT_NAME
+    await net.start(["HOST"])
+    await wait_for(lambda: holds(net, "USER", QUEUE, "PQ"))
+    # told of PQ, USER holds its host's record too, before it sends anything
+    await wait_for(lambda: holds(net, "USER", QMGR, "HOST"))
+    sent = await put(net, "USER", "PQ", b"hello")
+    got = await get_one(net["HOST"].qm, "PQ")
+    assert (got.body, got.md.msg_id) == (b"hello", sent.msg_id)
+
+
+async def test_a_message_for_a_member_whose_record_is_missing_asks_for_it(
+    net: Network,
+) -> None:
+    await net.start(["HOST"])
+    await joined(net, "FR", "HOST")
+    await put(net, "USER", "PQ", b"first")
+    assert (await get_one(net["HOST"].qm, "PQ")).body == b"first"
+    # USER loses HOST's record (and its channel): the next message needs it again
+    repo = net["USER"].cluster.repository
+    for key in [k for k, r in repo.records.items() if r.kind == QMGR and r.name == "HOST"]:
+        del repo.records[key]
+    for key in [k for k in net["USER"].senders if "HOST" in k]:
+        await net["USER"].senders.pop(key).stop()
+    assert not holds(net, "USER", QMGR, "HOST")
+    sent = await put(net, "USER", "PQ", b"second")
+    got = await get_one(net["HOST"].qm, "PQ")
+    assert (got.body, got.md.msg_id) == (b"second", sent.msg_id)
+    assert holds(net, "USER", QMGR, "HOST")
+
+
+async def test_a_member_that_asked_about_a_queue_is_told_when_its_host_changes(
+    net: Network,
+) -> None:
+    await net.start(["HOST"])
+    await joined(net, "FR", "HOST")
+    await put(net, "USER", "PQ", b"learns PQ and HOST")
+    assert (await get_one(net["HOST"].qm, "PQ")).body == b"learns PQ and HOST"
+    # HOST's cluster-receiver moves to an explicit address (the same listener)
+    conname = f"127.0.0.1({net['HOST'].port})"
+    net["HOST"].qm.run_mqsc(f"ALTER CHANNEL(TO.HOST) CHLTYPE(CLUSRCVR) CONNAME('{conname}')")
+
+    def users_record() -> str:
+        rec = net["USER"].cluster.repository.member("HOST", ["DEMO"])
+        return "" if rec is None else rec.conname
+
+    await wait_for(lambda: users_record() == conname)
