@@ -796,7 +796,7 @@ async def run(
                         rate,
                         seconds,
                         per_unit,
-                        stages,
+                        stages and i != "w",  # no stage report for the warm-up
                         app_in_loop,
                         direct,
                         async_put,
