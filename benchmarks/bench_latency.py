@@ -18,7 +18,9 @@ previous unit (open loop: a late put is counted late, no coordinated omission; o
 commit per message would itself cap the embedded queue manager near 1,000 puts/s on
 this machine, see bench_embedded_qm). Latency of a message = the consumer's receipt
 minus its *scheduled* put time; the message carries its sequence number. After a
-warm-up (topic creation, connections), ``--seconds`` (3) of load per path and rate.
+warm-up (topic creation, connections), ``--seconds`` (3) of load per path and rate, or
+longer at a low rate so that each rate measures at least ``--min-messages`` (2,000): a
+p99 of 400 messages would be their 4 slowest.
 Rates: 1,000 msg/s (issue 16's goal: p99 < 20 ms) and 200 msg/s for information. The
 Kafka consumer uses ``fetch_max_wait_ms=100``: a fetch returns as soon as a record is
 there (fetch_min_bytes 1), so the wait bounds only empty fetches; at 5 ms (used before)
@@ -757,8 +759,10 @@ async def run(
     async_put: bool = True,
     consumer_in_loop: bool = False,
     broker_warm_up: bool = True,
+    min_messages: int = 0,
 ) -> int:
-    """The first rate is the goal's (recorded with the goal); the others are info rows."""
+    """The first rate is the goal's (recorded with the goal); the others are info rows.
+    Each rate runs ``seconds``, or long enough for ``min_messages``."""
     work = Path(tempfile.mkdtemp(prefix="mqgw-bench-latency-"))
     consumer_cpu: list[float] | None = None if consumer_in_loop else []
 
@@ -794,7 +798,7 @@ async def run(
                         kafka_plugin.create("kafka", config),
                         consumer(["kafka", kafka.bootstrap, f"lat{i}.{STREAM}"]),
                         rate,
-                        seconds,
+                        max(seconds, min_messages / rate),
                         per_unit,
                         stages and i != "w",  # no stage report for the warm-up
                         app_in_loop,
@@ -830,7 +834,7 @@ async def run(
                         mqtt_plugin.create("mqtt", config_m),
                         consumer(["mqtt", mqtt.host, str(mqtt.port), f"lat{i}"]),
                         rate,
-                        seconds,
+                        max(seconds, min_messages / rate),
                         per_unit,
                         stages,
                         app_in_loop,
@@ -856,6 +860,12 @@ def main(argv: list[str] | None = None) -> int:
         help="offered msg/s; the first is the goal's, the others are shown for information",
     )
     parser.add_argument("--seconds", type=float, default=3.0, help="of load per path")
+    parser.add_argument(
+        "--min-messages",
+        type=int,
+        default=2000,
+        help="run a low rate longer, so that each rate measures at least this many messages",
+    )
     parser.add_argument(
         "--per-unit", type=int, default=10, help="puts per MQ application unit of work"
     )
@@ -940,6 +950,7 @@ def main(argv: list[str] | None = None) -> int:
             not args.sync_put,
             args.consumer_in_loop,
             not args.no_broker_warm_up,
+            args.min_messages,
         )
     )
 

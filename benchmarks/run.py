@@ -40,7 +40,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "bridge_kafka": ["--messages", "2000", "--batch-sizes", "256"],
     "bridge_mqtt": ["--messages", "2000", "--batch-sizes", "256"],
     "inbound": ["--messages", "2000"],
-    "latency": ["--seconds", "2"],
+    "latency": ["--seconds", "2", "--min-messages", "0"],
     "pubsub": ["--quick"],
     "analytics": ["--records", "100000", "--produce-seconds", "30"],
     "request_reply": ["--requests", "60"],
