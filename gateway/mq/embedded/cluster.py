@@ -36,6 +36,7 @@ from gateway.mq.embedded.objects import (
 )
 from gateway.mq.embedded.repository import (
     QMGR,
+    QUEUE,
     Repository,
     RepositoryRecord,
     as_deleted,
@@ -104,8 +105,11 @@ class ClusterManager:
         self._task: asyncio.Task[None] | None = None
         self._publish_task: asyncio.Task[None] | None = None
         self._waiting: set[tuple[str, str]] = set()
-        #: Queries about members a waiting message needs (:meth:`_ask_for_member`).
+        #: Queries about members a waiting message needs (:meth:`_ask_for_member`), and
+        #: when each member was last asked about.
         self._asking: dict[str, asyncio.Task[None]] = {}
+        self._asked_at: dict[str, float] = {}
+        self._closed = False
         self._query_ids = itertools.count(1)
         self._force_publish = False
         self._publish_again = False
@@ -172,19 +176,27 @@ class ClusterManager:
     def _ask_for_member(self, hop: str) -> None:
         """A message waits for a member whose record this partial repository lacks: ask
         a full repository (the query also subscribes to it, so a record the full
-        repository learns later is sent on; its arrival starts the channel)."""
-        if hop in self._asking or self.qm is None or self.qm.stopping:
+        repository learns later is sent on; its arrival starts the channel). At most
+        once per member per ``NEGATIVE_CACHE_S``, whatever the answer was, so messages
+        waiting for a member no answer gives a channel do not each send a query."""
+        if self._closed or self.qm is None or self.qm.stopping or hop in self._asking:
             return
-        task = asyncio.get_running_loop().create_task(
+        if all(self.is_full(c) for c in self.clusters):
+            return  # nobody to ask: a full repository knows what its cluster told it
+        now = time.monotonic()
+        if self._asked_at.get(hop, -NEGATIVE_CACHE_S) + NEGATIVE_CACHE_S > now:
+            return
+        self._asked_at[hop] = now
+        self._asking[hop] = asyncio.get_running_loop().create_task(
             self._learn_member(hop), name=f"{self.q_mgr_name}: ask about {hop}")
-        self._asking[hop] = task
-        task.add_done_callback(lambda _: self._asking.pop(hop, None))
 
     async def _learn_member(self, hop: str) -> None:
         try:
             await self.learn("", hop)
         except Exception:
             log.exception("%s: asking about cluster member %s failed", self.q_mgr_name, hop)
+        finally:
+            self._asking.pop(hop, None)
 
     async def learn(self, q_name: str, q_mgr_name: str = "") -> bool:
         """Partial repository: ask a full repository about names not known yet."""
@@ -241,7 +253,8 @@ class ClusterManager:
         await self._kick_waiting()
 
     async def close(self) -> None:
-        for t in (self._task, self._publish_task, *self._asking.values()):
+        self._closed = True  # no new publish or query from here on
+        for t in (self._task, self._publish_task, *list(self._asking.values())):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(BaseException):
@@ -264,7 +277,7 @@ class ClusterManager:
         self.schedule_publish()
 
     def schedule_publish(self, force: bool = False) -> None:
-        if self.qm is None or self.qm.stopping:
+        if self._closed or self.qm is None or self.qm.stopping:
             return
         self._force_publish = self._force_publish or force
         if self._publish_task is not None and not self._publish_task.done():
@@ -342,7 +355,8 @@ class ClusterManager:
                 for target in targets:
                     await self._send(conn, target, update_command(items, self.q_mgr_name))
                 if self.is_full(cluster):
-                    await self._notify_subscribers(conn, items, exclude={self.q_mgr_name})
+                    await self._notify_subscribers(conn, items, exclude={self.q_mgr_name},
+                                                   subscribe_hosts=False)
             await self._save(conn)
             await conn.commit()
         finally:
@@ -470,22 +484,29 @@ class ClusterManager:
                         self.message_waiting(hop, lane)
 
     async def _notify_subscribers(
-        self, conn: EmbeddedConnection, items: list[RepositoryRecord], exclude: set[str]
+        self, conn: EmbeddedConnection, items: list[RepositoryRecord], exclude: set[str],
+        *, subscribe_hosts: bool = True,
     ) -> None:
         """Tell each subscriber of a changed name; a subscriber told of a queue is told
-        of its host too (and subscribed to it): it may have asked about the queue before
-        this repository knew either, and cannot send to the queue without the host's
-        channel."""
+        of its host too: it may have asked about the queue before this repository knew
+        either, and cannot send to the queue without the host's channel. The command
+        path (``subscribe_hosts``) also subscribes it to the host, so later changes of
+        the host's channel reach it; the publisher, whose hosts are this queue manager,
+        leaves subscriptions to the command path (each undoes only its own changes)."""
         by_target: dict[str, list[RepositoryRecord]] = {}
         for r in items:
             for sub in self.repository.subscribers.get(r.name, ()):
                 if sub not in exclude and sub != self.q_mgr_name:
                     by_target.setdefault(sub, []).append(r)
+        members = {(r.cluster, r.name): r for r in self.repository.records.values()
+                   if r.kind == QMGR}
         for target, recs in by_target.items():
-            hosts = [h for c in sorted({r.cluster for r in recs})
-                     for h in self.repository.hosts(c, recs) if h not in recs]
-            self.repository.subscribe({h.name for h in hosts}, target)
-            recs += hosts
+            hosts = {members[key] for key in ((r.cluster, r.q_mgr) for r in recs
+                                              if r.kind == QUEUE) if key in members}
+            hosts.difference_update(recs)
+            if subscribe_hosts:
+                self.repository.subscribe({h.name for h in hosts}, target)
+            recs += sorted(hosts, key=lambda h: h.key)
         for target, recs in sorted(by_target.items()):
             await self._send(conn, target, update_command(recs, self.q_mgr_name))
 
@@ -527,7 +548,9 @@ class ClusterManager:
     async def _kick_waiting(self) -> None:
         """Start channels for messages left on the cluster transmission queue (restart)."""
         assert self.qm is not None
-        hops = {r.name for r in self.repository.live(self.clusters) if r.kind == QMGR}
+        # a queue's host whose own record is missing too: its messages wait and ask
+        hops = {r.name if r.kind == QMGR else r.q_mgr
+                for r in self.repository.live(self.clusters)}
         hops |= {p.q_mgr for p in self.partners.values()}
         keys = {cluster_correl_id(h, lane): (h, lane) for h in hops for lane in ("", "CMD")}
         conn = await self.qm.connect()
