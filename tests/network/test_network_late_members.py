@@ -76,10 +76,7 @@ async def test_a_queue_sent_on_after_its_host_joined_comes_with_the_host(net: Ne
 async def test_a_message_for_a_member_whose_record_is_missing_asks_for_it(
     net: Network,
 ) -> None:
-    await net.start(["HOST"])
-    await joined(net, "FR", "HOST")
-    await put(net, "USER", "PQ", b"first")
-    assert (await get_one(net["HOST"].qm, "PQ")).body == b"first"
+    await host_joins_and_user_sends(net)
     await forget_host(net)
     asked = net["USER"].cluster.repository.stats.queries_sent
     sent = await put(net, "USER", "PQ", b"second")
@@ -92,10 +89,7 @@ async def test_a_message_for_a_member_whose_record_is_missing_asks_for_it(
 async def test_a_message_left_waiting_for_a_missing_member_asks_after_a_restart(
     net: Network,
 ) -> None:
-    await net.start(["HOST"])
-    await joined(net, "FR", "HOST")
-    await put(net, "USER", "PQ", b"first")
-    assert (await get_one(net["HOST"].qm, "PQ")).body == b"first"
+    await host_joins_and_user_sends(net)
     # USER's stored repository lacks HOST's record, and the full repository is down: the
     # next message waits on USER's cluster transmission queue through USER's restart
     await net["FR"].stop()
@@ -109,6 +103,14 @@ async def test_a_message_left_waiting_for_a_missing_member_asks_after_a_restart(
     await net.start(["USER"])
     got = await get_one(net["HOST"].qm, "PQ")
     assert (got.body, got.md.msg_id) == (b"waited", sent.msg_id)
+
+
+async def host_joins_and_user_sends(net: Network) -> None:
+    """HOST joins; USER's first message to PQ makes it learn PQ and HOST."""
+    await net.start(["HOST"])
+    await joined(net, "FR", "HOST")
+    await put(net, "USER", "PQ", b"first")
+    assert (await get_one(net["HOST"].qm, "PQ")).body == b"first"
 
 
 async def forget_host(net: Network) -> None:
@@ -138,10 +140,7 @@ async def moves_receiver(net: Network) -> None:
 async def test_a_member_that_asked_about_a_queue_is_told_when_its_host_changes(
     net: Network,
 ) -> None:
-    await net.start(["HOST"])
-    await joined(net, "FR", "HOST")
-    await put(net, "USER", "PQ", b"learns PQ and HOST")
-    assert (await get_one(net["HOST"].qm, "PQ")).body == b"learns PQ and HOST"
+    await host_joins_and_user_sends(net)
     await moves_receiver(net)
 
 
