@@ -315,6 +315,7 @@ class BrokerService:
         tasks, self._tasks = self._tasks, []
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self.sink_backlogs.take_back_acknowledged()  # after the batches' commits
         self.sink_backlogs.forwarders.clear()
         conn, self._sub_conn = self._sub_conn, None
         if conn is not None:

@@ -21,8 +21,10 @@ failed, slow — the deliveries are put on the backlog in the same unit of work,
 as without the hand-over, and the forwarder sends nothing before the hand-over's send
 has ended (the sink keeps the stream's order). If that send ends acknowledged after all
 (it was only slow), the forwarder commits those backlog copies away unsent, so a slow
-sink sees no duplicate (unless the gateway stops meanwhile: the restarted forwarder
-sends them again, at-least-once); if it failed, the copies are sent. That sink gets no hand-over
+sink sees no duplicate; at a stop the service waits up to ``STOP_SETTLE_TIMEOUT`` for
+that send after its last commit and takes acknowledged copies off then (only a send
+still unacknowledged by then, or a crash, leaves copies the next start sends again:
+at-least-once); if it failed, the copies are sent. That sink gets no hand-over
 for ``direct_pause_min`` seconds, doubled for each such hand-over in a row up to
 ``direct_pause``.
 """
@@ -80,6 +82,11 @@ DIRECT_ACK_POLL = 0.01
 #: hiccup) costs half a second of backlog, not five.
 DIRECT_PAUSE_MIN = 0.5
 DIRECT_PAUSE = 5.0
+#: At a stop, seconds a forwarder waits for a direct hand-over still sending whose
+#: deliveries also went to the backlog: acknowledged by then, the copies are taken off
+#: unsent (:meth:`SinkBacklogs.take_back_acknowledged`); otherwise they are sent again
+#: at the next start.
+STOP_SETTLE_TIMEOUT = 5.0
 
 
 @dataclass(slots=True)
@@ -128,6 +135,8 @@ class SinkBacklogs:
         #: in time, doubling for each in a row up to ``direct_pause``
         self.direct_pause_min = DIRECT_PAUSE_MIN
         self.direct_pause = DIRECT_PAUSE
+        #: at a stop, the wait for a hand-over still sending (take_back_acknowledged)
+        self.stop_settle_timeout = STOP_SETTLE_TIMEOUT
 
     def _define_statement(self, queue: str, name: str) -> str:
         return (
@@ -263,6 +272,17 @@ class SinkBacklogs:
                 h.fw.copies_of_direct([p.md.msg_id for p in copies])
             puts.extend(copies)
         return puts
+
+    async def take_back_acknowledged(self) -> None:
+        """At a stop, once every stream batch has committed: each forwarder takes the
+        backlog copies of its acknowledged hand-overs off unsent, so a graceful stop
+        sends nothing twice (:meth:`SinkForwarder.take_back_acknowledged`)."""
+        for fw in self.forwarders.values():
+            taken = await fw.take_back_acknowledged(self.stop_settle_timeout)
+            if taken:
+                log.info(
+                    "sink %s: %d acknowledged copies taken off its backlog", fw.sink_name, taken
+                )
 
     @staticmethod
     def delivered(handovers: list[HandOver]) -> None:

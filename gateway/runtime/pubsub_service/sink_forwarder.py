@@ -219,17 +219,70 @@ class SinkForwarder:
         if not task.done():
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
-        exc = None if task.cancelled() else task.exception()
-        if exc is None and not task.cancelled():
+        if _acknowledged(task):
             # acknowledged, only too late for the service's commit: the sink has these
             if len(self._acked_copies) > 65536:  # copies of a unit of work backed out
                 self._acked_copies.clear()
             self._acked_copies |= copies
             return True
-        if isinstance(exc, DeliveryRefusedError):
+        if not task.cancelled() and isinstance(task.exception(), DeliveryRefusedError):
             return True
         await self._pause(self.retry_delay * random.uniform(0.8, 1.2))
         return not self._stop.is_set()
+
+    async def take_back_acknowledged(self, timeout: float) -> int:
+        """At a stop, once the stream batches have committed: wait up to ``timeout`` s
+        for a direct hand-over still sending, then take the backlog copies of
+        acknowledged hand-overs off the backlog unsent (counted delivered). The
+        forwarder may have stopped before it got them: left there, the next start
+        would send them again, so a graceful stop would duplicate a batch. Returns
+        how many it took off; on an MQ error they stay (sent again: at-least-once)."""
+        task, self._direct = self._direct, None
+        copies, self._direct_copies = self._direct_copies, frozenset()
+        if task is not None and copies:
+            if not task.done():
+                await asyncio.wait({task}, timeout=timeout)
+            if _acknowledged(task):
+                self._acked_copies |= copies
+            elif not task.done():
+                log.warning(
+                    "sink %s: a direct send still unacknowledged %.0f s into the stop: "
+                    "its %d backlog copies are sent again at the next start",
+                    self.sink_name,
+                    timeout,
+                    len(copies),
+                )
+        acked, self._acked_copies = self._acked_copies, set()
+        if not acked:
+            return 0
+        taken: list[bytes] = []
+        try:
+            conn = await self.qm.connect()
+        except MQError as exc:
+            log.warning("sink %s: cannot take acknowledged copies off: %s", self.sink_name, exc)
+            return 0
+        try:
+            handle = await conn.open(self.queue, OpenOption.INPUT_SHARED)
+            for msg_id in acked:
+                try:
+                    await handle.get(GetOptions(syncpoint=True, match_msg_id=msg_id))
+                except MQError as exc:
+                    if exc.reason != Reason.NO_MSG_AVAILABLE:
+                        raise
+                    continue  # its unit of work was backed out: never on the backlog
+                taken.append(msg_id)
+            await conn.commit()
+        except MQError as exc:
+            log.warning("sink %s: cannot take acknowledged copies off: %s", self.sink_name, exc)
+            return 0
+        finally:
+            with contextlib.suppress(MQError):
+                await conn.backout()
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+        self.envelopes.discard(taken)
+        self.directly_delivered(len(taken))
+        return len(taken)
 
     async def run(self) -> None:
         """Forward until the service stops; reconnects after connection failures."""
@@ -487,6 +540,11 @@ class SinkForwarder:
             q_mgr=q_mgr,
             kind="backout_queue",
         )
+
+
+def _acknowledged(task: asyncio.Task[None]) -> bool:
+    """A direct hand-over's send ended with the sink's acknowledgement."""
+    return task.done() and not task.cancelled() and task.exception() is None
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

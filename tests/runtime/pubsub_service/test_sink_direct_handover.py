@@ -387,6 +387,114 @@ async def test_a_stop_ends_the_wait_for_a_hand_over_and_loses_nothing(tmp_path: 
         reset_buses()
 
 
+async def _stop_while_the_forwarder_is_between_gets(
+    gw: InProcessGateway, name: str, sending: asyncio.Event
+) -> asyncio.Task[None]:
+    """Publish two messages, then stop the service while their hand-over is held and
+    the forwarder is not in a get (its last get found the backlog empty just as the
+    stop came, the race behind a CI failure): the stream batch commits the copies, the
+    forwarder never gets them. Returns the stop, still waiting for the held send."""
+    backlogs = gw.service.sink_backlogs
+    fw = backlogs.forwarders[name]
+    fw.wait_ms = 1  # never in a long get when the flag below is raised
+    between_gets = [False]
+    forward = fw.forward_batch
+
+    async def forward_unless_between_gets(*args: Any) -> int:
+        if between_gets[0]:
+            return 0  # as if its get had found the backlog empty
+        return await forward(*args)
+
+    fw.forward_batch = forward_unless_between_gets  # type: ignore[method-assign]
+    await _publish(gw, [b"1", b"2"])
+    await asyncio.wait_for(sending.wait(), 10)
+    between_gets[0] = True
+    await asyncio.sleep(0.1)  # any real get in progress has ended
+    stop = asyncio.create_task(gw.service.stop())
+    for _ in range(1000):
+        if not gw.qm.queue_depth(STOCK):
+            break
+        await asyncio.sleep(0.01)
+    assert gw.qm.queue_depth(STOCK) == 0, "the stream batch did not commit"
+    assert gw.qm.queue_depth(backlog_queue_name(name)) == 2  # the copies, nothing lost
+    return stop
+
+
+async def test_a_stop_takes_acknowledged_copies_off_even_when_the_forwarder_stopped_first(
+    tmp_path: Path,
+) -> None:
+    """The forwarder stopped before it got the copies of a hand-over still sending: the
+    service, after its last commit, waits for that send and, acknowledged, takes the
+    copies off the backlog, so the next start sends nothing twice."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = backlogs.direct_ack_max = 20.0
+    sending, release = asyncio.Event(), asyncio.Event()
+
+    async def held() -> None:
+        sending.set()
+        await release.wait()
+
+    await gw.start(_before_send(_memory("stopfirst"), held))
+    stop: asyncio.Task[None] | None = None
+    try:
+        stop = await _stop_while_the_forwarder_is_between_gets(gw, "stopfirst", sending)
+        fw = backlogs.forwarders["stopfirst"]
+        release.set()
+        await asyncio.wait_for(stop, 10)
+        stop = None
+        assert gw.qm.queue_depth(backlog_queue_name("stopfirst")) == 0
+        assert [r.payload for r in get_bus("stopfirst").records] == [b"1", b"2"]
+        assert (fw.counters.delivered, fw.counters.direct) == (2, 2)
+    finally:
+        release.set()
+        if stop is not None:
+            await stop
+        await gw.close()
+        reset_buses()
+
+
+async def test_a_send_unacknowledged_at_the_stop_leaves_its_copies_for_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """A hand-over still unacknowledged ``stop_settle_timeout`` after the last commit:
+    the stop ends anyway and the copies stay on the backlog; the next start sends
+    them (the sink may now have them twice: at-least-once, never a loss)."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = backlogs.direct_ack_max = 20.0
+    backlogs.stop_settle_timeout = 0.3
+    sending, release = asyncio.Event(), asyncio.Event()
+
+    async def held() -> None:
+        sending.set()
+        await release.wait()
+
+    await gw.start(_before_send(_memory("stuck"), held))
+    try:
+        stop = await _stop_while_the_forwarder_is_between_gets(gw, "stuck", sending)
+        started = time.monotonic()
+        await asyncio.wait_for(stop, 10)
+        assert time.monotonic() - started < 5
+        assert gw.qm.queue_depth(backlog_queue_name("stuck")) == 2
+    finally:
+        release.set()
+        await gw.close()
+    reset_buses()  # what the released send delivered is not the next start's
+    again = _gateway(tmp_path)
+    await again.start(_memory("stuck"))
+    try:
+        records = await get_bus("stuck").wait_for(2)
+        assert [r.payload for r in records] == [b"1", b"2"]
+        await settle(again.qm, again.service)
+        assert again.qm.queue_depth(backlog_queue_name("stuck")) == 0
+    finally:
+        await again.close()
+        reset_buses()
+
+
 async def test_a_failed_direct_send_is_retried_from_the_backlog(tmp_path: Path) -> None:
     """The sink fails the hand-over (retriably): the deliveries are on the backlog and
     the forwarder delivers them once the sink is back; nothing is lost."""
