@@ -140,6 +140,8 @@ class BrokerService:
         self.after_commit: list[Callable[[Collection[str]], None]] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        #: set while a stop runs; later stops wait for it (see :meth:`stop`)
+        self._stopping: asyncio.Event | None = None
         self.sink_backlogs = SinkBacklogs(qm, self.config, self._stop, self.counters)
         for name, sink in (sinks or {}).items():
             self.register_sink(name, sink)
@@ -310,17 +312,28 @@ class BrokerService:
         self._stop.set()
 
     async def stop(self) -> None:
-        """Finish the batches in progress, close queues and connections."""
+        """Finish the batches in progress, close queues and connections. A stop called
+        while another runs waits for that one (it alone knows when the batches are
+        done: the acknowledged hand-over copies are taken off only then)."""
         self._stop.set()
+        if self._stopping is not None:
+            await self._stopping.wait()
+            return
+        self._stopping = stopped = asyncio.Event()
         tasks, self._tasks = self._tasks, []
-        if tasks:
+        try:
             await asyncio.gather(*tasks, return_exceptions=True)
-        await self.sink_backlogs.take_back_acknowledged()  # after the batches' commits
-        self.sink_backlogs.forwarders.clear()
-        conn, self._sub_conn = self._sub_conn, None
-        if conn is not None:
-            with contextlib.suppress(MQError):
-                await conn.disconnect()
+            await self.sink_backlogs.take_back_acknowledged()  # after the batches' commits
+        finally:
+            self.sink_backlogs.forwarders.clear()
+            conn, self._sub_conn = self._sub_conn, None
+            try:
+                if conn is not None:
+                    with contextlib.suppress(MQError):
+                        await conn.disconnect()
+            finally:
+                self._stopping = None
+                stopped.set()
 
     async def run(self) -> None:
         """Start and serve until :meth:`stop` is called (or the task is cancelled)."""

@@ -21,10 +21,11 @@ failed, slow — the deliveries are put on the backlog in the same unit of work,
 as without the hand-over, and the forwarder sends nothing before the hand-over's send
 has ended (the sink keeps the stream's order). If that send ends acknowledged after all
 (it was only slow), the forwarder commits those backlog copies away unsent, so a slow
-sink sees no duplicate; at a stop the service waits up to ``STOP_SETTLE_TIMEOUT`` for
-that send after its last commit and takes acknowledged copies off then (only a send
-still unacknowledged by then, or a crash, leaves copies the next start sends again:
-at-least-once); if it failed, the copies are sent. That sink gets no hand-over
+sink sees no duplicate; at a stop, if the forwarder had not got them, the service waits
+up to ``STOP_SETTLE_TIMEOUT`` for that send after its last commit and takes acknowledged
+copies off then (only a send still unacknowledged by then, a stop cut short, or a crash
+leaves copies the next start sends again: at-least-once); if it failed, the copies are
+sent. That sink gets no hand-over
 for ``direct_pause_min`` seconds, doubled for each such hand-over in a row up to
 ``direct_pause``.
 """
@@ -276,13 +277,16 @@ class SinkBacklogs:
     async def take_back_acknowledged(self) -> None:
         """At a stop, once every stream batch has committed: each forwarder takes the
         backlog copies of its acknowledged hand-overs off unsent, so a graceful stop
-        sends nothing twice (:meth:`SinkForwarder.take_back_acknowledged`)."""
-        for fw in self.forwarders.values():
-            taken = await fw.take_back_acknowledged(self.stop_settle_timeout)
-            if taken:
-                log.info(
-                    "sink %s: %d acknowledged copies taken off its backlog", fw.sink_name, taken
-                )
+        sends nothing twice (:meth:`SinkForwarder.take_back_acknowledged`). The sinks
+        are waited for together: a stop takes ``stop_settle_timeout`` at most, not that
+        per sink."""
+        forwarders = list(self.forwarders.values())
+        taken = await asyncio.gather(
+            *(fw.take_back_acknowledged(self.stop_settle_timeout) for fw in forwarders)
+        )
+        for fw, n in zip(forwarders, taken, strict=True):
+            if n:
+                log.info("sink %s: %d acknowledged copies taken off its backlog", fw.sink_name, n)
 
     @staticmethod
     def delivered(handovers: list[HandOver]) -> None:

@@ -191,6 +191,8 @@ class SinkForwarder:
         task = asyncio.create_task(send(), name=f"sink-direct:{self.sink_name}")
         task.add_done_callback(_retrieve)
         self._direct = task
+        # copies named for an earlier hand-over belong to a unit of work backed out
+        self._direct_copies = frozenset()
         return task
 
     def copies_of_direct(self, msg_ids: list[bytes]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gateway.mq.port import OpenOption, PutOptions
+from gateway.mq.port import Browse, GetOptions, OpenOption, PutOptions
 from gateway.plugin_api import Envelope, PluginError
 from gateway.runtime.backlog_format import backlog_queue_name
 from gateway.runtime.pubsub_service.sink_backlogs import HandOver
@@ -387,45 +387,60 @@ async def test_a_stop_ends_the_wait_for_a_hand_over_and_loses_nothing(tmp_path: 
         reset_buses()
 
 
-async def _stop_while_the_forwarder_is_between_gets(
-    gw: InProcessGateway, name: str, sending: asyncio.Event
-) -> asyncio.Task[None]:
-    """Publish two messages, then stop the service while their hand-over is held and
-    the forwarder is not in a get (its last get found the backlog empty just as the
-    stop came, the race behind a CI failure): the stream batch commits the copies, the
-    forwarder never gets them. Returns the stop, still waiting for the held send."""
-    backlogs = gw.service.sink_backlogs
-    fw = backlogs.forwarders[name]
-    fw.wait_ms = 1  # never in a long get when the flag below is raised
+def _keep_between_gets(gw: InProcessGateway, name: str) -> list[bool]:
+    """Once the returned flag is raised, sink ``name``'s forwarder gets nothing more, as
+    if each get found the backlog empty (the race behind a CI failure: its last get
+    ended empty just as the stop came). Its gets wait 1 ms, so 0.1 s after the flag
+    none is in progress."""
+    fw = gw.service.sink_backlogs.forwarders[name]
+    fw.wait_ms = 1
     between_gets = [False]
     forward = fw.forward_batch
 
     async def forward_unless_between_gets(*args: Any) -> int:
         if between_gets[0]:
-            return 0  # as if its get had found the backlog empty
+            return 0
         return await forward(*args)
 
     fw.forward_batch = forward_unless_between_gets  # type: ignore[method-assign]
+    return between_gets
+
+
+async def _stop_while_the_forwarder_is_between_gets(
+    gw: InProcessGateway, name: str, sending: asyncio.Event, stops: int = 1
+) -> asyncio.Future[Any]:
+    """Publish two messages, then stop the service (``stops`` calls at once) while
+    their hand-over is held and the forwarder is between gets
+    (:func:`_keep_between_gets`): the stream batch commits the copies, the forwarder
+    never gets them. Returns the stop, still waiting for the held send."""
+    between_gets = _keep_between_gets(gw, name)
     await _publish(gw, [b"1", b"2"])
     await asyncio.wait_for(sending.wait(), 10)
     between_gets[0] = True
-    await asyncio.sleep(0.1)  # any real get in progress has ended
-    stop = asyncio.create_task(gw.service.stop())
+    await asyncio.sleep(0.1)
+    calls = [asyncio.create_task(gw.service.stop()) for _ in range(stops)]
+    stop = asyncio.gather(*calls)
     for _ in range(1000):
         if not gw.qm.queue_depth(STOCK):
             break
         await asyncio.sleep(0.01)
     assert gw.qm.queue_depth(STOCK) == 0, "the stream batch did not commit"
     assert gw.qm.queue_depth(backlog_queue_name(name)) == 2  # the copies, nothing lost
+    # every stop waits for the held send (a later call waits for the first), so none
+    # returns to a caller that would stop the plugins under it
+    await asyncio.sleep(0.1)
+    assert not any(call.done() for call in calls)
     return stop
 
 
+@pytest.mark.parametrize("stops", [1, 2])
 async def test_a_stop_takes_acknowledged_copies_off_even_when_the_forwarder_stopped_first(
-    tmp_path: Path,
+    tmp_path: Path, stops: int
 ) -> None:
     """The forwarder stopped before it got the copies of a hand-over still sending: the
     service, after its last commit, waits for that send and, acknowledged, takes the
-    copies off the backlog, so the next start sends nothing twice."""
+    copies off the backlog, so the next start sends nothing twice. Two stops at once
+    (``stops=2``): only the one that waited for the batches takes copies off."""
     reset_buses()
     gw = _gateway(tmp_path)
     backlogs = gw.service.sink_backlogs
@@ -437,10 +452,10 @@ async def test_a_stop_takes_acknowledged_copies_off_even_when_the_forwarder_stop
         await release.wait()
 
     await gw.start(_before_send(_memory("stopfirst"), held))
-    stop: asyncio.Task[None] | None = None
+    fw = backlogs.forwarders["stopfirst"]
+    stop: asyncio.Future[Any] | None = None
     try:
-        stop = await _stop_while_the_forwarder_is_between_gets(gw, "stopfirst", sending)
-        fw = backlogs.forwarders["stopfirst"]
+        stop = await _stop_while_the_forwarder_is_between_gets(gw, "stopfirst", sending, stops)
         release.set()
         await asyncio.wait_for(stop, 10)
         stop = None
@@ -477,7 +492,7 @@ async def test_a_send_unacknowledged_at_the_stop_leaves_its_copies_for_the_next_
         stop = await _stop_while_the_forwarder_is_between_gets(gw, "stuck", sending)
         started = time.monotonic()
         await asyncio.wait_for(stop, 10)
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 2  # stop_settle_timeout, not the default 5 s
         assert gw.qm.queue_depth(backlog_queue_name("stuck")) == 2
     finally:
         release.set()
@@ -492,6 +507,80 @@ async def test_a_send_unacknowledged_at_the_stop_leaves_its_copies_for_the_next_
         assert again.qm.queue_depth(backlog_queue_name("stuck")) == 0
     finally:
         await again.close()
+        reset_buses()
+
+
+async def test_a_send_that_fails_during_the_stop_keeps_its_copies(tmp_path: Path) -> None:
+    """The held hand-over fails after the stop's last commit: its copies stay on the
+    backlog (taking them off would lose the publications) and the next start sends
+    them."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = backlogs.direct_ack_max = 20.0
+    sending, release = asyncio.Event(), asyncio.Event()
+
+    async def held_then_fails() -> None:
+        sending.set()
+        await release.wait()
+        raise PluginError("target went away", retriable=True)
+
+    await gw.start(_before_send(_memory("failstop"), held_then_fails))
+    try:
+        stop = await _stop_while_the_forwarder_is_between_gets(gw, "failstop", sending)
+        release.set()
+        await asyncio.wait_for(stop, 10)
+        assert gw.qm.queue_depth(backlog_queue_name("failstop")) == 2
+        assert get_bus("failstop").records == []
+    finally:
+        release.set()
+        await gw.close()
+    again = _gateway(tmp_path)
+    await again.start(_memory("failstop"))
+    try:
+        records = await get_bus("failstop").wait_for(2)
+        assert [r.payload for r in records] == [b"1", b"2"]
+    finally:
+        await again.close()
+        reset_buses()
+
+
+async def test_a_stop_takes_off_copies_the_forwarder_knew_acknowledged_but_had_not_committed(
+    tmp_path: Path,
+) -> None:
+    """Copies the forwarder had found acknowledged (its hand-over ended in time for
+    it) and then did not commit away, its batch backed out at the stop: the stop takes
+    exactly those off. White-box: the forwarder's record of them is set directly."""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    gw.service.sink_backlogs.direct_ack_timeout = 0  # everything through the backlog
+    await gw.start(_memory("knew"))
+    fw = gw.service.sink_backlogs.forwarders["knew"]
+    between_gets = _keep_between_gets(gw, "knew")
+    between_gets[0] = True
+    backlog = backlog_queue_name("knew")
+    try:
+        await asyncio.sleep(0.1)
+        await _publish(gw, [b"a", b"b", b"c"])
+        for _ in range(1000):  # the stream batch committed
+            if gw.qm.queue_depth(STOCK) == 0 and gw.qm.queue_depth(backlog) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert (gw.qm.queue_depth(STOCK), gw.qm.queue_depth(backlog)) == (0, 3)
+        conn = await gw.qm.connect()
+        try:
+            handle = await conn.open(backlog, OpenOption.BROWSE)
+            ids = [(await handle.get(GetOptions(browse=Browse.FIRST))).md.msg_id]
+            ids.append((await handle.get(GetOptions(browse=Browse.NEXT))).md.msg_id)
+        finally:
+            await conn.disconnect()
+        fw._acked_copies.update([*ids, b"never put".ljust(24, b"\0")])
+        await gw.service.stop()
+        assert gw.qm.queue_depth(backlog) == 1
+        assert (fw.counters.delivered, fw.counters.direct) == (2, 2)
+        assert get_bus("knew").records == []
+    finally:
+        await gw.close()
         reset_buses()
 
 
