@@ -340,6 +340,29 @@ async def test_the_long_wait_is_cut_while_another_serviced_queue_holds_messages(
         reset_buses()
 
 
+async def _start_with_a_held_send(
+    path: Path, name: str, *, then_fail: bool = False
+) -> tuple[InProcessGateway, asyncio.Event, asyncio.Event]:
+    """A started gateway whose sink ``name`` holds each send until ``release`` is set
+    (then fails it retriably if ``then_fail``); the hand-over wait is 20 s, so only a
+    stop ends it. Returns the gateway, ``sending`` (set once a send is held) and
+    ``release``."""
+    reset_buses()
+    gw = _gateway(path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = backlogs.direct_ack_max = 20.0
+    sending, release = asyncio.Event(), asyncio.Event()
+
+    async def held() -> None:
+        sending.set()
+        await release.wait()
+        if then_fail:
+            raise PluginError("target went away", retriable=True)
+
+    await gw.start(_before_send(_memory(name), held))
+    return gw, sending, release
+
+
 async def test_a_stop_ends_the_wait_for_a_hand_over_and_loses_nothing(tmp_path: Path) -> None:
     """A stop during the wait for a slow sink's acknowledgement ends the stream batch's
     wait at once (the wait holds the service's lock; a stop must not sit out the
@@ -347,19 +370,8 @@ async def test_a_stop_ends_the_wait_for_a_hand_over_and_loses_nothing(tmp_path: 
     of work, which commits. The forwarder still lets the sink's send end (its outcome
     decides whether the backlog copies go out), and since the sink then acknowledges,
     the copies are taken off unsent: the sink has each publication once."""
-    reset_buses()
-    gw = _gateway(tmp_path)
-    backlogs = gw.service.sink_backlogs
-    backlogs.direct_ack_timeout = 20.0
-    backlogs.direct_ack_max = 20.0
-    sending, release = asyncio.Event(), asyncio.Event()
-
-    async def held() -> None:
-        sending.set()
-        await release.wait()
-
+    gw, sending, release = await _start_with_a_held_send(tmp_path, "slowstop")
     backlog = backlog_queue_name("slowstop")
-    await gw.start(_before_send(_memory("slowstop"), held))
     stop: asyncio.Task[None] | None = None
     try:
         await _publish(gw, [b"1", b"2"])
@@ -441,18 +453,8 @@ async def test_a_stop_takes_acknowledged_copies_off_even_when_the_forwarder_stop
     service, after its last commit, waits for that send and, acknowledged, takes the
     copies off the backlog, so the next start sends nothing twice. Two stops at once
     (``stops=2``): only the one that waited for the batches takes copies off."""
-    reset_buses()
-    gw = _gateway(tmp_path)
-    backlogs = gw.service.sink_backlogs
-    backlogs.direct_ack_timeout = backlogs.direct_ack_max = 20.0
-    sending, release = asyncio.Event(), asyncio.Event()
-
-    async def held() -> None:
-        sending.set()
-        await release.wait()
-
-    await gw.start(_before_send(_memory("stopfirst"), held))
-    fw = backlogs.forwarders["stopfirst"]
+    gw, sending, release = await _start_with_a_held_send(tmp_path, "stopfirst")
+    fw = gw.service.sink_backlogs.forwarders["stopfirst"]
     stop: asyncio.Future[Any] | None = None
     try:
         stop = await _stop_while_the_forwarder_is_between_gets(gw, "stopfirst", sending, stops)
@@ -476,18 +478,8 @@ async def test_a_send_unacknowledged_at_the_stop_leaves_its_copies_for_the_next_
     """A hand-over still unacknowledged ``stop_settle_timeout`` after the last commit:
     the stop ends anyway and the copies stay on the backlog; the next start sends
     them (the sink may now have them twice: at-least-once, never a loss)."""
-    reset_buses()
-    gw = _gateway(tmp_path)
-    backlogs = gw.service.sink_backlogs
-    backlogs.direct_ack_timeout = backlogs.direct_ack_max = 20.0
-    backlogs.stop_settle_timeout = 0.3
-    sending, release = asyncio.Event(), asyncio.Event()
-
-    async def held() -> None:
-        sending.set()
-        await release.wait()
-
-    await gw.start(_before_send(_memory("stuck"), held))
+    gw, sending, release = await _start_with_a_held_send(tmp_path, "stuck")
+    gw.service.sink_backlogs.stop_settle_timeout = 0.3
     try:
         stop = await _stop_while_the_forwarder_is_between_gets(gw, "stuck", sending)
         started = time.monotonic()
@@ -514,18 +506,7 @@ async def test_a_send_that_fails_during_the_stop_keeps_its_copies(tmp_path: Path
     """The held hand-over fails after the stop's last commit: its copies stay on the
     backlog (taking them off would lose the publications) and the next start sends
     them."""
-    reset_buses()
-    gw = _gateway(tmp_path)
-    backlogs = gw.service.sink_backlogs
-    backlogs.direct_ack_timeout = backlogs.direct_ack_max = 20.0
-    sending, release = asyncio.Event(), asyncio.Event()
-
-    async def held_then_fails() -> None:
-        sending.set()
-        await release.wait()
-        raise PluginError("target went away", retriable=True)
-
-    await gw.start(_before_send(_memory("failstop"), held_then_fails))
+    gw, sending, release = await _start_with_a_held_send(tmp_path, "failstop", then_fail=True)
     try:
         stop = await _stop_while_the_forwarder_is_between_gets(gw, "failstop", sending)
         release.set()
