@@ -36,7 +36,8 @@ def python_settings() -> Iterator[tuple[int, int, int]]:
     assert gc_policy._holders == 0
     yield before
     assert gc.get_threshold() == before
-    assert gc.get_freeze_count() == frozen
+    # no more than before: a frozen object freed meanwhile lowers the count
+    assert gc.get_freeze_count() <= frozen
     assert gc.isenabled()
     assert gc_policy._holders == 0
 
@@ -241,7 +242,7 @@ async def test_the_app_honours_tune_false(
     await app.start()
     try:
         assert gc.get_threshold() == python_settings
-        assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() <= frozen  # nothing frozen (some may have died)
         assert app.gc_policy is not None and not app.gc_policy.applied
     finally:
         await app.shutdown()
@@ -313,11 +314,13 @@ def test_only_the_first_gateway_of_a_process_freezes() -> None:
     objects; its line says so; the count of the first is its own (review 19b, F7)."""
     first = apply_gc_policy(GcConfig())
     in_flight = [_Cyclic() for _ in range(100)]
-    frozen = gc.get_freeze_count()
     second = apply_gc_policy(GcConfig())
     try:
         assert first.frozen > 0 and second.frozen == 0
-        assert gc.get_freeze_count() == frozen
+        # still in the collector's generations, so not frozen (the freeze count cannot
+        # tell: a frozen object freed meanwhile, by any thread, lowers it)
+        tracked = {id(o) for o in gc.get_objects()}
+        assert all(id(o) in tracked for o in in_flight)
         assert "no freeze" in second.describe()
     finally:
         second.release()
