@@ -25,9 +25,8 @@ sink sees no duplicate; at a stop, if the forwarder had not got them, the servic
 up to ``STOP_SETTLE_TIMEOUT`` for that send after its last commit and takes acknowledged
 copies off then (only a send still unacknowledged by then, a stop cut short, or a crash
 leaves copies the next start sends again: at-least-once); if it failed, the copies are
-sent. That sink gets no hand-over
-for ``direct_pause_min`` seconds, doubled for each such hand-over in a row up to
-``direct_pause``.
+sent. That sink gets no hand-over for ``direct_pause_min`` seconds, doubled for each
+such hand-over in a row up to ``direct_pause``.
 """
 
 from __future__ import annotations
