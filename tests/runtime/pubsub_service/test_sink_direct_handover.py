@@ -452,7 +452,7 @@ async def test_a_stop_takes_acknowledged_copies_off_even_when_the_forwarder_stop
     """The forwarder stopped before it got the copies of a hand-over still sending: the
     service, after its last commit, waits for that send and, acknowledged, takes the
     copies off the backlog, so the next start sends nothing twice. Two stops at once
-    (``stops=2``): only the one that waited for the batches takes copies off."""
+    (``stops=2``): the second waits for the first, which alone takes copies off."""
     gw, sending, release = await _start_with_a_held_send(tmp_path, "stopfirst")
     fw = gw.service.sink_backlogs.forwarders["stopfirst"]
     stop: asyncio.Future[Any] | None = None
