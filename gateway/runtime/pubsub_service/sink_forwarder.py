@@ -258,12 +258,9 @@ class SinkForwarder:
         if not acked:
             return 0
         taken: list[bytes] = []
+        conn: Connection | None = None
         try:
             conn = await self.qm.connect()
-        except MQError as exc:
-            log.warning("sink %s: cannot take acknowledged copies off: %s", self.sink_name, exc)
-            return 0
-        try:
             handle = await conn.open(self.queue, OpenOption.INPUT_SHARED)
             for msg_id in acked:
                 try:
@@ -278,10 +275,11 @@ class SinkForwarder:
             log.warning("sink %s: cannot take acknowledged copies off: %s", self.sink_name, exc)
             return 0
         finally:
-            with contextlib.suppress(MQError):
-                await conn.backout()
-            with contextlib.suppress(MQError):
-                await conn.disconnect()
+            if conn is not None:
+                with contextlib.suppress(MQError):
+                    await conn.backout()
+                with contextlib.suppress(MQError):
+                    await conn.disconnect()
         self.envelopes.discard(taken)
         self.directly_delivered(len(taken))
         return len(taken)
