@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -61,6 +62,10 @@ from tests.support.rr_network import (
 
 #: One round trip: send request number ``seq``; the future resolves on its reply.
 Sender = Callable[[int], Awaitable[None]]
+
+
+#: the requester's MQTT socket option (see mqtt_requester)
+NO_DELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class Waiter:
@@ -154,8 +159,13 @@ async def mq_baseline(net: RRNetwork):  # type: ignore[no-untyped-def]
 @contextlib.asynccontextmanager
 async def mqtt_requester(mqtt: MosquittoBroker, source: str, response: str):  # type: ignore[no-untyped-def]
     waiter = Waiter()
+    # TCP_NODELAY, as the gateway's MQTT connection sets it: paho leaves Nagle's algorithm
+    # on, and a request written right after the PUBACK of the previous reply then waits
+    # for the broker's delayed ACK (about 40 ms), which is the requester's, not the
+    # gateway's (docs/performance.md, "Nagle's algorithm on the MQTT socket")
     async with aiomqtt.Client(mqtt.host, mqtt.port, identifier=f"bench-rr-{uuid.uuid4().hex[:8]}",
-                              protocol=aiomqtt.ProtocolVersion.V5) as client:
+                              protocol=aiomqtt.ProtocolVersion.V5,
+                              socket_options=[NO_DELAY]) as client:
         await client.subscribe(response, qos=1)
 
         async def read() -> None:

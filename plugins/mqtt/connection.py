@@ -30,6 +30,7 @@ import contextlib
 import logging
 import random
 import re
+import socket
 import ssl
 import struct
 import threading
@@ -67,8 +68,13 @@ class PahoClient(paho.Client):
       handing it to ``on_log``; it is skipped unless this module's paho logger is
       enabled for DEBUG (``mqgw -vv run``), so nothing that is logged today is lost.
 
-    Both override paho internals (paho-mqtt 2.1/2.2); tests/plugins/mqtt/
-    test_mqtt_paho_client.py fails if a paho release changes what they rely on.
+    It also turns Nagle's algorithm off (:func:`set_no_delay`) and writes packets queued
+    together under TCP_CORK, so they still leave in full segments.
+
+    All of them override paho internals (paho-mqtt 2.1/2.2: ``_update_inflight``,
+    ``_easy_log``, ``_create_socket_connection``, ``_packet_write``, ``_out_packet``,
+    ``_sock``); tests/plugins/mqtt/test_mqtt_paho_client.py fails if a paho release
+    changes what they rely on.
     """
 
     def _update_inflight(self) -> MQTTErrorCode:
@@ -81,6 +87,48 @@ class PahoClient(paho.Client):
         if level == paho.MQTT_LOG_DEBUG and not paho_log.isEnabledFor(logging.DEBUG):
             return
         super()._easy_log(level, fmt, *args)
+
+    def _create_socket_connection(self) -> socket.socket:
+        sock: socket.socket = super()._create_socket_connection()
+        set_no_delay(sock)
+        return sock
+
+    def _packet_write(self) -> MQTTErrorCode:
+        # Several packets queued (a batch's PUBLISHes, a PUBACK and the reply it
+        # answers): corked, so that without Nagle they still leave in full segments,
+        # sent at once when uncorked.
+        sock, cork = self._sock, _TCP_CORK
+        if len(self._out_packet) < 2 or cork is None or not _is_tcp(sock):
+            result: MQTTErrorCode = super()._packet_write()
+            return result
+        assert isinstance(sock, socket.socket)
+        sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
+        try:
+            result = super()._packet_write()
+        finally:
+            with contextlib.suppress(OSError):  # the connection may be gone meanwhile
+                sock.setsockopt(socket.IPPROTO_TCP, cork, 0)
+        return result
+
+
+#: Linux's TCP_CORK (None elsewhere: packets are then written as they are).
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
+
+
+def _is_tcp(sock: object) -> bool:
+    """A TCP socket (or TLS over one); not paho's ``unix`` or ``websockets`` wrappers."""
+    return isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6)
+
+
+def set_no_delay(sock: socket.socket) -> None:
+    """TCP_NODELAY on a client socket (paho leaves Nagle's algorithm on). With Nagle a
+    small packet written while an earlier one is unacknowledged (a PUBLISH right after
+    the PUBACK of the message it answers) waits for the broker's delayed ACK, about
+    40 ms on Linux: that was most of a request/reply round trip through MQTT
+    (docs/performance.md, "Nagle's algorithm on the MQTT socket"). Packets queued
+    together are corked instead (``PahoClient._packet_write``)."""
+    if _is_tcp(sock):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 #: paho's Message Expiry Interval etc. live in Properties objects per packet type.

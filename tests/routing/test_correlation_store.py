@@ -82,6 +82,25 @@ def test_request_lifecycle(store: CorrelationStore) -> None:
     assert (done.state, done.outcome, done.sent) == (State.DONE, "reply", True)
 
 
+def test_a_batch_of_requests_is_recorded_and_marked_in_one_transaction_each(
+    store: CorrelationStore,
+) -> None:
+    """add_requests leaves a key already present as it is (as add_request does) and, with
+    mark_all_sent, is one transaction: one SQLite commit each, not one per entry."""
+    store.add_request(_request(1, outcome="kept"))
+    commits: list[str] = []
+    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    store.add_requests([_request(1), _request(2), _request(3)])
+    store.mark_all_sent([bytes([2]) * 24, bytes([3]) * 24])
+    store._db.set_trace_callback(None)
+    assert commits == ["COMMIT", "COMMIT"]
+    first, second, third = (store.request(bytes([n]) * 24) for n in (1, 2, 3))
+    assert first is not None and first.outcome == "kept" and not first.sent
+    assert second == _request(2, sent=True) and third == _request(3, sent=True)
+    store.add_requests([])  # nothing to write: no transaction
+    store.mark_all_sent([])
+
+
 def test_service_lifecycle(store: CorrelationStore) -> None:
     p = _service(expiry_at=123.5)
     assert store.service(p.token) is None

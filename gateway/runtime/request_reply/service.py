@@ -33,18 +33,13 @@ from gateway.plugin_api import (
     PublishRefusedError,
 )
 from gateway.routing.addressing import (
-    correlation_key,
     error_envelope,
     reply_md,
-    request_md,
-    request_message,
 )
 from gateway.routing.correlation import (
     TOKEN_LENGTH,
     PendingRequest,
     State,
-    request_token,
-    source_id,
 )
 from gateway.routing.correlation_store import CorrelationStore
 from gateway.routing.routes import (
@@ -54,6 +49,7 @@ from gateway.routing.routes import (
     split_destination,
 )
 from gateway.runtime.request_reply.errors import DeadLetterRefusedError
+from gateway.runtime.request_reply.request_batches import plan_request, send_requests_together
 from gateway.wire.dlh import wrap_for_dlq
 from gateway.wire.mqmd import MQMD
 
@@ -252,12 +248,15 @@ class RequestReplyService:
 
     async def on_requests(self, route: RequestRoute, batch: Sequence[Envelope]) -> None:
         """Incoming requests → MQ REQUESTs: add_request → put+commit → mark_sent, then
-        the plugin acknowledges the batch (we return)."""
+        the plugin acknowledges the batch (we return). A batch goes in units of work of
+        many requests (``request_batches.py``), falling back to one request per unit of
+        work from the first request that needs its own outcome."""
         conn = await self._connect()
         try:
-            for index, env in enumerate(batch):
+            first = await send_requests_together(self, conn, route, batch) if len(batch) > 1 else 0
+            for index in range(first, len(batch)):
                 try:
-                    await self._send_request(conn, route, env)
+                    await self._send_request(conn, route, batch[index])
                 except PublishRefusedError as exc:
                     raise PublishRefusedError(str(exc), index=index, reason=exc.reason) from exc
         finally:
@@ -265,37 +264,13 @@ class RequestReplyService:
                 await conn.disconnect()
 
     async def _send_request(self, conn: Connection, route: RequestRoute, env: Envelope) -> None:
-        now = self.clock()
-        sid = source_id(route.name, env)
-        msg_id = request_token(sid)
-        key = correlation_key(route, msg_id)
-        existing = self.store.request(key)
-        if existing is not None and (existing.sent or existing.state is State.DONE):
+        plan = plan_request(self, route, env, self.clock())
+        if plan is None:
             self.count(route.name, "duplicates_filtered")
             return
-        if existing is None:
-            reply_topic = env.reply_topic or route.default_reply_topic(env.topic)
-            self.store.add_request(
-                PendingRequest(
-                    key=key,
-                    route=route.name,
-                    source_id=sid,
-                    reply_topic=reply_topic,
-                    correlation_data=env.correlation_data,
-                    msg_id=msg_id,
-                    deadline=now + route.timeout,
-                )
-            )
-        cfg = self.config
-        md = request_md(
-            route,
-            env,
-            msg_id=msg_id,
-            reply_to_q=cfg.effective_reply_to_q,
-            reply_to_q_mgr=cfg.reply_to_q_mgr,
-            now=now,
-        )
-        md, body = request_message(md, env)
+        key, md, body = plan.key, plan.md, plan.body
+        if plan.entry is not None:
+            self.store.add_request(plan.entry)
         q, q_mgr = split_destination(route.destination)
         try:
             await conn.put1(q, md, body, PutOptions(syncpoint=True), q_mgr_name=q_mgr)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+from typing import Any, ClassVar
 
 import aiomqtt
 import paho.mqtt.client as paho
@@ -16,7 +18,13 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from gateway.devstack import MosquittoBroker
 from plugins.mqtt.config import MqttConfig
-from plugins.mqtt.connection import MqttConnection, Outgoing, PahoClient, paho_log
+from plugins.mqtt.connection import (
+    MqttConnection,
+    Outgoing,
+    PahoClient,
+    paho_log,
+    set_no_delay,
+)
 
 
 async def test_messages_behind_a_full_in_flight_window_are_all_published_in_order(
@@ -109,3 +117,83 @@ async def test_forgetting_held_messages_lowers_the_in_flight_count() -> None:
     conn._forget_unacknowledged({1, 2, 4})
     assert list(client._out_messages) == [3]
     assert client._inflight_messages == 1  # the queued one was never counted
+
+
+async def test_the_plugin_socket_sends_without_nagle_delay(mqtt_broker: MosquittoBroker) -> None:
+    """TCP_NODELAY on the broker connection: paho leaves Nagle's algorithm on, and a
+    PUBLISH written right after an unacknowledged PUBACK then waited for the broker's
+    delayed ACK (about 40 ms a hop of a request/reply round trip; docs/performance.md)."""
+    config = MqttConfig(protocol="5", port=mqtt_broker.port)
+    conn = MqttConnection(config, "paho-nodelay", on_message=lambda _: None,
+                          subscriptions=lambda: [])
+    await conn.start()
+    try:
+        sock = conn._client.socket()
+        assert sock is not None
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        await conn.close()
+
+
+class _RecordingSocket(socket.socket):
+    """A TCP socket that records its sends and TCP_CORK changes."""
+
+    calls: list[tuple[str, int]]
+
+    def setsockopt(self, *args: Any) -> None:  # type: ignore[override]
+        if args[:2] == (socket.IPPROTO_TCP, socket.TCP_CORK):
+            self.calls.append(("cork", args[2]))
+        super().setsockopt(*args)
+
+    def send(self, data: Any, *args: Any) -> int:  # type: ignore[override]
+        self.calls.append(("send", len(data)))
+        return super().send(data, *args)
+
+
+class _RecordingClient(PahoClient):
+    sockets: ClassVar[list[_RecordingSocket]] = []
+
+    def _create_socket_connection(self) -> socket.socket:
+        plain = super()._create_socket_connection()
+        sock = _RecordingSocket(fileno=plain.detach())
+        sock.calls = []
+        self.sockets.append(sock)
+        return sock
+
+
+async def test_packets_queued_together_leave_corked_and_a_lone_one_at_once(
+    mqtt_broker: MosquittoBroker,
+) -> None:
+    """Without Nagle (above), a batch's PUBLISHes are written under TCP_CORK, uncorked
+    once written, so they still leave in full segments; a single packet is not corked
+    (it leaves at once, as TCP_NODELAY wants)."""
+    config = MqttConfig(protocol="5", port=mqtt_broker.port)
+    conn = MqttConnection(config, "paho-cork", on_message=lambda _: None,
+                          subscriptions=lambda: [], client_factory=_RecordingClient)
+    await conn.start()
+    try:
+        (sock,) = _RecordingClient.sockets
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        sock.calls.clear()
+        await conn.publish_all([Outgoing("paho-cork/one", b"x", 1, False)], timeout=10)
+        assert sock.calls == [("send", sock.calls[0][1])]  # one PUBLISH, no cork
+        sock.calls.clear()
+        batch = [Outgoing("paho-cork/t", b"%03d" % i, 1, False) for i in range(10)]
+        await conn.publish_all(batch, timeout=10)
+        kinds = [kind for kind, _ in sock.calls]
+        assert kinds == ["cork"] + ["send"] * 10 + ["cork"]
+        assert (sock.calls[0], sock.calls[-1]) == (("cork", 1), ("cork", 0))
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 0
+    finally:
+        await conn.close()
+        _RecordingClient.sockets.clear()
+
+
+def test_no_delay_leaves_a_unix_socket_alone() -> None:
+    """paho's ``unix`` transport has no TCP options to set."""
+    a, b = socket.socketpair(socket.AF_UNIX)
+    try:
+        set_no_delay(a)  # raises OSError if it tried
+    finally:
+        a.close()
+        b.close()
