@@ -19,7 +19,7 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -230,15 +230,24 @@ class CorrelationStore:
         """Run one statement for each of ``rows``, all in one durable transaction."""
         if not rows:
             return
-        with self._mutex:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany(sql, rows)
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self._db.in_transaction:
+        with self._mutex, self._transaction():
+            self._db.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT; whatever ends it early rolls it back, so no later
+        statement runs inside a transaction left open (the caller holds ``_mutex``)."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            yield
+            self._db.execute("COMMIT")
+        except BaseException as exc:
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # the first error is the one to tell
                     self._db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
                 raise CorrelationStoreError(f"{self.path}: {exc}") from exc
+            raise
 
     # ---- requester side ---------------------------------------------------------
 
@@ -345,22 +354,15 @@ class CorrelationStore:
         finished at its deadline."""
         cutoff = now - retention
         done = str(State.DONE)
-        with self._mutex:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                n = self._db.execute(
-                    "DELETE FROM requests WHERE state=? AND COALESCE(finished_at, deadline)<=?",
-                    (done, cutoff),
-                ).rowcount
-                n += self._db.execute(
-                    "DELETE FROM services WHERE state=? AND COALESCE(finished_at, deadline)<=?",
-                    (done, cutoff),
-                ).rowcount
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise CorrelationStoreError(f"{self.path}: {exc}") from exc
+        with self._mutex, self._transaction():
+            n = self._db.execute(
+                "DELETE FROM requests WHERE state=? AND COALESCE(finished_at, deadline)<=?",
+                (done, cutoff),
+            ).rowcount
+            n += self._db.execute(
+                "DELETE FROM services WHERE state=? AND COALESCE(finished_at, deadline)<=?",
+                (done, cutoff),
+            ).rowcount
         return n
 
     def counts(self) -> dict[str, int]:

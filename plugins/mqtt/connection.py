@@ -102,8 +102,11 @@ class PahoClient(paho.Client):
             result: MQTTErrorCode = super()._packet_write()
             return result
         assert isinstance(sock, socket.socket)
-        sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
         try:
+            # a socket that refuses the option is written uncorked; its errors are
+            # paho's to see, in the writes
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
             result = super()._packet_write()
         finally:
             with contextlib.suppress(OSError):  # the connection may be gone meanwhile

@@ -101,6 +101,21 @@ def test_a_batch_of_requests_is_recorded_and_marked_in_one_transaction_each(
     store.mark_all_sent([])
 
 
+def test_a_failed_batch_write_is_rolled_back_and_leaves_no_transaction_open(
+    store: CorrelationStore,
+) -> None:
+    """A row SQLite cannot take ends the batch: nothing of it stays, and the next write
+    is a durable transaction of its own, not part of one left open."""
+    bad = _request(2)
+    bad.key = object()  # type: ignore[assignment]  # not a type SQLite can bind
+    with pytest.raises(CorrelationStoreError):
+        store.add_requests([_request(1), bad])
+    assert not store._db.in_transaction
+    assert store.request(_request(1).key) is None
+    assert store.add_request(_request(3)) is True
+    assert not store._db.in_transaction
+
+
 def test_service_lifecycle(store: CorrelationStore) -> None:
     p = _service(expiry_at=123.5)
     assert store.service(p.token) is None

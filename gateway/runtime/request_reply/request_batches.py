@@ -3,28 +3,30 @@
 
 Why: sent one per unit of work, each request costs three durable writes in a row: its
 correlation entry, the MQ commit and its "sent" mark. Requests in flight together then
-queue behind each other's disk flushes. Here a batch's entries are written in one
-transaction, its puts committed in one unit of work and its marks written in one
-transaction: three flushes for the batch.
+queue behind each other's disk flushes. Here a unit's requests are put under one unit
+of work, their entries written in one transaction, the unit committed once and the
+marks written in one transaction: three flushes for the unit.
 
 Each request's hops keep their order: its entry is on disk before its put commits, and
-it is marked sent only after the commit. Anything unusual ends this path with nothing
-put or marked: a request that cannot be built, one identity twice in the batch, a put or
-a commit that fails. The caller then sends the batch one request per unit of work,
-the path that gives each request its own outcome (an error reply for a refused put, a
-dead letter, the index of a refusal). Entries written here are found there and not
-written again.
+it is marked sent only after the commit (commit and marks as one step a cancel cannot
+split). Anything unusual ends this path for the unit with nothing of it committed: a
+request that cannot be planned, one identity twice in the unit, a put or a commit that
+fails (the puts stop at the first failure). The caller then sends the requests from
+that unit on one per unit of work, the path that gives each request its own outcome (an
+error reply for a refused put, the index of a refusal). Entries written here are found
+there and not written again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.mq.port import Connection, MQError, PutItem, PutOptions, put_many
+from gateway.mq.port import Connection, MQError, PutOptions, output_options
 from gateway.plugin_api import Envelope
 from gateway.routing.addressing import correlation_key, request_md, request_message
 from gateway.routing.correlation import PendingRequest, State, request_token, source_id
@@ -109,11 +111,8 @@ async def _send_unit(
     svc: RequestReplyService, conn: Connection, route: RequestRoute, unit: Sequence[Envelope]
 ) -> bool:
     now = svc.clock()
-    q, q_mgr = split_destination(route.destination)
-    keys: list[bytes] = []
+    plans: list[RequestPlan] = []
     seen: set[bytes] = set()
-    puts: list[PutItem] = []
-    new: list[PendingRequest] = []
     duplicates = 0
     try:
         for env in unit:
@@ -124,21 +123,16 @@ async def _send_unit(
             if plan.key in seen:
                 return False  # one request twice: the one-by-one path filters the second
             seen.add(plan.key)
-            if plan.entry is not None:
-                new.append(plan.entry)
-            keys.append(plan.key)
-            puts.append((q, q_mgr, plan.md, plan.body))
+            plans.append(plan)
     except Exception as exc:  # the one-by-one path raises it again, at its index
         log.debug("route %s: batch sent one request at a time: %s", route.name, exc)
         return False
-    if puts:
-        svc.store.add_requests(new)
+    if plans:
         try:
-            results = await put_many(conn, puts, PutOptions(syncpoint=True))
-            failed = next((r for r in results if isinstance(r, MQError)), None)
-            if failed is not None:
-                raise failed
-            await conn.commit()
+            await _put_all(conn, route, plans)
+            # the entries are on disk before the puts commit (a crash in between backs
+            # the puts out); recorded only now, so a failed put leaves no extra entries
+            svc.store.add_requests([p.entry for p in plans if p.entry is not None])
         except MQError as exc:
             with contextlib.suppress(MQError):
                 await conn.backout()
@@ -148,8 +142,54 @@ async def _send_unit(
             with contextlib.suppress(MQError):
                 await conn.backout()
             raise
-        svc.store.mark_all_sent(keys)
-        svc.count(route.name, "requests_sent", len(keys))
+        if not await _commit_and_mark(svc, conn, route, [p.key for p in plans]):
+            return False
+        svc.count(route.name, "requests_sent", len(plans))
     if duplicates:
         svc.count(route.name, "duplicates_filtered", duplicates)
     return True
+
+
+async def _put_all(conn: Connection, route: RequestRoute, plans: Sequence[RequestPlan]) -> None:
+    """Put every planned request under syncpoint through one open of the route's
+    destination, stopping at the first failure: on IBM MQ a put after a broken
+    connection would reconnect, with backoff, for each request still to put."""
+    q, q_mgr = split_destination(route.destination)
+    opts = PutOptions(syncpoint=True)
+    handle = await conn.open(q, output_options(opts), q_mgr)
+    try:
+        for plan in plans:
+            await handle.put(plan.md, plan.body, opts)
+    finally:
+        with contextlib.suppress(MQError):
+            await handle.close()
+
+
+async def _commit_and_mark(
+    svc: RequestReplyService, conn: Connection, route: RequestRoute, keys: list[bytes]
+) -> bool:
+    """Commit the unit and mark its requests sent, as one step a cancel (the plugin
+    stopping) cannot split: a commit without the marks would put the whole unit again
+    when the batch is redelivered. False: the commit failed and the unit is backed out.
+    (A commit whose outcome is unknown, the connection lost during it, may have put
+    the unit: the one-by-one path then puts it again, as it would one request.)"""
+
+    async def step() -> bool:
+        try:
+            await conn.commit()
+        except MQError as exc:
+            with contextlib.suppress(MQError):
+                await conn.backout()
+            log.debug("route %s: batch sent one request at a time: %s", route.name, exc)
+            return False
+        svc.store.mark_all_sent(keys)
+        return True
+
+    task = asyncio.ensure_future(step())
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})  # the commit and the marks end first
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("route %s: marking a unit of requests sent failed: %s", route.name, exc)
+        raise

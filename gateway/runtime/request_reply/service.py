@@ -249,8 +249,8 @@ class RequestReplyService:
     async def on_requests(self, route: RequestRoute, batch: Sequence[Envelope]) -> None:
         """Incoming requests → MQ REQUESTs: add_request → put+commit → mark_sent, then
         the plugin acknowledges the batch (we return). A batch goes in units of work of
-        many requests (``request_batches.py``), falling back to one request per unit of
-        work from the first request that needs its own outcome."""
+        many requests (``request_batches.py``); from a unit that cannot go whole (backed
+        out), one request per unit of work."""
         conn = await self._connect()
         try:
             first = await send_requests_together(self, conn, route, batch) if len(batch) > 1 else 0

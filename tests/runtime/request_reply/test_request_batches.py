@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.mq.embedded.network import Network
+from gateway.mq.port import MQError
 from gateway.plugin_api import Envelope
 from gateway.runtime.request_reply import request_batches
 from gateway.runtime.request_reply.service import RequestReplyService
@@ -43,11 +44,8 @@ async def _started(gw: Gateway, bus: str) -> RequestReplyService:
 def _count_commits(svc: RequestReplyService) -> list[int]:
     """Counts the MQ commits of the connections the service opens from now on."""
     commits = [0]
-    qm: Any = svc.qm
-    connect = qm.connect
 
-    async def counting_connect() -> Any:
-        conn = await connect()
+    def count(conn: Any) -> None:
         commit = conn.commit
 
         async def counted(*args: Any, **kwargs: Any) -> None:
@@ -55,10 +53,22 @@ def _count_commits(svc: RequestReplyService) -> list[int]:
             await commit(*args, **kwargs)
 
         conn.commit = counted
+
+    _wrap_connections(svc, count)
+    return commits
+
+
+def _wrap_connections(svc: RequestReplyService, wrap: Callable[[Any], None]) -> None:
+    """``wrap`` changes each connection the service opens from now on."""
+    qm: Any = svc.qm
+    connect = qm.connect
+
+    async def wrapped() -> Any:
+        conn = await connect()
+        wrap(conn)
         return conn
 
-    qm.connect = counting_connect
-    return commits
+    qm.connect = wrapped
 
 
 async def test_a_batch_of_requests_is_one_unit_of_work_and_every_request_is_answered(
@@ -147,3 +157,121 @@ async def test_a_batch_behind_a_request_sent_alone_is_answered_too(
     replies = await get_bus("rb5").exchanges.wait_on("answers", 3, timeout=20)
     assert [m.body for m in await app] == [b"q0", b"q1", b"q2"]
     assert sorted(r.payload for r in replies) == [b"re:q0", b"re:q1", b"re:q2"]
+
+
+async def test_a_failed_commit_sends_the_batch_one_request_at_a_time_once_in_order(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    gw = gateway(requests=[_route()], reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await _started(gw, "rb6")
+    failed = [False]
+
+    def fail_first_commit(conn: Any) -> None:
+        commit = conn.commit
+
+        async def once_failing() -> None:
+            if not failed[0]:
+                failed[0] = True
+                raise MQError(Reason.BACKED_OUT, "injected commit failure")
+            await commit()
+
+        conn.commit = once_failing
+
+    _wrap_connections(svc, fail_first_commit)
+    await svc.on_requests(svc.requests["quote"], [_request(n) for n in range(4)])
+    got = await echo(net["QMA"].qm, "SVC.QUOTE", 4)
+    assert [m.body for m in got] == [b"q0", b"q1", b"q2", b"q3"]
+    assert await drain(net["QMA"].qm, "SVC.QUOTE", wait_ms=200) == []
+    assert failed[0] and svc.stats()["requests_sent"] == 4
+
+
+async def test_a_cancel_during_the_commit_still_marks_the_unit_sent(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    """The plugin stopping (its handler cancelled) while the unit commits: the commit
+    and the marks end together, so the batch redelivered after the restart puts
+    nothing again (a commit without its marks would put all five twice)."""
+    gw = gateway(requests=[_route()], reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await _started(gw, "rb7")
+    handler: list[asyncio.Task[None]] = []
+
+    def cancel_during_first_commit(conn: Any) -> None:
+        commit = conn.commit
+
+        async def cancelling() -> None:
+            if handler:
+                handler.pop().cancel()  # the cancel lands while the commit runs
+            await commit()
+
+        conn.commit = cancelling
+
+    _wrap_connections(svc, cancel_during_first_commit)
+    batch = [_request(n) for n in range(5)]
+    handler.append(asyncio.create_task(svc.on_requests(svc.requests["quote"], batch)))
+    first = handler[0]
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert not handler  # it was cancelled during the commit
+    await svc.on_requests(svc.requests["quote"], batch)  # the redelivery
+    got = await drain(net["QMA"].qm, "SVC.QUOTE", wait_ms=500)
+    assert [m.body for m in got] == [b"q%d" % n for n in range(5)]
+    assert svc.stats()["duplicates_filtered"] == 5
+
+
+async def test_the_batch_stops_putting_at_the_first_refused_put(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    """A failed put ends the unit's puts (on IBM MQ, a put after a broken connection
+    reconnects with backoff for each request left): two put attempts in the batch
+    path, then one per request one at a time."""
+    net["GW"].qm.run_mqsc("DEFINE QLOCAL(SMALL.SVC2) MAXMSGL(64)", stop_on_error=True)
+    gw = gateway(requests=[_route(destination="SMALL.SVC2@GW")], reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await _started(gw, "rb8")
+    attempts: list[bytes] = []
+
+    class CountingHandle:
+        def __init__(self, handle: Any) -> None:
+            self._handle = handle
+
+        async def put(self, md: Any, body: bytes, *args: Any) -> Any:
+            attempts.append(body)
+            return await self._handle.put(md, body, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._handle, name)
+
+    def count_puts(conn: Any) -> None:
+        open_queue = conn.open
+
+        async def counting_open(*args: Any, **kwargs: Any) -> Any:
+            return CountingHandle(await open_queue(*args, **kwargs))
+
+        conn.open = counting_open
+
+    _wrap_connections(svc, count_puts)
+    batch = [_request(0), _request(1, b"x" * 100)] + [_request(n) for n in range(2, 5)]
+    await svc.on_requests(svc.requests["quote"], batch)
+    assert attempts == [b"q0", b"x" * 100, b"q0", b"x" * 100, b"q2", b"q3", b"q4"]
+    queued = await drain(net["GW"].qm, "SMALL.SVC2", wait_ms=200)
+    assert [m.body for m in queued] == [b"q0", b"q2", b"q3", b"q4"]
+
+
+async def test_a_request_that_cannot_be_planned_fails_at_its_place_after_the_ones_before(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    """The batch path leaves such a batch to the one-request path, which sends the
+    requests before it and raises its error there, as before batches existed."""
+
+    class Unreadable(dict[str, str]):
+        def items(self) -> Any:
+            raise ValueError("properties cannot be read")
+
+    gw = gateway(requests=[_route()], reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await _started(gw, "rb9")
+    broken = Envelope("", "quote/req", b"q1", reply_topic="answers", correlation_data=b"c-1",
+                      properties=Unreadable())
+    with pytest.raises(ValueError, match="properties cannot be read"):
+        await svc.on_requests(svc.requests["quote"], [_request(0), broken, _request(2)])
+    got = await drain(net["QMA"].qm, "SVC.QUOTE", wait_ms=1000)
+    assert [m.body for m in got] == [b"q0"]
+    assert svc.stats()["requests_sent"] == 1
