@@ -31,6 +31,7 @@ _FIXED_CLIENT_OPTIONS = frozenset(
         "client_id",
         "linger_ms",
         "max_request_size",
+        "max_batch_size",
         "request_timeout_ms",
         "compression_type",
         "auto_offset_reset",
@@ -41,6 +42,12 @@ _FIXED_CLIENT_OPTIONS = frozenset(
 #: then builds one produce request per MQ unit of work instead of waking its broker
 #: thread for every record (docs/kafka-backends.md).
 CONFLUENT_LINGER_MS = 2
+#: ``max_batch_size`` when the config does not set it, per backend (docs/kafka-plugin.md).
+AIOKAFKA_BATCH_BYTES = 262_144
+CONFLUENT_BATCH_BYTES = 1_000_000
+#: The batch size when a topic refused a batch as too large and its max.message.bytes
+#: cannot be read: aiokafka's own default, what the plugin used before it batched more.
+FALLBACK_BATCH_BYTES = 16_384
 #: librdkafka properties (backend ``confluent``) the guarantees or other config keys own.
 _FIXED_RDKAFKA_PROPERTIES = frozenset(
     {
@@ -65,6 +72,7 @@ _FIXED_RDKAFKA_PROPERTIES = frozenset(
         "compression.codec",
         "auto.offset.reset",
         "transactional.id",
+        "batch.size",
         "max.in.flight.requests.per.connection",
         "max.in.flight",
         "retries",
@@ -255,6 +263,14 @@ class KafkaPluginConfig(BaseModel):
     #: Largest produce request (bytes); a bigger MQ publication is refused by Kafka
     #: (raise it together with the broker's message.max.bytes).
     max_request_size: int = Field(default=1_048_576, ge=1024)
+    #: Largest record batch per partition the producer builds (bytes; aiokafka's
+    #: ``max_batch_size``, librdkafka's ``batch.size``). Default: 262,144 with aiokafka,
+    #: whose own 16 KiB made an MQ unit of work of 256 × 1 KiB wait for 16 produce
+    #: round trips before it could commit (aiokafka keeps one request in flight per
+    #: broker, with one batch per partition); 1,000,000 (librdkafka's) with confluent.
+    #: Never above max_request_size, nor above the smallest max.message.bytes of the
+    #: topics the plugin writes (it reads them; see :meth:`producer_batch_bytes`).
+    max_batch_size: int | None = Field(default=None, ge=1024)
     request_timeout_ms: int = Field(default=30_000, ge=1000)
     #: Longest a batch may wait for acks before the MQ unit of work backs out.
     send_timeout_s: float = Field(default=60.0, gt=0)
@@ -280,6 +296,13 @@ class KafkaPluginConfig(BaseModel):
     outbound: OutboundConfig = Field(default_factory=OutboundConfig)
     inbound: InboundConfig = Field(default_factory=InboundConfig)
 
+    def producer_batch_bytes(self) -> int:
+        """The producer's batch size before any topic's limit is known: max_batch_size
+        or the backend's default, at most max_request_size."""
+        default = CONFLUENT_BATCH_BYTES if self.backend == "confluent" else AIOKAFKA_BATCH_BYTES
+        chosen = self.max_batch_size if self.max_batch_size is not None else default
+        return min(chosen, self.max_request_size)
+
     def exactly_once_topic(self, gateway_id: str, instance: str) -> str:
         """The marker topic of exactly-once delivery for this instance."""
         return self.exactly_once_topic_name or f"mqgw-eos.{gateway_id}.{instance}"
@@ -292,7 +315,7 @@ class KafkaPluginConfig(BaseModel):
             raise ValueError(
                 f"client_options may not set {fixed}: the plugin fixes them (idempotent "
                 "producer with acks=all, offsets committed after MQ) or they have their own "
-                "key (bootstrap_servers, client_id, inbound.group_id, ...)"
+                "key (bootstrap_servers, client_id, max_batch_size, inbound.group_id, ...)"
             )
         security = sorted(set(value) & SECURITY_CLIENT_OPTIONS)
         if security:
@@ -325,7 +348,8 @@ class KafkaPluginConfig(BaseModel):
             raise ValueError(
                 f"client_options may not set {fixed}: the plugin fixes them (idempotent "
                 "producer with acks=all, offsets committed after MQ) or they have their own "
-                "key (bootstrap_servers, client_id, linger_ms, max_request_size, ...)"
+                "key (bootstrap_servers, client_id, linger_ms, max_request_size, "
+                "max_batch_size, ...)"
             )
         security = sorted(
             k for k in self.client_options if k.startswith(_RDKAFKA_SECURITY_PREFIXES)

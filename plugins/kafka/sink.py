@@ -47,7 +47,7 @@ from aiokafka.errors import (
 from gateway.plugin_api import DeliveryRefusedError, Envelope
 from plugins.kafka.clients import Producer, new_producer
 from plugins.kafka.clients.aiokafka_client import client_args
-from plugins.kafka.config import KafkaPluginConfig
+from plugins.kafka.config import FALLBACK_BATCH_BYTES, KafkaPluginConfig
 from plugins.kafka.errors import (
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_UNKNOWN_OBJECT_NAME,
@@ -97,6 +97,16 @@ _CLOSE_TIMEOUT_S = 5.0
 _REFUSAL_ROUNDS = 3
 #: Envelopes remembered as delivered after a refusal, so a resend skips them.
 _DELIVERED_MEMORY = 10_000
+#: Longest wait to read the topics' max.message.bytes again after a batch was refused.
+_LIMITS_READ_TIMEOUT_S = 5.0
+
+
+class _Suspects(dict[int, BaseException]):
+    """Size refusals of records sent with others in one round (envelope index -> the
+    refusal): the broker may have refused their batch, not them. ``batch_bytes``: the
+    batch size of the producer that sent them."""
+
+    batch_bytes: int = 0
 
 
 def refusal_reason(exc: BaseException) -> int | None:
@@ -119,16 +129,29 @@ def producer_state_is_broken(exc: BaseException) -> bool:
 class TopicCreator:
     """Creates absent topics once (retained ones compacted); remembers what exists."""
 
-    def __init__(self, config: KafkaPluginConfig, client_id: str) -> None:
+    def __init__(
+        self, config: KafkaPluginConfig, client_id: str, *, learn_limits: bool = True
+    ) -> None:
         self._config = config
         self._client_id = client_id
         self._known: set[str] = set()
         self._lock = asyncio.Lock()
+        self._learn_limits = learn_limits
+        #: max.message.bytes of the topics ensured (the broker refuses a record batch
+        #: above it as a whole); a topic whose configs were never read is absent.
+        self.limits: dict[str, int] = {}
+        #: Bumped whenever :attr:`limits` may have changed.
+        self.limits_read = 0
 
     async def ensure(self, topics: dict[str, bool]) -> None:
-        """Make sure every topic exists; ``topics`` maps name -> compacted."""
+        """Make sure every topic exists (``topics`` maps name -> compacted) and learn
+        its max.message.bytes."""
         missing = {t: c for t, c in topics.items() if t not in self._known}
-        if not missing or not self._config.create_topics:
+        if not missing:
+            return
+        if not self._config.create_topics:
+            if self._learn_limits:
+                await self.read_limits(list(missing))
             self._known.update(missing)
             return
         async with self._lock:
@@ -154,9 +177,42 @@ class TopicCreator:
                 await self._check_compacted(
                     admin, [t for t, c in missing.items() if c and t in existing]
                 )
+                if self._learn_limits:
+                    await self._read_limits(admin, list(missing))
             finally:
                 await admin.close()
             self._known.update(missing)
+
+    async def read_limits(self, topics: list[str]) -> None:
+        """Read (again) the max.message.bytes of ``topics`` into :attr:`limits`; a
+        topic that cannot be described (no DescribeConfigs permission, broker away) keeps
+        what was read before, if anything."""
+        try:
+            admin = AIOKafkaAdminClient(**client_args(self._config, self._client_id + "-admin"))
+            await admin.start()
+        except (KafkaError, OSError) as exc:
+            log.debug("cannot read max.message.bytes of %s: %s", topics, exc)
+            return
+        try:
+            await self._read_limits(admin, topics)
+        finally:
+            await admin.close()
+
+    async def _read_limits(self, admin: AIOKafkaAdminClient, topics: list[str]) -> None:
+        resources = [
+            ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": None})
+            for t in topics
+        ]
+        try:
+            for response in await admin.describe_configs(resources):
+                for code, _msg, _type, name, entries in response.resources:
+                    for entry in entries if code == 0 else []:
+                        if entry[0] == "max.message.bytes":
+                            self.limits[name] = int(entry[1])
+        except (KafkaError, ValueError, TypeError, AttributeError) as exc:
+            log.debug("cannot read max.message.bytes of %s: %s", topics, exc)
+        finally:
+            self.limits_read += 1
 
     async def _check_compacted(self, admin: AIOKafkaAdminClient, topics: list[str]) -> None:
         """Warn when an existing retained topic is not compacted (it would grow without
@@ -233,6 +289,15 @@ class KafkaSink:
         self._healthy = False
         self._started = False
         self._replace = False
+        #: The producer's batch size: the config's, capped by the topics' limits.
+        self.batch_bytes = config.producer_batch_bytes()
+        #: The producer is replaced only for a smaller batch size (no error).
+        self._resized_only = False
+        self._limits_seen = -1
+        #: What the current producer was built with (batch_bytes may be lower already).
+        self._producer_batch_bytes = self.batch_bytes
+        #: One replacement at a time: request/reply exchanges share this sink.
+        self._replacing = asyncio.Lock()
         self._delivered: set[bytes] = set()
         self._round_keys: dict[int, bytes] = {}
         self._delivered_order: deque[bytes] = deque()
@@ -242,13 +307,42 @@ class KafkaSink:
         return self.producer is not None and self._healthy
 
     def _new_producer(self) -> Producer:
+        self._producer_batch_bytes = self.batch_bytes
         return new_producer(
             self.config,
             f"mqgw.{self.gateway_id}.{self.instance}",
             transactional_id=(
                 f"mqgw.{self.gateway_id}.{self.instance}" if self.ledger is not None else None
             ),
+            batch_bytes=self.batch_bytes,
         )
+
+    def _cap_batches(self, unknown_refused: bool = False) -> bool:
+        """Lower the producer's batch size to the smallest max.message.bytes of the
+        topics written (a new producer at the next send); with ``unknown_refused`` (a
+        batch was refused and some limit could not be read), to FALLBACK_BATCH_BYTES at
+        most. True when it was lowered."""
+        limits = self.topics.limits
+        topic = min(limits, key=limits.__getitem__, default=None)
+        limit = self.batch_bytes if topic is None else limits[topic]
+        why = f"the max.message.bytes of topic {topic}"
+        if unknown_refused and limit > FALLBACK_BATCH_BYTES:
+            limit = FALLBACK_BATCH_BYTES
+            why = "a batch was refused as too large and a topic's max.message.bytes cannot be read"
+        if limit >= self.batch_bytes:
+            return False
+        log.log(
+            logging.WARNING if unknown_refused else logging.INFO,
+            "kafka instance %r: producer batches lowered from %d to %d bytes: %s",
+            self.instance,
+            self.batch_bytes,
+            limit,
+            why,
+        )
+        self.batch_bytes = limit
+        self._resized_only = not self._replace
+        self._replace = True
+        return True
 
     async def start(self) -> None:
         producer = self._new_producer()
@@ -299,8 +393,13 @@ class KafkaSink:
             ) from exc
         self.producer = producer
         self._replace = False
-        self.producers_replaced += 1
-        log.warning("kafka instance %r: producer replaced after a fatal error", self.instance)
+        if self._resized_only:
+            log.info("kafka instance %r: producer restarted with batches of at most %d bytes",
+                     self.instance, self.batch_bytes)
+        else:
+            self.producers_replaced += 1
+            log.warning("kafka instance %r: producer replaced after a fatal error", self.instance)
+        self._resized_only = False
         return producer
 
     async def send(self, envelopes: Sequence[Envelope]) -> None:
@@ -349,10 +448,17 @@ class KafkaSink:
         }
         todo = records
         for _round in range(_REFUSAL_ROUNDS):
-            errors = await self._produce(todo, refused)
+            suspects = _Suspects()
+            errors = await self._produce(todo, refused, suspects)
+            if suspects and not await self._batches_were_too_large(todo, suspects):
+                # the batches fit the topics' limits: each was refused for its own size
+                for index, exc in suspects.items():
+                    refused.setdefault(index, exc)
+                errors = [(i, e) for i, e in errors if i not in suspects]
+                suspects.clear()
             if not errors:
                 break
-            if not refused or _round == _REFUSAL_ROUNDS - 1:
+            if not (refused or suspects) or _round == _REFUSAL_ROUNDS - 1:
                 self._fail(errors[0][1])
                 raise KafkaSendError(
                     f"kafka instance {self.instance!r}: {len(errors)} of {len(records)} "
@@ -361,7 +467,8 @@ class KafkaSink:
                 ) from errors[0][1]
             # A record the broker refused used up a sequence number of the idempotent
             # producer: what followed it on that partition fails OutOfOrderSequence.
-            # Resend those (only those) with a new producer.
+            # Resend those (only those) with a new producer; after a batch refused as too
+            # large, one whose batches fit the topics' limits.
             failed = {index for index, _ in errors}
             todo = [(i, r) for i, r in todo if i in failed and i not in refused]
         if not self._healthy:
@@ -385,23 +492,56 @@ class KafkaSink:
         if remember:
             self._forget_delivered()
 
+    async def _batches_were_too_large(
+        self, records: list[tuple[int, OutboundRecord]], suspects: _Suspects
+    ) -> bool:
+        """After size refusals of records sent together (``suspects``): read their
+        topics' max.message.bytes again and lower the batch size to it. True when the
+        batches they went in may have been too large (send them again with smaller
+        ones), False when those batches fit (each record was refused for its own size).
+        The read is bounded (_LIMITS_READ_TIMEOUT_S): a send stays about as long as
+        ``send_timeout_s`` allows."""
+        topics = sorted({r.topic for i, r in records if i in suspects})
+        try:
+            async with asyncio.timeout(_LIMITS_READ_TIMEOUT_S):
+                await self.topics.read_limits(topics)
+        except TimeoutError:
+            log.debug("kafka instance %r: reading max.message.bytes timed out", self.instance)
+        unknown = any(t not in self.topics.limits for t in topics)
+        self._cap_batches(unknown_refused=unknown)
+        return self.batch_bytes < suspects.batch_bytes
+
     async def _produce(
-        self, records: list[tuple[int, OutboundRecord]], refused: dict[int, BaseException]
+        self,
+        records: list[tuple[int, OutboundRecord]],
+        refused: dict[int, BaseException],
+        suspects: _Suspects,
     ) -> list[tuple[int, BaseException]]:
         """Send ``records`` (envelope index, record) and wait for every ack.
 
         Adds the envelopes Kafka refuses for good to ``refused``; returns the other
         failures per record. Raises KafkaSendError when the batch as a whole fails.
+        A size refusal of one of several records sent together is not final yet (the
+        broker judges the producer's batch, not the record): the record is returned as
+        a failure and added to ``suspects`` (index -> the refusal).
         """
         try:
             async with asyncio.timeout(self.config.send_timeout_s):
-                producer = self.producer
-                if self._replace or producer is None:
-                    producer = await self._replace_producer()
                 await self.topics.ensure({r.topic: r.compacted for _, r in records})
+                if self._limits_seen != self.topics.limits_read:
+                    self._limits_seen = self.topics.limits_read
+                    self._cap_batches()
+                async with self._replacing:
+                    producer = self.producer
+                    if self._replace or producer is None:
+                        producer = await self._replace_producer()
+                suspects.batch_bytes = self._producer_batch_bytes
                 if self.ledger is not None:
-                    return await self._produce_in_transaction(producer, records, refused)
+                    return await self._produce_in_transaction(
+                        producer, records, refused, suspects
+                    )
                 sent: list[tuple[int, asyncio.Future[object]]] = []
+                lone: set[int] = set()  # id() of the futures of records alone in a batch
                 for index, r in records:
                     if index in refused:
                         continue
@@ -411,6 +551,8 @@ class KafkaSink:
                         refused[index] = exc
                         continue
                     sent.append((index, future))
+                    if len(r.value or b"") >= suspects.batch_bytes:
+                        lone.add(id(future))
                 results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
         except (KafkaError, TimeoutError) as exc:
             self._fail(exc)
@@ -420,15 +562,20 @@ class KafkaSink:
                 failed=len(records),
             ) from exc
         errors: list[tuple[int, BaseException]] = []
-        for (index, _), result in zip(sent, results, strict=True):
+        for (index, future), result in zip(sent, results, strict=True):
             if not isinstance(result, BaseException):
                 continue
-            if refusal_reason(result) is not None:
-                refused.setdefault(index, result)
-                # The broker refused it after the producer gave it a sequence number.
-                self._replace = True
-            else:
+            reason = refusal_reason(result)
+            if reason is None:
                 errors.append((index, result))
+                continue
+            # The broker refused it after the producer gave it a sequence number.
+            self._replace = True
+            if reason == MQRC_MSG_TOO_BIG_FOR_Q and len(sent) > 1 and id(future) not in lone:
+                suspects.setdefault(index, result)
+                errors.append((index, result))
+            else:
+                refused.setdefault(index, result)
         return errors
 
     async def _produce_in_transaction(
@@ -436,6 +583,7 @@ class KafkaSink:
         producer: Producer,
         records: list[tuple[int, OutboundRecord]],
         refused: dict[int, BaseException],
+        suspects: _Suspects,
     ) -> list[tuple[int, BaseException]]:
         """One Kafka transaction: the records plus a committed-marker per envelope.
 
@@ -446,6 +594,7 @@ class KafkaSink:
         keys = self._round_keys
         await producer.begin_transaction()
         sent: list[tuple[int, asyncio.Future[object]]] = []
+        lone: set[int] = set()  # as in _produce
         marked: list[bytes] = []
         try:
             for index, r in records:
@@ -457,19 +606,32 @@ class KafkaSink:
                     refused[index] = exc
                     continue
                 sent.append((index, future))
+                if len(r.value or b"") >= suspects.batch_bytes:
+                    lone.add(id(future))
             for index in sorted({i for i, _ in records} - set(refused)):
                 key = keys.get(index)
                 if key is not None:
                     marked.append(key)
                     sent.append((index, await producer.send(self.ledger.topic, b"1", key=key)))
-            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+            futures = [f for _, f in sent]
+            aborted = False
+            if futures:
+                _, pending = await asyncio.wait(futures, return_when=asyncio.FIRST_EXCEPTION)
+                if pending:
+                    # One record failed, so the transaction has; librdkafka settles the
+                    # records behind it only once the transaction is aborted (aiokafka
+                    # settles them first either way).
+                    await producer.abort_transaction()
+                    aborted = True
+            results = await asyncio.gather(*futures, return_exceptions=True)
             failures = [
-                (i, r)
-                for (i, _), r in zip(sent, results, strict=True)
+                (i, f, r)
+                for (i, f), r in zip(sent, results, strict=True)
                 if isinstance(r, BaseException)
             ]
             if failures:
-                await producer.abort_transaction()
+                if not aborted:
+                    await producer.abort_transaction()
             else:
                 await producer.commit_transaction()
                 self.ledger.add(marked)
@@ -478,11 +640,18 @@ class KafkaSink:
             self._replace = True  # the transaction's state is unknown: a new producer
             raise
         errors: list[tuple[int, BaseException]] = []
-        for index, result in failures:
-            if refusal_reason(result) is not None:
+        for index, future, result in failures:
+            reason = refusal_reason(result)
+            if reason is None:
+                continue
+            self._replace = True
+            if reason == MQRC_MSG_TOO_BIG_FOR_Q and len(sent) > 1 and id(future) not in lone:
+                suspects.setdefault(index, result)  # as in _produce
+            else:
                 refused.setdefault(index, result)
-                self._replace = True
-        first_error = next((r for _, r in failures if refusal_reason(r) is None), failures[0][1])
+        first_error = next(
+            (r for _, _, r in failures if refusal_reason(r) is None), failures[0][2]
+        )
         for index in sorted({i for i, _ in records} - set(refused)):
             errors.append((index, first_error))  # aborted with the transaction
         return errors

@@ -134,7 +134,9 @@ class KafkaSource:
         try:
             # A topic created after the consumer started would only be seen at the next
             # metadata refresh (minutes): create absent ones first.
-            await TopicCreator(self.config, self.group_id).ensure(dict.fromkeys(self.routes, False))
+            await TopicCreator(self.config, self.group_id, learn_limits=False).ensure(
+                dict.fromkeys(self.routes, False)
+            )
             await consumer.start()
         except KafkaError as exc:
             await consumer.stop()
@@ -297,7 +299,9 @@ class KafkaSource:
             )
             try:
                 await producer.start()
-                await TopicCreator(self.config, self.group_id).ensure({topic: False})
+                await TopicCreator(self.config, self.group_id, learn_limits=False).ensure(
+                    {topic: False}
+                )
             except BaseException:
                 with contextlib.suppress(KafkaError):
                     await producer.stop()

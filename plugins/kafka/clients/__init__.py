@@ -71,20 +71,24 @@ def new_producer(
     *,
     transactional_id: str | None = None,
     dead_letter: bool = False,
+    batch_bytes: int | None = None,
 ) -> Producer:
     """The configured backend's producer (not started): idempotent, acks=all, the
-    config's linger, size limit and compression (the dead-letter producer keeps the
-    library's default linger and no compression)."""
+    config's linger, size limit, batch size (``batch_bytes`` when given: the sink's,
+    capped by its topics' limits) and compression (the dead-letter producer keeps the
+    library's default linger, batch size and no compression)."""
     if config.backend == "confluent":
         from plugins.kafka.clients.confluent_client import ConfluentProducer
 
         return ConfluentProducer(
-            config, client_id, transactional_id=transactional_id, dead_letter=dead_letter
+            config, client_id, transactional_id=transactional_id, dead_letter=dead_letter,
+            batch_bytes=batch_bytes,
         )
     from plugins.kafka.clients.aiokafka_client import aiokafka_producer
 
     producer: Producer = aiokafka_producer(
-        config, client_id, transactional_id=transactional_id, dead_letter=dead_letter
+        config, client_id, transactional_id=transactional_id, dead_letter=dead_letter,
+        batch_bytes=batch_bytes,
     )
     return producer
 

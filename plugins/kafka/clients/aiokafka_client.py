@@ -34,6 +34,7 @@ def aiokafka_producer(
     *,
     transactional_id: str | None = None,
     dead_letter: bool = False,
+    batch_bytes: int | None = None,
 ) -> Any:
     if dead_letter:
         return AIOKafkaProducer(
@@ -49,6 +50,7 @@ def aiokafka_producer(
         transactional_id=transactional_id,
         linger_ms=config.linger_ms,
         max_request_size=config.max_request_size,
+        max_batch_size=batch_bytes or config.producer_batch_bytes(),
         compression_type=config.compression_type,
     )
 

@@ -129,6 +129,7 @@ class ConfluentProducer:
         *,
         transactional_id: str | None = None,
         dead_letter: bool = False,
+        batch_bytes: int | None = None,
     ) -> None:
         props = _common(config, client_id)
         props.update(
@@ -143,6 +144,7 @@ class ConfluentProducer:
         )
         if not dead_letter:
             props["linger.ms"] = config.linger_ms
+            props["batch.size"] = batch_bytes or config.producer_batch_bytes()
             if config.compression_type is not None:
                 props["compression.type"] = config.compression_type
         if transactional_id is not None:

@@ -55,7 +55,13 @@ async def send_command(
 
 
 async def consume(
-    bootstrap: str, topic: str, count: int, timeout: float = 60, *, extra_wait_ms: int = 500
+    bootstrap: str,
+    topic: str,
+    count: int,
+    timeout: float = 60,
+    *,
+    extra_wait_ms: int = 500,
+    isolation_level: str = "read_uncommitted",
 ) -> list[Any]:
     """Read ``topic`` from the beginning until ``count`` records (and nothing more
     arrives within ``extra_wait_ms``)."""
@@ -65,6 +71,7 @@ async def consume(
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        isolation_level=isolation_level,
     )
     await consumer.start()
     records: list[Any] = []

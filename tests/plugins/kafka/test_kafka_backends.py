@@ -54,7 +54,7 @@ def test_aiokafka_is_the_default_backend_and_confluent_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
-        ({"max_batch_size": 1}, "look like aiokafka arguments"),
+        ({"retry_backoff_ms": 1}, "look like aiokafka arguments"),
         ({"enable.idempotence": False}, "the plugin fixes them"),
         ({"acks": "1"}, "the plugin fixes them"),
         ({"message.timeout.ms": 1000}, "the plugin fixes them"),
@@ -74,8 +74,42 @@ def test_confluent_refuses_what_it_cannot_map_at_config_check(
 def test_confluent_client_options_never_reach_the_aiokafka_admin_client() -> None:
     cfg = _cfg(backend="confluent", client_options={"batch.num.messages": 5000})
     assert "batch.num.messages" not in client_args(cfg, "x")
-    aio = _cfg(client_options={"max_batch_size": 4096})
-    assert client_args(aio, "x")["max_batch_size"] == 4096
+    aio = _cfg(client_options={"retry_backoff_ms": 50})
+    assert client_args(aio, "x")["retry_backoff_ms"] == 50
+
+
+@pytest.mark.parametrize(
+    ("settings", "batch_bytes"),
+    [({}, 262_144), ({"max_batch_size": 32_768}, 32_768),
+     ({"max_request_size": 100_000}, 100_000),
+     ({"backend": "confluent"}, 1_000_000),
+     ({"backend": "confluent", "max_batch_size": 40_000}, 40_000)],
+)
+async def test_the_producer_batches_up_to_max_batch_size(
+    settings: dict[str, Any], batch_bytes: int
+) -> None:
+    """The plugin's producer builds record batches of up to ``max_batch_size`` bytes
+    (default: 256 KiB with aiokafka, whose own 16 KiB made a unit of work of 256 KiB
+    wait for 16 round trips; librdkafka's 1,000,000 with confluent), never more than
+    ``max_request_size``; the sink's cap (a topic's max.message.bytes) wins over both.
+    ``client_options`` may set neither aiokafka's max_batch_size (it reached the consumer
+    and admin client too, which refuse the argument) nor librdkafka's batch.size."""
+    cfg = _cfg(**settings)
+    assert cfg.producer_batch_bytes() == batch_bytes
+    for cap, expected in ((None, batch_bytes), (20_000, 20_000)):
+        producer = new_producer(cfg, "x", batch_bytes=cap)
+        if isinstance(producer, ConfluentProducer):
+            assert producer._props["batch.size"] == expected
+        else:
+            try:
+                # aiokafka 0.14's accumulator keeps the batch size here
+                assert producer._message_accumulator._batch_size == expected  # type: ignore[attr-defined]
+            finally:
+                await producer.stop()
+    with pytest.raises(ValidationError, match=r"may not set \['max_batch_size'\]"):
+        _cfg(client_options={"max_batch_size": 4096})
+    with pytest.raises(ValidationError, match=r"may not set \['batch.size'\]"):
+        _cfg(backend="confluent", client_options={"batch.size": 4096})
 
 
 async def test_the_port_builds_the_configured_backend() -> None:

@@ -6,13 +6,18 @@ rest) again does not produce them twice."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from gateway.devstack import KafkaBroker
 from gateway.plugin_api import DeliveryRefusedError, Envelope
 from plugins.kafka import KafkaPluginConfig
+from plugins.kafka.config import FALLBACK_BATCH_BYTES
 from plugins.kafka.errors import MQRC_MSG_TOO_BIG_FOR_Q
-from plugins.kafka.sink import KafkaSink
+from plugins.kafka.sink import KafkaSink, TopicCreator
 from tests.plugins.kafka.kafka_harness import STOCK, consume, unique
 
 pytestmark = [pytest.mark.kafka]
@@ -60,3 +65,167 @@ async def test_a_refused_envelope_is_reported_alone_and_its_neighbours_go_once(
         await sink.stop()
     records = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", 2, extra_wait_ms=1000)
     assert [r.value for r in records] == [b"zero", b"two"]
+
+
+_CASES = [("aiokafka", "at_least_once"), ("confluent", "at_least_once"),
+          ("aiokafka", "exactly_once"), ("confluent", "exactly_once")]
+
+
+def _limited_config(
+    bootstrap: str, p: str, backend: str, delivery: str, **more: object
+) -> KafkaPluginConfig:
+    return KafkaPluginConfig.model_validate(
+        {
+            "bootstrap_servers": bootstrap,
+            "backend": backend,
+            "delivery": delivery,
+            "send_timeout_s": 20,
+            **({"exactly_once_topic_name": p + "-eos"} if delivery == "exactly_once" else {}),
+            "outbound": {"topic_template": p + ".{stream}", "routes": [{"stream": STOCK}]},
+            **more,
+        }
+    )
+
+
+def _numbered(count: int, oversize_at: int | None = None) -> list[Envelope]:
+    """Envelopes of 3,999 bytes (one of 60,000 at ``oversize_at``), each naming its place."""
+    return [
+        _envelope(i, (b"%03d" % i) * (20_000 if i == oversize_at else 1_333))
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("backend", "delivery", "oversize_at"),
+    [pytest.param(b, d, None, id=f"all-fit-{b}-{d}") for b, d in _CASES]
+    # not confluent with exactly_once: librdkafka's abort of a transaction in which the
+    # broker refused a record can stall until send_timeout_s (docs/kafka-plugin.md)
+    + [pytest.param(b, d, 7, id=f"one-over-{b}-{d}") for b, d in _CASES
+       if (b, d) != ("confluent", "exactly_once")],
+)
+async def test_batches_are_capped_at_the_topics_limit_and_only_a_record_over_it_is_refused(
+    kafka_broker: KafkaBroker, backend: str, delivery: str, oversize_at: int | None
+) -> None:
+    """The plugin reads the max.message.bytes of the topics it writes (40,000 here) and
+    builds no bigger batch, so 60 records of 4,000 bytes (240 KB, several batches) all
+    go once and in order; only a record over the limit on its own (60,000 bytes) is
+    refused, with MQ reason 2030, and its neighbours still go once, in order."""
+    p = unique("batchcap")
+    config = _limited_config(
+        kafka_broker.bootstrap, p, backend, delivery,
+        topic_configs={"max.message.bytes": "40000"},
+    )
+    sink = KafkaSink(config, config.outbound.router(), instance="kafka", gateway_id="gw-test")
+    await sink.start()
+    batch = _numbered(60, oversize_at)
+    expected = [e.payload for i, e in enumerate(batch) if i != oversize_at]
+    try:
+        if oversize_at is None:
+            await sink.send(batch)
+            assert sink.producers_replaced == 0  # capped before the send, nothing refused
+        else:
+            with pytest.raises(DeliveryRefusedError) as refused:
+                await sink.send(batch)
+            assert refused.value.index == oversize_at
+            assert refused.value.reason == MQRC_MSG_TOO_BIG_FOR_Q
+            await sink.send(batch[oversize_at + 1:])  # the rest, as the runtime resends it
+        assert sink.healthy
+        assert sink.batch_bytes == 40_000
+    finally:
+        await sink.stop()
+    records = await consume(
+        kafka_broker.bootstrap, f"{p}.STOCK.STREAM", len(expected), extra_wait_ms=1000,
+        isolation_level="read_committed",  # an aborted transaction's records are not news
+    )
+    assert [r.value for r in records] == expected
+
+
+@pytest.mark.parametrize(("backend", "delivery"), _CASES)
+async def test_a_limit_lowered_under_a_running_sink_costs_a_resend_not_a_refusal(
+    kafka_broker: KafkaBroker, backend: str, delivery: str
+) -> None:
+    """A topic's max.message.bytes lowered after the plugin read it: the first batch
+    over it is refused as a whole; the sink reads the limit again, lowers its batches
+    to it and sends again in the same send, so all 60 records arrive and none is
+    dead-lettered. (With aiokafka the first copies stay in order; librdkafka may write
+    the batches behind the refused one first, so only the set is checked for it.)"""
+    p = unique("batchlow")
+    config = _limited_config(kafka_broker.bootstrap, p, backend, delivery)
+    sink = KafkaSink(config, config.outbound.router(), instance="kafka", gateway_id="gw-test")
+    await sink.start()
+    topic = f"{p}.STOCK.STREAM"
+    batch = _numbered(60)
+    try:
+        await sink.send([_envelope(100, b"first")])  # the topic exists, limit read
+        assert sink.batch_bytes == config.producer_batch_bytes()
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic,
+                                configs={"max.message.bytes": "40000"})]
+            )
+        finally:
+            await admin.close()
+        # the broker applies a topic's dynamic config asynchronously: until the sink can
+        # read the new limit, then a moment for the log to take it
+        async with asyncio.timeout(20):
+            while True:
+                await sink.topics.read_limits([topic])
+                if sink.topics.limits.get(topic) == 40_000:
+                    break
+                await asyncio.sleep(0.2)
+        await asyncio.sleep(1)
+        await sink.send(batch)
+        assert sink.healthy
+        assert sink.batch_bytes == 40_000
+        assert sink.refused == 0
+    finally:
+        await sink.stop()
+    records = await consume(
+        kafka_broker.bootstrap, topic, 61, extra_wait_ms=1000, isolation_level="read_committed"
+    )
+    values = [r.value for r in records]
+    assert values[0] == b"first"
+    if backend == "aiokafka" or delivery == "exactly_once":
+        # the refused batch's transaction was aborted with everything behind it
+        assert values[1:] == [e.payload for e in batch]
+    else:
+        assert sorted(values[1:]) == sorted(e.payload for e in batch)
+
+
+async def test_a_limit_that_cannot_be_read_falls_back_to_small_batches(
+    kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without DescribeConfigs (the read is made to fail here): a record at least as
+    big as the batch size went alone, so its refusal is final at once and the batch
+    size stays; a batch of small records refused as too large lowers the batches to
+    16 KiB and they go again: all arrive, in order, none refused."""
+
+    async def no_describe(_admin: object, _topics: list[str]) -> None:
+        return None
+
+    monkeypatch.setattr(TopicCreator, "_read_limits", lambda self, admin, topics:
+                        no_describe(admin, topics))
+    p = unique("batchunk")
+    config = _limited_config(
+        kafka_broker.bootstrap, p, "aiokafka", "at_least_once",
+        topic_configs={"max.message.bytes": "40000"},
+    )
+    sink = KafkaSink(config, config.outbound.router(), instance="kafka", gateway_id="gw-test")
+    await sink.start()
+    first = [_envelope(100, b"a"), _envelope(101, b"x" * 300_000), _envelope(102, b"b")]
+    batch = _numbered(60)
+    try:
+        with pytest.raises(DeliveryRefusedError) as refused:
+            await sink.send(first)
+        assert refused.value.index == 1
+        assert sink.batch_bytes == config.producer_batch_bytes()  # no needless fallback
+        await sink.send(first[2:])
+        await sink.send(batch)
+        assert sink.batch_bytes == FALLBACK_BATCH_BYTES
+        assert sink.refused == 1
+    finally:
+        await sink.stop()
+    records = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", 62, extra_wait_ms=1000)
+    assert [r.value for r in records] == [b"a", b"b"] + [e.payload for e in batch]
