@@ -269,7 +269,7 @@ class KafkaPluginConfig(BaseModel):
     #: round trips before it could commit (aiokafka keeps one request in flight per
     #: broker, with one batch per partition); 1,000,000 (librdkafka's) with confluent.
     #: Never above max_request_size, nor above the smallest max.message.bytes of the
-    #: topics the plugin writes (it reads them; see :meth:`producer_batch_bytes`).
+    #: topics the plugin writes (the sink reads them: docs/kafka-plugin.md, "Batches").
     max_batch_size: int | None = Field(default=None, ge=1024)
     request_timeout_ms: int = Field(default=30_000, ge=1000)
     #: Longest a batch may wait for acks before the MQ unit of work backs out.
