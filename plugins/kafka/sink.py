@@ -155,7 +155,7 @@ class TopicCreator:
             self._known.update(missing)
             return
         async with self._lock:
-            admin = AIOKafkaAdminClient(**client_args(self._config, self._client_id + "-admin"))
+            admin = self._admin()
             await admin.start()
             try:
                 existing = set(await admin.list_topics())
@@ -174,11 +174,11 @@ class TopicCreator:
                 ]
                 if new:
                     await self._create(admin, new)
-                await self._check_compacted(
-                    admin, [t for t, c in missing.items() if c and t in existing]
+                await self._describe(
+                    admin,
+                    list(missing) if self._learn_limits else [],
+                    [t for t, c in missing.items() if c and t in existing],
                 )
-                if self._learn_limits:
-                    await self._read_limits(admin, list(missing))
             finally:
                 await admin.close()
             self._known.update(missing)
@@ -188,47 +188,39 @@ class TopicCreator:
         topic that cannot be described (no DescribeConfigs permission, broker away) keeps
         what was read before, if anything."""
         try:
-            admin = AIOKafkaAdminClient(**client_args(self._config, self._client_id + "-admin"))
+            admin = self._admin()
             await admin.start()
         except (KafkaError, OSError) as exc:
             log.debug("cannot read max.message.bytes of %s: %s", topics, exc)
             return
         try:
-            await self._read_limits(admin, topics)
+            await self._describe(admin, topics, [])
         finally:
             await admin.close()
 
-    async def _read_limits(self, admin: AIOKafkaAdminClient, topics: list[str]) -> None:
-        resources = [
-            ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": None})
-            for t in topics
-        ]
+    def _admin(self) -> AIOKafkaAdminClient:
+        return AIOKafkaAdminClient(**client_args(self._config, self._client_id + "-admin"))
+
+    async def _describe(
+        self, admin: AIOKafkaAdminClient, limited: list[str], retained: list[str]
+    ) -> None:
+        """One DescribeConfigs: the max.message.bytes of ``limited`` into :attr:`limits`,
+        and a warning for each existing retained topic of ``retained`` that is not
+        compacted (it would grow without bound and readers would see every old retained
+        publication)."""
+        topics = list(dict.fromkeys(limited + retained))
+        if not topics:
+            return
+        wanted = {"cleanup.policy": None, "max.message.bytes": None}
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t, configs=wanted) for t in topics]
         try:
             for response in await admin.describe_configs(resources):
                 for code, _msg, _type, name, entries in response.resources:
                     for entry in entries if code == 0 else []:
-                        if entry[0] == "max.message.bytes":
+                        if entry[0] == "max.message.bytes" and name in limited:
                             self.limits[name] = int(entry[1])
-        except (KafkaError, ValueError, TypeError, AttributeError) as exc:
-            log.debug("cannot read max.message.bytes of %s: %s", topics, exc)
-        finally:
-            self.limits_read += 1
-
-    async def _check_compacted(self, admin: AIOKafkaAdminClient, topics: list[str]) -> None:
-        """Warn when an existing retained topic is not compacted (it would grow without
-        bound and readers would see every old retained publication)."""
-        if not topics:
-            return
-        resources = [
-            ConfigResource(ConfigResourceType.TOPIC, t, configs={"cleanup.policy": None})
-            for t in topics
-        ]
-        try:
-            responses = await admin.describe_configs(resources)
-            for response in responses:
-                for _code, _msg, _type, name, entries in response.resources:
-                    for entry in entries:
-                        if entry[0] == "cleanup.policy" and "compact" not in str(entry[1]):
+                        elif (entry[0] == "cleanup.policy" and name in retained
+                              and "compact" not in str(entry[1])):
                             log.warning(
                                 "Kafka topic %s holds retained publications but its "
                                 "cleanup.policy is %s, not compact",
@@ -236,7 +228,9 @@ class TopicCreator:
                                 entry[1],
                             )
         except (KafkaError, ValueError, TypeError, AttributeError) as exc:
-            log.debug("cannot check cleanup.policy of %s: %s", topics, exc)
+            log.debug("cannot read the configs of %s: %s", topics, exc)
+        finally:
+            self.limits_read += 1
 
     async def _create(self, admin: AIOKafkaAdminClient, new: list[NewTopic]) -> None:
         try:
@@ -540,19 +534,7 @@ class KafkaSink:
                     return await self._produce_in_transaction(
                         producer, records, refused, suspects
                     )
-                sent: list[tuple[int, asyncio.Future[object]]] = []
-                lone: set[int] = set()  # id() of the futures of records alone in a batch
-                for index, r in records:
-                    if index in refused:
-                        continue
-                    try:
-                        future = await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
-                    except _REFUSAL_TYPES as exc:  # checked by the client before sending
-                        refused[index] = exc
-                        continue
-                    sent.append((index, future))
-                    if len(r.value or b"") >= suspects.batch_bytes:
-                        lone.add(id(future))
+                sent, lone = await self._send_each(producer, records, refused, suspects)
                 results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
         except (KafkaError, TimeoutError) as exc:
             self._fail(exc)
@@ -563,20 +545,59 @@ class KafkaSink:
             ) from exc
         errors: list[tuple[int, BaseException]] = []
         for (index, future), result in zip(sent, results, strict=True):
-            if not isinstance(result, BaseException):
-                continue
-            reason = refusal_reason(result)
-            if reason is None:
+            if isinstance(result, BaseException) and self._to_retry(
+                index, result, len(sent) > 1 and id(future) not in lone, refused, suspects
+            ):
                 errors.append((index, result))
-                continue
-            # The broker refused it after the producer gave it a sequence number.
-            self._replace = True
-            if reason == MQRC_MSG_TOO_BIG_FOR_Q and len(sent) > 1 and id(future) not in lone:
-                suspects.setdefault(index, result)
-                errors.append((index, result))
-            else:
-                refused.setdefault(index, result)
         return errors
+
+    async def _send_each(
+        self,
+        producer: Producer,
+        records: list[tuple[int, OutboundRecord]],
+        refused: dict[int, BaseException],
+        suspects: _Suspects,
+    ) -> tuple[list[tuple[int, asyncio.Future[object]]], set[int]]:
+        """Hand each record not refused yet to the producer: (envelope index, ack future)
+        in order, and the id() of the futures of records at least as big as the batch size
+        (each went alone in its batch). A record the client refuses before sending goes to
+        ``refused``."""
+        sent: list[tuple[int, asyncio.Future[object]]] = []
+        lone: set[int] = set()
+        for index, r in records:
+            if index in refused:
+                continue
+            try:
+                future = await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
+            except _REFUSAL_TYPES as exc:  # checked by the client before sending
+                refused[index] = exc
+                continue
+            sent.append((index, future))
+            if len(r.value or b"") >= suspects.batch_bytes:
+                lone.add(id(future))
+        return sent, lone
+
+    def _to_retry(
+        self,
+        index: int,
+        failure: BaseException,
+        in_shared_batch: bool,
+        refused: dict[int, BaseException],
+        suspects: _Suspects,
+    ) -> bool:
+        """Sort one failed record: a refusal is final (into ``refused``) unless it is a
+        size refusal of a record that shared its batch (into ``suspects``, to be sent
+        again); True for what is to be sent again (any other failure, a suspect)."""
+        reason = refusal_reason(failure)
+        if reason is None:
+            return True
+        # The broker refused it after the producer gave it a sequence number.
+        self._replace = True
+        if reason == MQRC_MSG_TOO_BIG_FOR_Q and in_shared_batch:
+            suspects.setdefault(index, failure)
+            return True
+        refused.setdefault(index, failure)
+        return False
 
     async def _produce_in_transaction(
         self,
@@ -593,21 +614,9 @@ class KafkaSink:
         assert self.ledger is not None
         keys = self._round_keys
         await producer.begin_transaction()
-        sent: list[tuple[int, asyncio.Future[object]]] = []
-        lone: set[int] = set()  # as in _produce
         marked: list[bytes] = []
         try:
-            for index, r in records:
-                if index in refused:
-                    continue
-                try:
-                    future = await producer.send(r.topic, r.value, key=r.key, headers=r.headers)
-                except _REFUSAL_TYPES as exc:
-                    refused[index] = exc
-                    continue
-                sent.append((index, future))
-                if len(r.value or b"") >= suspects.batch_bytes:
-                    lone.add(id(future))
+            sent, lone = await self._send_each(producer, records, refused, suspects)
             for index in sorted({i for i, _ in records} - set(refused)):
                 key = keys.get(index)
                 if key is not None:
@@ -641,14 +650,8 @@ class KafkaSink:
             raise
         errors: list[tuple[int, BaseException]] = []
         for index, future, result in failures:
-            reason = refusal_reason(result)
-            if reason is None:
-                continue
-            self._replace = True
-            if reason == MQRC_MSG_TOO_BIG_FOR_Q and len(sent) > 1 and id(future) not in lone:
-                suspects.setdefault(index, result)  # as in _produce
-            else:
-                refused.setdefault(index, result)
+            self._to_retry(index, result, len(sent) > 1 and id(future) not in lone, refused,
+                           suspects)  # everything not refused is sent again (aborted)
         first_error = next(
             (r for _, _, r in failures if refusal_reason(r) is None), failures[0][2]
         )

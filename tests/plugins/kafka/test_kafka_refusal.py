@@ -202,11 +202,10 @@ async def test_a_limit_that_cannot_be_read_falls_back_to_small_batches(
     size stays; a batch of small records refused as too large lowers the batches to
     16 KiB and they go again: all arrive, in order, none refused."""
 
-    async def no_describe(_admin: object, _topics: list[str]) -> None:
+    async def no_describe(_self: object, _admin: object, *_topics: list[str]) -> None:
         return None
 
-    monkeypatch.setattr(TopicCreator, "_read_limits", lambda self, admin, topics:
-                        no_describe(admin, topics))
+    monkeypatch.setattr(TopicCreator, "_describe", no_describe)
     p = unique("batchunk")
     config = _limited_config(
         kafka_broker.bootstrap, p, "aiokafka", "at_least_once",
