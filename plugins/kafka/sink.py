@@ -99,6 +99,9 @@ _REFUSAL_ROUNDS = 3
 _DELIVERED_MEMORY = 10_000
 #: Longest wait to read the topics' max.message.bytes again after a batch was refused.
 _LIMITS_READ_TIMEOUT_S = 5.0
+#: Reads of a just-created topic's max.message.bytes until the broker can describe it.
+_CREATED_DESCRIBE_TRIES = 10
+_CREATED_DESCRIBE_PAUSE_S = 0.1
 
 
 class _Suspects(dict[int, BaseException]):
@@ -179,6 +182,8 @@ class TopicCreator:
                     list(missing) if self._learn_limits else [],
                     [t for t, c in missing.items() if c and t in existing],
                 )
+                if self._learn_limits:
+                    await self._await_limits(admin, [t.name for t in new])
             finally:
                 await admin.close()
             self._known.update(missing)
@@ -197,6 +202,18 @@ class TopicCreator:
             await self._describe(admin, topics, [])
         finally:
             await admin.close()
+
+    async def _await_limits(self, admin: AIOKafkaAdminClient, created: list[str]) -> None:
+        """A topic just created may not be described yet (its metadata has not reached
+        the broker's config view): ask again briefly, so the first batches already fit
+        (otherwise the first one over the limit is refused and sent again)."""
+        for _ in range(_CREATED_DESCRIBE_TRIES):
+            unseen = [t for t in created if t not in self.limits]
+            if not unseen:
+                return
+            log.debug("max.message.bytes of new topics %s not readable yet", unseen)
+            await asyncio.sleep(_CREATED_DESCRIBE_PAUSE_S)
+            await self._describe(admin, unseen, [])
 
     def _admin(self) -> AIOKafkaAdminClient:
         return AIOKafkaAdminClient(**client_args(self._config, self._client_id + "-admin"))
