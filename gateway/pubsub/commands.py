@@ -75,6 +75,9 @@ class Command:
     ``stream`` is MQPSStreamName when given (MQRFH only; None otherwise); ``q_mgr_name``
     / ``q_name`` the identity queue when given (the MQMD ReplyTo fields otherwise);
     ``correl_id`` a psc ``CorrelId`` (hex) overriding the MQMD CorrelId.
+
+    Read-only once decoded: messages carrying the same psc folder share one decoded
+    command (``gateway.pubsub.inbound``).
     """
 
     name: CommandName

@@ -37,12 +37,34 @@ class ParsedCommand:
     psc: Element | None = None
 
 
+#: Commands decoded from psc folders, by the folder's (element name, text) pairs: what
+#: :func:`decode_psc_command` reads, so the same pairs always make the same command. A
+#: stream's publishers repeat a few psc folders; decoding one again cost 2 us a
+#: message. Bounded (the oldest entry goes first). A cached command is shared by the
+#: messages that carried its folder: commands are read, never edited, once decoded.
+_PSC_COMMANDS: dict[tuple[tuple[str, str], ...], Command] = {}
+_PSC_COMMANDS_MAX = 256
+
+
+def _psc_command(psc: Element) -> Command:
+    key = tuple([(c.name, c.text) for c in psc.children])
+    command = _PSC_COMMANDS.get(key)
+    if command is None:
+        command = decode_psc_command(key)
+        if len(_PSC_COMMANDS) >= _PSC_COMMANDS_MAX:
+            del _PSC_COMMANDS[next(iter(_PSC_COMMANDS))]
+        _PSC_COMMANDS[key] = command
+    return command
+
+
 def decode_command_message(md: MQMD, body: bytes) -> ParsedCommand:
     """Decode the header named by ``md.format`` and the command inside it.
 
     Only the first header is the command's (:func:`gateway.wire.chain.parse_message`
     with ``depth=1``); whatever follows it, further headers included, is the
-    publication data, passed through as it came.
+    publication data, passed through as it came. The folders of the MQRFH2 (the
+    ParsedCommand's ``header`` and ``psc``) may be shared with the wire layer's parse
+    cache: they are read, never edited.
     """
     fmt = md.format
     if fmt != FMT_RF_HEADER_2 and fmt != FMT_RF_HEADER:
@@ -50,7 +72,7 @@ def decode_command_message(md: MQMD, body: bytes) -> ParsedCommand:
             Reason.RFH_ERROR, f"a command message needs Format MQHRF or MQHRF2, not {fmt!r}"
         )
     try:
-        message = parse_message(md, body, depth=1)
+        message = parse_message(md, body, depth=1, shared_folders=True)
         header = message.headers[0]
         if isinstance(header, MQRFH2):
             pscs = header.folders_named("psc")
@@ -64,7 +86,7 @@ def decode_command_message(md: MQMD, body: bytes) -> ParsedCommand:
                 )
             psc = pscs[0]
             try:
-                command = decode_psc_command((c.name, c.text) for c in psc.children)
+                command = _psc_command(psc)
             except CommandError as exc:
                 exc.psc = psc
                 raise

@@ -8,6 +8,10 @@ them parses an MQRFH2 folder or strips a ``$SYS/STREAM/`` prefix itself.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
 from gateway.plugin_api import Envelope
 from gateway.pubsub.outcome import Delivery
 from gateway.pubsub.records import Publication
@@ -43,6 +47,51 @@ def publisher_header_kind(pub: Publication) -> str:
     return "MQRFH" if pub.user_pairs else "MQRFH2"
 
 
+def _slot_builder(cls: type[Any]) -> Callable[..., Any]:
+    """A keyword-only constructor of the frozen, slotted dataclass ``cls`` that fills
+    each slot through its own descriptor.
+
+    Why: a frozen dataclass's ``__init__`` sets each field with a looked-up
+    ``object.__setattr__(self, "name", value)``; for the 33 fields of an envelope made
+    per delivery that was half its cost (3.3 against 1.6 us). The object made is the
+    same (fields, defaults and default factories from ``dataclasses.fields``); ``cls``
+    must have no ``__post_init__`` and no init-only or ``init=False`` fields, checked
+    here.
+    """
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has __post_init__: use its own constructor")
+    fields = dataclasses.fields(cls)
+    if any(not f.init for f in fields) or len(fields) != len(cls.__slots__):
+        raise TypeError(f"{cls.__name__}'s fields are not all plain init fields")
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": dataclasses.MISSING}
+    params: list[str] = []
+    body: list[str] = []
+    for f in fields:
+        scope[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        if f.default is not dataclasses.MISSING:
+            scope[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            scope[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_MISSING")
+            body.append(f"    if {f.name} is _MISSING: {f.name} = _factory_{f.name}()\n")
+        else:
+            params.append(f.name)
+        body.append(f"    _set_{f.name}(self, {f.name})\n")
+    source = (
+        f"def build(*, {', '.join(params)}):\n    self = _new(_cls)\n"
+        + "".join(body)
+        + "    return self\n"
+    )
+    exec(source, scope)
+    built: Callable[..., Any] = scope["build"]
+    return built
+
+
+#: ``Envelope(**fields)``, faster (see :func:`_slot_builder`).
+_new_envelope: Callable[..., Envelope] = _slot_builder(Envelope)
+
+
 def _text_codec(ccsid: int) -> str | None:
     try:
         return codec_name(ccsid)
@@ -62,7 +111,7 @@ def envelope_of(delivery: Delivery) -> Envelope:
     stamped = pub if pub.put_date else md
     put_date, put_time = stamped.put_date, stamped.put_time
     sub = delivery.subscription
-    return Envelope(
+    return _new_envelope(
         stream=pub.stream,
         topic=topic_within_stream(pub.stream, delivery.topic),
         payload=delivery.body,

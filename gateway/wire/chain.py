@@ -81,6 +81,7 @@ def parse_message(
     *,
     qmgr_ccsid: int = 0,
     depth: int | None = None,
+    shared_folders: bool = False,
 ) -> ParsedMessage:
     """Decode every header named by the chain starting at ``md`` and return the payload.
 
@@ -93,6 +94,9 @@ def parse_message(
     payload, as the last header decoded describes it. The broker reads a command this
     way (``depth=1``): a publication's data may itself start with a header, which it
     passes through untouched.
+
+    ``shared_folders``: the caller only reads the MQRFH2 folders (see
+    :func:`~gateway.wire.rfh2.decode_rfh2`).
     """
     fmt, encoding = md.format, md.encoding
     ccsid = md.coded_char_set_id or qmgr_ccsid
@@ -106,8 +110,12 @@ def parse_message(
         # The first header is read from ``body`` itself: decoders are quicker on bytes
         # than on a memoryview, and most messages carry one header (the hot path).
         rest = body if pos == 0 else memoryview(body)[pos:]
+        header: Header
         try:
-            header, used = _DECODERS[fmt](rest, encoding, ccsid=ccsid)
+            if shared_folders and fmt == FMT_RF_HEADER_2:
+                header, used = decode_rfh2(rest, encoding, ccsid=ccsid, shared_folders=True)
+            else:
+                header, used = _DECODERS[fmt](rest, encoding, ccsid=ccsid)
         except WireError as exc:
             raise WireError(
                 exc.reason, f"{fmt} header: {exc.message}", pos + max(exc.offset, 0)

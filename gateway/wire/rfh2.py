@@ -105,14 +105,15 @@ class MQRFH2(CcsidAlias):
 
 
 #: Parsed folders by their bytes (a stream's publishers repeat the same few folders):
-#: bounded, small folders only; a hit is handed out as a copy (callers may edit folders).
+#: bounded, small folders only; a hit is handed out as a copy (callers may edit folders),
+#: or as the cached tree itself to a caller that only reads (``shared_folders``).
 _FOLDER_CACHE: dict[tuple[bytes, int, bool], Element] = {}
 _FOLDER_CACHE_MAX = 512
 _FOLDER_CACHE_MAX_BYTES = 512
 
 
 def _decode_name_value(
-    data: bytes, ccsid: int, big_endian: bool, offset: int, index: int
+    data: bytes, ccsid: int, big_endian: bool, offset: int, index: int, shared: bool = False
 ) -> Element:
     if len(data) <= _FOLDER_CACHE_MAX_BYTES:
         key = (data, ccsid, big_endian)
@@ -122,7 +123,7 @@ def _decode_name_value(
             if len(_FOLDER_CACHE) >= _FOLDER_CACHE_MAX:
                 del _FOLDER_CACHE[next(iter(_FOLDER_CACHE))]
             _FOLDER_CACHE[key] = cached
-        return clone_element(cached)
+        return cached if shared else clone_element(cached)
     return _parse_name_value(data, ccsid, big_endian, offset, index)
 
 
@@ -142,12 +143,19 @@ def _parse_name_value(
 
 
 def decode_rfh2(
-    buf: bytes | bytearray | memoryview, encoding: int = ENC_NATIVE, *, ccsid: int = 0
+    buf: bytes | bytearray | memoryview,
+    encoding: int = ENC_NATIVE,
+    *,
+    ccsid: int = 0,
+    shared_folders: bool = False,
 ) -> tuple[MQRFH2, int]:
     """Decode an MQRFH2 at the start of ``buf``; returns it and StrucLength consumed.
 
     ``encoding``/``ccsid`` are the preceding structure's. Any NameValueCCSID this package
     supports is accepted on decode (MQ itself allows 1208 and the UTF-16 CCSIDs).
+    ``shared_folders``: the caller never edits the folders, so a folder met before may
+    be the parse cache's own tree rather than a copy (a copy costs a microsecond per
+    folder on the broker's hot path).
     """
     fixed = decode_rfh_fixed(buf, encoding, ccsid, what="MQRFH2")
     if fixed.version != MQRFH_VERSION_2:
@@ -187,7 +195,9 @@ def decode_rfh2(
         start = cursor + 4
         if length:
             data = bytes(view[start : start + length])
-            folders.append(_decode_name_value(data, nv_ccsid, big, start, len(folders)))
+            folders.append(
+                _decode_name_value(data, nv_ccsid, big, start, len(folders), shared_folders)
+            )
         cursor = start + length
     rfh2 = MQRFH2(
         folders=folders,

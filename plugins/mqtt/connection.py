@@ -707,7 +707,16 @@ class MqttConnection:
             futures.append(fut)
         try:
             async with asyncio.timeout(timeout):
-                await asyncio.gather(*futures)
+                # in order, not gather: acknowledgements come together, and gather's
+                # callback per future cost a microsecond a message; cancelled (the
+                # timeout), every future is, as gather's would be
+                try:
+                    for fut in futures:
+                        await fut
+                except asyncio.CancelledError:
+                    for fut in futures:
+                        fut.cancel()
+                    raise
         except TimeoutError as exc:
             raise MqttConnectionError(
                 f"{sum(not f.done() for f in futures)} of {len(futures)} messages not "

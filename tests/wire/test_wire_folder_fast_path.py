@@ -1,6 +1,7 @@
 """The fast paths of folder decoding equal the slow path: the flat-folder parser
 (``gateway.wire.folder.parse_folder``), the cache of parsed MQRFH2 folders by their bytes
-(``gateway.wire.rfh2``) and the cache of ``usr`` properties by folder text."""
+(``gateway.wire.rfh2``), handed out as copies or, to a reader, shared, and the cache of
+``usr`` properties by folder text."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.wire import rfh2 as rfh2_module
+from gateway.wire.chain import parse_message
 from gateway.wire.errors import WireError
 from gateway.wire.folder import (
     Element,
@@ -19,6 +21,8 @@ from gateway.wire.folder import (
     serialize_folder,
     usr_properties,
 )
+from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
+from gateway.wire.mqmd import MQMD
 from gateway.wire.rfh2 import MQRFH2, decode_rfh2, encode_rfh2
 from tests.wire.strategies import elements, xml_name, xml_text
 
@@ -160,6 +164,42 @@ def test_rfh2_decoded_twice_is_equal_and_never_shared(folders: list[Element], cc
         a.children.append(Element("changed"))
     third, _ = decode_rfh2(raw)
     assert third.folders == folders
+
+
+@settings(max_examples=150, deadline=None)
+@given(folders=st.lists(elements(6), max_size=3), ccsid=st.sampled_from([1208, 1200, 17584]))
+def test_shared_folders_equal_copies_and_are_the_caches_own(
+    folders: list[Element], ccsid: int
+) -> None:
+    raw = encode_rfh2(MQRFH2(folders=folders, name_value_ccsid=ccsid))
+    copied, used = decode_rfh2(raw)
+    shared, shared_used = decode_rfh2(raw, shared_folders=True)
+    again, _ = decode_rfh2(raw, shared_folders=True)
+    assert shared == copied and shared_used == used
+    assert shared.folders == folders
+    for a, b, c in zip(shared.folders, again.folders, copied.folders, strict=True):
+        cached = len(rfh2_module.encode_folder(a, ccsid)) <= rfh2_module._FOLDER_CACHE_MAX_BYTES
+        assert (a is b) == cached  # a small folder: the cached tree, not a copy
+        assert a is not c
+    # a caller that edits gets its own copy: the shared trees are untouched
+    for folder in copied.folders:
+        folder.children.append(Element("changed"))
+    assert decode_rfh2(raw, shared_folders=True)[0].folders == folders
+
+
+def test_parse_message_shares_mqrfh2_folders_only_when_asked() -> None:
+    psc = Element.from_pairs("psc", {"Command": "Publish", "Topic": "a/b"})
+    body = encode_rfh2(MQRFH2(folders=[psc], format=FMT_STRING)) + b"data"
+    md = MQMD(format=FMT_RF_HEADER_2)
+    shared = [parse_message(md, body, depth=1, shared_folders=True) for _ in range(2)]
+    copied = parse_message(md, body, depth=1)
+    assert shared[0] == shared[1] == copied
+    assert shared[0].payload == b"data" and shared[0].format == FMT_STRING
+    first, second = (m.headers[0] for m in shared)
+    assert isinstance(first, MQRFH2) and isinstance(second, MQRFH2)
+    assert isinstance(copied.headers[0], MQRFH2)
+    assert first.folders[0] is second.folders[0]
+    assert copied.headers[0].folders[0] is not first.folders[0]
 
 
 def test_rfh2_folder_cache_is_bounded() -> None:
