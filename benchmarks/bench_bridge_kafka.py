@@ -50,7 +50,6 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Message
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.gc_policy import apply_gc_policy
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.wire.constants import Persistence
@@ -137,7 +136,7 @@ async def bridge(
         await host.start(instance)
         # started up: the policy `mqgw run` applies at this point (benchmarks/gc_setting.py),
         # before the publications are queued, so they are not frozen (as in steady running)
-        gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench bridge {prefix}")
+        gc_policy = gc_setting.apply_gateway_policy(f"bench bridge {prefix}")
         await hand_bridge.preload(qm, STREAM, n, _publication)
         counters = host.sink_counters["kafka"]
         started, cpu = time.monotonic(), time.process_time()
@@ -183,7 +182,7 @@ async def hand(
     headers = [(f"mq.h{i}", b"0123456789") for i in range(14)]
     # the gateway's collector setting, applied at the same point (before the preload): the
     # comparison is of the bridges, not of the settings (a user can tune theirs alike)
-    gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"hand-written bridge {prefix}")
+    gc_policy = gc_setting.apply_gateway_policy(f"hand-written bridge {prefix}")
     try:
         await hand_bridge.preload(qm, STREAM, n, _publication)
         await _create_topic(bootstrap, topic)

@@ -46,7 +46,6 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Message
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
-from gateway.runtime.gc_policy import apply_gc_policy
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.wire.constants import Persistence
@@ -127,7 +126,7 @@ async def bench_gateway(broker: MosquittoBroker, n: int, batch: int, work: Path)
     )
     # the policy `mqgw run` applies once started (benchmarks/gc_setting.py), here before
     # the publications are queued, so they are not frozen (as in steady running)
-    gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench bridge {prefix}")
+    gc_policy = gc_setting.apply_gateway_policy(f"bench bridge {prefix}")
     await hand_bridge.preload(qm, STREAM, n, _publication)
     store = SqliteStore(work / f"pubsub{batch}.db", synchronous="NORMAL")
     service = BrokerService(
@@ -220,7 +219,7 @@ async def bench_hand(
     )
     # the gateway's collector setting, applied at the same point (before the preload): the
     # comparison is of the bridges, not of the settings (a user can tune theirs alike)
-    gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"hand-written bridge {prefix}")
+    gc_policy = gc_setting.apply_gateway_policy(f"hand-written bridge {prefix}")
     try:
         await hand_bridge.preload(qm, STREAM, n, _publication)
         async with (

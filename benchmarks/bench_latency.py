@@ -64,7 +64,6 @@ from gateway.mq.port import OpenOption, PutOptions
 from gateway.plugin_api import PluginInstance
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.store import MemoryStore
-from gateway.runtime.gc_policy import apply_gc_policy
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from gateway.runtime.pubsub_service.sink_backlogs import SinkBacklogs
@@ -520,7 +519,7 @@ async def with_gateway(
         await host.start(instance)
         await service.start()
         # started up: the policy `mqgw run` applies here (benchmarks/gc_setting.py)
-        gc_policy = apply_gc_policy(gc_setting.GATEWAY_GC, who=f"bench latency {name}")
+        gc_policy = gc_setting.apply_gateway_policy(f"bench latency {name}")
         cpu, times, threads = time.process_time(), os.times(), thread_cpu()
         broker_cpu = 0.0
 

@@ -18,6 +18,7 @@ Lifetimes are explicit and async-with friendly::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 from collections.abc import Iterable, Sequence
@@ -345,6 +346,25 @@ def puts_in_one_pass(conn: Connection) -> bool:
     hand over the whole run. Elsewhere every put is a round trip to the queue manager,
     so such a caller puts those one at a time and stops at the first failure."""
     return bool(getattr(conn, "put_many_in_one_pass", False))
+
+
+def start_commit(conn: Connection) -> asyncio.Future[None] | None:
+    """MQCMIT begun without waiting for the disk: the optional connection verb
+    ``start_commit`` (the embedded queue manager's), else None and the caller commits
+    as usual.
+
+    The unit of work is taken off the connection at once, so the caller may begin the
+    next one (get more messages and work on them) while the commit completes; the
+    future ends when it has, or raises as ``commit`` does (the unit backed out). The
+    caller must let nothing of the next unit leave the process (no put, no send) before
+    that future has ended, and must back the next unit out too if it failed: then every
+    message of both is got again, in its order (docs/performance.md, "Commits
+    overlapped with the next batch")."""
+    native = getattr(conn, "start_commit", None)
+    if native is None:
+        return None
+    started: asyncio.Future[None] = native()
+    return started
 
 
 async def async_put_status(conn: Connection) -> AsyncPutStatus:

@@ -60,6 +60,7 @@ from gateway.runtime.request_reply import RequestReplyService, reply_queue_mqsc,
 from gateway.runtime.streams.check import StreamReport
 from gateway.runtime.streams.health import DeadLetterCache, collect_report, remembered_neighbours
 from gateway.runtime.streams.repair import define_stream_queue
+from gateway.runtime.switch_interval import SwitchInterval, apply_switch_interval
 
 if TYPE_CHECKING:
     from gateway.mq.embedded.network import QueueManagerNode
@@ -120,6 +121,7 @@ class GatewayApp:
         self.workers: list[WorkerProcess] = []
         #: The garbage-collector policy applied once started (``gc:``), released at shutdown.
         self.gc_policy: GcPolicy | None = None
+        self.switch_interval: SwitchInterval | None = None
 
     # ---------------------------------------------------------------- building -------
 
@@ -329,6 +331,7 @@ class GatewayApp:
         )
         # start-up complete (config, queue manager, store, plugins constructed)
         self.gc_policy = apply_gc_policy(self.config.gc, who=f"gateway {self.config.gateway_id}")
+        self.switch_interval = apply_switch_interval(f"gateway {self.config.gateway_id}")
 
     def _dashboard_source(self) -> DashboardSource:
         """The live dashboard's view of this gateway (docs/dashboard.md)."""
@@ -440,6 +443,9 @@ class GatewayApp:
         if self.gc_policy is not None:  # Python's settings back (a test process goes on)
             self.gc_policy.release()
             self.gc_policy = None
+        if self.switch_interval is not None:
+            self.switch_interval.release()
+            self.switch_interval = None
         timeout = self.config.shutdown_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -8,6 +8,7 @@ a connection owns a unit of work and the handles opened through it (:mod:`.handl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -64,6 +65,10 @@ class TransmissionDelivery:
     reason: int = 0
 
 
+#: An exception report due at commit: the message's descriptor, body and feedback.
+_Report = tuple[MQMD, bytes, int]
+
+
 @dataclass(slots=True)
 class _UowPut:
     queue: LocalQueue
@@ -88,7 +93,7 @@ class EmbeddedConnection:
         self._qm = qm
         self._puts: list[_UowPut] = []
         self._gets: list[_UowGet] = []
-        self._exceptions: list[tuple[MQMD, bytes, int]] = []  # reports due at commit
+        self._exceptions: list[_Report] = []  # reports due at commit
         self._handles: set[EmbeddedQueueHandle] = set()
         self._open = True
 
@@ -281,15 +286,31 @@ class EmbeddedConnection:
         self._check()
         if not self._puts and not self._gets and sync is None:
             return
+        puts, gets, reports = self._take_unit()
+        written = self._write_unit(puts, gets, sync)
+        await self._qm._complete(self._finish_commit(puts, gets, written, sync, reports))
+
+    def start_commit(self) -> asyncio.Future[None]:
+        """MQCMIT begun (``gateway.mq.port.start_commit``): the unit of work is taken off
+        the connection and its changes handed to the writer thread now, so the next
+        unit may begin at once; the future ends once they are on disk, or raises as
+        :meth:`commit` does (backed out). Cancelling the future does not stop the
+        commit."""
+        self._check()
+        puts, gets, reports = self._take_unit()
+        written = self._write_unit(puts, gets, None)
+        return asyncio.shield(self._finish_commit(puts, gets, written, None, reports))
+
+    def _take_unit(self) -> tuple[list[_UowPut], list[_UowGet], list[_Report]]:
         puts, gets = self._puts, self._gets
         self._puts, self._gets = [], []
-        exceptions, self._exceptions = self._exceptions, []
-        await self._qm._complete(self._finish_commit(puts, gets, sync))
-        queue_reports(self._qm, exceptions)
+        reports, self._exceptions = self._exceptions, []
+        return puts, gets, reports
 
-    async def _finish_commit(
-        self, puts: list[_UowPut], gets: list[_UowGet], sync: ChannelSync | None = None
-    ) -> None:
+    def _write_unit(
+        self, puts: list[_UowPut], gets: list[_UowGet], sync: ChannelSync | None
+    ) -> asyncio.Future[None] | None:
+        """Hand the unit's persistent changes to the writer thread; None when it has none."""
         qm = self._qm
         # a queue deleted meanwhile takes nothing: its row would outlive the queue and
         # surface in a later queue of the same name after a restart
@@ -300,8 +321,21 @@ class EmbeddedConnection:
         qm._expired_persistent = []
         syncs = [sync] if sync is not None else []
         if inserts or deletes or syncs:
+            return qm._apply_started(inserts, deletes, syncs=syncs)
+        return None
+
+    async def _finish_commit(
+        self,
+        puts: list[_UowPut],
+        gets: list[_UowGet],
+        written: asyncio.Future[None] | None,
+        sync: ChannelSync | None,
+        reports: list[_Report],
+    ) -> None:
+        qm = self._qm
+        if written is not None:
             try:
-                await qm._apply(inserts, deletes, syncs=syncs)
+                await written
             except MQError as exc:
                 self._undo(puts, gets)
                 raise MQError(Reason.BACKED_OUT, f"commit failed, backed out: {exc}") from exc
@@ -318,6 +352,7 @@ class EmbeddedConnection:
         queue_reports(qm, [(p.msg.md, p.msg.body, Feedback.COA) for p in puts
                            if p.arrival and p.msg.md.report]  # Report 0 asks for none
                       + [(g.msg.md, g.msg.body, Feedback.COD) for g in gets])
+        queue_reports(qm, reports)
 
     async def backout(self) -> None:
         """MQBACK: syncpoint puts vanish; syncpoint gets return with BackoutCount + 1."""

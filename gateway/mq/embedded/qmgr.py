@@ -57,6 +57,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: One request to the writer thread: rows to insert, sequences to delete, backout
+#: counts to harden, channel syncs, and the future its requester waits on.
+_WriteRequest = tuple[
+    list[StoredMessage], list[int], list[tuple[int, int]], list[ChannelSync], asyncio.Future[None]
+]
+
 #: Resolution failures a cluster repository may cure by learning the names.
 _LEARNABLE = frozenset({Reason.UNKNOWN_OBJECT_NAME, Reason.UNKNOWN_ALIAS_BASE_Q,
                         Reason.UNKNOWN_REMOTE_Q_MGR})
@@ -121,10 +127,7 @@ class EmbeddedQueueManager:
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._expired_persistent: list[int] = []
-        self._write_queue: list[
-            tuple[list[StoredMessage], list[int], list[tuple[int, int]], list[ChannelSync],
-                  asyncio.Future[None]]
-        ] = []
+        self._write_queue: list[_WriteRequest] = []
         #: DISPLAY CHSTATUS/SUB/PUBSUB providers (pattern -> rows of ``KEY(value)``)
         #: registered by the process that runs channels or the broker.
         self.status_reports: dict[str, Callable[[str], list[list[str]]]] = {}
@@ -360,22 +363,53 @@ class EmbeddedQueueManager:
         transaction carries all of them, so N connections committing at once cost about
         one fsync instead of N. Returns once this request's changes are on disk.
         """
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._apply_started(inserts, deletes, backouts, syncs)
+
+    def _apply_started(
+        self,
+        inserts: list[StoredMessage] | None = None,
+        deletes: list[int] | None = None,
+        backouts: list[tuple[int, int]] | None = None,
+        syncs: list[ChannelSync] | None = None,
+    ) -> asyncio.Future[None]:
+        """:meth:`_apply` without waiting: a future of the changes being on disk. An
+        idle writer thread gets them now, not at the event loop's next turn (a commit
+        begun with ``start_commit`` is written while the loop works on)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         self._write_queue.append((inserts or [], deletes or [], backouts or [], syncs or [], fut))
         if self._writer_task is None or self._writer_task.done():
-            self._writer_task = asyncio.ensure_future(self._drain_writes())
-        await fut
-
-    async def _drain_writes(self) -> None:
-        while self._write_queue:
             batch, self._write_queue = self._write_queue, []
-            ins = [m for b in batch for m in b[0]]
-            dels = [s for b in batch for s in b[1]]
-            bos = [c for b in batch for c in b[2]]
-            sys_ = [c for b in batch for c in b[3]]
-            self.stats.store_transactions += 1
+            self._writer_task = asyncio.ensure_future(
+                self._drain_writes(batch, self._submit_write(loop, batch))
+            )
+        return fut
+
+    def _submit_write(
+        self, loop: asyncio.AbstractEventLoop, batch: list[_WriteRequest]
+    ) -> asyncio.Future[None]:
+        """Hand ``batch``'s changes to the writer thread as one store transaction."""
+        ins = [m for b in batch for m in b[0]]
+        dels = [s for b in batch for s in b[1]]
+        bos = [c for b in batch for c in b[2]]
+        sys_ = [c for b in batch for c in b[3]]
+        self.stats.store_transactions += 1
+        try:
+            return loop.run_in_executor(
+                self._writer, functools.partial(self._store.apply, ins, dels, bos, sys_)
+            )
+        except Exception as exc:  # the writer is shut down: failed like a failed write
+            failed: asyncio.Future[None] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+
+    async def _drain_writes(
+        self, batch: list[_WriteRequest], written: asyncio.Future[None]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
             try:
-                await self._write(functools.partial(self._store.apply, ins, dels, bos, sys_))
+                await self._write_done(written)
             except MQError as exc:
                 for *_, fut in batch:
                     if not fut.done():
@@ -384,12 +418,16 @@ class EmbeddedQueueManager:
                 for *_, fut in batch:
                     if not fut.done():
                         fut.set_result(None)
+            if not self._write_queue:
+                return
+            batch, self._write_queue = self._write_queue, []
+            written = self._submit_write(loop, batch)
 
-    async def _write(self, fn: Callable[[], None]) -> None:
-        """Run a store write on the writer thread; a failure is MQ's 2102 resource problem."""
-        loop = asyncio.get_running_loop()
+    @staticmethod
+    async def _write_done(written: asyncio.Future[None]) -> None:
+        """Wait for a store write handed to the writer thread (MQError 2102 if it failed)."""
         try:
-            await loop.run_in_executor(self._writer, fn)
+            await written
         except Exception as exc:
             raise MQError(Reason.RESOURCE_PROBLEM, f"store write failed: {exc}") from exc
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -300,30 +301,33 @@ class MessageStore:
         after the WAL is on disk. A body object inserted more than once is stored once
         (see the module docstring)."""
         with self._mutex, self._transaction():
-            self._db.executemany(
-                "INSERT OR REPLACE INTO channel_sync (channel, batch_seq, msg_ids) "
-                "VALUES (?, ?, ?)",
-                [(s.channel, s.batch_seq, s.msg_ids) for s in syncs],
-            )
+            sync_rows = [(s.channel, s.batch_seq, s.msg_ids) for s in syncs]
+            if sync_rows:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO channel_sync (channel, batch_seq, msg_ids) "
+                    "VALUES (?, ?, ?)",
+                    sync_rows,
+                )
             if inserts:
                 body_ids = self._shared_bodies(inserts)
-                self._db.executemany(
-                    "INSERT INTO messages (seq, queue, priority, msg_id, correl_id, put_at, "
-                    "expiry_at, backout_count, md, body, body_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    [
-                        (m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at,
-                         m.expiry_at, m.backout_count, m.md, m.body, None)
-                        if (ref := body_ids.get(id(m.body))) is None else
-                        (m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at,
-                         m.expiry_at, m.backout_count, m.md, b"", ref)
-                        for m in inserts
-                    ],
-                )
-            self._db.executemany("DELETE FROM messages WHERE seq=?", [(s,) for s in deletes])
-            self._db.executemany(
-                "UPDATE messages SET backout_count=? WHERE seq=?",
-                [(count, seq) for seq, count in backouts],
-            )
+                rows = [
+                    (m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at,
+                     m.expiry_at, m.backout_count, m.md, m.body, None)
+                    if (ref := body_ids.get(id(m.body))) is None else
+                    (m.seq, m.queue, m.priority, m.msg_id, m.correl_id, m.put_at,
+                     m.expiry_at, m.backout_count, m.md, b"", ref)
+                    for m in inserts
+                ]
+                for start in range(0, len(rows), _INSERT_ROWS):
+                    some = rows[start : start + _INSERT_ROWS]
+                    self._db.execute(_insert_statement(len(some)), [v for r in some for v in r])
+            seqs = list(deletes)
+            for start in range(0, len(seqs), _MAX_VARIABLES):
+                these = seqs[start : start + _MAX_VARIABLES]
+                self._db.execute(_delete_statement(len(these)), these)
+            counts = [(count, seq) for seq, count in backouts]
+            if counts:
+                self._db.executemany("UPDATE messages SET backout_count=? WHERE seq=?", counts)
 
     def _shared_bodies(self, inserts: Sequence[StoredMessage]) -> dict[int, int]:
         """Store once each body object that ``inserts`` carry at least twice and that is
@@ -365,6 +369,37 @@ class MessageStore:
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
+
+
+#: Bound values per statement: SQLite's limit before 3.32 (32,766 since).
+_MAX_VARIABLES = 999
+#: Message rows per INSERT statement (11 values each).
+_INSERT_ROWS = _MAX_VARIABLES // 11
+_INSERT_COLUMNS = (
+    "INSERT INTO messages (seq, queue, priority, msg_id, correl_id, put_at, expiry_at, "
+    "backout_count, md, body, body_id) VALUES "
+)
+
+
+@functools.lru_cache(maxsize=_INSERT_ROWS)
+def _insert_statement(rows: int) -> str:
+    """An INSERT of ``rows`` message rows.
+
+    Why whole statements, not ``executemany``: SQLite runs each row as one step, and
+    Python's sqlite3 gives the GIL up for every step. The writer thread then needs the
+    GIL back once per row, and while the event loop is busy it gets it only every
+    switch interval, so a unit of work of a few hundred messages took as long to write
+    as the loop's next batch took to work (docs/performance.md, "Commits overlapped
+    with the next batch"). A statement per chunk of rows, and one per chunk of deletes,
+    keep that to a handful per transaction.
+    """
+    return _INSERT_COLUMNS + ",".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _delete_statement(seqs: int) -> str:
+    """A DELETE of ``seqs`` messages by sequence (see :func:`_insert_statement`)."""
+    return f"DELETE FROM messages WHERE seq IN ({','.join(['?'] * seqs)})"
 
 
 class _Transaction:

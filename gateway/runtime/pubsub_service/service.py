@@ -20,7 +20,10 @@ and one connection (a connection owns one unit of work):
    sink that is down holds only its own backlog. When that forwarder is idle and the
    backlog empty, the batch hands them to the sink directly and skips the backlog put
    only if the sink acknowledged them before the commit (``sink_backlogs.py``);
-5. the engine's store mutations are committed, then the MQ unit of work.
+5. the engine's store mutations are committed, then the MQ unit of work. Where the
+   queue manager can begin a commit without waiting for it (the embedded one), the
+   next batch is got and handled while it completes, and waits for it before any put
+   or sink hand-over of its own (:meth:`BrokerService.process_batch`).
 
 Anything failing in 1-5 backs the batch out (MQ and engine), so the messages come back
 with BackoutCount + 1; a full backlog queue (MQRC 2053) is back-pressure, not poison:
@@ -58,6 +61,7 @@ from gateway.mq.port import (
     QueueAttr,
     QueueHandle,
     QueueManager,
+    start_commit,
 )
 from gateway.plugin_api import Sink
 from gateway.pubsub.engine import PubSubEngine
@@ -101,6 +105,29 @@ class _InputQueue:
     #: message that failed it is found alone and its innocent neighbours do not
     #: collect backouts with it (they would reach BOTHRESH and be moved aside).
     isolate: int = 0
+    #: The last batch's MQ commit, still completing while the next batch is got and
+    #: handled (``gateway.mq.port.start_commit``); None when there is none.
+    committing: _Committing | None = None
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What a batch leaves for after its commit: its size, the moves and dead-letters
+    to count, the direct hand-overs to count as delivered."""
+
+    count: int
+    done: list[Put]
+    handovers: list[HandOver]
+    ids: list[bytes]
+    heard: set[str]
+
+
+@dataclass(slots=True)
+class _Committing:
+    """A batch whose MQ commit was begun, not yet ended."""
+
+    batch: _Batch
+    done: asyncio.Future[None]
 
 
 class BrokerService:
@@ -138,6 +165,11 @@ class BrokerService:
         #: Called after every committed unit of work with the queue managers its
         #: messages came from: the neighbour links sync their proxy subscriptions then.
         self.after_commit: list[Callable[[Collection[str]], None]] = []
+        #: Begin a batch's MQ commit and get the next batch while it completes, where the
+        #: queue manager can (:meth:`process_batch`); False: wait for every commit.
+        self.overlap_commits = True
+        #: batches whose begun commit has not ended yet (one per serviced queue at most)
+        self._commits_in_flight = 0
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         #: set while a stop runs; later stops wait for it (see :meth:`stop`)
@@ -150,9 +182,9 @@ class BrokerService:
 
     @property
     def busy(self) -> bool:
-        """True while a batch is being handled, or a sink that is up has deliveries on
-        its backlog or in hand (health checks, tests, graceful stops)."""
-        return self._lock.locked() or self.sink_backlogs.busy
+        """True while a batch is being handled or committed, or a sink that is up has
+        deliveries on its backlog or in hand (health checks, tests, graceful stops)."""
+        return self._lock.locked() or self._commits_in_flight > 0 or self.sink_backlogs.busy
 
     @property
     def running(self) -> bool:
@@ -410,6 +442,7 @@ class BrokerService:
                     await self._pause(delay)
                     delay = min(10.0, max(delay * 2, 0.05))
         finally:
+            await self._end_commit_quietly(q)
             with contextlib.suppress(MQError):
                 await conn.backout()
             with contextlib.suppress(MQError):
@@ -445,17 +478,31 @@ class BrokerService:
         return conn, q
 
     async def process_batch(self, conn: Connection, q: _InputQueue, dlq: str) -> int:
-        """Get, handle, put and commit one batch; returns the number of messages got."""
+        """Get, handle, put and commit one batch; returns the number of messages got.
+
+        Where the queue manager can begin a commit without waiting for it
+        (``gateway.mq.port.start_commit``, the embedded queue manager), the batch's MQ
+        commit is only begun here and completes while the next batch is got and
+        handled; that batch waits for it before anything of its own leaves (puts,
+        sends to sinks), and is backed out with it if it failed (docs/performance.md,
+        "Commits overlapped with the next batch"). Counters, logs and after-commit hooks
+        of a batch follow its commit's end.
+        """
         try:
-            first = await q.handle.get(GetOptions(wait_ms=self.config.wait_ms, syncpoint=True))
-        except MQError as exc:
-            if exc.reason == Reason.NO_MSG_AVAILABLE:
-                return 0
+            first = await self._first_message(q)
+        except BaseException:
+            await self._end_commit_quietly(q)
             raise
+        if first is None:
+            return 0
         async with self._lock:
             try:
-                count = await self._process(conn, q, dlq, first)
+                batch = await self._process(conn, q, dlq, first)
+                committing = start_commit(conn) if self.overlap_commits else None
+                if committing is None:
+                    await conn.commit()
             except BaseException as exc:
+                await self._end_commit_quietly(q)
                 self.engine.rollback()
                 self.counters.backouts += 1
                 try:
@@ -471,18 +518,83 @@ class BrokerService:
             finally:
                 ids, self._batch_ids = self._batch_ids, []
                 heard, self._batch_heard = self._batch_heard, set()
-        self._committed(heard)
+        batch.ids, batch.heard = ids, heard
+        if committing is None:
+            self._after_commit(q, batch)
+        else:
+            q.committing = _Committing(batch, committing)
+            self._commits_in_flight += 1
+        return batch.count
+
+    async def _first_message(self, q: _InputQueue) -> Message | None:
+        """The first message of a batch, None when none came within ``wait_ms``. While
+        the last batch's commit completes, only a message already there is taken;
+        otherwise that commit is ended before waiting."""
+        if q.committing is not None:
+            first = await self._get_first(q, 0)
+            if first is not None:
+                return first
+            await self._end_commit(q)
+        return await self._get_first(q, self.config.wait_ms)
+
+    @staticmethod
+    async def _get_first(q: _InputQueue, wait_ms: int) -> Message | None:
         try:
-            self.forgiven.settle(ids)
+            return await q.handle.get(GetOptions(wait_ms=wait_ms, syncpoint=True))
+        except MQError as exc:
+            if exc.reason == Reason.NO_MSG_AVAILABLE:
+                return None
+            raise
+
+    async def _end_commit(self, q: _InputQueue) -> None:
+        """Wait for the last batch's begun commit; then its after-commit work. Raises
+        the commit's failure (the batch was backed out: counted as a backout)."""
+        committing, q.committing = q.committing, None
+        if committing is None:
+            return
+        try:
+            await committing.done
+        except MQError:
+            self.counters.backouts += 1
+            q.isolate = max(q.isolate - 1, committing.batch.count)
+            raise
+        finally:
+            self._commits_in_flight -= 1
+        self._after_commit(q, committing.batch)
+
+    async def _end_commit_quietly(self, q: _InputQueue) -> None:
+        """:meth:`_end_commit` where a failure is already on its way (a batch backing
+        out, a stop): the begun commit's own failure is logged, not raised."""
+        try:
+            await self._end_commit(q)
+        except MQError as exc:
+            log.warning(
+                "batch on %s backed out: its commit failed (reason %d): %s",
+                q.name,
+                exc.reason,
+                exc,
+            )
+
+    def _after_commit(self, q: _InputQueue, batch: _Batch) -> None:
+        """What follows a batch's commit: counters, logs of its moves and dead-letters,
+        the forgiven-backout bookkeeping and the after-commit hooks."""
+        if batch.handovers:
+            self.sink_backlogs.delivered(batch.handovers)
+        self._account(batch.done)
+        self._committed(batch.heard)
+        try:
+            self.forgiven.settle(batch.ids)
         except Exception:  # committed already: a stale entry only forgives too much once
             log.exception("cannot clear the forgiven backouts of %s", q.name)
         q.isolate = max(q.isolate - 1, 0)
         self.counters.batches += 1
-        self.counters.messages += count
-        return count
+        self.counters.messages += batch.count
 
-    async def _process(self, conn: Connection, q: _InputQueue, dlq: str, first: Message) -> int:
-        """Handle ``first`` and more messages (gotten as the batch grows), put, commit.
+    async def _process(
+        self, conn: Connection, q: _InputQueue, dlq: str, first: Message
+    ) -> _Batch:
+        """Handle ``first`` and more messages (gotten as the batch grows), put, and
+        commit the engine's store (the caller commits the unit of work).
 
         The batch ends at ``batch_size`` messages or once the unit of work holds
         ``max_puts_per_unit`` messages (its gets, the puts due and the sink deliveries,
@@ -530,6 +642,9 @@ class BrokerService:
                 except MQError as exc:
                     if exc.reason != Reason.NO_MSG_AVAILABLE:
                         raise
+        if q.committing is not None:
+            # nothing of this batch leaves before the last batch's commit has ended
+            await self._end_commit(q)
         for name, deliveries in to_sinks.items():
             if name not in self.sinks:
                 # No such sink in this process (plugin not loaded): keep the data on the DLQ.
@@ -567,11 +682,7 @@ class BrokerService:
         if late:
             done += await put_all(conn, late, dlq, self.engine)
         await engine.commit_async()  # the store's commit off the loop, still before MQ's
-        await conn.commit()
-        if handovers:
-            self.sink_backlogs.delivered(handovers)
-        self._account(done)
-        return count
+        return _Batch(count, done, handovers, [], set())
 
     def _others_waiting(self, name: str) -> bool:
         """Whether another serviced queue holds messages (a batch waiting for the lock

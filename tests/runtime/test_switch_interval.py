@@ -1,0 +1,22 @@
+"""The thread switch interval the gateway sets while it runs
+(``gateway.runtime.switch_interval``): set by the first holder, kept while any holds it,
+and Python's own put back after the last lets go (a test process starts many gateways)."""
+
+from __future__ import annotations
+
+import sys
+
+from gateway.runtime.switch_interval import SWITCH_INTERVAL_S, apply_switch_interval
+
+
+def test_the_interval_is_held_while_any_gateway_runs_and_restored_after() -> None:
+    before = sys.getswitchinterval()
+    assert before != SWITCH_INTERVAL_S
+    first = apply_switch_interval("gateway a")
+    second = apply_switch_interval("gateway b")
+    assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+    first.release()
+    first.release()  # once only
+    assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+    second.release()
+    assert sys.getswitchinterval() == before
