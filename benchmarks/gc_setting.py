@@ -8,8 +8,9 @@ settings through the same functions at the same point (just before the service s
 :func:`apply_gateway_policy`), so it measures what a user runs; benchmarks that start a
 ``GatewayApp`` get them from the app. Raw baselines keep Python's settings
 (a user of a raw client has them) unless the benchmark says otherwise.
-``--python-gc`` keeps Python's settings on the gateway side too (the "before" of
-docs/performance.md "Garbage-collector policy (issue 16)").
+``--python-gc`` keeps Python's collector settings on the gateway side too (the "before"
+of docs/performance.md "Garbage-collector policy (issue 16)"); the switch interval is
+applied either way.
 """
 
 from __future__ import annotations

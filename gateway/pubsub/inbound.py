@@ -44,6 +44,9 @@ class ParsedCommand:
 #: messages that carried its folder: commands are read, never edited, once decoded.
 _PSC_COMMANDS: dict[tuple[tuple[str, str], ...], Command] = {}
 _PSC_COMMANDS_MAX = 256
+#: Only small folders are cached (as the wire layer's folder cache): a big one
+#: (long topics, StringData) would hold memory for little gain.
+_PSC_COMMAND_MAX_CHARS = 512
 
 
 def _psc_command(psc: Element) -> Command:
@@ -51,9 +54,10 @@ def _psc_command(psc: Element) -> Command:
     command = _PSC_COMMANDS.get(key)
     if command is None:
         command = decode_psc_command(key)
-        if len(_PSC_COMMANDS) >= _PSC_COMMANDS_MAX:
-            del _PSC_COMMANDS[next(iter(_PSC_COMMANDS))]
-        _PSC_COMMANDS[key] = command
+        if sum(len(name) + len(text) for name, text in key) <= _PSC_COMMAND_MAX_CHARS:
+            if len(_PSC_COMMANDS) >= _PSC_COMMANDS_MAX:
+                del _PSC_COMMANDS[next(iter(_PSC_COMMANDS))]
+            _PSC_COMMANDS[key] = command
     return command
 
 

@@ -63,6 +63,8 @@ def _slot_builder(cls: type[Any]) -> Callable[..., Any]:
     fields = dataclasses.fields(cls)
     if any(not f.init for f in fields) or len(fields) != len(cls.__slots__):
         raise TypeError(f"{cls.__name__}'s fields are not all plain init fields")
+    if any(f.name.startswith("_") or f.name == "self" for f in fields):
+        raise TypeError(f"{cls.__name__} has a field the generated code would shadow")
     scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": dataclasses.MISSING}
     params: list[str] = []
     body: list[str] = []

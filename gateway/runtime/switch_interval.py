@@ -10,8 +10,9 @@ been handled, and nothing overlapped. At ``SWITCH_INTERVAL_S`` the write ends wh
 batch is still being handled. The interval matters only while a second thread waits for
 the GIL: the loop alone is never asked to let go.
 
-A library must not change process-wide settings; ``mqgw run`` (and its worker processes)
-is the application, so it does, and the benchmarks that stand for it.
+A library must not change process-wide settings; ``mqgw run`` and ``mqgw broker`` are
+the application, so they do, and the benchmarks that stand for them. Worker processes
+do not: they hold no queue manager, so no writer thread.
 :func:`apply_switch_interval` returns a :class:`SwitchInterval` whose
 :meth:`~SwitchInterval.release` puts the previous interval back after its last holder
 (several gateways may run in one test process).

@@ -109,8 +109,8 @@ async def _outcomes(futures: list[asyncio.Future[object]]) -> list[object]:
     ``gather(*futures, return_exceptions=True)`` gives, without the callback gather puts
     on each future (one loop callback per record when the acks come: 1.2 us a record).
     A produce request acknowledges a whole batch of records at once, so this mostly
-    waits once per batch. Cancelled (a timeout), it cancels the futures, as gather
-    does."""
+    waits (one callback) once per batch and finds the rest done. Cancelled (a
+    timeout), it cancels the futures, as gather does."""
     try:
         for future in futures:
             if not future.done():

@@ -49,6 +49,12 @@ from gateway.secrets import SecretError
 from plugins.mqtt.config import MqttConfig, TlsConfig
 
 log = logging.getLogger(__name__)
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark ``fut``'s exception as retrieved (a failure already reported otherwise)."""
+    if not fut.cancelled():
+        fut.exception()
 paho_log = logging.getLogger(f"{__name__}.paho")
 
 #: paho log level -> logging level (what ``enable_logger`` would use).
@@ -716,6 +722,12 @@ class MqttConnection:
                 except asyncio.CancelledError:
                     for fut in futures:
                         fut.cancel()
+                    raise
+                except BaseException:
+                    # the later futures' own failures are known already (as gather
+                    # would have it): no "exception never retrieved" for them
+                    for fut in futures:
+                        fut.add_done_callback(_retrieved)
                     raise
         except TimeoutError as exc:
             raise MqttConnectionError(

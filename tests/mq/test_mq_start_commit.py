@@ -8,11 +8,13 @@ messages (more than one statement's worth of rows) is written and read back whol
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.embedded.store import DB_FILE, SHARED_BODY_MIN
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions, start_commit
 from gateway.wire.constants import Persistence
 from gateway.wire.mqmd import MQMD
@@ -117,3 +119,36 @@ async def test_units_of_many_messages_are_written_and_read_back_whole(
         assert bodies == [b"%d" % i for i in range(count // 2, count)]
     finally:
         await reopened.close()
+
+
+async def test_a_shared_body_over_many_statements_is_stored_once_and_dropped_with_its_last(
+    tmp_path: Path,
+) -> None:
+    """One body object in 200 messages of one unit (more rows than one INSERT takes):
+    one ``bodies`` row referred to 200 times; gone with the delete of the last."""
+    qm = EmbeddedQueueManager("QM1", tmp_path / "qm")
+    body = b"b" * (SHARED_BODY_MIN + 44)
+    db = tmp_path / "qm" / DB_FILE
+    try:
+        qm.run_mqsc("DEFINE QLOCAL(Q) DEFPSIST(YES)", stop_on_error=True)
+        async with await qm.connect() as conn:
+            handle = await conn.open("Q", OpenOption.OUTPUT)
+            for _ in range(200):
+                await handle.put(
+                    MQMD(persistence=Persistence.PERSISTENT), body, PutOptions(syncpoint=True)
+                )
+            await conn.commit()
+        with sqlite3.connect(db) as check:
+            assert check.execute("SELECT COUNT(*), SUM(refs) FROM bodies").fetchone() == (1, 200)
+            shared = "SELECT COUNT(*) FROM messages WHERE body_id IS NOT NULL"
+            assert check.execute(shared).fetchone() == (200,)
+        async with await qm.connect() as conn:
+            handle = await conn.open("Q", OpenOption.INPUT_SHARED)
+            got = [(await handle.get(SYNC_GET)).body for _ in range(200)]
+            await conn.commit()
+        assert got == [body] * 200
+        with sqlite3.connect(db) as check:
+            assert check.execute("SELECT COUNT(*) FROM bodies").fetchone() == (0,)
+            assert check.execute("SELECT COUNT(*) FROM messages").fetchone() == (0,)
+    finally:
+        await qm.close()

@@ -10,13 +10,16 @@ from gateway.runtime.switch_interval import SWITCH_INTERVAL_S, apply_switch_inte
 
 
 def test_the_interval_is_held_while_any_gateway_runs_and_restored_after() -> None:
-    before = sys.getswitchinterval()
-    assert before != SWITCH_INTERVAL_S
-    first = apply_switch_interval("gateway a")
-    second = apply_switch_interval("gateway b")
-    assert sys.getswitchinterval() == SWITCH_INTERVAL_S
-    first.release()
-    first.release()  # once only
-    assert sys.getswitchinterval() == SWITCH_INTERVAL_S
-    second.release()
-    assert sys.getswitchinterval() == before
+    python_s = sys.getswitchinterval()
+    sys.setswitchinterval(0.0042)  # a value of its own, whatever ran before
+    try:
+        first = apply_switch_interval("gateway a")
+        second = apply_switch_interval("gateway b")
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+        first.release()
+        first.release()  # once only
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+        second.release()
+        assert sys.getswitchinterval() == 0.0042
+    finally:
+        sys.setswitchinterval(python_s)

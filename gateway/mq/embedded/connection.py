@@ -286,8 +286,8 @@ class EmbeddedConnection:
         self._check()
         if not self._puts and not self._gets and sync is None:
             return
+        written = self._write_unit(sync, at_once=False)
         puts, gets, reports = self._take_unit()
-        written = self._write_unit(puts, gets, sync)
         await self._qm._complete(self._finish_commit(puts, gets, written, sync, reports))
 
     def start_commit(self) -> asyncio.Future[None]:
@@ -297,8 +297,12 @@ class EmbeddedConnection:
         :meth:`commit` does (backed out). Cancelling the future does not stop the
         commit."""
         self._check()
+        if not self._puts and not self._gets:
+            nothing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            nothing.set_result(None)
+            return nothing
+        written = self._write_unit(None, at_once=True)
         puts, gets, reports = self._take_unit()
-        written = self._write_unit(puts, gets, None)
         return asyncio.shield(self._finish_commit(puts, gets, written, None, reports))
 
     def _take_unit(self) -> tuple[list[_UowPut], list[_UowGet], list[_Report]]:
@@ -308,10 +312,13 @@ class EmbeddedConnection:
         return puts, gets, reports
 
     def _write_unit(
-        self, puts: list[_UowPut], gets: list[_UowGet], sync: ChannelSync | None
+        self, sync: ChannelSync | None, *, at_once: bool
     ) -> asyncio.Future[None] | None:
-        """Hand the unit's persistent changes to the writer thread; None when it has none."""
+        """Hand the current unit's persistent changes to the writer (``at_once``: see
+        ``_apply_started``); None when it has none. Made before the unit is taken off the
+        connection, so a failure here leaves the unit in place for the caller's backout."""
         qm = self._qm
+        puts, gets = self._puts, self._gets
         # a queue deleted meanwhile takes nothing: its row would outlive the queue and
         # surface in a later queue of the same name after a restart
         inserts = [qm._to_row(p.queue.name, p.msg) for p in puts
@@ -321,7 +328,7 @@ class EmbeddedConnection:
         qm._expired_persistent = []
         syncs = [sync] if sync is not None else []
         if inserts or deletes or syncs:
-            return qm._apply_started(inserts, deletes, syncs=syncs)
+            return qm._apply_started(inserts, deletes, syncs=syncs, at_once=at_once)
         return None
 
     async def _finish_commit(

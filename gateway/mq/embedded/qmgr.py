@@ -371,18 +371,24 @@ class EmbeddedQueueManager:
         deletes: list[int] | None = None,
         backouts: list[tuple[int, int]] | None = None,
         syncs: list[ChannelSync] | None = None,
+        *,
+        at_once: bool = False,
     ) -> asyncio.Future[None]:
-        """:meth:`_apply` without waiting: a future of the changes being on disk. An
-        idle writer thread gets them now, not at the event loop's next turn (a commit
-        begun with ``start_commit`` is written while the loop works on)."""
+        """:meth:`_apply` without waiting: a future of the changes being on disk.
+
+        ``at_once``: an idle writer thread gets them now, alone, not at the event loop's
+        next turn with whatever else is queued by then (a commit begun with
+        ``start_commit`` is written while the loop works on). Otherwise the requests of
+        one loop turn share a transaction (group commit)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._write_queue.append((inserts or [], deletes or [], backouts or [], syncs or [], fut))
         if self._writer_task is None or self._writer_task.done():
-            batch, self._write_queue = self._write_queue, []
-            self._writer_task = asyncio.ensure_future(
-                self._drain_writes(batch, self._submit_write(loop, batch))
-            )
+            first: tuple[list[_WriteRequest], asyncio.Future[None]] | None = None
+            if at_once:
+                batch, self._write_queue = self._write_queue, []
+                first = (batch, self._submit_write(loop, batch))
+            self._writer_task = asyncio.ensure_future(self._drain_writes(first))
         return fut
 
     def _submit_write(
@@ -404,10 +410,17 @@ class EmbeddedQueueManager:
             return failed
 
     async def _drain_writes(
-        self, batch: list[_WriteRequest], written: asyncio.Future[None]
+        self, first: tuple[list[_WriteRequest], asyncio.Future[None]] | None = None
     ) -> None:
+        """Write the queued requests, a transaction per round, until none is left;
+        ``first``: a round already handed to the writer thread."""
         loop = asyncio.get_running_loop()
-        while True:
+        while first is not None or self._write_queue:
+            if first is None:
+                batch, self._write_queue = self._write_queue, []
+                written = self._submit_write(loop, batch)
+            else:
+                (batch, written), first = first, None
             try:
                 await self._write_done(written)
             except MQError as exc:
@@ -418,10 +431,6 @@ class EmbeddedQueueManager:
                 for *_, fut in batch:
                     if not fut.done():
                         fut.set_result(None)
-            if not self._write_queue:
-                return
-            batch, self._write_queue = self._write_queue, []
-            written = self._submit_write(loop, batch)
 
     @staticmethod
     async def _write_done(written: asyncio.Future[None]) -> None:

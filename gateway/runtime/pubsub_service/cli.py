@@ -32,6 +32,7 @@ from gateway.runtime.pubsub_service.config import BrokerConfig, StreamQueueConfi
 from gateway.runtime.pubsub_service.errors import BrokerError
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.pubsub_service.service import BrokerService
+from gateway.runtime.switch_interval import apply_switch_interval
 
 if TYPE_CHECKING:
     from gateway.mq.embedded.qmgr import EmbeddedQueueManager
@@ -186,6 +187,7 @@ def run_command(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, service.request_stop)
+        switching = apply_switch_interval(f"broker {qm.name}")  # the application's, as mqgw run
         try:
             await service.start()
             await links.start()
@@ -193,6 +195,7 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"READY {qm.name} {where}", flush=True)
             await service.run()
         finally:
+            switching.release()
             await links.stop()
             await service.stop()
             await node.stop()

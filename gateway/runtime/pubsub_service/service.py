@@ -110,6 +110,12 @@ class _InputQueue:
     committing: _Committing | None = None
 
 
+class _FrontCommitFailedError(MQError):
+    """The begun commit of the batch in front failed (it is backed out): the batch
+    behind it is backed out too, through no fault of its messages (its backouts are
+    forgiven, as for a full backlog)."""
+
+
 @dataclass(slots=True)
 class _Batch:
     """What a batch leaves for after its commit: its size, the moves and dead-letters
@@ -502,18 +508,21 @@ class BrokerService:
                 if committing is None:
                     await conn.commit()
             except BaseException as exc:
-                await self._end_commit_quietly(q)
                 self.engine.rollback()
                 self.counters.backouts += 1
                 try:
-                    if isinstance(exc, BacklogFullError):
+                    if isinstance(exc, BacklogFullError | _FrontCommitFailedError):
+                        # no fault of these messages: the backout does not count
                         self.forgiven.forgive(self._batch_ids)
                     else:
                         q.isolate = max(q.isolate - 1, self._batch_got)
                 except Exception:  # the backout below must happen whatever this does
                     log.exception("cannot record the forgiven backouts of %s", q.name)
-                with contextlib.suppress(MQError):
-                    await conn.backout()
+                try:
+                    await self._end_commit_quietly(q)
+                finally:
+                    with contextlib.suppress(MQError):
+                        await conn.backout()
                 raise
             finally:
                 ids, self._batch_ids = self._batch_ids, []
@@ -554,10 +563,10 @@ class BrokerService:
             return
         try:
             await committing.done
-        except MQError:
+        except MQError as exc:
             self.counters.backouts += 1
             q.isolate = max(q.isolate - 1, committing.batch.count)
-            raise
+            raise _FrontCommitFailedError(exc.reason, f"commit of the batch before: {exc}") from exc
         finally:
             self._commits_in_flight -= 1
         self._after_commit(q, committing.batch)
@@ -574,6 +583,8 @@ class BrokerService:
                 exc.reason,
                 exc,
             )
+        except Exception:
+            log.exception("batch on %s: its commit ended in an unexpected error", q.name)
 
     def _after_commit(self, q: _InputQueue, batch: _Batch) -> None:
         """What follows a batch's commit: counters, logs of its moves and dead-letters,

@@ -74,7 +74,11 @@ async def gateway(tmp_path: Path) -> Any:
     config = BrokerConfig(
         streams=[StreamQueueConfig(name=STREAM)], batch_size=3, wait_ms=50, retry_delay=0.01
     )
-    mqsc = f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) REPLACE"
+    # BOTHRESH 1: a backout counted against a message moves it aside at its next get
+    mqsc = (
+        "DEFINE QLOCAL(PUB.BACKOUT) REPLACE\n"
+        f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) BOTHRESH(1) BOQNAME(PUB.BACKOUT) REPLACE"
+    )
     gw = build_gateway(tmp_path, mqsc=mqsc, config=config)
     try:
         yield gw
@@ -84,6 +88,9 @@ async def gateway(tmp_path: Path) -> Any:
 
 async def _prepared(gw: InProcessGateway, publications: int) -> tuple[BrokerService, Recording]:
     service, qm = gw.service, gw.qm
+    # the first batch goes to the sink directly (acknowledged before its commit), even
+    # on a loaded machine
+    service.sink_backlogs.direct_ack_timeout = service.sink_backlogs.direct_ack_max = 10.0
     sink = Recording()
     service.register_sink("rec", sink)
     await service.start()
@@ -143,6 +150,10 @@ async def test_a_failed_commit_backs_the_next_batch_out_too_and_order_is_kept(
     assert gateway.qm.queue_depth(STREAM) == 0
     assert service.counters.backouts >= 2  # the failed batch and the one behind it
     assert service.counters.messages == 6
+    # neither batch's messages were taken for poison (BOTHRESH 1): the failed commit
+    # counted no backout, the batch behind it had its backout forgiven
+    assert gateway.qm.queue_depth("PUB.BACKOUT") == 0
+    assert service.counters.moved_to_backout_queue == 0
 
 
 async def test_without_overlap_each_commit_ends_before_the_next_get(
@@ -163,3 +174,23 @@ async def test_without_overlap_each_commit_ends_before_the_next_get(
         writer.release.set()
     assert sink.payloads == [b"%d" % i for i in range(6)]
     assert service.counters.batches == 2
+
+
+async def test_a_stop_waits_for_the_commit_in_flight_and_counts_its_batch(
+    gateway: InProcessGateway,
+) -> None:
+    service, sink = await _prepared(gateway, 3)
+    writer = HeldWriter(gateway.qm, 3)
+    await service.start()
+    try:
+        await asyncio.to_thread(writer.held.wait, 10)
+        stopping = asyncio.create_task(service.stop())
+        await asyncio.sleep(0.2)
+        assert not stopping.done()  # the batch's commit is still being written
+        writer.release.set()
+        await asyncio.wait_for(stopping, 10)
+    finally:
+        writer.release.set()
+    assert sink.payloads == [b"0", b"1", b"2"]
+    assert service.counters.batches == 1 and service.counters.messages == 3
+    assert gateway.qm.queue_depth(STREAM) == 0 and not service.busy
