@@ -377,8 +377,11 @@ class EmbeddedConnection:
         if counts and not qm.closed:
             try:
                 await qm._apply(backouts=counts)
-            except MQError:
-                log.exception("could not harden backout counts; messages are returned anyway")
+            except MQError as exc:
+                # a store write failure says what it is (disk full, I/O error): no traceback
+                log.error(
+                    "could not harden backout counts (%s); messages are returned anyway", exc
+                )
         self._undo(puts, gets, count_backout=True)
         qm.stats.backouts += 1
 
