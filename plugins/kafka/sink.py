@@ -10,7 +10,7 @@ only, after every other envelope of the batch was delivered. :meth:`KafkaSink.de
 is the one way records reach Kafka: publications (:meth:`KafkaSink.send`) and
 request/reply exchange records (plugins.kafka.exchange) alike.
 
-Size (~540 lines, over the ~500 guide): the send/refusal/producer-replacement rules and
+Size (~770 lines, over the ~500 guide): the send/refusal/producer-replacement rules and
 the exactly-once transaction share their state and are one unit; ``TopicCreator`` (also
 used by the source) is what could move to a module of their own. The producer comes
 from the configured backend (plugins.kafka.clients: aiokafka or librdkafka), which
@@ -45,8 +45,8 @@ from aiokafka.errors import (
 )
 
 from gateway.plugin_api import DeliveryRefusedError, Envelope
-from plugins.kafka.clients import Producer, new_producer
-from plugins.kafka.clients.aiokafka_client import client_args
+from plugins.kafka.clients import Producer, new_producer, outcome_seen
+from plugins.kafka.clients.aiokafka_client import PartitionBatch, batch_writer, client_args
 from plugins.kafka.config import FALLBACK_BATCH_BYTES, KafkaPluginConfig
 from plugins.kafka.errors import (
     MQRC_MSG_TOO_BIG_FOR_Q,
@@ -109,15 +109,18 @@ async def _outcomes(futures: list[asyncio.Future[object]]) -> list[object]:
     ``gather(*futures, return_exceptions=True)`` gives, without the callback gather puts
     on each future (one loop callback per record when the acks come: 1.2 us a record).
     A produce request acknowledges a whole batch of records at once, so this mostly
-    waits (one callback) once per batch and finds the rest done. Cancelled (a
-    timeout), it cancels the futures, as gather does."""
+    waits (one callback) once per batch and finds the rest done (records of one batch
+    may share a future). Cancelled (a timeout), it leaves the futures to end by
+    themselves, their outcomes marked seen: cancelling one never stops its send, and a
+    batch whose future was cancelled would fail later with nobody reading the error."""
     try:
         for future in futures:
             if not future.done():
                 await asyncio.wait((future,))
     except asyncio.CancelledError:
         for future in futures:
-            future.cancel()
+            if not future.done():
+                future.add_done_callback(outcome_seen)
         raise
     return [
         asyncio.CancelledError() if f.cancelled() else (f.exception() or f.result())
@@ -597,11 +600,39 @@ class KafkaSink:
         suspects: _Suspects,
     ) -> tuple[list[tuple[int, asyncio.Future[object]]], set[int]]:
         """Hand each record not refused yet to the producer: (envelope index, ack future)
-        in order, and the id() of the futures of records at least as big as the batch size
-        (each went alone in its batch). A record the client refuses before sending goes to
-        ``refused``."""
+        in order, and the id() of the futures of records that went alone in their batch.
+        A record the client refuses before sending goes to ``refused``.
+
+        An aiokafka producer is given whole record batches (``BatchWriter``): the records
+        of one batch share its future, and a batch of one record is known to be alone.
+        Other producers get a record at a time; a record at least as big as the batch
+        size is the one known to go alone.
+        """
         sent: list[tuple[int, asyncio.Future[object]]] = []
         lone: set[int] = set()
+        writer = batch_writer(producer)
+        if writer is not None:
+            batches: list[tuple[int, PartitionBatch]] = []
+            try:
+                for index, r in records:
+                    if index in refused:
+                        continue
+                    try:
+                        checked = writer.check(r.topic, r.value, r.key, r.headers)
+                    except _REFUSAL_TYPES as exc:  # refused before sending, as send does
+                        refused[index] = exc
+                        continue
+                    batches.append((index, await writer.add(checked)))
+                await writer.flush()
+            except BaseException:
+                writer.abandon()
+                raise
+            for index, batch in batches:
+                assert batch.future is not None  # set by flush
+                sent.append((index, batch.future))
+                if batch.count == 1:
+                    lone.add(id(batch.future))
+            return sent, lone
         for index, r in records:
             if index in refused:
                 continue
@@ -670,7 +701,7 @@ class KafkaSink:
                     # settles them first either way).
                     await producer.abort_transaction()
                     aborted = True
-            results = await asyncio.gather(*futures, return_exceptions=True)
+            results = await _outcomes(futures)
             failures = [
                 (i, f, r)
                 for (i, f), r in zip(sent, results, strict=True)

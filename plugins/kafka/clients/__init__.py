@@ -20,7 +20,14 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from plugins.kafka.config import KafkaPluginConfig
 
-__all__ = ["Consumer", "Producer", "new_consumer", "new_producer"]
+__all__ = ["Consumer", "Producer", "new_consumer", "new_producer", "outcome_seen"]
+
+
+def outcome_seen(future: asyncio.Future[Any]) -> None:
+    """Done-callback for an acknowledgement nobody awaits any more (a send given up):
+    reads its outcome, so asyncio does not log "Future exception was never retrieved"."""
+    if not future.cancelled():
+        future.exception()
 
 
 class Producer(Protocol):

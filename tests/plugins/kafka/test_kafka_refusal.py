@@ -11,6 +11,7 @@ import asyncio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.partitioner import DefaultPartitioner
 
 from gateway.devstack import KafkaBroker
 from gateway.plugin_api import DeliveryRefusedError, Envelope
@@ -228,3 +229,41 @@ async def test_a_limit_that_cannot_be_read_falls_back_to_small_batches(
         await sink.stop()
     records = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", 62, extra_wait_ms=1000)
     assert [r.value for r in records] == [b"a", b"b"] + [e.payload for e in batch]
+
+
+async def test_a_record_alone_in_its_batch_is_refused_at_once_however_small(
+    kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With aiokafka the sink builds the record batches, so it knows a record went alone
+    in its batch even when it is smaller than the batch size: its refusal as too large
+    is its own, final at once, and the batches are not lowered (a record sharing its
+    round with others on other partitions; before, being under the batch size, it was
+    a suspect, and with the limits unreadable the batches fell back to 16 KiB)."""
+
+    async def no_describe(_self: object, _admin: object, *_topics: list[str]) -> None:
+        return None
+
+    monkeypatch.setattr(TopicCreator, "_describe", no_describe)
+    p = unique("lonesmall")
+    config = _limited_config(
+        kafka_broker.bootstrap, p, "aiokafka", "at_least_once",
+        topic_configs={"max.message.bytes": "40000"}, partitions=4,
+    )
+    # envelope topics are the record keys: two neighbours on other partitions than it
+    parts = [0, 1, 2, 3]
+    part = {i: DefaultPartitioner()(f"T{i}".encode(), parts, parts) for i in range(200, 300)}
+    lone = 200
+    a, b = [i for i in range(201, 300) if part[i] != part[lone]][:2]
+    small_but_too_big = _envelope(lone, b"y" * 100_000)  # under the 256 KiB batch size
+    assert len(small_but_too_big.payload) < config.producer_batch_bytes()
+    sink = KafkaSink(config, config.outbound.router(), instance="kafka", gateway_id="gw-test")
+    await sink.start()
+    try:
+        with pytest.raises(DeliveryRefusedError) as refused:
+            await sink.send([_envelope(a, b"a"), small_but_too_big, _envelope(b, b"b")])
+        assert refused.value.index == 1 and refused.value.reason == MQRC_MSG_TOO_BIG_FOR_Q
+        assert sink.batch_bytes == config.producer_batch_bytes()  # no fallback
+    finally:
+        await sink.stop()
+    records = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", 2, extra_wait_ms=1000)
+    assert sorted(r.value for r in records) == [b"a", b"b"]
