@@ -195,18 +195,24 @@ async def test_a_limit_lowered_under_a_running_sink_costs_a_resend_not_a_refusal
         assert sorted(values[1:]) == sorted(e.payload for e in batch)
 
 
-async def test_a_limit_that_cannot_be_read_falls_back_to_small_batches(
-    kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without DescribeConfigs (the read is made to fail here): a record at least as
-    big as the batch size went alone, so its refusal is final at once and the batch
-    size stays; a batch of small records refused as too large lowers the batches to
-    16 KiB and they go again: all arrive, in order, none refused."""
+@pytest.fixture
+def limits_unreadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topics' max.message.bytes cannot be read (DescribeConfigs made to fail)."""
 
     async def no_describe(_self: object, _admin: object, *_topics: list[str]) -> None:
         return None
 
     monkeypatch.setattr(TopicCreator, "_describe", no_describe)
+
+
+@pytest.mark.usefixtures("limits_unreadable")
+async def test_a_limit_that_cannot_be_read_falls_back_to_small_batches(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """Without DescribeConfigs (the read is made to fail here): a record at least as
+    big as the batch size went alone, so its refusal is final at once and the batch
+    size stays; a batch of small records refused as too large lowers the batches to
+    16 KiB and they go again: all arrive, in order, none refused."""
     p = unique("batchunk")
     config = _limited_config(
         kafka_broker.bootstrap, p, "aiokafka", "at_least_once",
@@ -231,19 +237,15 @@ async def test_a_limit_that_cannot_be_read_falls_back_to_small_batches(
     assert [r.value for r in records] == [b"a", b"b"] + [e.payload for e in batch]
 
 
+@pytest.mark.usefixtures("limits_unreadable")
 async def test_a_record_alone_in_its_batch_is_refused_at_once_however_small(
-    kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch
+    kafka_broker: KafkaBroker,
 ) -> None:
     """With aiokafka the sink builds the record batches, so it knows a record went alone
     in its batch even when it is smaller than the batch size: its refusal as too large
     is its own, final at once, and the batches are not lowered (a record sharing its
     round with others on other partitions; before, being under the batch size, it was
     a suspect, and with the limits unreadable the batches fell back to 16 KiB)."""
-
-    async def no_describe(_self: object, _admin: object, *_topics: list[str]) -> None:
-        return None
-
-    monkeypatch.setattr(TopicCreator, "_describe", no_describe)
     p = unique("lonesmall")
     config = _limited_config(
         kafka_broker.bootstrap, p, "aiokafka", "at_least_once",
