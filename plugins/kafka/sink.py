@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -118,14 +118,19 @@ async def _outcomes(futures: list[asyncio.Future[object]]) -> list[object]:
             if not future.done():
                 await asyncio.wait((future,))
     except asyncio.CancelledError:
-        for future in futures:
-            if not future.done():
-                future.add_done_callback(outcome_seen)
+        _give_up(futures)
         raise
     return [
         asyncio.CancelledError() if f.cancelled() else (f.exception() or f.result())
         for f in futures
     ]
+
+
+def _give_up(futures: Iterable[asyncio.Future[object]]) -> None:
+    """Acknowledgements nobody will await any more: each outcome is read when it comes
+    (once per future; records of one batch share theirs)."""
+    for future in {id(f): f for f in futures}.values():
+        future.add_done_callback(outcome_seen)
 
 
 class _Suspects(dict[int, BaseException]):
@@ -684,6 +689,7 @@ class KafkaSink:
         keys = self._round_keys
         await producer.begin_transaction()
         marked: list[bytes] = []
+        sent: list[tuple[int, asyncio.Future[object]]] = []
         try:
             sent, lone = await self._send_each(producer, records, refused, suspects)
             for index in sorted({i for i, _ in records} - set(refused)):
@@ -716,6 +722,7 @@ class KafkaSink:
                 return []
         except BaseException:
             self._replace = True  # the transaction's state is unknown: a new producer
+            _give_up(f for _, f in sent)
             raise
         errors: list[tuple[int, BaseException]] = []
         for index, future, result in failures:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from types import SimpleNamespace
 
 import pytest
+from aiokafka.errors import KafkaTimeoutError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugins.kafka.sink import _outcomes
+from plugins.kafka import KafkaPluginConfig
+from plugins.kafka.mapping import OutboundRecord
+from plugins.kafka.sink import KafkaSink, _outcomes, _Suspects
 
 
 @settings(max_examples=60, deadline=None)
@@ -75,5 +79,50 @@ async def test_a_cancelled_wait_leaves_the_futures_and_reads_their_outcomes() ->
     futures[2].set_result("acked late")
     await asyncio.sleep(0)  # the done-callbacks run
     futures.clear()
+    gc.collect()
+    assert unretrieved == []
+
+
+class _SilentProducer:
+    """A transactional producer whose records are never acknowledged in time."""
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[object]] = []
+
+    async def begin_transaction(self) -> None:
+        return None
+
+    async def send(self, *_args: object, **_kwargs: object) -> asyncio.Future[object]:
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        return future
+
+
+async def test_a_transaction_given_up_reads_its_acknowledgements_later() -> None:
+    """Exactly-once: a transaction given up (the send timed out) leaves its records'
+    futures to end by themselves; errors that come after are read (asyncio logs no
+    "Future exception was never retrieved")."""
+    loop = asyncio.get_running_loop()
+    unretrieved: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+    config = KafkaPluginConfig(bootstrap_servers="127.0.0.1:9")
+    sink = KafkaSink(config, config.outbound.router(), instance="k", gateway_id="gw")
+    sink.ledger = SimpleNamespace(topic="eos")  # type: ignore[assignment]
+    sink._round_keys = {0: b"key0", 1: b"key1"}
+    producer = _SilentProducer()
+    records = [(0, OutboundRecord("t", b"k", b"v0")), (1, OutboundRecord("t", b"k", b"v1"))]
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await sink._produce_in_transaction(
+                producer,  # type: ignore[arg-type]
+                records,
+                {},
+                _Suspects(),
+            )
+    assert len(producer.futures) == 4  # two records, two committed-markers
+    for future in producer.futures:
+        future.set_exception(KafkaTimeoutError())
+    await asyncio.sleep(0)  # the done-callbacks run
+    producer.futures.clear()
     gc.collect()
     assert unretrieved == []
