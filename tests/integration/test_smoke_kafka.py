@@ -9,26 +9,15 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from gateway.devstack import KafkaBroker
+from tests.plugins.kafka.kafka_harness import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 N_RECORDS = 1000
 N_PARTITIONS = 3
 N_KEYS = 17
-
-
-async def _create_topic(bootstrap: str, partitions: int) -> str:
-    topic = f"smoke-{uuid.uuid4().hex[:12]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
-    return topic
 
 
 async def _consume(
@@ -61,7 +50,7 @@ async def _consume(
 async def test_idempotent_produce_with_keys_and_headers_reads_back_in_order(
     kafka_broker: KafkaBroker,
 ) -> None:
-    topic = await _create_topic(kafka_broker.bootstrap, N_PARTITIONS)
+    topic = await create_topic(kafka_broker.bootstrap, "smoke-", N_PARTITIONS)
     producer = AIOKafkaProducer(
         bootstrap_servers=kafka_broker.bootstrap, enable_idempotence=True, linger_ms=5
     )
@@ -108,7 +97,7 @@ async def test_idempotent_produce_with_keys_and_headers_reads_back_in_order(
 async def test_transactional_producer_commit_is_visible_and_abort_is_not(
     kafka_broker: KafkaBroker,
 ) -> None:
-    topic = await _create_topic(kafka_broker.bootstrap, 1)
+    topic = await create_topic(kafka_broker.bootstrap, "smoke-", 1)
     producer = AIOKafkaProducer(
         bootstrap_servers=kafka_broker.bootstrap,
         transactional_id=f"smoke-tx-{uuid.uuid4().hex[:8]}",

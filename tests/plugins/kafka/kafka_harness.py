@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.outcome import InboundMessage
@@ -106,3 +107,16 @@ async def produce(
 
 def headers_of(record: Any) -> dict[str, bytes]:
     return {k: bytes(v) for k, v in record.headers}
+
+
+async def create_topic(bootstrap: str, prefix: str, partitions: int) -> str:
+    """A new topic named ``prefix`` plus a unique suffix, ``partitions`` partitions,
+    replication 1; its name."""
+    topic = unique(prefix)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+    return topic

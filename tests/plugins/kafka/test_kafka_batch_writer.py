@@ -8,33 +8,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import MessageSizeTooLargeError
 
 from gateway.devstack import KafkaBroker
 from plugins.kafka import KafkaPluginConfig
 from plugins.kafka.clients import new_producer
 from plugins.kafka.clients.aiokafka_client import BatchWriter, batch_writer
+from tests.plugins.kafka.kafka_harness import create_topic
 
 PARTITIONS = 4
 HEADERS = [("mq.h", b"x")]
-
-
-async def _topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
-    name = f"bw-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, partitions, 1)])
-    finally:
-        await admin.close()
-    return name
 
 
 async def _read(bootstrap: str, topic: str, n: int) -> dict[int, list[tuple[bytes, bytes]]]:
@@ -82,7 +70,9 @@ def _records() -> list[tuple[bytes, bytes]]:
 async def test_batches_land_where_send_puts_them_in_order(kafka_broker: KafkaBroker) -> None:
     bootstrap = kafka_broker.bootstrap
     config = KafkaPluginConfig(bootstrap_servers=bootstrap, max_batch_size=4_096)
-    by_batch, by_send = await _topic(bootstrap), await _topic(bootstrap)
+    by_batch, by_send = await create_topic(bootstrap, "bw-", PARTITIONS), await create_topic(
+        bootstrap, "bw-", PARTITIONS
+    )
     producer: Any = new_producer(config, "bw-test")
     await producer.start()
     try:
@@ -127,7 +117,7 @@ async def test_a_record_over_max_request_size_is_refused_before_it_is_handed_ove
     kafka_broker: KafkaBroker,
 ) -> None:
     bootstrap = kafka_broker.bootstrap
-    topic = await _topic(bootstrap)
+    topic = await create_topic(bootstrap, "bw-", PARTITIONS)
     async with _writer(bootstrap, max_request_size=3_000) as writer:
         first = await writer.add(writer.check(topic, b"a" * 100, b"k1", HEADERS))
         with pytest.raises(MessageSizeTooLargeError):
@@ -148,7 +138,7 @@ async def test_a_batch_handed_over_is_closed_and_does_not_wait_for_the_linger(
     """A unit of work is complete when it is handed over: its batches go at once even
     with a long ``linger_ms`` (an open batch would wait for it, or take in records sent
     after it)."""
-    topic = await _topic(kafka_broker.bootstrap)
+    topic = await create_topic(kafka_broker.bootstrap, "bw-", PARTITIONS)
     async with _writer(kafka_broker.bootstrap, linger_ms=20_000) as writer:
         batch = await writer.add(writer.check(topic, b"a" * 100, b"k1", HEADERS))
         await writer.flush()
