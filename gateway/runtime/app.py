@@ -440,6 +440,11 @@ class GatewayApp:
         if not self._started:
             return
         self._started = False
+        if self.service is not None:
+            # No new stream batch from here on (those in progress finish). The stops
+            # before the drain take their time (a neighbour link's reader ends its
+            # wait), and the stream must not go on being worked off meanwhile.
+            self.service.request_stop()
         if self.gc_policy is not None:  # Python's settings back (a test process goes on)
             self.gc_policy.release()
             self.gc_policy = None

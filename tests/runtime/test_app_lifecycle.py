@@ -1,6 +1,7 @@
 """GatewayApp lifecycle edge cases: a plugin whose start raises an unexpected exception
 is retried (and logged) instead of silently never starting; a shutdown whose broker drain
-hangs still stops the plugins; plugin send timeouts fit inside the shutdown budget."""
+hangs still stops the plugins; no new stream batch is taken once a shutdown begins;
+plugin send timeouts fit inside the shutdown budget."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from typing import Any
 
 import pytest
 
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.port import PutOptions
 from gateway.plugin_api import PluginContext
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
 from gateway.runtime.registry import PluginRegistry
 from plugins.memory import MemoryInstance, reset_buses
+from tests.support.pubsub_messages import rfh_message
 
 
 def _data(shutdown_timeout: float = 30.0) -> dict[str, Any]:
@@ -102,6 +106,54 @@ async def test_shutdown_stops_plugins_even_when_the_drain_hangs(
     assert stopped == [True]
     assert all(t.done() for t in tasks)
     await real_stop()
+
+
+async def test_no_stream_batch_is_taken_while_the_slower_stops_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The neighbour links stop before the drain, and their reader takes time to end
+    its wait; meanwhile the stream stays where the stop found it (but for the batches
+    in flight) instead of being worked off by a gateway told to stop."""
+    reset_buses()
+    registry = PluginRegistry.from_entry_points()
+    data = _data()
+    data["broker"]["batch_size"] = 8
+    app = GatewayApp(parse_config(data, registry, base_dir=tmp_path), registry)
+    await app.start()
+    qm, links = app.qm, app.links
+    assert isinstance(qm, EmbeddedQueueManager) and links is not None
+    n = 2000
+    conn = await qm.connect()
+    for i in range(n):
+        m = rfh_message(
+            "STOCK.STREAM",
+            [("MQPSCommand", "Publish"), ("MQPSStreamName", "STOCK.STREAM"),
+             ("MQPSTopic", "IBM")],
+            f"{i:08d}".encode(),
+        )
+        await conn.put1(m.queue, m.md, m.body, PutOptions(syncpoint=True))
+    await conn.commit()  # all at once: the stream is full when the service sees it
+    await conn.disconnect()
+    async with asyncio.timeout(10):
+        while qm.queue_depth("STOCK.STREAM") == n:
+            await asyncio.sleep(0.005)
+    depths: list[int] = []
+    real_links_stop = links.stop
+
+    async def slow_links_stop() -> None:
+        depths.append(qm.queue_depth("STOCK.STREAM"))
+        await asyncio.sleep(0.5)  # the service worked off thousands a second here
+        depths.append(qm.queue_depth("STOCK.STREAM"))
+        await real_links_stop()
+
+    monkeypatch.setattr(links, "stop", slow_links_stop)
+    async with asyncio.timeout(20):
+        await app.shutdown()
+    at_stop, after_wait = depths
+    assert at_stop > 8, "the stop should have come mid-stream"
+    # At most two batches of 8 in flight: one whose commit is under way (its gets count
+    # in the depth until it ends) and the one being handled meanwhile.
+    assert at_stop - after_wait <= 2 * 8
 
 
 def test_plugin_send_timeout_is_clamped_below_the_shutdown_budget(

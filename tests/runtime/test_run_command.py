@@ -28,7 +28,7 @@ from gateway.wire.reasons import Reason
 from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 
 PYTHON = sys.executable
-N = 1500
+N = 3000  # long enough that the stop comes mid-way (about a fifth is worked off first)
 
 
 def _free_port() -> int:
