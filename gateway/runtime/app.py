@@ -9,9 +9,12 @@ registered before the first get (``DeclaresSubscriptions``). Shutdown order is w
 a stop lossless: the broker finishes (or backs out) the batches in flight — a sink
 delivery is committed onto its backlog queue with its publication, and a forwarder
 commits its get only after the sink acknowledged — then each plugin flushes and stops
-(inbound units of work finish), then the queue manager and the store close. The
+(inbound units of work finish), then the queue manager and the store close. Before all
+that, the broker takes no new batch, so the stops in front of its drain (workers, the
+local socket, neighbour links, request/reply) do not let it work the streams off. The
 request/reply service (gateway/runtime/request_reply/) starts after the broker service,
-is handed each plugin instance with ``Exchanges`` after its start, and stops first.
+is handed each plugin instance with ``Exchanges`` after its start, and stops before the
+broker's drain.
 
 Over 500 lines: one process lifecycle (start order, shutdown order, plugin start retry,
 health) read together; its parts already live in their own modules.
@@ -433,18 +436,25 @@ class GatewayApp:
         return 0
 
     def request_stop(self) -> None:
+        """SIGTERM/SIGINT, a fatal plugin or worker: stop. The broker takes no new
+        batch from this moment, not only once :meth:`shutdown` gets going."""
         self.stop_requested.set()
+        if self.service is not None:
+            self.service.request_stop()
 
     async def shutdown(self) -> None:
         """Drain, flush, commit and close (idempotent)."""
         if not self._started:
             return
         self._started = False
-        if self.service is not None:
-            # No new stream batch from here on (those in progress finish). The stops
-            # before the drain take their time (a neighbour link's reader ends its
-            # wait), and the stream must not go on being worked off meanwhile.
-            self.service.request_stop()
+        # No plugin start retries from here on, and no batch is begun by the broker (a
+        # get already waiting may still bring one per queue; those in progress finish).
+        # The stops before the drain take their time (a neighbour link's reader ends its
+        # wait) and the streams must not be worked off meanwhile. The same stop ends the
+        # sink forwarders after the batch each holds, and sends the hand-overs of the
+        # batches in flight through the backlog (service.stop() takes back the copies a
+        # sink acknowledged).
+        self.request_stop()
         if self.gc_policy is not None:  # Python's settings back (a test process goes on)
             self.gc_policy.release()
             self.gc_policy = None

@@ -28,7 +28,7 @@ from gateway.wire.reasons import Reason
 from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 
 PYTHON = sys.executable
-N = 3000  # long enough that the stop comes mid-way (about a fifth is worked off first)
+N = 3000  # the stop must land while the stream is being worked off
 
 
 def _free_port() -> int:
@@ -221,7 +221,9 @@ def test_sigterm_mid_stream_then_restart_loses_and_duplicates_nothing(tmp_path: 
         assert _stop(proc) == 0
     left, payloads = asyncio.run(_depths_and_payloads(tmp_path))
     records = _records(tmp_path)
-    assert len(payloads) > 0 and left > 0, "the stop should have come mid-stream"
+    assert len(payloads) > 0 and left > 0, (
+        f"the stop should have come mid-stream: {len(payloads)} delivered, {left} left"
+    )
     assert len(payloads) + left == N  # every publication either delivered or still queued
     # The sink's copies of the committed ones: delivered, or waiting on its backlog queue
     # (the stream's commit does not wait for the sink; the backlog does).

@@ -346,7 +346,9 @@ class BrokerService:
                 self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
 
     def request_stop(self) -> None:
-        """Ask :meth:`run` to stop (signal handlers); returns at once."""
+        """Stop taking batches (returns at once): each serve loop and sink forwarder
+        ends after the batch in hand. :meth:`stop` must still be awaited: it takes back
+        the acknowledged hand-over copies and closes the subscription connection."""
         self._stop.set()
 
     async def stop(self) -> None:

@@ -126,7 +126,11 @@ class RequestReplyService:
 
     def attach(self, instance_name: str, exchanges: Exchanges) -> None:
         """Called after every successful start of plugin instance ``instance_name``:
-        consume each of its routes' sources and use it for produce()."""
+        consume each of its routes' sources and use it for produce(). After
+        :meth:`stop` it does nothing: a plugin whose start ends during the gateway's
+        shutdown must not get consumers that nobody stops."""
+        if not self.running:
+            return
         self._instances[instance_name] = exchanges
         for req in self.requests.values():
             if req.plugin == instance_name:

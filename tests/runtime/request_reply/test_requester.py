@@ -107,6 +107,23 @@ async def test_redelivered_request_is_put_once_and_answered_once(
     assert svc.stats()["duplicates_filtered"] == 1
 
 
+async def test_an_instance_attached_after_the_stop_gets_no_consumer(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    """A plugin start that ends during the gateway's shutdown (after request/reply
+    stopped) must not get a consumer nobody stops: its requests are not taken."""
+    gw = gateway(requests=[_route()], reply_to_q="MQGW.REPLY.ALIAS")
+    svc = await gw.start()
+    gw.instances["req"] = inst = await started_memory("req", "b9")
+    await svc.stop()
+    svc.attach("req", inst)
+    await get_bus("b9").exchanges.append(
+        [Envelope("", "quote/req", b"late", reply_topic="r9", correlation_data=b"c9")]
+    )
+    await asyncio.sleep(0.3)
+    assert len(await drain(net["QMA"].qm, "SVC.QUOTE", wait_ms=100)) == 0
+
+
 async def test_restart_between_request_and_reply_still_delivers_the_reply(
     net: Network, gateway: Callable[..., Gateway]
 ) -> None:
