@@ -25,6 +25,18 @@ async def put(qm: QueueManager, msg: InboundMessage, *, set_identity: bool = Fal
         await conn.disconnect()
 
 
+async def put_at_once(qm: QueueManager, messages: list[InboundMessage]) -> None:
+    """Put ``messages`` in one unit of work: a whole stream is there at once. Put one
+    by one, a gateway keeps pace, and a stop meant to land mid-stream comes after it."""
+    conn = await qm.connect()
+    try:
+        for m in messages:
+            await conn.put1(m.queue, m.md, m.body, PutOptions(syncpoint=True))
+        await conn.commit()
+    finally:
+        await conn.disconnect()
+
+
 async def drain(qm: QueueManager, queue: str) -> list[Received]:
     """Every message now on ``queue``, decoded (destructive get)."""
     return [decode(m.md, m.body) for m in await drain_raw(qm, queue)]

@@ -17,7 +17,7 @@ from gateway.wire.dlh import unwrap_from_dlq
 from plugins.kafka import KafkaPluginConfig
 from tests.plugins.kafka.kafka_harness import STOCK, consume, send_command, start_gateway, unique
 from tests.support.pubsub_messages import rfh2_message
-from tests.support.service_client import drain_raw
+from tests.support.service_client import drain_raw, put_at_once
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -50,8 +50,7 @@ async def test_graceful_stop_mid_stream_and_restart_lose_and_duplicate_nothing(
     n = 600
     gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend))
     try:
-        for i in range(n):
-            await send_command(gw.qm, _publication(i))
+        await put_at_once(gw.qm, [_publication(i) for i in range(n)])
         # Stop while the service is still working through the queue.
         async with asyncio.timeout(30):
             while gw.host.sink_counters["kafka"].deliveries < 50:
@@ -59,7 +58,7 @@ async def test_graceful_stop_mid_stream_and_restart_lose_and_duplicate_nothing(
     finally:
         await gw.close()
     bridged_before = gw.host.sink_counters["kafka"].deliveries
-    assert 0 < bridged_before < n, "the stop did not land mid-stream"
+    assert 0 < bridged_before < n, f"the stop did not land mid-stream ({bridged_before} of {n})"
     gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend))
     try:
         records = await consume(kafka_broker.bootstrap, f"{p}.STOCK.STREAM", n, timeout=60)
