@@ -286,6 +286,8 @@ class GatewayApp:
         try:
             await self._register_planned_subscriptions([*instances, *remote.values()])
             await service.start()
+            if self.stop_requested.is_set():
+                service.request_stop()  # a SIGTERM during start-up: its start cleared it
             if self.links is not None:
                 await self.links.start()
             self.request_reply = await start_request_reply(

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import PutOptions
 from gateway.plugin_api import PluginContext
+from gateway.pubsub.outcome import InboundMessage
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
 from gateway.runtime.registry import PluginRegistry
 from plugins.memory import MemoryInstance, reset_buses
 from tests.support.pubsub_messages import rfh_message
+from tests.support.service_client import put_at_once
 
 
 def _data(shutdown_timeout: float = 30.0) -> dict[str, Any]:
@@ -108,6 +109,11 @@ async def test_shutdown_stops_plugins_even_when_the_drain_hangs(
     await real_stop()
 
 
+def _publications(n: int) -> list[InboundMessage]:
+    nv = [("MQPSCommand", "Publish"), ("MQPSStreamName", "STOCK.STREAM"), ("MQPSTopic", "IBM")]
+    return [rfh_message("STOCK.STREAM", nv, f"{i:08d}".encode()) for i in range(n)]
+
+
 async def test_no_stream_batch_is_taken_while_the_slower_stops_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -120,41 +126,51 @@ async def test_no_stream_batch_is_taken_while_the_slower_stops_run(
     data["broker"]["batch_size"] = 8
     app = GatewayApp(parse_config(data, registry, base_dir=tmp_path), registry)
     await app.start()
-    qm, links = app.qm, app.links
-    assert isinstance(qm, EmbeddedQueueManager) and links is not None
-    n = 2000
-    conn = await qm.connect()
-    for i in range(n):
-        m = rfh_message(
-            "STOCK.STREAM",
-            [("MQPSCommand", "Publish"), ("MQPSStreamName", "STOCK.STREAM"),
-             ("MQPSTopic", "IBM")],
-            f"{i:08d}".encode(),
-        )
-        await conn.put1(m.queue, m.md, m.body, PutOptions(syncpoint=True))
-    await conn.commit()  # all at once: the stream is full when the service sees it
-    await conn.disconnect()
-    async with asyncio.timeout(10):
-        while qm.queue_depth("STOCK.STREAM") == n:
-            await asyncio.sleep(0.005)
-    depths: list[int] = []
-    real_links_stop = links.stop
+    try:
+        qm, links = app.qm, app.links
+        assert isinstance(qm, EmbeddedQueueManager) and links is not None
+        n = 2000
+        await put_at_once(qm, _publications(n))  # the stream is full when served
+        async with asyncio.timeout(10):
+            while qm.queue_depth("STOCK.STREAM") == n:
+                await asyncio.sleep(0.005)
+        depths: list[int] = []
+        real_links_stop = links.stop
 
-    async def slow_links_stop() -> None:
-        depths.append(qm.queue_depth("STOCK.STREAM"))
-        await asyncio.sleep(0.5)  # the service worked off thousands a second here
-        depths.append(qm.queue_depth("STOCK.STREAM"))
-        await real_links_stop()
+        async def slow_links_stop() -> None:
+            depths.append(qm.queue_depth("STOCK.STREAM"))
+            await asyncio.sleep(0.5)  # the service worked off thousands a second here
+            depths.append(qm.queue_depth("STOCK.STREAM"))
+            await real_links_stop()
 
-    monkeypatch.setattr(links, "stop", slow_links_stop)
-    before = qm.queue_depth("STOCK.STREAM")
-    async with asyncio.timeout(20):
-        await app.shutdown()
+        monkeypatch.setattr(links, "stop", slow_links_stop)
+        before = qm.queue_depth("STOCK.STREAM")
+    finally:
+        async with asyncio.timeout(20):
+            await app.shutdown()
     at_links_stop, after_wait = depths
     assert after_wait > 0, "the stop should have come mid-stream"
     # At most two batches of 8 in flight when the shutdown begins: one whose commit is
     # under way (its gets count in the depth until it ends) and the one being handled.
     assert before - after_wait <= 2 * 8, (before, at_links_stop, after_wait)
+
+
+async def test_a_stop_requested_during_start_up_is_not_undone(tmp_path: Path) -> None:
+    """A SIGTERM that comes while the gateway starts: the broker's start must not clear
+    it, so the streams are not served by a gateway about to shut down."""
+    reset_buses()
+    registry = PluginRegistry.from_entry_points()
+    app = GatewayApp(parse_config(_data(), registry, base_dir=tmp_path), registry)
+    app.request_stop()
+    await app.start()
+    try:
+        qm = app.qm
+        assert isinstance(qm, EmbeddedQueueManager)
+        await put_at_once(qm, _publications(50))
+        await asyncio.sleep(0.5)  # served, they would be gone in a few milliseconds
+        assert qm.queue_depth("STOCK.STREAM") == 50
+    finally:
+        await app.shutdown()
 
 
 def test_plugin_send_timeout_is_clamped_below_the_shutdown_budget(

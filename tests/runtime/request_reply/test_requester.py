@@ -11,7 +11,7 @@ import pytest
 
 from gateway.mq.embedded.network import Network
 from gateway.mq.port import PutOptions
-from gateway.plugin_api import Envelope
+from gateway.plugin_api import Envelope, PluginError
 from gateway.wire.constants import MsgType, Report
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.mqmd import MQMD
@@ -121,6 +121,10 @@ async def test_an_instance_attached_after_the_stop_gets_no_consumer(
         [Envelope("", "quote/req", b"late", reply_topic="r9", correlation_data=b"c9")]
     )
     await asyncio.sleep(0.3)
+    consumers = [t for t in asyncio.all_tasks() if t.get_name() == "memory-exchange:quote"]
+    assert consumers == []  # the instance's exchange was never asked to consume
+    with pytest.raises(PluginError, match="not started"):
+        await svc.produce("req", [Envelope("", "quote/rep", b"x")])  # not registered
     assert len(await drain(net["QMA"].qm, "SVC.QUOTE", wait_ms=100)) == 0
 
 
