@@ -449,6 +449,7 @@ class GatewayApp:
         if not self._started:
             return
         self._started = False
+        log.info("gateway %s stopping: finishing the batches in flight", self.config.gateway_id)
         # No plugin start retries from here on, and no batch is begun by the broker (a
         # get already waiting may still bring one per queue; those in progress finish).
         # The stops before the drain take their time (a neighbour link's reader ends its
@@ -679,9 +680,18 @@ def _workers_of(loaded: LoadedConfig) -> dict[str, str]:
 
 
 def data_paths(loaded: LoadedConfig) -> list[Path]:
-    """The directories/files a config makes the gateway write (for docs and checks)."""
-    out = [loaded.path(loaded.gateway.broker.store)]
-    qmc = loaded.gateway.queue_manager
+    """Every directory and file a config makes the gateway write: ``run --check``'s
+    ``writes:``, which is what a backup copies (docs/operations.md)."""
+    gw = loaded.gateway
+    store = loaded.path(gw.broker.store)
+    out = [store]
+    qmc = gw.queue_manager
     if isinstance(qmc, EmbeddedQueueManagerConfig):
         out.insert(0, loaded.path(qmc.data_dir))
+    # the neighbour links' state, where start() runs the links
+    neighbours = neighbours_db_of(store)
+    if isinstance(qmc, EmbeddedQueueManagerConfig) or gw.neighbours or neighbours.is_file():
+        out.append(neighbours)
+    if gw.request_reply.requests or gw.request_reply.services:
+        out.append(loaded.path(gw.request_reply.store))
     return out

@@ -249,6 +249,7 @@ def test_sigterm_mid_stream_then_restart_loses_and_duplicates_nothing(tmp_path: 
     assert _records(tmp_path) == expected
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     assert any(rec["msg"].startswith("gateway gw-test started") for rec in lines)
+    assert sum(rec["msg"].startswith("gateway gw-test stopping") for rec in lines) == 3
     assert all(rec["level"] != "error" for rec in lines), [
         r for r in lines if r["level"] == "error"
     ]

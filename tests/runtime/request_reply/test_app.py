@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.plugin_api import Envelope
-from gateway.runtime.app import GatewayApp
+from gateway.runtime.app import GatewayApp, data_paths
 from gateway.runtime.config import parse_config
 from gateway.runtime.registry import PluginRegistry
 from plugins.memory import get_bus, reset_buses
@@ -77,3 +77,28 @@ async def test_request_reply_in_the_app_survives_a_restart(tmp_path: Path) -> No
     finally:
         await app.shutdown()
         reset_buses()
+
+
+async def test_run_check_writes_names_every_file_a_run_writes(tmp_path: Path) -> None:
+    """``run --check`` lists ``writes:`` for backups (docs/operations.md): everything a
+    run leaves in its directory is one of them or inside one of them."""
+    reset_buses()
+    data = tmp_path / "data"
+    config = _config(data)
+    config["broker"]["store"] = str(data / "pubsub.db")
+    config["request_reply"]["store"] = str(data / "request_reply.db")
+    registry = PluginRegistry.from_entry_points()
+    loaded = parse_config(config, registry, base_dir=tmp_path)
+    app = GatewayApp(loaded, registry)
+    await app.start()
+    await app.shutdown()
+    listed = data_paths(loaded)
+    written = sorted(data.iterdir())
+    assert {p.name for p in written} >= {"qm", "pubsub.db", "neighbours.db", "request_reply.db"}
+    companions = ("-wal", "-shm", ".lock")  # SQLite's journal and a store's lock file
+    for path in written:
+        name = path.name
+        for suffix in companions:
+            name = name.removesuffix(suffix)
+        assert path.with_name(name) in listed, f"{path.name} is written but not in {listed}"
+
