@@ -39,6 +39,7 @@ from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.authorisation import authoriser_for
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
+    GatewayConfig,
     IBMMQQueueManagerConfig,
     LoadedConfig,
 )
@@ -231,13 +232,7 @@ class GatewayApp:
             suspend_after=broker.suspend_subscription_after,
             authoriser=self.authoriser,
         )
-        # Neighbour links run on the embedded queue manager (it defines their queues),
-        # and on IBM MQ once neighbours are configured or joined (docs/neighbours.md).
-        linked = (
-            isinstance(self.config.queue_manager, EmbeddedQueueManagerConfig)
-            or bool(self.config.neighbours)
-            or neighbours_db_of(store_path).is_file()
-        )
+        linked = _runs_neighbour_links(self.config, store_path)
         self.service = service = BrokerService(
             qm,
             engine,
@@ -679,6 +674,16 @@ def _workers_of(loaded: LoadedConfig) -> dict[str, str]:
     return {p: w.name for w in loaded.gateway.workers for p in w.plugins}
 
 
+def _runs_neighbour_links(config: GatewayConfig, store: Path) -> bool:
+    """Neighbour links run on the embedded queue manager (it defines their queues), and
+    on IBM MQ once neighbours are configured or joined (docs/neighbours.md)."""
+    return (
+        isinstance(config.queue_manager, EmbeddedQueueManagerConfig)
+        or bool(config.neighbours)
+        or neighbours_db_of(store).is_file()
+    )
+
+
 def data_paths(loaded: LoadedConfig) -> list[Path]:
     """Every directory and file a config makes the gateway write: ``run --check``'s
     ``writes:``, which is what a backup copies (docs/operations.md)."""
@@ -688,10 +693,8 @@ def data_paths(loaded: LoadedConfig) -> list[Path]:
     qmc = gw.queue_manager
     if isinstance(qmc, EmbeddedQueueManagerConfig):
         out.insert(0, loaded.path(qmc.data_dir))
-    # the neighbour links' state, where start() runs the links
-    neighbours = neighbours_db_of(store)
-    if isinstance(qmc, EmbeddedQueueManagerConfig) or gw.neighbours or neighbours.is_file():
-        out.append(neighbours)
+    if _runs_neighbour_links(gw, store):
+        out.append(neighbours_db_of(store))  # the links' state
     if gw.request_reply.requests or gw.request_reply.services:
         out.append(loaded.path(gw.request_reply.store))
     return out

@@ -19,7 +19,7 @@ from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
 from gateway.runtime.registry import PluginRegistry
 from plugins.memory import MemoryInstance, reset_buses
-from tests.support.pubsub_messages import rfh_message
+from tests.support.pubsub_messages import rfh_publication
 from tests.support.service_client import put_at_once
 
 
@@ -110,8 +110,7 @@ async def test_shutdown_stops_plugins_even_when_the_drain_hangs(
 
 
 def _publications(n: int) -> list[InboundMessage]:
-    nv = [("MQPSCommand", "Publish"), ("MQPSStreamName", "STOCK.STREAM"), ("MQPSTopic", "IBM")]
-    return [rfh_message("STOCK.STREAM", nv, f"{i:08d}".encode()) for i in range(n)]
+    return [rfh_publication("STOCK.STREAM", "IBM", f"{i:08d}".encode()) for i in range(n)]
 
 
 async def test_no_stream_batch_is_taken_while_the_slower_stops_run(

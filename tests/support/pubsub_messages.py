@@ -73,6 +73,15 @@ def rfh_message(
     return InboundMessage(queue, md, encode_rfh(rfh, ccsid=1208) + payload, implicit_stream_naming)
 
 
+def rfh_publication(
+    stream: str, topic: str, payload: bytes, *, pairs: list[tuple[str, str]] | None = None,
+    **md_args: object,
+) -> InboundMessage:
+    """An MQ Publish/Subscribe V6 (MQRFH) publication naming its stream explicitly."""
+    nv = [("MQPSCommand", "Publish"), ("MQPSStreamName", stream), ("MQPSTopic", topic)]
+    return rfh_message(stream, nv + (pairs or []), payload, **md_args)
+
+
 def rfh2_message(
     queue: str,
     psc: list[tuple[str, str]],

@@ -31,7 +31,7 @@ from tests.support.gateway import (
     bridge_config,
 )
 from tests.support.names import unique
-from tests.support.pubsub_messages import Received, rfh2_message, rfh_message
+from tests.support.pubsub_messages import Received, rfh2_message, rfh_message, rfh_publication
 from tests.support.service_client import drain, put, wait_for_queue
 
 __all__ = [
@@ -92,11 +92,12 @@ async def publish_rfh(
     expiry: int = -1,
 ) -> None:
     """An MQ Publish/Subscribe V6 (MQRFH) publisher naming its stream explicitly."""
-    nv = [("MQPSCommand", "Publish"), ("MQPSStreamName", stream), ("MQPSTopic", topic)]
-    if retain:
-        nv.append(("MQPSPubOpts", "RetainPub"))
-    nv.extend(pairs or [])
-    await put(qm, rfh_message(stream, nv, payload, persistence=persistence, expiry=expiry))
+    extra = [("MQPSPubOpts", "RetainPub")] if retain else []
+    message = rfh_publication(
+        stream, topic, payload, pairs=extra + (pairs or []), persistence=persistence,
+        expiry=expiry,
+    )
+    await put(qm, message)
 
 
 async def publish_rfh2(

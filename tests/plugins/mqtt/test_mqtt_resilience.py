@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from gateway.devstack import MosquittoBroker
-from gateway.pubsub.outcome import InboundMessage
 from plugins.mqtt import MqttConfig
 from tests.plugins.mqtt.mqtt_harness import (
     STOCK,
@@ -22,7 +21,7 @@ from tests.plugins.mqtt.mqtt_harness import (
     start_gateway,
     unique,
 )
-from tests.support.pubsub_messages import rfh_message
+from tests.support.pubsub_messages import rfh_publication
 from tests.support.service_client import put_at_once
 
 pytestmark = [pytest.mark.mqtt, pytest.mark.slow]
@@ -41,12 +40,6 @@ def config(host: str, port: int, prefix: str, client_id: str) -> MqttConfig:
     )
 
 
-def _publication(i: int) -> InboundMessage:
-    """An MQ Publish/Subscribe V6 (MQRFH) publication of ``i`` on the stream."""
-    nv = [("MQPSCommand", "Publish"), ("MQPSStreamName", STOCK), ("MQPSTopic", "seq")]
-    return rfh_message(STOCK, nv, str(i).encode())
-
-
 async def test_restart_mid_stream_loses_and_duplicates_nothing(
     mqtt_broker: MosquittoBroker, tmp_path: Path
 ) -> None:
@@ -58,7 +51,7 @@ async def test_restart_mid_stream_loses_and_duplicates_nothing(
         gw: Gateway | None = await start_gateway(tmp_path, cfg)
         try:
             assert gw is not None
-            await put_at_once(gw.qm, [_publication(i) for i in range(n)])
+            await put_at_once(gw.qm, [rfh_publication(STOCK, "seq", b"%d" % i) for i in range(n)])
             first = await collect(sub, 50, quiet=0.0)
             await gw.close()  # mid-stream: most messages still on the stream queue
             sent = gw.host.sink_counters["mqtt"].deliveries
