@@ -42,6 +42,7 @@ are a parameter too (``plugins``: the YAML list of instances).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import sys
 import time
@@ -72,6 +73,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(names: Sequence[str]) -> dict[str, int]:
+    """A distinct free port per name: each socket stays bound until all are chosen (one
+    :func:`free_port` after another may hand out the same port twice)."""
+    with contextlib.ExitStack() as stack:
+        ports: dict[str, int] = {}
+        for name in names:
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports[name] = int(s.getsockname()[1])
+        return ports
 
 
 def channel_pair_mqsc(local: str, remote: str, remote_port: int) -> str:
@@ -267,7 +280,7 @@ async def start_legacy_network(
     """Start TESTER (in this process), BROKERA, BROKERB and GW; wait until all serve and
     TESTER's channels run. ``extra_mqsc[name]`` is appended to that queue manager's
     channel MQSC. Call :meth:`LegacyNetwork.close` (the caller's ``finally``)."""
-    ports = {n: free_port() for n in (BROKERA, BROKERB, GW, TESTER)}
+    ports = free_ports((BROKERA, BROKERB, GW, TESTER))
     mqsc = network_mqsc(ports)
     for name, text in (extra_mqsc or {}).items():
         mqsc[name] += text

@@ -54,7 +54,7 @@ from gateway.wire.constants import MsgType
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from tests.support.gateway_process import ChildProcess, GatewayProcess, write_config
-from tests.support.legacy_network import free_port
+from tests.support.legacy_network import free_ports
 
 GW, QMA, QMB, QMC, TESTER = "GW", "QMA", "QMB", "QMC", "TESTER"
 QUEUE_MANAGERS = (GW, QMA, QMB, QMC, TESTER)
@@ -351,7 +351,7 @@ async def start_rr_network(
     ``request_reply`` section; or, ``gateway=False``, a plain node in this process) and
     wait until TESTER knows the cluster. Call :meth:`RRNetwork.close` (``finally``)."""
     root.mkdir(parents=True, exist_ok=True)
-    ports = {n: free_port() for n in QUEUE_MANAGERS}
+    ports = free_ports(QUEUE_MANAGERS)
     mqsc = network_mqsc()
     for name, text in (extra_mqsc or {}).items():
         mqsc[name] += text
