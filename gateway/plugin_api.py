@@ -81,6 +81,7 @@ __all__ = [
     "ExchangeHandler",
     "Exchanges",
     "InboundPublication",
+    "OwnsTopics",
     "Plugin",
     "PluginContext",
     "PluginError",
@@ -359,6 +360,20 @@ class DescribesRoutes(Protocol):
     (no I/O), for the dashboard's network picture (docs/dashboard.md)."""
 
     def route_targets(self) -> Sequence[RouteTarget]: ...
+
+
+@runtime_checkable
+class OwnsTopics(Protocol):
+    """Optional for a :class:`PluginInstance`: the names of its topic space it keeps for
+    itself -- the topics its routes write (outbound stream and retained topics, its
+    dead-letter topics, internal topics) and read (inbound topics and filters) -- so the
+    runtime never writes there what an outside party named, e.g. the reply topic a
+    requester chose (docs/security.md, "Destinations named from outside"). No I/O."""
+
+    def own_topic(self, topic: str) -> str:
+        """Why ``topic`` (a name the instance would publish to) is one of the instance's
+        own, in one sentence for logs and dead letters; "" when it is not."""
+        ...
 
 
 @runtime_checkable
