@@ -31,12 +31,25 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from gateway.pubsub.streams import DEFAULT_STREAM, INTER_BROKER_QUEUE
+from gateway.pubsub.destinations import (
+    KEPT_QUEUE,
+    SYSTEM_QUEUE,
+    TRANSMISSION_QUEUE,
+    OwnQueue,
+    OwnQueues,
+    QueueUse,
+    ResolvedQueue,
+)
+from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme, match_topic_pattern
+from gateway.wire.reasons import Reason, reason_text
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Action",
@@ -98,6 +111,23 @@ class Refusal(enum.StrEnum):
     QUEUE_DENIED = "queue_denied"
     QUEUE_NOT_LISTED = "queue_not_listed"
     STREAM_NOT_IN_ROUTE = "stream_not_in_route"
+    #: a topic a plugin instance or a route keeps for itself (a requester's reply topic)
+    OWN_TOPIC = "own_topic"
+    #: a reply topic outside a requester route's ``reply_topics``
+    TOPIC_NOT_LISTED = "topic_not_listed"
+
+
+#: The refusal of each kind of :class:`~gateway.pubsub.destinations.OwnQueue`.
+_OWN_QUEUE_REFUSAL = {
+    SYSTEM_QUEUE: Refusal.SYSTEM_QUEUE,
+    KEPT_QUEUE: Refusal.BROKER_QUEUE,
+    TRANSMISSION_QUEUE: Refusal.TRANSMISSION_QUEUE,
+}
+
+
+def own_queue_refusal(own: OwnQueue) -> Refusal:
+    """The refusal reason of a queue that is (or resolves to) one of the gateway's own."""
+    return _OWN_QUEUE_REFUSAL[own.kind]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +256,9 @@ class Policy:
     #: is refused; with ``allow`` non-empty, only a matching queue is accepted.
     queue_allow: tuple[str, ...] = ()
     queue_deny: tuple[str, ...] = ()
+    #: Reply-to queues of requests a service route forwards: the same kind of globs.
+    reply_queue_allow: tuple[str, ...] = ()
+    reply_queue_deny: tuple[str, ...] = ()
 
     def is_protected(self, stream: str) -> bool:
         if stream == DEFAULT_STREAM:
@@ -234,17 +267,18 @@ class Policy:
 
 
 class Authoriser:
-    """Answers the policy's questions and counts refusals.
+    """Answers the policy's questions, counts refusals and reports them.
 
     ``q_mgr_name`` is this broker's queue manager (a blank queue manager in a
-    subscriber's identity means it); ``broker_queues`` are the queues the broker
-    services or keeps (stream queues, its dead-letter queue); ``is_transmission_queue``
-    says whether a local queue is a transmission queue (the runtime asks the queue
-    manager's definitions). ``gateway_users`` are the user identifiers the queue
-    manager gives the gateway's own connections: a command put under one of them is the
-    gateway's (trusted), or, marked with a plugin instance's origin, that instance's (the
-    marker counts only then: anyone can write it). ``refusals`` counts (entrance,
-    reason) for the metrics.
+    subscriber's identity means it); ``own_queues`` are the queues the gateway keeps
+    for itself and MQ's name resolution (:mod:`gateway.pubsub.destinations`), or, for a
+    policy alone, ``broker_queues`` (stream queues, its dead-letter queue) and
+    ``is_transmission_queue`` resolved by name. ``gateway_users`` are the user
+    identifiers the queue manager gives the gateway's own connections: a command put
+    under one of them is the gateway's (trusted), or, marked with a plugin instance's
+    origin, that instance's (the marker counts only then: anyone can write it).
+    ``refusals`` counts (entrance, reason) for the metrics; ``report`` is told of each
+    refusal (the runtime logs them, summarised: an outsider decides how many there are).
     """
 
     def __init__(
@@ -254,13 +288,18 @@ class Authoriser:
         broker_queues: Collection[str] = (),
         is_transmission_queue: Callable[[str], bool] = lambda queue: False,
         gateway_users: Collection[str] = (),
+        *,
+        own_queues: OwnQueues | None = None,
+        report: Callable[[str, Decision, int], None] | None = None,
     ) -> None:
         self.policy = policy
         self.gateway_users = frozenset(u.strip() for u in gateway_users if u.strip())
         self.q_mgr_name = q_mgr_name.strip()
-        self.broker_queues = frozenset(q.strip() for q in broker_queues)
-        self.is_transmission_queue = is_transmission_queue
+        self.own_queues = own_queues or OwnQueues(
+            self.q_mgr_name, broker_queues, is_transmission_queue=is_transmission_queue
+        )
         self.refusals: Counter[tuple[str, str]] = Counter()
+        self.report = report or _log_refusal
 
     def principal_of(
         self, user_identifier: str, *, origin: str = "", neighbour: str = ""
@@ -282,10 +321,15 @@ class Authoriser:
             return True
         return principal.kind is PrincipalKind.NEIGHBOUR and self.policy.trust_neighbours
 
-    def count(self, entrance: str, decision: Decision) -> None:
-        """Count a refusal at ``entrance`` (``mq``, ``plugin:<instance>``)."""
+    def count(
+        self, entrance: str, decision: Decision, code: int = Reason.CF_NOT_AUTHORIZED
+    ) -> None:
+        """Count a refusal at ``entrance`` (``mq``, ``plugin:<instance>``,
+        ``request_reply:<route>``) and report it with the MQ reason ``code`` the refused
+        party gets (0: none, nothing was answered)."""
         if not decision.allowed and decision.reason is not None:
             self.refusals[(entrance, decision.reason.value)] += 1
+            self.report(entrance, decision, code)
 
     # ---------------------------------------------------------------- streams/topics --
 
@@ -347,55 +391,98 @@ class Authoriser:
 
     def may_use_subscriber_queue(self, principal: Principal, q_mgr: str, queue: str) -> Decision:
         """May ``principal`` name ``queue`` at ``q_mgr`` as a subscriber queue?"""
+        return self.may_use_queue(principal, q_mgr, queue, QueueUse.SUBSCRIBER)
+
+    def may_use_queue(
+        self,
+        principal: Principal,
+        q_mgr: str,
+        queue: str,
+        use: QueueUse,
+        resolved: ResolvedQueue | None = None,
+    ) -> Decision:
+        """May ``principal`` have the gateway put on ``queue`` at ``q_mgr`` for ``use``?
+
+        Never on (or through an alias to) one of the gateway's own queues
+        (:class:`~gateway.pubsub.destinations.OwnQueues`); then, for an untrusted
+        principal, the allow and deny lists of that use (subscriber or reply-to queues).
+        With the policy disabled or a trusted principal, subscriber queues are left to
+        the engine's own check (:meth:`PubSubEngine.is_broker_queue`, which refuses the
+        gateway's queues to everyone); reply-to queues and destinations are always
+        checked: nothing about them is a matter of trust. ``resolved``: where MQOPEN
+        resolved the name, when the caller opened it (else the resolver is asked)."""
         policy = self.policy
-        if not policy.enabled:
-            return _ALLOWED
-        if self._trusted(principal):
+        checked = use in (QueueUse.REPLY, QueueUse.DESTINATION)
+        if not checked and (not policy.enabled or self._trusted(principal)):
             return _ALLOWED
         name, qm = queue.strip(), q_mgr.strip()
+        own = self.own_queues.why_own(qm, name, use, resolved)
+        if own is not None:
+            return Decision(
+                False,
+                f"{principal} may not use {own.detail.removesuffix('.')} as a {use.value}",
+                own_queue_refusal(own),
+            )
+        if not policy.enabled or self._trusted(principal):
+            return _ALLOWED
+        if use is QueueUse.SUBSCRIBER:
+            allow, deny, key = policy.queue_allow, policy.queue_deny, "subscriber_queues"
+        elif use is QueueUse.REPLY:
+            allow, deny, key = policy.reply_queue_allow, policy.reply_queue_deny, "reply_queues"
+        else:
+            return _ALLOWED
         local = not qm or qm == self.q_mgr_name
         where = name if local else f"{name} at {qm}"
-        if not local and name == INTER_BROKER_QUEUE:
-            # Another broker's proxy subscription (before it is a known neighbour, e.g.
-            # while joining): its publications arrive there as a neighbour's.
-            return _ALLOWED
-        if name.startswith("SYSTEM."):
-            return Decision(
-                False,
-                f"{principal} may not use {where} as a subscriber queue: SYSTEM. queues never are",
-                Refusal.SYSTEM_QUEUE,
-            )
-        if local and name in self.broker_queues:
-            return Decision(
-                False,
-                f"{principal} may not use {where} as a subscriber queue: the broker services "
-                "it (a stream queue or its dead-letter queue)",
-                Refusal.BROKER_QUEUE,
-            )
-        if local and self.is_transmission_queue(name):
-            return Decision(
-                False,
-                f"{principal} may not use {where} as a subscriber queue: it is a "
-                "transmission queue",
-                Refusal.TRANSMISSION_QUEUE,
-            )
         full = f"{qm or self.q_mgr_name}/{name}"
 
         def listed(patterns: tuple[str, ...]) -> bool:
             return any(fnmatch.fnmatchcase(full if "/" in p else name, p) for p in patterns)
 
-        if listed(policy.queue_deny):
+        if listed(deny):
             return Decision(
                 False,
-                f"{principal} may not use {where} as a subscriber queue: denied by "
-                "authorisation.subscriber_queues.deny",
+                f"{principal} may not use {where} as a {use.value}: denied by "
+                f"authorisation.{key}.deny",
                 Refusal.QUEUE_DENIED,
             )
-        if policy.queue_allow and not listed(policy.queue_allow):
+        if allow and not listed(allow):
             return Decision(
                 False,
-                f"{principal} may not use {where} as a subscriber queue: not in "
-                "authorisation.subscriber_queues.allow",
+                f"{principal} may not use {where} as a {use.value}: not in "
+                f"authorisation.{key}.allow",
                 Refusal.QUEUE_NOT_LISTED,
             )
         return _ALLOWED
+
+    def may_use_topic(
+        self, principal: Principal, topic: str, own: str, allow: Collection[str] = ()
+    ) -> Decision:
+        """May ``principal`` have the gateway write to ``topic`` (a reply topic it named,
+        in a plugin's topic space)? ``own`` says why the topic is one the instance or a
+        route keeps for itself ("" when it is not: the plugin and the runtime know);
+        ``allow`` are the route's ``reply_topics`` globs (empty: any other topic)."""
+        if own:
+            return Decision(
+                False, f"{principal} may not have replies written to {topic!r}: {own}",
+                Refusal.OWN_TOPIC,
+            )
+        if allow and not any(fnmatch.fnmatchcase(topic, p) for p in allow):
+            return Decision(
+                False,
+                f"{principal} may not have replies written to {topic!r}: not in the "
+                "route's reply_topics",
+                Refusal.TOPIC_NOT_LISTED,
+            )
+        return _ALLOWED
+
+
+def refusal_line(entrance: str, decision: Decision, code: int) -> str:
+    """The log line of a refusal: where, why (the counter's reason and the MQ reason),
+    and the detail."""
+    reason = decision.reason.value if decision.reason is not None else "refused"
+    why = f"{reason}, {reason_text(code)}" if code else reason
+    return f"refused at {entrance} ({why}): {decision.detail}"
+
+
+def _log_refusal(entrance: str, decision: Decision, code: int) -> None:
+    log.warning("%s", refusal_line(entrance, decision, code))

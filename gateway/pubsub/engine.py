@@ -30,8 +30,9 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 
-from gateway.pubsub.authorisation import Authoriser
+from gateway.pubsub.authorisation import Authoriser, Decision, own_queue_refusal
 from gateway.pubsub.commands import STREAM_COMMANDS, CommandName, HeaderKind
+from gateway.pubsub.destinations import OwnQueues, QueueUse
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
 from gateway.pubsub.handlers import CommandHandlers
@@ -84,12 +85,16 @@ class PubSubEngine:
     to it; forwarded publications carry it in ReplyToQMgr/PutApplName). ``clock``
     returns seconds since the epoch (injectable for tests).
 
-    ``broker_queues`` are the queues the broker services or keeps for itself (stream
-    queues, the dead-letter queue) besides every ``SYSTEM.`` queue, which is always the
-    broker's: no subscriber may name one of them (a publication delivered to a stream
-    queue would be published again, for ever). Subscriptions to them found in the store
-    are removed at construction. ``suspend_after`` consecutive failed puts to a
-    subscriber queue suspend its subscriptions (docs/pubsub.md).
+    ``own_queues`` (:mod:`gateway.pubsub.destinations`) are the queues the gateway keeps
+    for itself -- every ``SYSTEM.`` queue of its queue manager, the queues it services
+    (stream queues, the dead-letter queue), its transmission queues -- with MQ's name
+    resolution; without it, ``broker_queues`` and names alone. No subscriber may name one
+    of them, directly or through an alias (a publication delivered to a stream queue
+    would be published again, for ever), and no response goes to one. Subscriptions to
+    them found in the store are removed at construction and by
+    :meth:`drop_subscriptions_to_own_queues` (the queue manager's definitions changed).
+    ``suspend_after`` consecutive failed puts to a subscriber queue suspend its
+    subscriptions (docs/pubsub.md).
 
     ``neighbours`` (queue manager -> :class:`Neighbour`, replaced at run time with
     :meth:`set_neighbours`) are the brokers this one exchanges publications with:
@@ -113,6 +118,7 @@ class PubSubEngine:
         neighbours: Mapping[str, Neighbour] | None = None,
         supported_streams: frozenset[str] | None = None,
         authoriser: Authoriser | None = None,
+        own_queues: OwnQueues | None = None,
     ) -> None:
         if suspend_after < 1:
             raise ValueError(f"suspend_after must be at least 1, not {suspend_after}")
@@ -121,6 +127,13 @@ class PubSubEngine:
         self.clock = clock
         self.counters = Counters()
         self.broker_queues = frozenset(q.strip() for q in broker_queues)
+        self.own_queues = own_queues or (
+            authoriser.own_queues if authoriser is not None
+            else OwnQueues(q_mgr_name, self.broker_queues)
+        )
+        #: Responses not sent because their ReplyToQ is (or resolves to) a queue of
+        #: the gateway's own.
+        self.responses_refused = 0
         self.suspend_after = suspend_after
         self.supported_streams = (
             None
@@ -145,36 +158,48 @@ class PubSubEngine:
             q_mgr_name,
             clock,
             self.counters,
-            self.is_broker_queue,
+            self.why_broker_queue,
             authoriser,
         )
-        self._remove_broker_queue_subscriptions()
+        self.drop_subscriptions_to_own_queues()
 
     def is_broker_queue(self, q_mgr: str, queue: str) -> bool:
-        """True when ``queue`` at ``q_mgr`` is serviced by or reserved to this broker."""
-        if q_mgr and q_mgr != self.q_mgr_name:
-            return False
-        name = queue.strip()
-        return name.startswith("SYSTEM.") or name in self.broker_queues
+        """True when ``queue`` at ``q_mgr`` is (or resolves to) a queue of this queue
+        manager that the gateway services or keeps for itself."""
+        return self.why_broker_queue(q_mgr, queue) != ""
 
-    def _remove_broker_queue_subscriptions(self) -> None:
-        """Drop stored subscriptions whose queue is the broker's (registered before it
-        refused them): each would loop or leak its publications, restart after restart."""
+    def why_broker_queue(self, q_mgr: str, queue: str) -> str:
+        """Why ``queue`` at ``q_mgr`` is (or resolves to) one of the gateway's own queues
+        of this queue manager (one sentence), or ""."""
+        own = self.own_queues.why_own(q_mgr, queue, QueueUse.RESPONSE)
+        return "" if own is None else own.detail
+
+    def drop_subscriptions_to_own_queues(self) -> int:
+        """Remove (and commit) the stored subscriptions whose queue is, or now resolves
+        to, one of the gateway's own: each would loop or leak its publications, restart
+        after restart. Called at construction and when the queue manager's definitions
+        change (an alias defined after the subscription). Returns how many."""
         out: list[Mutation] = []
         for key, sub in list(self._state.subs.items()):
             d = sub.destination
-            if not d.is_sink and self.is_broker_queue(d.q_mgr, d.queue):
+            if d.is_sink:
+                continue
+            why = self.why_broker_queue(d.q_mgr, d.queue)
+            if why:
                 log.warning(
-                    "removed subscription %r on stream %s: its queue %s is the broker's own",
+                    "removed subscription %r on stream %s: its queue %s is the gateway's "
+                    "own (%s)",
                     sub.topic,
                     sub.stream,
                     d,
+                    why,
                 )
                 self._state.delete_sub(key, out)
         if out:
             self.removed_broker_queue_subscriptions += len(out)
             self._state.pending.extend(out)
             self.commit()
+        return len(out)
 
     # ---------------------------------------------------------------- neighbours ----
 
@@ -478,5 +503,20 @@ class PubSubEngine:
         )
         if built is not None:
             q_mgr, queue, md, body = built
+            own = self.own_queues.why_own(q_mgr, queue, QueueUse.RESPONSE)
+            if own is not None:
+                # A requester named the gateway's own queue (or an alias of it) for
+                # the response: not sent there, counted and reported.
+                self.responses_refused += 1
+                decision = Decision(
+                    False,
+                    f"no response to {own.detail} (ReplyToQ of a command on {msg.queue})",
+                    own_queue_refusal(own),
+                )
+                if self.authoriser is not None:
+                    self.authoriser.count("mq", decision, 0)
+                else:
+                    log.warning("%s", decision.detail)
+                return
             outcome.response = OutboundMessage(q_mgr, queue, md, body)
             self.counters.responses += 1

@@ -88,7 +88,8 @@ class CommandHandlers:
 
     ``broker_q_mgr`` resolves blank identity queue managers; ``clock`` returns seconds
     since the epoch; ``counters`` are the engine's (Publish counts publications);
-    ``is_broker_queue(q_mgr, queue)`` says which queues no subscriber may name;
+    ``why_broker_queue(q_mgr, queue)`` says why no subscriber may name a queue (it is, or
+    resolves to, one the gateway keeps: "" when it may);
     ``authoriser`` (None: no authorisation) decides who may publish and subscribe where
     and which subscriber queues they may name (docs/security.md).
     """
@@ -100,8 +101,8 @@ class CommandHandlers:
         "clock",
         "counters",
         "fanout",
-        "is_broker_queue",
         "state",
+        "why_broker_queue",
     )
 
     def __init__(
@@ -111,12 +112,12 @@ class CommandHandlers:
         broker_q_mgr: str,
         clock: Callable[[], float],
         counters: Counters,
-        is_broker_queue: Callable[[str, str], bool] = lambda q_mgr, queue: False,
+        why_broker_queue: Callable[[str, str], str] = lambda q_mgr, queue: "",
         authoriser: Authoriser | None = None,
     ) -> None:
         self.state = state
         self.authoriser = authoriser
-        self.is_broker_queue = is_broker_queue
+        self.why_broker_queue = why_broker_queue
         self.fanout = fanout
         self.broker_q_mgr = broker_q_mgr
         self.clock = clock
@@ -210,8 +211,7 @@ class CommandHandlers:
         if decision.allowed:
             return
         assert self.authoriser is not None
-        self.authoriser.count("mq", decision)
-        log.warning("%s refused (MQRCCF_NOT_AUTHORIZED): %s", cmd.name, decision.detail)
+        self.authoriser.count("mq", decision)  # counted and reported (logged, summarised)
         raise CommandError(Reason.CF_NOT_AUTHORIZED, decision.detail, parm_id=parm, value=value)
 
     def _authorise_subscriber(
@@ -450,11 +450,12 @@ class CommandHandlers:
             self._authorise_subscriber(
                 msg, parsed, (q_mgr, queue, correl), scheme, patterns, check_queue=True
             )
-        if self.is_broker_queue(q_mgr, queue):
+        why = self.why_broker_queue(q_mgr, queue)
+        if why:
             # MQ answers a subscriber queue it cannot use with MQRCCF_Q_NAME_ERROR.
             raise CommandRefusedError(
                 Reason.Q_NAME_ERROR,
-                f"subscriber queue {queue.strip()} is serviced by or reserved to the broker",
+                f"subscriber queue {why}",
                 parm_id="MQPSQName" if cmd.header is HeaderKind.RFH else "QName",
                 value=queue.strip(),
             )

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.pubsub.topics import match_topic_pattern
 from gateway.wire.constants import Q_MGR_NAME_LENGTH, Q_NAME_LENGTH
 
 __all__ = [
@@ -57,6 +58,13 @@ def split_destination(text: str) -> tuple[str, str]:
     return queue, q_mgr
 
 
+def _matches(source: str, topic: str) -> bool:
+    """``topic`` is ``source``, or matched by it as an MQTT filter."""
+    if source == topic:
+        return True
+    return ("+" in source or "#" in source) and match_topic_pattern(source, topic)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -82,6 +90,9 @@ class RequestRoute(_Strict):
     #: Reply topic when a request carries none (MQTT 3.1.1); "{topic}" = request's topic.
     #: None: :meth:`default_reply_topic` picks one valid for the request's kind.
     reply_topic: str | None = Field(default=None, min_length=1)
+    #: Globs a reply topic a requester names must match (``*`` any characters, ``/``
+    #: included); empty: any topic that is not the gateway's own (docs/security.md).
+    reply_topics: list[str] = Field(default_factory=list)
     persistent: bool = True
 
     @field_validator("destination")
@@ -177,6 +188,22 @@ class RequestReplyConfig(_Strict):
                 raise ValueError(f"route name {route.name!r} is used twice")
             seen.add(route.name)
         return self
+
+    def route_topic(self, plugin: str, topic: str) -> str:
+        """Why ``topic`` of plugin instance ``plugin`` belongs to one of its routes (a
+        requester route's source, a service route's target or replies topic), or "".
+        A reply written there would come back as a request, a request to a responder,
+        or a responder's reply. A source with MQTT wildcards (``+``, ``#``) owns what
+        it matches."""
+        for req in self.requests:
+            if req.plugin == plugin and _matches(req.source, topic):
+                return f"it is the source of requester route {req.name!r}"
+        for svc in self.services:
+            if svc.plugin == plugin and topic == svc.target:
+                return f"it is the target of service route {svc.name!r}"
+            if svc.plugin == plugin and _matches(svc.replies, topic):
+                return f"it is the replies topic of service route {svc.name!r}"
+        return ""
 
     @property
     def effective_reply_to_q(self) -> str:

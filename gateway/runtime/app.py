@@ -121,6 +121,7 @@ class GatewayApp:
         self.stream_report: StreamReport | None = None
         self._dead_letters = DeadLetterCache()
         self._started = False
+        self._recheck_pending = False
         #: Worker processes forwarding groups of plugin instances (gateway/runtime/workers/).
         self.workers: list[WorkerProcess] = []
         #: The garbage-collector policy applied once started (``gc:``), released at shutdown.
@@ -203,6 +204,32 @@ class GatewayApp:
         section = self.config.broker
         return BrokerConfig.model_validate(section.model_dump(exclude={"store"}))
 
+    def _definitions_changed(self, kind: str, name: str) -> None:
+        """A queue was defined, altered or deleted (MQSC on the running queue manager):
+        subscriptions whose queue now resolves to one of the gateway's own are removed
+        (docs/security.md, "Destinations named from outside"). At most one re-check is
+        pending at a time, so a long MQSC script costs one."""
+        if kind != "QUEUE" or self.service is None or self._recheck_pending:
+            return
+        self._recheck_pending = True
+        service = self.service
+
+        async def recheck() -> None:
+            self._recheck_pending = False
+            removed = await service.drop_subscriptions_to_own_queues()
+            if removed:
+                log.warning("%d subscription(s) removed: queue %s changed so that their "
+                            "queues resolve to the gateway's own", removed, name)
+
+        task = asyncio.create_task(recheck(), name="recheck-subscriber-queues")
+        task.add_done_callback(_log_task_failure)
+        task.add_done_callback(self._forget_task)
+        self._tasks.append(task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+
     # ---------------------------------------------------------------- lifecycle ------
 
     async def start(self) -> None:
@@ -241,6 +268,9 @@ class GatewayApp:
         )
         if linked:
             self.links = links_for(service, store_path, self.config.neighbours)
+        listeners = getattr(qm, "definition_listeners", None)
+        if listeners is not None:  # the embedded queue manager: MQSC may define an alias
+            listeners.append(self._definitions_changed)
         self.host = host = PluginHost(
             qm, service, self.config.gateway_id, authoriser=self.authoriser
         )
@@ -290,6 +320,7 @@ class GatewayApp:
                 self.config.request_reply,
                 self.loaded.path(self.config.request_reply.store),
                 self.config.broker.dead_letter_queue or DEAD_LETTER_QUEUE,
+                self.authoriser,
             )
         except BrokerError as exc:
             raise GatewayRuntimeError(str(exc)) from exc
@@ -487,12 +518,13 @@ class GatewayApp:
                 except TimeoutError:
                     log.error("broker drain took longer than %.1f s: stopping anyway", drain)
         finally:
-            for task in self._tasks:
+            tasks = list(self._tasks)  # a finished re-check removes itself meanwhile
+            for task in tasks:
                 task.cancel()
             remaining = max(MIN_STOP_S, deadline - loop.time())
             try:
                 async with asyncio.timeout(remaining):
-                    for task in self._tasks:
+                    for task in tasks:
                         with contextlib.suppress(asyncio.CancelledError, Exception):
                             await task
                     if self.host is not None:

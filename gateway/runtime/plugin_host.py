@@ -246,9 +246,8 @@ class MQPublisher:
         decision = authoriser.may_publish(who, st.stream, st.topic)
         if decision.allowed:
             return
-        authoriser.count(f"plugin:{self.origin}", decision)
+        authoriser.count(f"plugin:{self.origin}", decision)  # counted, logged summarised
         self._count_refused(Reason.CF_NOT_AUTHORIZED)
-        log.warning("inbound publication refused (MQRCCF_NOT_AUTHORIZED): %s", decision.detail)
         raise PublishRefusedError(decision.detail, index=index, reason=Reason.CF_NOT_AUTHORIZED)
 
     def _count_refused(self, reason: int) -> None:

@@ -485,6 +485,17 @@ class BrokerService:
                 await self._pause(self.config.reconnect_delay)
         return conn, q
 
+    async def drop_subscriptions_to_own_queues(self) -> int:
+        """Between batches: remove the subscriptions whose queue now resolves to one of
+        the gateway's own (the queue manager's definitions changed: an alias defined
+        after the subscription). How many were removed."""
+        async with self._lock:
+            try:
+                return self.engine.drop_subscriptions_to_own_queues()
+            except BaseException:
+                self.engine.rollback()
+                raise
+
     async def process_batch(self, conn: Connection, q: _InputQueue, dlq: str) -> int:
         """Get, handle, put and commit one batch; returns the number of messages got.
 

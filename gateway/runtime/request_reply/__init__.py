@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.mq.port import QueueManager
+from gateway.pubsub.authorisation import Authoriser
 from gateway.routing.correlation_store import CorrelationStore, CorrelationStoreError
 from gateway.routing.routes import RequestReplyConfig
 from gateway.runtime.errors import GatewayRuntimeError
@@ -20,7 +21,11 @@ def reply_queue_mqsc(name: str) -> str:
 
 
 async def start_request_reply(
-    qm: QueueManager, config: RequestReplyConfig, store_path: Path, dead_letter_queue: str
+    qm: QueueManager,
+    config: RequestReplyConfig,
+    store_path: Path,
+    dead_letter_queue: str,
+    authoriser: Authoriser | None = None,
 ) -> RequestReplyService | None:
     """The started service, or None when no route is configured (nothing opened)."""
     if not config.requests and not config.services:
@@ -30,6 +35,8 @@ async def start_request_reply(
         store = CorrelationStore(store_path)
     except CorrelationStoreError as exc:
         raise GatewayRuntimeError(f"request_reply.store {store_path}: {exc}") from exc
-    service = RequestReplyService(qm, config, store, dead_letter_queue=dead_letter_queue)
+    service = RequestReplyService(
+        qm, config, store, dead_letter_queue=dead_letter_queue, authoriser=authoriser
+    )
     await service.start()
     return service

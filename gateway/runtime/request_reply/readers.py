@@ -23,6 +23,7 @@ from gateway.mq.port import (
     QueueHandle,
 )
 from gateway.plugin_api import DeliveryRefusedError, Envelope, PluginError
+from gateway.pubsub.destinations import QueueUse
 from gateway.routing.addressing import (
     classify,
     error_envelope,
@@ -37,6 +38,7 @@ from gateway.wire.errors import WireError
 from gateway.wire.folder import usr_properties_of
 from gateway.wire.formats import FMT_RF_HEADER_2
 from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
 from gateway.wire.rfh2 import decode_rfh2
 
 if TYPE_CHECKING:
@@ -220,6 +222,9 @@ async def _handle_reply(svc: RequestReplyService, conn: Connection, msg: Message
     else:
         env = error_envelope(pending, kind.kind, feedback=kind.feedback)
     try:
+        refused = svc.reply_topic_refusal(route, pending.reply_topic)
+        if refused is not None:
+            raise refused  # the reply topic became one of the gateway's own meanwhile
         await svc.produce(route.plugin, [env])
     except DeliveryRefusedError as exc:
         # The requester still hears of it: one (small) error reply "refused".
@@ -276,6 +281,18 @@ async def handle_service_request(
         await conn.commit()
         svc.count(route.name, "duplicates_filtered")
         return
+    if is_request:
+        # Where the reply would go, named by the requester: resolved and checked before
+        # the responder ever sees the request (docs/security.md).
+        who = svc.authoriser.principal_of(md.user_identifier)
+        decision = svc.authoriser.may_use_queue(
+            who, md.reply_to_q_mgr, md.reply_to_q, QueueUse.REPLY
+        )
+        if not decision.allowed:
+            svc.refuse(route.name, decision)
+            await _refuse_request(svc, route, conn, msg, Reason.NOT_AUTHORIZED, is_request,
+                                  send_report=False)
+            return
     try:
         payload, fmt, enc, ccsid, props = _body_of(
             md.format, md.encoding, md.coded_char_set_id, msg.body
@@ -346,13 +363,16 @@ async def _refuse_request(
     msg: Message,
     reason: int,
     is_request: bool,
+    *,
+    send_report: bool = True,
 ) -> None:
     """A service request that cannot be forwarded for good: to the DLQ with ``reason``,
-    plus an exception report (Feedback = ``reason``) when the request asked for one;
-    its entry finishes "refused". One MQ unit of work."""
+    plus an exception report (Feedback = ``reason``) when the request asked for one and
+    ``send_report`` (not when its ReplyToQ itself was refused); its entry finishes
+    "refused". One MQ unit of work."""
     md = msg.md
     await svc.dead_letter(conn, md, msg.body, reason, route.queue, "")
-    if is_request and wants_report(md.report, reason):
+    if send_report and is_request and wants_report(md.report, reason):
         entry = _service_entry(route, md, svc.clock(), produced=False)
         report = report_md(entry, reason, now=svc.clock())
         try:

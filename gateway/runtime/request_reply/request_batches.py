@@ -26,8 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.mq.port import Connection, MQError, PutOptions, output_options
+from gateway.mq.port import Connection, MQError, PutOptions
 from gateway.plugin_api import Envelope
+from gateway.pubsub.destinations import QueueUse
 from gateway.routing.addressing import correlation_key, request_md, request_message
 from gateway.routing.correlation import PendingRequest, State, request_token, source_id
 from gateway.routing.routes import RequestRoute, split_destination
@@ -36,7 +37,13 @@ from gateway.wire.mqmd import MQMD
 if TYPE_CHECKING:
     from gateway.runtime.request_reply.service import RequestReplyService
 
-__all__ = ["MAX_REQUESTS_PER_UNIT", "RequestPlan", "plan_request", "send_requests_together"]
+__all__ = [
+    "MAX_REQUESTS_PER_UNIT",
+    "RequestPlan",
+    "plan_request",
+    "reply_topic_of",
+    "send_requests_together",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +79,30 @@ class RequestPlan:
     body: bytes
 
 
+def reply_topic_of(route: RequestRoute, env: Envelope) -> str:
+    """Where request ``env``'s reply goes: its own reply topic, else the route's."""
+    return env.reply_topic or route.default_reply_topic(env.topic)
+
+
 def plan_request(
     svc: RequestReplyService, route: RequestRoute, env: Envelope, now: float
 ) -> RequestPlan | None:
     """The plan of request ``env``; None when it was sent already or is finished (a
-    redelivery, filtered)."""
+    redelivery, filtered). Its reply topic is checked before (:func:`reply_topic_of`)."""
     sid = source_id(route.name, env)
     msg_id = request_token(sid)
     key = correlation_key(route, msg_id)
     existing = svc.store.request(key)
     if existing is not None and (existing.sent or existing.state is State.DONE):
         return None
+    reply_topic = reply_topic_of(route, env)
     entry = None
     if existing is None:
         entry = PendingRequest(
             key=key,
             route=route.name,
             source_id=sid,
-            reply_topic=env.reply_topic or route.default_reply_topic(env.topic),
+            reply_topic=reply_topic,
             correlation_data=env.correlation_data,
             msg_id=msg_id,
             deadline=now + route.timeout,
@@ -116,6 +129,8 @@ async def _send_unit(
     duplicates = 0
     try:
         for env in unit:
+            if not svc.reply_topic_decision(route, reply_topic_of(route, env)).allowed:
+                return False  # refused (and counted) on the one-by-one path, at its index
             plan = plan_request(svc, route, env, now)
             if plan is None:
                 duplicates += 1
@@ -129,7 +144,7 @@ async def _send_unit(
         return False
     if plans:
         try:
-            await _put_all(conn, route, plans)
+            await _put_all(svc, conn, route, plans)
             # the entries are on disk before the puts commit (a crash in between backs
             # the puts out); recorded only now, so a failed put leaves no extra entries
             svc.store.add_requests([p.entry for p in plans if p.entry is not None])
@@ -150,13 +165,19 @@ async def _send_unit(
     return True
 
 
-async def _put_all(conn: Connection, route: RequestRoute, plans: Sequence[RequestPlan]) -> None:
+async def _put_all(
+    svc: RequestReplyService,
+    conn: Connection,
+    route: RequestRoute,
+    plans: Sequence[RequestPlan],
+) -> None:
     """Put every planned request under syncpoint through one open of the route's
-    destination, stopping at the first failure: on IBM MQ a put after a broken
-    connection would reconnect, with backoff, for each request still to put."""
+    destination (where MQ resolved it checked: never one of the gateway's own queues),
+    stopping at the first failure: on IBM MQ a put after a broken connection would
+    reconnect, with backoff, for each request still to put."""
     q, q_mgr = split_destination(route.destination)
     opts = PutOptions(syncpoint=True)
-    handle = await conn.open(q, output_options(opts), q_mgr)
+    handle = await svc.open_destination(conn, route.name, q, q_mgr, QueueUse.DESTINATION, opts)
     try:
         for plan in plans:
             await handle.put(plan.md, plan.body, opts)

@@ -23,15 +23,25 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
-from gateway.mq.port import Connection, MQError, PutOptions, QueueManager
+from gateway.mq.port import (
+    Connection,
+    MQError,
+    PutOptions,
+    QueueHandle,
+    QueueManager,
+    output_options,
+)
 from gateway.plugin_api import (
     DeliveryRefusedError,
     Envelope,
     ExchangeHandler,
     Exchanges,
+    OwnsTopics,
     PluginError,
     PublishRefusedError,
 )
+from gateway.pubsub.authorisation import Authoriser, Decision, Policy, Principal, PrincipalKind
+from gateway.pubsub.destinations import OwnQueues, QueueUse, ResolvedQueue
 from gateway.routing.addressing import (
     error_envelope,
     reply_md,
@@ -49,9 +59,14 @@ from gateway.routing.routes import (
     split_destination,
 )
 from gateway.runtime.request_reply.errors import DeadLetterRefusedError
-from gateway.runtime.request_reply.request_batches import plan_request, send_requests_together
+from gateway.runtime.request_reply.request_batches import (
+    plan_request,
+    reply_topic_of,
+    send_requests_together,
+)
 from gateway.wire.dlh import wrap_for_dlq
 from gateway.wire.mqmd import MQMD
+from gateway.wire.reasons import Reason
 
 __all__ = ["DEFAULT_DEAD_LETTER_QUEUE", "RequestReplyService"]
 
@@ -79,6 +94,7 @@ class RequestReplyService:
         dead_letter_queue: str = DEFAULT_DEAD_LETTER_QUEUE,
         wait_ms: int = 200,
         reply_retry: float = 10.0,
+        authoriser: Authoriser | None = None,
     ) -> None:
         self.qm = qm
         self.config = config
@@ -94,6 +110,10 @@ class RequestReplyService:
         self.requests = {r.name: r for r in config.requests}
         self.services = {s.name: s for s in config.services}
         self._instances: dict[str, Exchanges] = {}
+        #: Decides which queues and topics outsiders may have the gateway write to
+        #: (docs/security.md, "Destinations named from outside"): the running gateway's,
+        #: or one that knows only this service's own queues, by name.
+        self.authoriser = authoriser or _own_authoriser(qm.name, config)
         #: (route, event) -> count; events named in docs/request-reply.md "Metrics"
         self.events: Counter[tuple[str, str]] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
@@ -272,12 +292,13 @@ class RequestReplyService:
         if plan is None:
             self.count(route.name, "duplicates_filtered")
             return
+        self.check_reply_topic(route, reply_topic_of(route, env))  # refused: never sent
         key, md, body = plan.key, plan.md, plan.body
         if plan.entry is not None:
             self.store.add_request(plan.entry)
         q, q_mgr = split_destination(route.destination)
         try:
-            await conn.put1(q, md, body, PutOptions(syncpoint=True), q_mgr_name=q_mgr)
+            await self.put_checked(conn, route.name, q, q_mgr, QueueUse.DESTINATION, md, body)
             await conn.commit()
         except MQError as exc:
             with contextlib.suppress(MQError):
@@ -364,6 +385,9 @@ class RequestReplyService:
         """Produce an error reply; False (logged, counted) when the plugin refuses it
         for good. A retriable failure raises as produce() does."""
         try:
+            refused = self.reply_topic_refusal(route, pending.reply_topic)
+            if refused is not None:
+                raise refused
             await self.produce(route.plugin, [env])
         except DeliveryRefusedError as exc:
             log.error(
@@ -373,6 +397,89 @@ class RequestReplyService:
             self.count(route.name, "error_replies_undeliverable")
             return False
         return True
+
+    # ---------------------------------------------------------------- destinations --
+
+    def refuse(self, route: str, decision: Decision) -> None:
+        """Count and report a destination refused on ``route`` (metrics, summarised log)."""
+        self.authoriser.count(f"request_reply:{route}", decision, Reason.NOT_AUTHORIZED)
+        self.count(route, "destinations_refused")
+
+    def reply_topic_decision(self, route: RequestRoute, topic: str) -> Decision:
+        """May a requester on ``route`` have its reply written to ``topic``? Never to a
+        topic the plugin instance or one of its routes keeps for itself; within the
+        route's ``reply_topics`` when it lists any."""
+        inst = self._instances.get(route.plugin)
+        own = inst.own_topic(topic) if isinstance(inst, OwnsTopics) else ""
+        own = own or self.config.route_topic(route.plugin, topic)
+        who = Principal(PrincipalKind.PLUGIN, route.plugin)
+        return self.authoriser.may_use_topic(who, topic, own, route.reply_topics)
+
+    def check_reply_topic(self, route: RequestRoute, topic: str) -> None:
+        """A request whose reply topic is refused is itself refused (the plugin
+        dead-letters it with MQRC_NOT_AUTHORIZED; nothing is written to that topic)."""
+        decision = self.reply_topic_decision(route, topic)
+        if not decision.allowed:
+            self.refuse(route.name, decision)
+            raise PublishRefusedError(
+                f"route {route.name}: {decision.detail}", reason=Reason.NOT_AUTHORIZED
+            )
+
+    def reply_topic_refusal(self, route: RequestRoute, topic: str) -> DeliveryRefusedError | None:
+        """The refusal of a reply to ``topic`` at produce time (the configuration may
+        have changed since the request was taken), or None."""
+        decision = self.reply_topic_decision(route, topic)
+        if decision.allowed:
+            return None
+        self.refuse(route.name, decision)
+        return DeliveryRefusedError(
+            f"route {route.name}: {decision.detail}", index=0, reason=Reason.NOT_AUTHORIZED
+        )
+
+    async def open_destination(
+        self,
+        conn: Connection,
+        route: str,
+        q: str,
+        q_mgr: str,
+        use: QueueUse,
+        options: PutOptions,
+        principal: Principal | None = None,
+    ) -> QueueHandle:
+        """MQOPEN ``q`` at ``q_mgr`` for output and check where MQ resolved it: a queue
+        of the gateway's own (an alias of a stream queue, a queue-manager alias of this
+        queue manager, a backlog queue...) is refused with MQRC_NOT_AUTHORIZED (2035),
+        counted and reported; so is one the ``principal`` may not use."""
+        handle = await conn.open(q, output_options(options), q_mgr)
+        resolved = ResolvedQueue(handle.resolved_q_mgr_name, handle.resolved_q_name)
+        who = principal or Principal(PrincipalKind.BROKER, "mqgw")
+        decision = self.authoriser.may_use_queue(who, q_mgr, q, use, resolved)
+        if not decision.allowed:
+            with contextlib.suppress(MQError):
+                await handle.close()
+            self.refuse(route, decision)
+            raise MQError(Reason.NOT_AUTHORIZED, decision.detail)
+        return handle
+
+    async def put_checked(
+        self,
+        conn: Connection,
+        route: str,
+        q: str,
+        q_mgr: str,
+        use: QueueUse,
+        md: MQMD,
+        body: bytes,
+    ) -> None:
+        """Put one message under syncpoint through :meth:`open_destination` (MQPUT1's
+        work, with the resolved names checked between the open and the put)."""
+        opts = PutOptions(syncpoint=True)
+        handle = await self.open_destination(conn, route, q, q_mgr, use, opts)
+        try:
+            await handle.put(md, body, opts)
+        finally:
+            with contextlib.suppress(MQError):
+                await handle.close()
 
     # ---------------------------------------------------------------- MQ helpers ----
 
@@ -389,7 +496,7 @@ class RequestReplyService:
         for good goes to the DLQ with an MQDLH naming ``q``/``q_mgr``: "dead-lettered".
         A retriable failure raises PluginError(retriable) (nothing committed)."""
         try:
-            await conn.put1(q, md, body, PutOptions(syncpoint=True), q_mgr_name=q_mgr)
+            await self.put_checked(conn, route, q, q_mgr, QueueUse.REPLY, md, body)
             await conn.commit()
             return "reply"
         except MQError as exc:
@@ -424,6 +531,13 @@ class RequestReplyService:
             if exc.retriable:
                 raise PluginError(message, retriable=True) from exc
             raise DeadLetterRefusedError(message, reason=exc.reason) from exc
+
+
+def _own_authoriser(q_mgr_name: str, config: RequestReplyConfig) -> Authoriser:
+    """An authoriser for a service built without the running gateway's: the default
+    policy, with this service's own queues kept (by name; MQOPEN resolves)."""
+    kept = {s.queue for s in config.services} | {config.reply_queue}
+    return Authoriser(Policy(), q_mgr_name, own_queues=OwnQueues(q_mgr_name, kept))
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
