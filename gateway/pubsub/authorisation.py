@@ -420,7 +420,7 @@ class Authoriser:
         if own is not None:
             return Decision(
                 False,
-                f"{principal} may not use {own.detail.removesuffix('.')} as a {use.value}",
+                f"{principal} may not use {own.named} as a {use.value}: it {own.why}",
                 own_queue_refusal(own),
             )
         if not policy.enabled or self._trusted(principal):

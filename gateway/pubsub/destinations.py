@@ -129,7 +129,7 @@ class OwnQueues:
         named = name if self.is_local(qm) else f"{name} at {qm}"
         kind = self._kind(qm, name, use)
         if kind is not None:
-            return OwnQueue(kind, f"{named} {_WHY[kind]}")
+            return OwnQueue(kind, named, _WHY[kind])
         if resolved is None:
             resolved = self.resolve(qm, name)
         if resolved is None:
@@ -142,7 +142,7 @@ class OwnQueues:
             return None
         via = " -> ".join(resolved.path) if resolved.path else f"{named} -> {r_q}"
         where = r_q if self.is_local(r_qm) else f"{r_q} at {r_qm}"
-        return OwnQueue(kind, f"{named} resolves to {where} ({via}), which {_WHY[kind]}")
+        return OwnQueue(kind, named, f"resolves to {where} ({via}), which {_WHY[kind]}")
 
     def _kind(self, q_mgr: str, name: str, use: QueueUse) -> str | None:
         local = self.is_local(q_mgr)
@@ -176,7 +176,14 @@ _WHY = {
 @dataclass(frozen=True, slots=True)
 class OwnQueue:
     """A named queue that is (or resolves to) one of the gateway's own: ``kind`` is one of
-    :data:`SYSTEM_QUEUE`, :data:`KEPT_QUEUE`, :data:`TRANSMISSION_QUEUE`."""
+    :data:`SYSTEM_QUEUE`, :data:`KEPT_QUEUE`, :data:`TRANSMISSION_QUEUE`; ``named`` the
+    queue as named, ``why`` the rest of the sentence ("is a SYSTEM. queue", "resolves to
+    ... which is ...")."""
 
     kind: str
-    detail: str
+    named: str
+    why: str
+
+    @property
+    def detail(self) -> str:
+        return f"{self.named} {self.why}"

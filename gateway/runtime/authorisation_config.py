@@ -19,6 +19,7 @@ from gateway.pubsub.authorisation import Action, Policy, Rule
 __all__ = [
     "AuthorisationConfig",
     "PluginAuthorisation",
+    "ReplyQueuesConfig",
     "RuleConfig",
     "SubscriberQueuesConfig",
 ]
@@ -83,6 +84,16 @@ class SubscriberQueuesConfig(_Strict):
     allow: list[str] = Field(default_factory=list)
 
 
+class ReplyQueuesConfig(_Strict):
+    """Queues MQ requesters of a service route may name as ReplyToQ, beyond the fixed
+    rule (never one of the gateway's own queues, nor a SYSTEM. queue anywhere)."""
+
+    #: Globs on ``QUEUE`` or ``QMGR/QUEUE``: a match is refused.
+    deny: list[str] = Field(default_factory=list)
+    #: When not empty, only a matching queue is accepted.
+    allow: list[str] = Field(default_factory=list)
+
+
 class AuthorisationConfig(_Strict):
     """The ``authorisation:`` section (the defaults are the safe policy of a new
     install: see docs/security.md)."""
@@ -98,6 +109,7 @@ class AuthorisationConfig(_Strict):
     #: Plugin instance name -> what it may publish (instances not listed: allowed).
     plugins: dict[str, PluginAuthorisation] = Field(default_factory=dict)
     subscriber_queues: SubscriberQueuesConfig = Field(default_factory=SubscriberQueuesConfig)
+    reply_queues: ReplyQueuesConfig = Field(default_factory=ReplyQueuesConfig)
     #: Neighbour brokers (configured or joined) may publish and subscribe anywhere.
     trust_neighbours: bool = True
     #: User identifiers the queue manager gives the gateway's own connections, besides
@@ -117,4 +129,6 @@ class AuthorisationConfig(_Strict):
             trust_neighbours=self.trust_neighbours,
             queue_allow=tuple(self.subscriber_queues.allow),
             queue_deny=tuple(self.subscriber_queues.deny),
+            reply_queue_allow=tuple(self.reply_queues.allow),
+            reply_queue_deny=tuple(self.reply_queues.deny),
         )
