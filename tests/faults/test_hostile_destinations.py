@@ -24,7 +24,7 @@ import contextlib
 import subprocess
 import sys
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,6 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from gateway.devstack import KafkaBroker, MosquittoBroker
-from gateway.devstack.kafka import console_tool_command
 from gateway.mq.embedded.client import ClientQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.plugin_api import Envelope
@@ -46,6 +45,7 @@ from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from tests.support.gateway_process import GatewayProcess, write_config
+from tests.support.kafka_console import console_produce, console_records
 from tests.support.legacy_network import free_ports
 from tests.support.names import unique
 from tests.support.pubsub_messages import CONTROL, rfh_message, rfh_publication
@@ -274,28 +274,22 @@ async def test_a_subscription_whose_queue_becomes_an_alias_is_removed(
 
 
 @contextlib.asynccontextmanager
-async def mqtt_responder(h: Hostile) -> AsyncIterator[list[bytes]]:
-    """An MQTT 5 responder (aiomqtt) that answers every request on the service route's
-    target with the request's own body: what a forger hopes the reply will carry."""
-    seen: list[bytes] = []
+async def mqtt_client(
+    h: Hostile, topic: str, on_message: Callable[[aiomqtt.Client, aiomqtt.Message], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """An aiomqtt (MQTT 5) client subscribed to ``topic`` that hands every message to
+    ``on_message`` while the block runs."""
     async with aiomqtt.Client(h.mqtt.host, h.mqtt.port, protocol=aiomqtt.ProtocolVersion.V5,
-                              identifier=unique("responder")) as client:
-        await client.subscribe(f"{h.tag}/svc/req", qos=1)
+                              identifier=unique("outsider")) as client:
+        await client.subscribe(topic, qos=1)
 
-        async def serve() -> None:
+        async def read() -> None:
             async for message in client.messages:
-                props = message.properties
-                seen.append(bytes(message.payload))  # type: ignore[arg-type]
-                response_topic = getattr(props, "ResponseTopic", "")
-                if not response_topic:
-                    continue  # a datagram: nothing to answer
-                reply = Properties(PacketTypes.PUBLISH)
-                reply.CorrelationData = getattr(props, "CorrelationData", b"")
-                await client.publish(response_topic, message.payload, qos=1, properties=reply)
+                await on_message(client, message)
 
-        task = asyncio.create_task(serve())
+        task = asyncio.create_task(read())
         try:
-            yield seen
+            yield
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -303,24 +297,35 @@ async def mqtt_responder(h: Hostile) -> AsyncIterator[list[bytes]]:
 
 
 @contextlib.asynccontextmanager
+async def mqtt_responder(h: Hostile) -> AsyncIterator[list[bytes]]:
+    """An MQTT 5 responder that answers every request on the service route's target
+    with the request's own body: what a forger hopes the reply will carry."""
+    seen: list[bytes] = []
+
+    async def answer(client: aiomqtt.Client, message: aiomqtt.Message) -> None:
+        seen.append(bytes(message.payload))  # type: ignore[arg-type]
+        props = message.properties
+        response_topic = getattr(props, "ResponseTopic", "")
+        if not response_topic:
+            return  # a datagram: nothing to answer
+        reply = Properties(PacketTypes.PUBLISH)
+        reply.CorrelationData = getattr(props, "CorrelationData", b"")
+        await client.publish(response_topic, message.payload, qos=1, properties=reply)
+
+    async with mqtt_client(h, f"{h.tag}/svc/req", answer):
+        yield seen
+
+
+@contextlib.asynccontextmanager
 async def mqtt_watch(h: Hostile, topic: str) -> AsyncIterator[list[tuple[str, bytes]]]:
     """Everything published on ``topic`` (a filter) while the block runs."""
     got: list[tuple[str, bytes]] = []
-    async with aiomqtt.Client(h.mqtt.host, h.mqtt.port, protocol=aiomqtt.ProtocolVersion.V5,
-                              identifier=unique("watch")) as client:
-        await client.subscribe(topic, qos=1)
 
-        async def read() -> None:
-            async for message in client.messages:
-                got.append((str(message.topic), bytes(message.payload)))  # type: ignore[arg-type]
+    async def keep(client: aiomqtt.Client, message: aiomqtt.Message) -> None:
+        got.append((str(message.topic), bytes(message.payload)))  # type: ignore[arg-type]
 
-        task = asyncio.create_task(read())
-        try:
-            yield got
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async with mqtt_client(h, topic, keep):
+        yield got
 
 
 def forged_envelope(h: Hostile) -> bytes:
@@ -446,39 +451,11 @@ async def test_mqtt_requesters_cannot_choose_the_gateways_topics(hostile: Hostil
     assert h.refused("request_reply:mreq") - before == len(forbidden)
 
 
-def console_records(h: Hostile, topic: str, count: int) -> list[tuple[dict[str, str], str]]:
-    """(headers, value) of ``count`` records of ``topic``, by Kafka's console consumer."""
-    proc = subprocess.run(
-        console_tool_command(
-            "kafka-console-consumer", "--bootstrap-server", h.kafka.bootstrap,
-            "--topic", topic, "--from-beginning", "--max-messages", str(count),
-            "--timeout-ms", str(int(ARRIVE_S * 1000)),
-            "--formatter-property", "print.headers=true",
-            "--formatter-property", "headers.separator=,",
-            "--formatter-property", "headers.key.separator=:",
-        ),
-        capture_output=True, timeout=ARRIVE_S + 60, check=False,
-    )
-    out = []
-    for line in proc.stdout.decode(errors="replace").splitlines():
-        if "\t" not in line:
-            continue
-        headers, value = line.split("\t", 1)
-        pairs = (x.split(":", 1) for x in headers.split(",") if ":" in x)
-        out.append(({k: v for k, v in pairs}, value))
-    return out
-
-
 def kafka_requests(h: Hostile, records: list[tuple[str, str]]) -> None:
-    """Kafka's console producer: one record per (reply topic, value) on the route."""
-    lines = "".join(f"mq.reply.topic:{reply},mq.correlation:{value}\t{value}\n"
-                    for reply, value in records)
-    proc = subprocess.run(
-        console_tool_command("kafka-console-producer", "--bootstrap-server",
-                             h.kafka.bootstrap, "--topic", f"{h.tag}.req",
-                             "--reader-property", "parse.headers=true"),
-        input=lines.encode(), capture_output=True, timeout=90, check=False)
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    """Kafka's console producer: one request per (reply topic, value) on the route."""
+    console_produce(h.kafka.bootstrap, f"{h.tag}.req",
+                    [({"mq.reply.topic": reply, "mq.correlation": value}, value)
+                     for reply, value in records])
 
 
 async def test_kafka_requesters_cannot_choose_the_gateways_topics(hostile: Hostile) -> None:
@@ -498,11 +475,13 @@ async def test_kafka_requesters_cannot_choose_the_gateways_topics(hostile: Hosti
             kafka_requests, h,
             [*((topic, f"bad{i}") for i, topic in enumerate(forbidden)), (f"{t}.answers", "fair")],
         )
-        (answer_record,) = await asyncio.to_thread(console_records, h, f"{t}.answers", 1)
-        assert answer_record[1] == "echo:fair"
+        (answer,) = await asyncio.to_thread(console_records, h.kafka.bootstrap,
+                                            f"{t}.answers", 1, ARRIVE_S)
+        assert answer.value == "echo:fair"
         assert echo.requests == [b"fair"]
-    dead = await asyncio.to_thread(console_records, h, f"{t}.dlq", len(forbidden))
-    assert sorted(v for _, v in dead) == sorted(f"bad{i}" for i in range(len(forbidden)))
-    assert {hd.get("mq.dlh.reason") for hd, _ in dead} == {"2035"}
+    dead = await asyncio.to_thread(console_records, h.kafka.bootstrap, f"{t}.dlq",
+                                   len(forbidden), ARRIVE_S)
+    assert sorted(r.value for r in dead) == sorted(f"bad{i}" for i in range(len(forbidden)))
+    assert {r.headers.get("mq.dlh.reason") for r in dead} == {"2035"}
     assert h.refused("request_reply:kreq") - before == len(forbidden)
 

@@ -41,13 +41,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from gateway.devstack import KafkaBroker, MosquittoBroker, console_tool_command
+from gateway.devstack import KafkaBroker, MosquittoBroker
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption
 from gateway.wire.constants import MsgType, Persistence, Report
 from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
+from tests.support.kafka_console import ConsoleRecord, console_produce, console_records
 from tests.support.mq_app import ECHO_PREFIX
 from tests.support.names import unique
 from tests.support.rr_network import (
@@ -281,46 +282,13 @@ async def mqtt_lines(proc: asyncio.subprocess.Process, count: int, timeout: floa
 
 def kafka_request(rr: RR, topic: str, value: str, headers: dict[str, str]) -> None:
     """Kafka's console producer: one record with ``headers`` (``parse.headers``)."""
-    line = ",".join(f"{k}:{v}" for k, v in headers.items()) + "\t" + value + "\n"
-    proc = subprocess.run(
-        console_tool_command("kafka-console-producer", "--bootstrap-server",
-                             rr.kafka.bootstrap, "--topic", topic,
-                             "--reader-property", "parse.headers=true"),
-        input=line.encode(), capture_output=True, timeout=90, check=False)
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
-
-
-@dataclass
-class ConsoleRecord:
-    headers: dict[str, str]
-    key: str
-    value: str
+    console_produce(rr.kafka.bootstrap, topic, [(headers, value)])
 
 
 def kafka_console_records(rr: RR, topic: str, count: int, timeout_s: float
                           ) -> list[ConsoleRecord]:
     """Kafka's console consumer: ``count`` records of ``topic`` with headers and key."""
-    proc = subprocess.run(
-        console_tool_command(
-            "kafka-console-consumer", "--bootstrap-server", rr.kafka.bootstrap,
-            "--topic", topic, "--from-beginning", "--max-messages", str(count),
-            "--timeout-ms", str(int(timeout_s * 1000)),
-            "--formatter-property", "print.headers=true",
-            "--formatter-property", "print.key=true",
-            "--formatter-property", "key.separator=|",
-            "--formatter-property", "headers.separator=,",
-            "--formatter-property", "headers.key.separator=:",
-        ),
-        capture_output=True, timeout=timeout_s + 60, check=False,
-    )
-    out = []
-    for line in proc.stdout.decode(errors="replace").splitlines():
-        if not line:
-            continue
-        headers, key, value = line.split("|", 2)
-        pairs = (h.split(":", 1) for h in headers.split(",") if ":" in h)
-        out.append(ConsoleRecord({k: v for k, v in pairs}, key, value))
-    return out
+    return console_records(rr.kafka.bootstrap, topic, count, timeout_s)
 
 
 async def replied_at(rr: RR, name: str, queue: str, body: bytes) -> list[str]:

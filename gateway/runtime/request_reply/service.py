@@ -415,26 +415,28 @@ class RequestReplyService:
         who = Principal(PrincipalKind.PLUGIN, route.plugin)
         return self.authoriser.may_use_topic(who, topic, own, route.reply_topics)
 
-    def check_reply_topic(self, route: RequestRoute, topic: str) -> None:
-        """A request whose reply topic is refused is itself refused (the plugin
-        dead-letters it with MQRC_NOT_AUTHORIZED; nothing is written to that topic)."""
-        decision = self.reply_topic_decision(route, topic)
-        if not decision.allowed:
-            self.refuse(route.name, decision)
-            raise PublishRefusedError(
-                f"route {route.name}: {decision.detail}", reason=Reason.NOT_AUTHORIZED
-            )
-
-    def reply_topic_refusal(self, route: RequestRoute, topic: str) -> DeliveryRefusedError | None:
-        """The refusal of a reply to ``topic`` at produce time (the configuration may
-        have changed since the request was taken), or None."""
+    def reply_topic_refused(self, route: RequestRoute, topic: str) -> str:
+        """Why a reply to ``topic`` is refused (counted and reported), or "": at intake
+        the request itself is then refused (PublishRefusedError: the plugin dead-letters
+        it with MQRC_NOT_AUTHORIZED and nothing is written to that topic); at produce
+        time (the configuration may have changed since) the reply is refused as if the
+        plugin had (DeliveryRefusedError)."""
         decision = self.reply_topic_decision(route, topic)
         if decision.allowed:
-            return None
+            return ""
         self.refuse(route.name, decision)
-        return DeliveryRefusedError(
-            f"route {route.name}: {decision.detail}", index=0, reason=Reason.NOT_AUTHORIZED
-        )
+        return f"route {route.name}: {decision.detail}"
+
+    def check_reply_topic(self, route: RequestRoute, topic: str) -> None:
+        """:meth:`reply_topic_refused` at intake: raises PublishRefusedError."""
+        why = self.reply_topic_refused(route, topic)
+        if why:
+            raise PublishRefusedError(why, reason=Reason.NOT_AUTHORIZED)
+
+    def reply_topic_refusal(self, route: RequestRoute, topic: str) -> DeliveryRefusedError | None:
+        """:meth:`reply_topic_refused` at produce time: the refusal to raise, or None."""
+        why = self.reply_topic_refused(route, topic)
+        return DeliveryRefusedError(why, index=0, reason=Reason.NOT_AUTHORIZED) if why else None
 
     async def open_destination(
         self,
@@ -444,16 +446,15 @@ class RequestReplyService:
         q_mgr: str,
         use: QueueUse,
         options: PutOptions,
-        principal: Principal | None = None,
     ) -> QueueHandle:
-        """MQOPEN ``q`` at ``q_mgr`` for output and check where MQ resolved it: a queue
-        of the gateway's own (an alias of a stream queue, a queue-manager alias of this
+        """MQOPEN ``q`` at ``q_mgr`` for output and check where MQ resolved it: one of the
+        gateway's own queues (an alias of a stream queue, a queue-manager alias of this
         queue manager, a backlog queue...) is refused with MQRC_NOT_AUTHORIZED (2035),
-        counted and reported; so is one the ``principal`` may not use."""
+        counted and reported. (Who may name which queue was decided when the name came
+        in; this is the check that nothing changed the resolution since.)"""
         handle = await conn.open(q, output_options(options), q_mgr)
         resolved = ResolvedQueue(handle.resolved_q_mgr_name, handle.resolved_q_name)
-        who = principal or Principal(PrincipalKind.BROKER, "mqgw")
-        decision = self.authoriser.may_use_queue(who, q_mgr, q, use, resolved)
+        decision = self.authoriser.may_use_queue(_GATEWAY, q_mgr, q, use, resolved)
         if not decision.allowed:
             with contextlib.suppress(MQError):
                 await handle.close()
@@ -531,6 +532,10 @@ class RequestReplyService:
             if exc.retriable:
                 raise PluginError(message, retriable=True) from exc
             raise DeadLetterRefusedError(message, reason=exc.reason) from exc
+
+
+#: The principal of the gateway's own puts: only the gateway's-own-queues rule applies.
+_GATEWAY = Principal(PrincipalKind.BROKER, "mqgw")
 
 
 def _own_authoriser(q_mgr_name: str, config: RequestReplyConfig) -> Authoriser:
