@@ -3,7 +3,8 @@ home for what both commands do, so they cannot drift apart."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
@@ -32,21 +33,24 @@ def links_for(
     configured: Sequence[NeighbourConfig],
     *,
     sync_interval: float = 1.0,
+    clock: Callable[[], float] = time.time,
 ) -> NeighbourLinks:
     """Links for ``service`` with ``neighbours.db`` next to ``pubsub_store``, synced
     after every unit the service commits; a legacy-profile engine's supported streams
     are the links' fixed streams. The caller starts and stops them and closes
-    ``links.state``."""
+    ``links.state``. ``clock``: the links' clock (tests move it forward)."""
     engine = service.engine
     links = NeighbourLinks(
         service.qm,
         NeighbourState(neighbours_db_of(pubsub_store)),
         subscriptions=lambda: engine.subscriptions,
+        subscriptions_revision=lambda: engine.subscriptions_revision,
         set_neighbours=engine.set_neighbours,
         configured=configured,
         own_streams=[q for q, _ in service.serviced_queues if q != CONTROL_QUEUE],
         fixed_streams=engine.supported_streams,
         sync_interval=sync_interval,
+        clock=clock,
     )
     service.after_commit.append(links.wake)
     return links

@@ -49,6 +49,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -83,18 +84,28 @@ from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.responses import Received, read_received
 from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
 from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
+from gateway.runtime.neighbours.transmission import transmission_depth
 from gateway.wire.reasons import Reason
 
 __all__ = ["HEARD_FLUSH_INTERVAL", "MIN_SYNC_SPACING", "LinkCounters", "NeighbourLinks"]
 
 log = logging.getLogger(__name__)
 
-#: An unanswered proxy command is sent again after this long (seconds).
+#: An unanswered proxy command may be sent again after this long (seconds), then twice
+#: as long after each resend up to RESEND_MAX, each wait varied by ±RESEND_JITTER; and
+#: only once nothing waits on the transmission queue towards the neighbour and it was
+#: heard from since the last put (:meth:`NeighbourLinks._resend_due`).
 RESEND_AFTER = 30.0
-#: A command whose put failed is tried again after this long (seconds).
+RESEND_MAX = 600.0
+RESEND_JITTER = 0.2
+#: A command whose put failed is tried again after this long (seconds), doubled per
+#: failure up to RESEND_MAX.
 RETRY_PUT_AFTER = 5.0
-#: Syncs woken by the broker service run at least this far apart (seconds).
+#: Syncs woken by the broker service run at least this far apart (seconds), and at
+#: least SYNC_COST_FACTOR times the last round's duration (up to MAX_SYNC_SPACING).
 MIN_SYNC_SPACING = 0.1
+SYNC_COST_FACTOR = 9.0
+MAX_SYNC_SPACING = 2.0
 #: Last-heard is written to the state on this timer only (seconds).
 HEARD_FLUSH_INTERVAL = 1.0
 
@@ -104,6 +115,23 @@ class LinkCounters:
     """Commands per (neighbour, result): ``sent``, ``put_failed``, ``ok``, ``failed``."""
 
     commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A proxy command this process put (or tried to) that no response settled yet."""
+
+    #: when it was last put (0.0: never: its put failed)
+    put_at: float = 0.0
+    #: not sent again before this
+    next_at: float = 0.0
+    #: the wait before the next resend, and before the next retry of a failed put
+    delay: float = RESEND_AFTER
+    retry: float = 0.0
+
+
+def _jittered(delay: float) -> float:
+    return delay * random.uniform(1.0 - RESEND_JITTER, 1.0 + RESEND_JITTER)
 
 
 @dataclass(slots=True)
@@ -143,6 +171,7 @@ class NeighbourLinks:
         state: NeighbourState,
         *,
         subscriptions: Callable[[], Iterable[Subscription]],
+        subscriptions_revision: Callable[[], int] | None = None,
         set_neighbours: Callable[[Mapping[str, Neighbour]], None] | None = None,
         configured: Sequence[NeighbourConfig] = (),
         own_streams: Collection[str] = (),
@@ -156,6 +185,12 @@ class NeighbourLinks:
         self.state = state
         self.counters = LinkCounters()
         self._subscriptions = subscriptions
+        self._subscriptions_revision = subscriptions_revision
+        #: what the last proxy diff saw (subscriptions, active neighbours, proxy rows):
+        #: while it is the same, the diff is skipped
+        self._diffed: tuple[object, ...] | None = None
+        #: how long the last proxy diff took (seconds of the event loop: the pacing)
+        self._diff_cost = 0.0
         self._set_neighbours = set_neighbours
         self._configured = list(configured)
         self._own_streams = frozenset(own_streams)
@@ -173,9 +208,11 @@ class NeighbourLinks:
         self._join_after: dict[str, float] = {}
         #: admin-stream commands awaiting an answer: MsgId -> neighbour
         self._admin: dict[bytes, str] = {}
-        #: proxy commands sent and not answered yet: MsgId -> when (resent after
-        #: RESEND_AFTER); dropped once settled or cleared
-        self._sent: dict[bytes, float] = {}
+        #: proxy commands put and not answered yet (resent per _resend_due); dropped
+        #: once settled or cleared
+        self._sent: dict[bytes, _InFlight] = {}
+        #: when each neighbour was last heard from (in memory: the resend rule)
+        self._last_heard: dict[str, float] = {}
         self._active: dict[str, Neighbour] = {}
         #: when each neighbour was last heard from, written to the state once a tick
         #: (never an fsync on the broker service's path)
@@ -249,7 +286,7 @@ class NeighbourLinks:
         now = self._clock()
         for q_mgr in heard:
             if q_mgr in self._active or q_mgr in self._joins:
-                self._heard[q_mgr] = now
+                self._heard[q_mgr] = self._last_heard[q_mgr] = now
         self._wake.set()
 
     def flush_heard(self) -> None:
@@ -279,8 +316,13 @@ class NeighbourLinks:
             timeout = min(self._interval, max(0.0, next_flush - loop.time()) + 0.001)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            # Woken after every commit of a busy service: at most one sync per spacing.
-            rest = MIN_SYNC_SPACING - (loop.time() - started)
+            # Woken after every commit of a busy service: at most one sync per spacing,
+            # and a long proxy diff (over many subscriptions) is followed by a pause
+            # SYNC_COST_FACTOR times as long, so a flood of commands is not
+            # answered by a full diff per commit (registering N proxies stays O(N)).
+            cost = SYNC_COST_FACTOR * self._diff_cost
+            spacing = min(max(MIN_SYNC_SPACING, cost), MAX_SYNC_SPACING)
+            rest = spacing - (loop.time() - started)
             if rest > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), timeout=rest)
@@ -494,11 +536,15 @@ class NeighbourLinks:
 
     # ------------------------------------------------------------- proxy sync ----
 
-    def wanted(self, neighbour: Neighbour) -> Counter[ProxyKey]:
+    def wanted(
+        self, neighbour: Neighbour, subs: Sequence[Subscription] | None = None
+    ) -> Counter[ProxyKey]:
         """Proxy subscriptions wanted at ``neighbour``: local interest, plus the probe
         subscriptions other brokers hold here, to relay (module docstring); a probe
-        comes from a broker that is joining and so is not a neighbour yet."""
-        subs = list(self._subscriptions())
+        comes from a broker that is joining and so is not a neighbour yet. ``subs``:
+        the engine's subscriptions, read once per sync."""
+        if subs is None:
+            subs = list(self._subscriptions())
         want = wanted_proxies(subs, neighbour, self._active.keys())
         for s in subs:
             q = s.destination.q_mgr
@@ -513,24 +559,39 @@ class NeighbourLinks:
     async def _sync(self) -> None:
         now = self._clock()
         msgs: list[OutboundMessage] = []
-        for q_mgr, n in self._active.items():
-            want = self.wanted(n)
-            have = {p.key: p for p in self.state.proxies(q_mgr)}
+        intents: list[tuple[str, ProxyKey, bytes, bool]] = []
+        seen = (
+            None if self._subscriptions_revision is None else self._subscriptions_revision(),
+            tuple(self._active.items()),
+            self.state.proxies_revision,
+        )
+        unchanged = seen[0] is not None and seen == self._diffed
+        diff_started = time.perf_counter()
+        subs = list(self._subscriptions()) if self._active and not unchanged else []
+        for q_mgr, n in self._active.items() if not unchanged else ():
+            want = self.wanted(n, subs)
+            have = self.state.proxy_map(q_mgr)
             for key in sorted(want):
                 p = have.get(key)
                 if p is None or p.withdrawing:
-                    msgs.append(self._proxy(n, key, register=True))
+                    msgs.append(self._proxy(n, key, True, intents))
             for key, p in have.items():
                 if key not in want and not p.withdrawing:
-                    msgs.append(self._proxy(n, key, register=False))
-        for p in self.state.proxies():
+                    msgs.append(self._proxy(n, key, False, intents))
+        if not unchanged:
+            self._diff_cost = time.perf_counter() - diff_started
+        # The intents are durable before the puts are committed (module docstring).
+        self.state.intend_many(intents)
+        self._diffed = (seen[0], seen[1], self.state.proxies_revision)
+        fresh = {m.md.msg_id for m in msgs}
+        depths: dict[str, int | None] = {}
+        for p in self.state.unsettled_proxies():
             n_ = self._active.get(p.q_mgr)
-            sent = self._sent.get(p.msg_id)
-            if n_ is None or p.acknowledged or (sent is not None and now - sent < RESEND_AFTER):
+            if n_ is None or p.msg_id in fresh:
                 continue
             if p.refused and not p.withdrawing and now < p.retry_at:
                 continue  # refused: sent again after its backoff (state.py)
-            if any(m.md.msg_id == p.msg_id for m in msgs):
+            if not await self._resend_due(p.q_mgr, p.msg_id, now, depths):
                 continue
             # Not answered (or never put: a crash, a failed put): send it again.
             msg = proxy_command(
@@ -540,8 +601,41 @@ class NeighbourLinks:
         await self._put(msgs)
         # Only unanswered proxy commands are remembered (settled, cleared and admin
         # commands are dropped), so this does not grow with every command ever sent.
-        pending = {p.msg_id for p in self.state.proxies() if not p.acknowledged}
-        self._sent = {k: v for k, v in self._sent.items() if k in pending}
+        if len(self._sent) > self.state.unsettled_count:
+            pending = {p.msg_id for p in self.state.unsettled_proxies()}
+            self._sent = {k: v for k, v in self._sent.items() if k in pending}
+
+    async def _resend_due(
+        self, q_mgr: str, msg_id: bytes, now: float, depths: dict[str, int | None]
+    ) -> bool:
+        """May the unanswered command ``msg_id`` to ``q_mgr`` be put again now?
+
+        Not before its backoff has passed; and a command that was put is not put again
+        while the transmission queue towards ``q_mgr`` holds messages (the copy waits
+        there: the channel is down) nor while nothing was heard from ``q_mgr`` since
+        the put (the copy is on its way, or waits at the neighbour). A command this
+        process never put (sent before a restart) goes once nothing waits on the
+        transmission queue. ``depths`` caches the depths for one sync."""
+        f = self._sent.get(msg_id)
+        if f is not None and now < f.next_at:
+            return False
+        if f is not None and not f.put_at:
+            return True  # its put failed: nothing of it is on the way
+        if q_mgr not in depths:
+            conn = self._send_conn
+            depths[q_mgr] = (
+                None if conn is None else await transmission_depth(self.qm, conn, q_mgr)
+            )
+        waiting = bool(depths[q_mgr])
+        if f is None:
+            if not waiting:
+                return True
+            self._sent[msg_id] = f = _InFlight(put_at=now)
+        elif not waiting and self._last_heard.get(q_mgr, 0.0) >= f.put_at:
+            return True
+        # Still on its way: looked at again after the backoff.
+        f.next_at = now + _jittered(f.delay)
+        return False
 
     def _admin_sub(
         self, n: Neighbour, topic: str, register: bool, msg_id: bytes | None = None
@@ -550,10 +644,16 @@ class NeighbourLinks:
             n, topic, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id or os.urandom(24)
         )
 
-    def _proxy(self, n: Neighbour, key: ProxyKey, *, register: bool) -> OutboundMessage:
+    def _proxy(
+        self,
+        n: Neighbour,
+        key: ProxyKey,
+        register: bool,
+        intents: list[tuple[str, ProxyKey, bytes, bool]],
+    ) -> OutboundMessage:
+        """A new command; its intent is added to ``intents`` (written before the put)."""
         msg_id = os.urandom(24)
-        # The intent is durable before the put is committed (module docstring).
-        self.state.intend(n.q_mgr, key, msg_id, register=register)
+        intents.append((n.q_mgr, key, msg_id, register))
         return proxy_command(n, key, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id)
 
     async def _put(self, msgs: Sequence[OutboundMessage]) -> set[str]:
@@ -565,8 +665,10 @@ class NeighbourLinks:
             raise MQError(Reason.HCONN_ERROR, "neighbour links are not started")
         now = self._clock()
         failed: set[str] = set()
-        for q_mgr in dict.fromkeys(m.q_mgr for m in msgs):
-            unit = [m for m in msgs if m.q_mgr == q_mgr]
+        units: dict[str, list[OutboundMessage]] = {}
+        for m in msgs:
+            units.setdefault(m.q_mgr, []).append(m)
+        for q_mgr, unit in units.items():
             try:
                 for m in unit:
                     await conn.put1(m.queue, m.md, m.body, PutOptions(syncpoint=True), m.q_mgr)
@@ -579,12 +681,21 @@ class NeighbourLinks:
                 log.warning("neighbour links: %s (trying again)", text)
                 self.state.set_last_error(q_mgr, text)
                 for m in unit:
-                    # Tried again after RETRY_PUT_AFTER, not on every tick.
-                    self._sent[m.md.msg_id] = now - RESEND_AFTER + RETRY_PUT_AFTER
+                    # Tried again after its retry delay (doubling), not on every tick.
+                    f = self._sent.setdefault(m.md.msg_id, _InFlight())
+                    f.retry = min(max(RETRY_PUT_AFTER, 2 * f.retry), RESEND_MAX)
+                    f.next_at = now + f.retry
                     self.counters.commands[(q_mgr, "put_failed")] += 1
                 continue
             for m in unit:
-                self._sent[m.md.msg_id] = now
+                known = self._sent.get(m.md.msg_id)
+                if known is None:
+                    self._sent[m.md.msg_id] = _InFlight(now, now + _jittered(RESEND_AFTER))
+                else:  # sent again: the next wait is longer
+                    if known.put_at:
+                        known.delay = min(2 * known.delay, RESEND_MAX)
+                    known.put_at, known.retry = now, 0.0
+                    known.next_at = now + _jittered(known.delay)
                 self.counters.commands[(q_mgr, "sent")] += 1
         return failed
 
@@ -639,8 +750,8 @@ class NeighbourLinks:
         if r is None:
             log.warning("ignored a message on %s that is no pub/sub message", INTER_BROKER_QUEUE)
             return
-        if r.q_mgr:
-            self._heard[r.q_mgr] = self._clock()
+        if r.q_mgr and (r.q_mgr in self._active or r.q_mgr in self._joins):
+            self._heard[r.q_mgr] = self._last_heard[r.q_mgr] = self._clock()
         if r.is_response:
             self._on_response(m.md.correl_id, r)
         elif r.topic.startswith(PROBE_PREFIX):
@@ -664,7 +775,7 @@ class NeighbourLinks:
             self._sent.pop(correl_id, None)
         if q_mgr is None:
             return  # a late answer to a command we no longer wait for
-        self._heard[q_mgr] = self._clock()
+        self._heard[q_mgr] = self._last_heard[q_mgr] = self._clock()
         self.counters.commands[(q_mgr, "ok" if r.ok else "failed")] += 1
         join = self._joins.get(q_mgr)
         if not r.ok:
