@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
 from gateway.runtime.neighbours.config import NeighbourConfig
@@ -14,7 +15,21 @@ from gateway.runtime.neighbours.state import NeighbourState, neighbours_db_of
 from gateway.runtime.pubsub_service.config import BrokerConfig, StreamQueueConfig
 from gateway.runtime.pubsub_service.service import BrokerService
 
-__all__ = ["links_for", "with_admin_stream"]
+__all__ = ["links_for", "runs_neighbour_links", "with_admin_stream"]
+
+
+def runs_neighbour_links(config: Any, store: Path) -> bool:
+    """Neighbour links run on the embedded queue manager (it defines their queues), and
+    on IBM MQ once neighbours are configured or joined (docs/neighbours.md); where they
+    run, the broker services SYSTEM.BROKER.ADMIN.STREAM too (:func:`with_admin_stream`).
+    ``config``: the gateway section of a loaded configuration."""
+    from gateway.runtime.config import EmbeddedQueueManagerConfig
+
+    return (
+        isinstance(config.queue_manager, EmbeddedQueueManagerConfig)
+        or bool(config.neighbours)
+        or neighbours_db_of(store).is_file()
+    )
 
 
 def with_admin_stream(config: BrokerConfig) -> BrokerConfig:
@@ -51,6 +66,7 @@ def links_for(
         fixed_streams=engine.supported_streams,
         sync_interval=sync_interval,
         clock=clock,
+        dead_letter_queue=service.config.dead_letter_queue,
     )
     service.after_commit.append(links.wake)
     return links

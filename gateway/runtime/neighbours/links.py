@@ -80,14 +80,34 @@ from gateway.pubsub.outcome import OutboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import ADMIN_STREAM, INTER_BROKER_QUEUE
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.logs import SummarisedLog
+from gateway.runtime.neighbours.announced import (
+    ACCEPT_ALL,
+    DEFAULT_MAX_STREAMS,
+    screen_streams,
+    stored_streams,
+    valid_stream_name,
+)
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.responses import Received, read_received
 from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
-from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
+from gateway.runtime.neighbours.stream_support import (
+    decode_stream_support,
+    stream_support_command,
+)
 from gateway.runtime.neighbours.transmission import transmission_depth
+from gateway.runtime.pubsub_service.dead_letter import dead_letter_queue_of
+from gateway.wire.dlh import wrap_for_dlq
+from gateway.wire.errors import WireError
 from gateway.wire.reasons import Reason
 
-__all__ = ["HEARD_FLUSH_INTERVAL", "MIN_SYNC_SPACING", "LinkCounters", "NeighbourLinks"]
+__all__ = [
+    "HEARD_FLUSH_INTERVAL",
+    "MIN_SYNC_SPACING",
+    "LinkCounters",
+    "NeighbourLinks",
+    "Refusal",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +132,21 @@ HEARD_FLUSH_INTERVAL = 1.0
 
 @dataclass(slots=True)
 class LinkCounters:
-    """Commands per (neighbour, result): ``sent``, ``put_failed``, ``ok``, ``failed``."""
+    """Commands per (neighbour, result): ``sent``, ``put_failed``, ``ok``, ``failed``;
+    messages refused from the inter-broker queue per (neighbour, kind), the neighbour
+    "" when it is none (a forger names what it likes: the labels stay bounded)."""
 
     commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+    refused: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a message from the inter-broker queue goes to the dead-letter queue."""
+
+    reason: int
+    kind: str
+    text: str
 
 
 @dataclass(slots=True)
@@ -179,6 +211,8 @@ class NeighbourLinks:
         clock: Callable[[], float] = time.time,
         sync_interval: float = 1.0,
         wait_ms: int = 200,
+        dead_letter_queue: str = "SYSTEM.DEAD.LETTER.QUEUE",
+        log_interval: float = 60.0,
     ) -> None:
         self.qm = qm
         self.q_mgr = qm.name
@@ -200,6 +234,10 @@ class NeighbourLinks:
         self._clock = clock
         self._interval = sync_interval
         self._wait_ms = wait_ms
+        #: where refused messages go when the queue manager names no DEADQ
+        self._dead_letter_queue = dead_letter_queue
+        #: junk and refused announcements: one line per kind per interval
+        self._log = SummarisedLog(log, interval=log_interval)
         self._joins: dict[str, _Join] = {}
         self._join_seq = 0
         #: pairs of neighbours one of whose joins was probed through the other
@@ -258,6 +296,7 @@ class NeighbourLinks:
             row = self.state.neighbour(cfg.q_mgr)
             if row is None or not row.configured_as(cfg):
                 self.state.request_join(cfg, now)
+        self._screen_remembered()
         for row in self.state.neighbours():
             if row.state == "active":
                 self._active[row.q_mgr] = self._shared(row)
@@ -269,6 +308,27 @@ class NeighbourLinks:
             asyncio.create_task(self._read_loop(reader, handle), name="neighbours:read"),
             asyncio.create_task(self._tick_loop(), name="neighbours:tick"),
         ]
+
+    def _screen_remembered(self) -> None:
+        """Screen the stream lists ``neighbours.db`` remembers as a new announcement is
+        (an older gateway kept whatever it was sent): what is not a valid, accepted name
+        is forgotten, so it is neither shared nor advertised nor reported."""
+        for row in self.state.neighbours():
+            if row.learnt_streams is None:
+                continue
+            cfg = self._config_of(row.q_mgr)
+            kept = stored_streams(
+                row.learnt_streams,
+                accept=cfg.accept_streams if cfg is not None else ACCEPT_ALL,
+                max_streams=cfg.max_streams if cfg is not None else DEFAULT_MAX_STREAMS,
+            )
+            if kept != row.learnt_streams:
+                self.state.set_learnt_streams(row.q_mgr, kept)
+                log.warning(
+                    "neighbour %s: %d of the %d remembered stream(s) are not valid or not "
+                    "accepted: forgotten", row.q_mgr,
+                    len(row.learnt_streams) - len(kept), len(row.learnt_streams),
+                )
 
     async def stop(self) -> None:
         self._stop.set()
@@ -724,43 +784,89 @@ class NeighbourLinks:
     # ------------------------------------------------------------- reading -------
 
     async def _read_loop(self, conn: Connection, handle: QueueHandle) -> None:
+        """Get each message under syncpoint: handled, or dead-lettered with the MQDLH
+        reason :meth:`received` gives, then committed (nothing is dropped)."""
+        dlq, _ = await dead_letter_queue_of(handle, self._dead_letter_queue)
         try:
             while not self._stop.is_set():
                 try:
-                    m = await handle.get(GetOptions(wait_ms=self._wait_ms))
+                    m = await handle.get(GetOptions(wait_ms=self._wait_ms, syncpoint=True))
                 except MQError as exc:
                     if exc.reason != Reason.NO_MSG_AVAILABLE:
                         log.warning("reading %s: %s", INTER_BROKER_QUEUE, exc)
                         await asyncio.sleep(0.5)
                     continue
                 try:
-                    self.received(m)
+                    refusal = self.received(m)
                 except Exception:
                     log.exception("cannot handle a message on %s", INTER_BROKER_QUEUE)
+                    refusal = Refusal(Reason.UNEXPECTED_ERROR, "unhandled", "could not be handled")
+                try:
+                    if refusal is not None:
+                        dl_md, dl_body = wrap_for_dlq(
+                            m.md, m.body, refusal.reason, INTER_BROKER_QUEUE,
+                            self.q_mgr[:48], self.q_mgr[:28],
+                        )
+                        await conn.put1(
+                            dlq, dl_md, dl_body, PutOptions(syncpoint=True, set_all_context=True)
+                        )
+                    await conn.commit()
+                except MQError as exc:
+                    with contextlib.suppress(MQError):
+                        await conn.backout()
+                    self._log.log(
+                        logging.ERROR, "dlq-failed",
+                        "cannot dead-letter a refused message from %s on %s: %s (kept on "
+                        "%s, tried again)", INTER_BROKER_QUEUE, dlq, exc, INTER_BROKER_QUEUE,
+                    )
+                    await asyncio.sleep(1.0)
         finally:
+            self._log.flush()
             with contextlib.suppress(MQError):
                 await handle.close()
             with contextlib.suppress(MQError):
                 await conn.disconnect()
 
-    def received(self, m: Message) -> None:
+    def received(self, m: Message) -> Refusal | None:
         """Handle one message from the inter-broker queue: a response to one of our
-        commands, a probe that came back, an admin publication."""
+        commands, a probe that came back, an admin publication. Returns why it is
+        refused (it goes to the dead-letter queue), None when it was taken."""
         r = read_received(m.md, m.body)
         if r is None:
-            log.warning("ignored a message on %s that is no pub/sub message", INTER_BROKER_QUEUE)
-            return
+            return self._refuse_message(
+                "", "not_pubsub", Reason.FORMAT_ERROR, "a message that is no pub/sub message"
+            )
         if r.q_mgr and (r.q_mgr in self._active or r.q_mgr in self._joins):
             self._heard[r.q_mgr] = self._last_heard[r.q_mgr] = self._clock()
+        refusal = None
         if r.is_response:
             self._on_response(m.md.correl_id, r)
         elif r.topic.startswith(PROBE_PREFIX):
             self._on_probe(r)
-        else:
-            support = read_stream_support(m.md, m.body)
-            if support is not None:
-                self._on_stream_support(*support)
+        elif r.topic.endswith("/StreamSupport"):
+            try:
+                support = decode_stream_support(m.md, m.body)
+            except WireError as exc:
+                refusal = self._refuse_message(
+                    "", "bad_stream_support", exc.reason,
+                    f"a StreamSupport publication that cannot be read ({exc})",
+                )
+            else:
+                if support is not None:
+                    refusal = self._on_stream_support(*support)
         self._wake.set()
+        return refusal
+
+    def _refuse_message(self, q_mgr: str, kind: str, reason: int, what: str) -> Refusal:
+        """Count and log (summarised per kind) a message refused from the inter-broker
+        queue; the caller dead-letters it. ``q_mgr``: the neighbour it names when that
+        is a known one ("" otherwise: the counters' labels stay bounded)."""
+        self.counters.refused[(q_mgr, kind)] += 1
+        self._log.log(
+            logging.WARNING, kind, "refused %s on %s%s: dead-lettered with reason %d",
+            what, INTER_BROKER_QUEUE, f" (neighbour {q_mgr})" if q_mgr else "", reason,
+        )
+        return Refusal(reason, kind, what)
 
     def _on_response(self, correl_id: bytes, r: Received) -> None:
         q_mgr = self._admin.pop(correl_id, None)
@@ -792,11 +898,41 @@ class NeighbourLinks:
             join.answered = True
             self._wake.set()
 
-    def _on_stream_support(self, q_mgr: str, streams: tuple[str, ...]) -> None:
-        """A neighbour said which streams it supports: they narrow (or, unconfigured,
-        make) the common streams, and count as its answer to a join."""
-        if self.state.neighbour(q_mgr) is None:
-            return
+    def _on_stream_support(self, q_mgr: str, announced: tuple[str, ...]) -> Refusal | None:
+        """A neighbour said which streams it supports: screened (announced.py), they
+        narrow (or, unconfigured, make) the common streams, and count as its answer to
+        a join. One from a queue manager that is no neighbour, or a list with a name
+        that is no MQ name or longer than the neighbour's ``max_streams``, is refused
+        whole: nothing of it is kept, advertised or activated."""
+        q_mgr = q_mgr.rstrip(" ")
+        row = self.state.neighbour(q_mgr) if valid_stream_name(q_mgr) else None
+        if row is None or row.state == "refused" or row.clear_requested:
+            return self._refuse_message(
+                "", "unknown_broker", Reason.UNKNOWN_BROKER,
+                "a StreamSupport publication of a queue manager that is no neighbour",
+            )
+        cfg = self._config_of(q_mgr)
+        screened = screen_streams(
+            announced,
+            accept=cfg.accept_streams if cfg is not None else ACCEPT_ALL,
+            max_streams=cfg.max_streams if cfg is not None else DEFAULT_MAX_STREAMS,
+        )
+        if screened.refusal:
+            reason = (
+                Reason.CFSL_COUNT_ERROR if screened.refusal == "too_many" else Reason.STREAM_ERROR
+            )
+            return self._refuse_message(
+                q_mgr, f"stream_support_{screened.refusal}", reason,
+                f"a StreamSupport publication: {screened.detail}",
+            )
+        if screened.not_allowed:
+            self.counters.refused[(q_mgr, "stream_not_accepted")] += screened.not_allowed
+            self._log.log(
+                logging.INFO, "stream_not_accepted",
+                "neighbour %s supports %d stream(s) its accept_streams do not take "
+                "(not shared)", q_mgr, screened.not_allowed,
+            )
+        streams = screened.streams
         if self._fixed is not None:  # what we can share of it (`list` shows this too)
             streams = tuple(s for s in streams if s in self._fixed)
         self.state.set_learnt_streams(q_mgr, streams)
@@ -808,6 +944,10 @@ class NeighbourLinks:
             self._active[q_mgr] = self._shared(row)
             self._publish_neighbours()
         log.info("neighbour %s supports %s", q_mgr, ", ".join(streams) or "no stream")
+        return None
+
+    def _config_of(self, q_mgr: str) -> NeighbourConfig | None:
+        return next((c for c in self._configured if c.q_mgr == q_mgr), None)
 
     def _on_probe(self, r: Received) -> None:
         """A probe came back: the join's neighbour is reachable another way. Refused

@@ -151,7 +151,15 @@ def neighbours_db_of(pubsub_store: Path) -> Path:
 
 
 def _streams(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else tuple(json.loads(text))
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise NeighbourStateError(f"a stream list in neighbours.db is not JSON: {exc}") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise NeighbourStateError("a stream list in neighbours.db is not a list of names")
+    return tuple(value)
 
 
 def _text(streams: Iterable[str] | None) -> str | None:
