@@ -836,8 +836,6 @@ class NeighbourLinks:
             return self._refuse_message(
                 "", "not_pubsub", Reason.FORMAT_ERROR, "a message that is no pub/sub message"
             )
-        if r.q_mgr and (r.q_mgr in self._active or r.q_mgr in self._joins):
-            self._heard[r.q_mgr] = self._last_heard[r.q_mgr] = self._clock()
         refusal = None
         if r.is_response:
             self._on_response(m.md.correl_id, r)
@@ -854,6 +852,8 @@ class NeighbourLinks:
             else:
                 if support is not None:
                     refusal = self._on_stream_support(*support)
+        if refusal is None and r.q_mgr and (r.q_mgr in self._active or r.q_mgr in self._joins):
+            self._heard[r.q_mgr] = self._last_heard[r.q_mgr] = self._clock()
         self._wake.set()
         return refusal
 
@@ -863,8 +863,8 @@ class NeighbourLinks:
         is a known one ("" otherwise: the counters' labels stay bounded)."""
         self.counters.refused[(q_mgr, kind)] += 1
         self._log.log(
-            logging.WARNING, kind, "refused %s on %s%s: dead-lettered with reason %d",
-            what, INTER_BROKER_QUEUE, f" (neighbour {q_mgr})" if q_mgr else "", reason,
+            logging.WARNING, kind, "%s%s refused: %s; dead-lettered with reason %d",
+            INTER_BROKER_QUEUE, f" (neighbour {q_mgr})" if q_mgr else "", what, reason,
         )
         return Refusal(reason, kind, what)
 
