@@ -28,7 +28,7 @@ from gateway.mq.embedded.topology import topology_from_dict
 from gateway.mq.port import Browse, GetOptions, MQError, OpenOption
 from gateway.pubsub.streams import DEFAULT_STREAM, INTER_BROKER_QUEUE
 from gateway.runtime.metrics import NeighbourCollector
-from gateway.runtime.neighbours.links import RESEND_JITTER, RESEND_MAX
+from gateway.runtime.neighbours.resend import RESEND_JITTER, RESEND_MAX
 from gateway.runtime.neighbours.state import NeighbourState
 from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.neighbours.stream_support import stream_support_command

@@ -26,7 +26,12 @@ which this module defines (embedded queue manager) and services.
   DeregSub commands. Each command is written to the state (with its MsgId) before its
   put is committed and settled by the response that correlates on it; unanswered ones
   are sent again (at start too: RegSub and DeregSub are idempotent), so a SIGKILL
-  neither registers twice nor leaks a proxy.
+  neither registers twice nor leaks a proxy, but only as ``resend.py`` allows (backoff,
+  never while a copy waits on the transmission queue). The diff runs only when the
+  subscriptions, the active neighbours or the proxy rows changed.
+* **Reading** the inter-broker queue: each message under syncpoint, handled or
+  dead-lettered (junk; a StreamSupport refused by ``announced.py``), counted, logged
+  through a SummarisedLog.
 * **StreamSupport**: our own retained ``MQ/<own>/StreamSupport`` (own serviced streams
   ∪ the streams shared with active neighbours) is published at start and whenever that
   union changes; a neighbour's narrows the common streams and counts as its answer.
@@ -39,7 +44,9 @@ Over 500 lines on purpose: join, probe, sync, StreamSupport and the reading of a
 share the in-memory joins (with the order and pairs the loop probes need), the active
 set and the MsgIds awaiting answers; the pure
 parts live beside it (``responses.py`` reads answers, ``stream_support.py`` the
-administration publication, ``state.py`` keeps the durable rows).
+administration publication, ``announced.py`` screens it, ``resend.py`` decides resends,
+``transmission.py`` looks at the transmission queue, ``state.py`` keeps the durable
+rows).
 """
 
 from __future__ import annotations
@@ -49,7 +56,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import random
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -89,6 +95,7 @@ from gateway.runtime.neighbours.announced import (
     valid_stream_name,
 )
 from gateway.runtime.neighbours.config import NeighbourConfig
+from gateway.runtime.neighbours.resend import RETRY_PUT_AFTER, Resends
 from gateway.runtime.neighbours.responses import Received, read_received
 from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
 from gateway.runtime.neighbours.stream_support import (
@@ -111,16 +118,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: An unanswered proxy command may be sent again after this long (seconds), then twice
-#: as long after each resend up to RESEND_MAX, each wait varied by ±RESEND_JITTER; and
-#: only once nothing waits on the transmission queue towards the neighbour and it was
-#: heard from since the last put (:meth:`NeighbourLinks._resend_due`).
-RESEND_AFTER = 30.0
-RESEND_MAX = 600.0
-RESEND_JITTER = 0.2
-#: A command whose put failed is tried again after this long (seconds), doubled per
-#: failure up to RESEND_MAX.
-RETRY_PUT_AFTER = 5.0
 #: Syncs woken by the broker service run at least this far apart (seconds), and at
 #: least SYNC_COST_FACTOR times the last round's duration (up to MAX_SYNC_SPACING).
 MIN_SYNC_SPACING = 0.1
@@ -147,23 +144,6 @@ class Refusal:
     reason: int
     kind: str
     text: str
-
-
-@dataclass(slots=True)
-class _InFlight:
-    """A proxy command this process put (or tried to) that no response settled yet."""
-
-    #: when it was last put (0.0: never: its put failed)
-    put_at: float = 0.0
-    #: not sent again before this
-    next_at: float = 0.0
-    #: the wait before the next resend, and before the next retry of a failed put
-    delay: float = RESEND_AFTER
-    retry: float = 0.0
-
-
-def _jittered(delay: float) -> float:
-    return delay * random.uniform(1.0 - RESEND_JITTER, 1.0 + RESEND_JITTER)
 
 
 @dataclass(slots=True)
@@ -246,11 +226,9 @@ class NeighbourLinks:
         self._join_after: dict[str, float] = {}
         #: admin-stream commands awaiting an answer: MsgId -> neighbour
         self._admin: dict[bytes, str] = {}
-        #: proxy commands put and not answered yet (resent per _resend_due); dropped
-        #: once settled or cleared
-        self._sent: dict[bytes, _InFlight] = {}
-        #: when each neighbour was last heard from (in memory: the resend rule)
-        self._last_heard: dict[str, float] = {}
+        #: proxy commands put and not answered yet, and when each neighbour was last
+        #: heard from: when a command is put again (resend.py)
+        self._resends = Resends()
         self._active: dict[str, Neighbour] = {}
         #: when each neighbour was last heard from, written to the state once a tick
         #: (never an fsync on the broker service's path)
@@ -266,7 +244,7 @@ class NeighbourLinks:
     @property
     def unanswered_commands(self) -> int:
         """Proxy commands sent that no response has settled yet."""
-        return len(self._sent)
+        return len(self._resends)
 
     @property
     def active(self) -> Mapping[str, Neighbour]:
@@ -346,7 +324,8 @@ class NeighbourLinks:
         now = self._clock()
         for q_mgr in heard:
             if q_mgr in self._active or q_mgr in self._joins:
-                self._heard[q_mgr] = self._last_heard[q_mgr] = now
+                self._heard[q_mgr] = now
+                self._resends.heard(q_mgr, now)
         self._wake.set()
 
     def flush_heard(self) -> None:
@@ -661,41 +640,22 @@ class NeighbourLinks:
         await self._put(msgs)
         # Only unanswered proxy commands are remembered (settled, cleared and admin
         # commands are dropped), so this does not grow with every command ever sent.
-        if len(self._sent) > self.state.unsettled_count:
-            pending = {p.msg_id for p in self.state.unsettled_proxies()}
-            self._sent = {k: v for k, v in self._sent.items() if k in pending}
+        if len(self._resends) > self.state.unsettled_count:
+            self._resends.keep_only({p.msg_id for p in self.state.unsettled_proxies()})
 
     async def _resend_due(
         self, q_mgr: str, msg_id: bytes, now: float, depths: dict[str, int | None]
     ) -> bool:
-        """May the unanswered command ``msg_id`` to ``q_mgr`` be put again now?
-
-        Not before its backoff has passed; and a command that was put is not put again
-        while the transmission queue towards ``q_mgr`` holds messages (the copy waits
-        there: the channel is down) nor while nothing was heard from ``q_mgr`` since
-        the put (the copy is on its way, or waits at the neighbour). A command this
-        process never put (sent before a restart) goes once nothing waits on the
-        transmission queue. ``depths`` caches the depths for one sync."""
-        f = self._sent.get(msg_id)
-        if f is not None and now < f.next_at:
+        """May the unanswered command ``msg_id`` to ``q_mgr`` be put again now
+        (resend.py)? ``depths`` caches the transmission queue depths for one sync."""
+        if not self._resends.looked_at(msg_id, now):
             return False
-        if f is not None and not f.put_at:
-            return True  # its put failed: nothing of it is on the way
         if q_mgr not in depths:
             conn = self._send_conn
             depths[q_mgr] = (
                 None if conn is None else await transmission_depth(self.qm, conn, q_mgr)
             )
-        waiting = bool(depths[q_mgr])
-        if f is None:
-            if not waiting:
-                return True
-            self._sent[msg_id] = f = _InFlight(put_at=now)
-        elif not waiting and self._last_heard.get(q_mgr, 0.0) >= f.put_at:
-            return True
-        # Still on its way: looked at again after the backoff.
-        f.next_at = now + _jittered(f.delay)
-        return False
+        return self._resends.due(q_mgr, msg_id, now, bool(depths[q_mgr]))
 
     def _admin_sub(
         self, n: Neighbour, topic: str, register: bool, msg_id: bytes | None = None
@@ -742,20 +702,11 @@ class NeighbourLinks:
                 self.state.set_last_error(q_mgr, text)
                 for m in unit:
                     # Tried again after its retry delay (doubling), not on every tick.
-                    f = self._sent.setdefault(m.md.msg_id, _InFlight())
-                    f.retry = min(max(RETRY_PUT_AFTER, 2 * f.retry), RESEND_MAX)
-                    f.next_at = now + f.retry
+                    self._resends.put_failed(m.md.msg_id, now)
                     self.counters.commands[(q_mgr, "put_failed")] += 1
                 continue
             for m in unit:
-                known = self._sent.get(m.md.msg_id)
-                if known is None:
-                    self._sent[m.md.msg_id] = _InFlight(now, now + _jittered(RESEND_AFTER))
-                else:  # sent again: the next wait is longer
-                    if known.put_at:
-                        known.delay = min(2 * known.delay, RESEND_MAX)
-                    known.put_at, known.retry = now, 0.0
-                    known.next_at = now + _jittered(known.delay)
+                self._resends.put(m.md.msg_id, now)
                 self.counters.commands[(q_mgr, "sent")] += 1
         return failed
 
@@ -798,9 +749,11 @@ class NeighbourLinks:
                     continue
                 try:
                     refusal = self.received(m)
-                except Exception:
-                    log.exception("cannot handle a message on %s", INTER_BROKER_QUEUE)
-                    refusal = Refusal(Reason.UNEXPECTED_ERROR, "unhandled", "could not be handled")
+                except Exception as exc:  # a bug: the message is kept on the DLQ
+                    refusal = self._refuse_message(
+                        "", "unhandled", Reason.UNEXPECTED_ERROR,
+                        f"a message that could not be handled ({exc!r})",
+                    )
                 try:
                     if refusal is not None:
                         dl_md, dl_body = wrap_for_dlq(
@@ -853,7 +806,8 @@ class NeighbourLinks:
                 if support is not None:
                     refusal = self._on_stream_support(*support)
         if refusal is None and r.q_mgr and (r.q_mgr in self._active or r.q_mgr in self._joins):
-            self._heard[r.q_mgr] = self._last_heard[r.q_mgr] = self._clock()
+            self._heard[r.q_mgr] = self._clock()
+            self._resends.heard(r.q_mgr, self._heard[r.q_mgr])
         self._wake.set()
         return refusal
 
@@ -878,10 +832,11 @@ class NeighbourLinks:
         )
         if row is not None:
             q_mgr = row.q_mgr
-            self._sent.pop(correl_id, None)
+            self._resends.settled(correl_id)
         if q_mgr is None:
             return  # a late answer to a command we no longer wait for
-        self._heard[q_mgr] = self._last_heard[q_mgr] = self._clock()
+        self._heard[q_mgr] = self._clock()
+        self._resends.heard(q_mgr, self._heard[q_mgr])
         self.counters.commands[(q_mgr, "ok" if r.ok else "failed")] += 1
         join = self._joins.get(q_mgr)
         if not r.ok:
@@ -906,11 +861,13 @@ class NeighbourLinks:
         whole: nothing of it is kept, advertised or activated."""
         q_mgr = q_mgr.rstrip(" ")
         row = self.state.neighbour(q_mgr) if valid_stream_name(q_mgr) else None
-        if row is None or row.state == "refused" or row.clear_requested:
+        if row is None:
             return self._refuse_message(
                 "", "unknown_broker", Reason.UNKNOWN_BROKER,
                 "a StreamSupport publication of a queue manager that is no neighbour",
             )
+        if row.state == "refused" or row.clear_requested:
+            return None  # late (our subscription is withdrawn): taken, nothing kept
         cfg = self._config_of(q_mgr)
         screened = screen_streams(
             announced,
