@@ -279,6 +279,12 @@ class PubSubEngine:
         return list(self._state.subs.values())
 
     @property
+    def subscriptions_revision(self) -> int:
+        """Changes whenever a subscription is added, changed or removed (the neighbour
+        links skip their proxy diff while it stays the same)."""
+        return self._state.revision
+
+    @property
     def publishers(self) -> list[Publisher]:
         return list(self._state.publishers.values())
 

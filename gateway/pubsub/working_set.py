@@ -37,7 +37,7 @@ class WorkingSet:
     them only through the methods, which record the mutation and its undo.
     """
 
-    __slots__ = ("_undo", "index", "pending", "publishers", "retained", "subs")
+    __slots__ = ("_undo", "index", "pending", "publishers", "retained", "revision", "subs")
 
     def __init__(self) -> None:
         self.subs: dict[SubKey, Subscription] = {}
@@ -48,6 +48,8 @@ class WorkingSet:
         #: Store mutations made since the last commit/rollback, in order.
         self.pending: list[Mutation] = []
         self._undo: list[Callable[[], None]] = []
+        #: counts changes of ``subs`` (a reader that saw it unchanged need not look again)
+        self.revision = 0
 
     @classmethod
     def load(cls, store: PubSubStore) -> WorkingSet:
@@ -175,6 +177,7 @@ class WorkingSet:
         out.append(DeleteRetained(stream, topic))
 
     def _put_sub(self, sub: Subscription) -> None:
+        self.revision += 1
         self.subs[sub.key] = sub
         index = self.index.get(sub.stream)
         if index is None:
@@ -182,6 +185,7 @@ class WorkingSet:
         index.add(sub.key, sub.scheme, sub.topic)
 
     def _drop_sub(self, key: SubKey) -> None:
+        self.revision += 1
         sub = self.subs.pop(key, None)
         if sub is not None:
             self.index[sub.stream].remove(key)

@@ -39,7 +39,6 @@ from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.authorisation import authoriser_for
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
-    GatewayConfig,
     IBMMQQueueManagerConfig,
     LoadedConfig,
 )
@@ -47,7 +46,7 @@ from gateway.runtime.dashboard import DashboardSource
 from gateway.runtime.errors import GatewayRuntimeError
 from gateway.runtime.gc_policy import GcPolicy, apply_gc_policy
 from gateway.runtime.metrics import GatewayMetrics, HealthServer, server_ssl_context
-from gateway.runtime.neighbours.attach import links_for, with_admin_stream
+from gateway.runtime.neighbours.attach import links_for, runs_neighbour_links, with_admin_stream
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import neighbours_db_of
 from gateway.runtime.neighbours.status import neighbour_status
@@ -259,7 +258,7 @@ class GatewayApp:
             suspend_after=broker.suspend_subscription_after,
             authoriser=self.authoriser,
         )
-        linked = _runs_neighbour_links(self.config, store_path)
+        linked = runs_neighbour_links(self.config, store_path)
         self.service = service = BrokerService(
             qm,
             engine,
@@ -637,7 +636,11 @@ class GatewayApp:
             links = self.links
             self.stream_report = await collect_report(
                 conn, self.loaded, browse_limit=1, dead_letters=self._dead_letters,
-                remembered=remembered_neighbours(links.state) if links is not None else {},
+                remembered=(
+                    remembered_neighbours(links.state, self.config.neighbours)
+                    if links is not None
+                    else {}
+                ),
             )
         except MQError as exc:
             log.debug("stream report unavailable: %s", exc)
@@ -706,16 +709,6 @@ def _workers_of(loaded: LoadedConfig) -> dict[str, str]:
     return {p: w.name for w in loaded.gateway.workers for p in w.plugins}
 
 
-def _runs_neighbour_links(config: GatewayConfig, store: Path) -> bool:
-    """Neighbour links run on the embedded queue manager (it defines their queues), and
-    on IBM MQ once neighbours are configured or joined (docs/neighbours.md)."""
-    return (
-        isinstance(config.queue_manager, EmbeddedQueueManagerConfig)
-        or bool(config.neighbours)
-        or neighbours_db_of(store).is_file()
-    )
-
-
 def data_paths(loaded: LoadedConfig) -> list[Path]:
     """Every directory and file a config makes the gateway write: ``run --check``'s
     ``writes:``, which is what a backup copies (docs/operations.md)."""
@@ -725,7 +718,7 @@ def data_paths(loaded: LoadedConfig) -> list[Path]:
     qmc = gw.queue_manager
     if isinstance(qmc, EmbeddedQueueManagerConfig):
         out.insert(0, loaded.path(qmc.data_dir))
-    if _runs_neighbour_links(gw, store):
+    if runs_neighbour_links(gw, store):
         out.append(neighbours_db_of(store))  # the links' state
     if gw.request_reply.requests or gw.request_reply.services:
         out.append(loaded.path(gw.request_reply.store))

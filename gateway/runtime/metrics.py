@@ -235,7 +235,7 @@ class _StreamCollector(Collector):
 
 class NeighbourCollector(Collector):
     """Per neighbour: active, seconds since last heard, proxy subscriptions registered
-    there, commands sent and answered (docs/neighbours.md)."""
+    there, commands sent and answered, messages refused (docs/neighbours.md)."""
 
     def __init__(self, links: NeighbourLinks, clock: Callable[[], float] = time.time) -> None:
         self.links = links
@@ -273,7 +273,16 @@ class NeighbourCollector(Collector):
             log.debug("neighbour status unavailable", exc_info=True)
         for (q, result), n in sorted(self.links.counters.commands.items()):
             commands.add_metric([q, result], n)
-        yield from (active, heard, proxies, commands)
+        refused = CounterMetricFamily(
+            "mqgw_neighbour_refused_messages",
+            "Messages refused from the inter-broker queue (dead-lettered) and announced "
+            "streams not taken, per kind; neighbour \"\" when they name none "
+            "(docs/neighbours.md)",
+            labels=["neighbour", "kind"],
+        )
+        for (q, kind), n in sorted(self.links.counters.refused.items()):
+            refused.add_metric([q, kind], n)
+        yield from (active, heard, proxies, commands, refused)
 
 
 class RequestReplyCollector(Collector):

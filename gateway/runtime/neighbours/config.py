@@ -13,12 +13,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.pubsub.neighbours import NeighbourKind, NeighbourRole
+from gateway.runtime.neighbours.announced import ACCEPT_ALL, DEFAULT_MAX_STREAMS
 
 __all__ = ["MQ_NAME", "NeighbourConfig", "parse_neighbour_spec", "unique_neighbours"]
 
 #: An MQ queue-manager or queue name: 1-48 characters of A-Z a-z 0-9 . _ / %.
 MQ_NAME = r"^[A-Za-z0-9._%/]{1,48}$"
 _STREAM = r"^[A-Za-z0-9._%]{1,48}$"
+_GLOB = r"^[A-Za-z0-9._%/*?\[\]!]{1,48}$"
 
 
 class NeighbourConfig(BaseModel):
@@ -38,6 +40,11 @@ class NeighbourConfig(BaseModel):
     publish: Literal["subscribed", "all"] = "subscribed"
     #: How long a loop probe may take to come back before the join is accepted (s).
     probe_timeout: float = Field(default=5.0, gt=0.0, le=300.0)
+    #: Which streams of the neighbour's StreamSupport are taken (globs; ``*`` takes
+    #: every stream except MQ's own ``SYSTEM.`` queues, docs/security.md).
+    accept_streams: list[str] = Field(default_factory=lambda: list(ACCEPT_ALL), min_length=1)
+    #: A StreamSupport naming more streams than this is refused whole.
+    max_streams: int = Field(default=DEFAULT_MAX_STREAMS, ge=1, le=10_000)
 
     @field_validator("streams")
     @classmethod
@@ -51,6 +58,17 @@ class NeighbourConfig(BaseModel):
                     f"stream {name!r} is not a stream queue name (1-48 of A-Z a-z 0-9 . _ %)"
                 )
         return sorted(set(value))
+
+    @field_validator("accept_streams")
+    @classmethod
+    def _stream_globs(cls, value: list[str]) -> list[str]:
+        for glob in value:
+            if not re.fullmatch(_GLOB, glob):
+                raise ValueError(
+                    f"accept_streams {glob!r} is not a stream name glob (1-48 of A-Z a-z "
+                    "0-9 . / _ % and the wildcards * ? [ ] !)"
+                )
+        return value
 
 
 def unique_neighbours(value: list[NeighbourConfig]) -> list[NeighbourConfig]:

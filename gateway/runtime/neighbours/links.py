@@ -26,7 +26,12 @@ which this module defines (embedded queue manager) and services.
   DeregSub commands. Each command is written to the state (with its MsgId) before its
   put is committed and settled by the response that correlates on it; unanswered ones
   are sent again (at start too: RegSub and DeregSub are idempotent), so a SIGKILL
-  neither registers twice nor leaks a proxy.
+  neither registers twice nor leaks a proxy, but only as ``resend.py`` allows (backoff,
+  never while a copy waits on the transmission queue). The diff runs only when the
+  subscriptions, the active neighbours or the proxy rows changed.
+* **Reading** the inter-broker queue: each message under syncpoint, handled or
+  dead-lettered (junk; a StreamSupport refused by ``announced.py``), counted, logged
+  through a SummarisedLog.
 * **StreamSupport**: our own retained ``MQ/<own>/StreamSupport`` (own serviced streams
   ∪ the streams shared with active neighbours) is published at start and whenever that
   union changes; a neighbour's narrows the common streams and counts as its answer.
@@ -39,7 +44,9 @@ Over 500 lines on purpose: join, probe, sync, StreamSupport and the reading of a
 share the in-memory joins (with the order and pairs the loop probes need), the active
 set and the MsgIds awaiting answers; the pure
 parts live beside it (``responses.py`` reads answers, ``stream_support.py`` the
-administration publication, ``state.py`` keeps the durable rows).
+administration publication, ``announced.py`` screens it, ``resend.py`` decides resends,
+``transmission.py`` looks at the transmission queue, ``state.py`` keeps the durable
+rows).
 """
 
 from __future__ import annotations
@@ -79,31 +86,64 @@ from gateway.pubsub.outcome import OutboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import ADMIN_STREAM, INTER_BROKER_QUEUE
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.logs import SummarisedLog
+from gateway.runtime.neighbours.announced import (
+    ACCEPT_ALL,
+    DEFAULT_MAX_STREAMS,
+    screen_streams,
+    stored_streams,
+    valid_stream_name,
+)
 from gateway.runtime.neighbours.config import NeighbourConfig
+from gateway.runtime.neighbours.resend import RETRY_PUT_AFTER, Resends
 from gateway.runtime.neighbours.responses import Received, read_received
 from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
-from gateway.runtime.neighbours.stream_support import read_stream_support, stream_support_command
+from gateway.runtime.neighbours.stream_support import (
+    decode_stream_support,
+    stream_support_command,
+)
+from gateway.runtime.neighbours.transmission import transmission_depth
+from gateway.runtime.pubsub_service.dead_letter import dead_letter_queue_of
+from gateway.wire.dlh import wrap_for_dlq
+from gateway.wire.errors import WireError
 from gateway.wire.reasons import Reason
 
-__all__ = ["HEARD_FLUSH_INTERVAL", "MIN_SYNC_SPACING", "LinkCounters", "NeighbourLinks"]
+__all__ = [
+    "HEARD_FLUSH_INTERVAL",
+    "MIN_SYNC_SPACING",
+    "LinkCounters",
+    "NeighbourLinks",
+    "Refusal",
+]
 
 log = logging.getLogger(__name__)
 
-#: An unanswered proxy command is sent again after this long (seconds).
-RESEND_AFTER = 30.0
-#: A command whose put failed is tried again after this long (seconds).
-RETRY_PUT_AFTER = 5.0
-#: Syncs woken by the broker service run at least this far apart (seconds).
+#: Syncs woken by the broker service run at least this far apart (seconds), and at
+#: least SYNC_COST_FACTOR times the last round's duration (up to MAX_SYNC_SPACING).
 MIN_SYNC_SPACING = 0.1
+SYNC_COST_FACTOR = 9.0
+MAX_SYNC_SPACING = 2.0
 #: Last-heard is written to the state on this timer only (seconds).
 HEARD_FLUSH_INTERVAL = 1.0
 
 
 @dataclass(slots=True)
 class LinkCounters:
-    """Commands per (neighbour, result): ``sent``, ``put_failed``, ``ok``, ``failed``."""
+    """Commands per (neighbour, result): ``sent``, ``put_failed``, ``ok``, ``failed``;
+    messages refused from the inter-broker queue per (neighbour, kind), the neighbour
+    "" when it is none (a forger names what it likes: the labels stay bounded)."""
 
     commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+    refused: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a message from the inter-broker queue goes to the dead-letter queue."""
+
+    reason: int
+    kind: str
+    text: str
 
 
 @dataclass(slots=True)
@@ -143,6 +183,7 @@ class NeighbourLinks:
         state: NeighbourState,
         *,
         subscriptions: Callable[[], Iterable[Subscription]],
+        subscriptions_revision: Callable[[], int] | None = None,
         set_neighbours: Callable[[Mapping[str, Neighbour]], None] | None = None,
         configured: Sequence[NeighbourConfig] = (),
         own_streams: Collection[str] = (),
@@ -150,12 +191,20 @@ class NeighbourLinks:
         clock: Callable[[], float] = time.time,
         sync_interval: float = 1.0,
         wait_ms: int = 200,
+        dead_letter_queue: str = "SYSTEM.DEAD.LETTER.QUEUE",
+        log_interval: float = 60.0,
     ) -> None:
         self.qm = qm
         self.q_mgr = qm.name
         self.state = state
         self.counters = LinkCounters()
         self._subscriptions = subscriptions
+        self._subscriptions_revision = subscriptions_revision
+        #: what the last proxy diff saw (subscriptions, active neighbours, proxy rows):
+        #: while it is the same, the diff is skipped
+        self._diffed: tuple[object, ...] | None = None
+        #: how long the last proxy diff took (seconds of the event loop: the pacing)
+        self._diff_cost = 0.0
         self._set_neighbours = set_neighbours
         self._configured = list(configured)
         self._own_streams = frozenset(own_streams)
@@ -165,6 +214,10 @@ class NeighbourLinks:
         self._clock = clock
         self._interval = sync_interval
         self._wait_ms = wait_ms
+        #: where refused messages go when the queue manager names no DEADQ
+        self._dead_letter_queue = dead_letter_queue
+        #: junk and refused announcements: one line per kind per interval
+        self._log = SummarisedLog(log, interval=log_interval)
         self._joins: dict[str, _Join] = {}
         self._join_seq = 0
         #: pairs of neighbours one of whose joins was probed through the other
@@ -173,9 +226,9 @@ class NeighbourLinks:
         self._join_after: dict[str, float] = {}
         #: admin-stream commands awaiting an answer: MsgId -> neighbour
         self._admin: dict[bytes, str] = {}
-        #: proxy commands sent and not answered yet: MsgId -> when (resent after
-        #: RESEND_AFTER); dropped once settled or cleared
-        self._sent: dict[bytes, float] = {}
+        #: proxy commands put and not answered yet, and when each neighbour was last
+        #: heard from: when a command is put again (resend.py)
+        self._resends = Resends()
         self._active: dict[str, Neighbour] = {}
         #: when each neighbour was last heard from, written to the state once a tick
         #: (never an fsync on the broker service's path)
@@ -191,7 +244,7 @@ class NeighbourLinks:
     @property
     def unanswered_commands(self) -> int:
         """Proxy commands sent that no response has settled yet."""
-        return len(self._sent)
+        return len(self._resends)
 
     @property
     def active(self) -> Mapping[str, Neighbour]:
@@ -221,6 +274,7 @@ class NeighbourLinks:
             row = self.state.neighbour(cfg.q_mgr)
             if row is None or not row.configured_as(cfg):
                 self.state.request_join(cfg, now)
+        self._screen_remembered()
         for row in self.state.neighbours():
             if row.state == "active":
                 self._active[row.q_mgr] = self._shared(row)
@@ -232,6 +286,27 @@ class NeighbourLinks:
             asyncio.create_task(self._read_loop(reader, handle), name="neighbours:read"),
             asyncio.create_task(self._tick_loop(), name="neighbours:tick"),
         ]
+
+    def _screen_remembered(self) -> None:
+        """Screen the stream lists ``neighbours.db`` remembers as a new announcement is
+        (an older gateway kept whatever it was sent): what is not a valid, accepted name
+        is forgotten, so it is neither shared nor advertised nor reported."""
+        for row in self.state.neighbours():
+            if row.learnt_streams is None:
+                continue
+            cfg = self._config_of(row.q_mgr)
+            kept = stored_streams(
+                row.learnt_streams,
+                accept=cfg.accept_streams if cfg is not None else ACCEPT_ALL,
+                max_streams=cfg.max_streams if cfg is not None else DEFAULT_MAX_STREAMS,
+            )
+            if kept != row.learnt_streams:
+                self.state.set_learnt_streams(row.q_mgr, kept)
+                log.warning(
+                    "neighbour %s: %d of the %d remembered stream(s) are not valid or not "
+                    "accepted: forgotten", row.q_mgr,
+                    len(row.learnt_streams) - len(kept), len(row.learnt_streams),
+                )
 
     async def stop(self) -> None:
         self._stop.set()
@@ -250,6 +325,7 @@ class NeighbourLinks:
         for q_mgr in heard:
             if q_mgr in self._active or q_mgr in self._joins:
                 self._heard[q_mgr] = now
+                self._resends.heard(q_mgr, now)
         self._wake.set()
 
     def flush_heard(self) -> None:
@@ -279,8 +355,13 @@ class NeighbourLinks:
             timeout = min(self._interval, max(0.0, next_flush - loop.time()) + 0.001)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            # Woken after every commit of a busy service: at most one sync per spacing.
-            rest = MIN_SYNC_SPACING - (loop.time() - started)
+            # Woken after every commit of a busy service: at most one sync per spacing,
+            # and a long proxy diff (over many subscriptions) is followed by a pause
+            # SYNC_COST_FACTOR times as long, so a flood of commands is not
+            # answered by a full diff per commit (registering N proxies stays O(N)).
+            cost = SYNC_COST_FACTOR * self._diff_cost
+            spacing = min(max(MIN_SYNC_SPACING, cost), MAX_SYNC_SPACING)
+            rest = spacing - (loop.time() - started)
             if rest > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), timeout=rest)
@@ -494,11 +575,15 @@ class NeighbourLinks:
 
     # ------------------------------------------------------------- proxy sync ----
 
-    def wanted(self, neighbour: Neighbour) -> Counter[ProxyKey]:
+    def wanted(
+        self, neighbour: Neighbour, subs: Sequence[Subscription] | None = None
+    ) -> Counter[ProxyKey]:
         """Proxy subscriptions wanted at ``neighbour``: local interest, plus the probe
         subscriptions other brokers hold here, to relay (module docstring); a probe
-        comes from a broker that is joining and so is not a neighbour yet."""
-        subs = list(self._subscriptions())
+        comes from a broker that is joining and so is not a neighbour yet. ``subs``:
+        the engine's subscriptions, read once per sync."""
+        if subs is None:
+            subs = list(self._subscriptions())
         want = wanted_proxies(subs, neighbour, self._active.keys())
         for s in subs:
             q = s.destination.q_mgr
@@ -513,24 +598,39 @@ class NeighbourLinks:
     async def _sync(self) -> None:
         now = self._clock()
         msgs: list[OutboundMessage] = []
-        for q_mgr, n in self._active.items():
-            want = self.wanted(n)
-            have = {p.key: p for p in self.state.proxies(q_mgr)}
+        intents: list[tuple[str, ProxyKey, bytes, bool]] = []
+        seen = (
+            None if self._subscriptions_revision is None else self._subscriptions_revision(),
+            tuple(self._active.items()),
+            self.state.proxies_revision,
+        )
+        unchanged = seen[0] is not None and seen == self._diffed
+        diff_started = time.perf_counter()
+        subs = list(self._subscriptions()) if self._active and not unchanged else []
+        for q_mgr, n in self._active.items() if not unchanged else ():
+            want = self.wanted(n, subs)
+            have = self.state.proxy_map(q_mgr)
             for key in sorted(want):
                 p = have.get(key)
                 if p is None or p.withdrawing:
-                    msgs.append(self._proxy(n, key, register=True))
+                    msgs.append(self._proxy(n, key, True, intents))
             for key, p in have.items():
                 if key not in want and not p.withdrawing:
-                    msgs.append(self._proxy(n, key, register=False))
-        for p in self.state.proxies():
+                    msgs.append(self._proxy(n, key, False, intents))
+        if not unchanged:
+            self._diff_cost = time.perf_counter() - diff_started
+        # The intents are durable before the puts are committed (module docstring).
+        self.state.intend_many(intents)
+        self._diffed = (seen[0], seen[1], self.state.proxies_revision)
+        fresh = {m.md.msg_id for m in msgs}
+        depths: dict[str, int | None] = {}
+        for p in self.state.unsettled_proxies():
             n_ = self._active.get(p.q_mgr)
-            sent = self._sent.get(p.msg_id)
-            if n_ is None or p.acknowledged or (sent is not None and now - sent < RESEND_AFTER):
+            if n_ is None or p.msg_id in fresh:
                 continue
             if p.refused and not p.withdrawing and now < p.retry_at:
                 continue  # refused: sent again after its backoff (state.py)
-            if any(m.md.msg_id == p.msg_id for m in msgs):
+            if not await self._resend_due(p.q_mgr, p.msg_id, now, depths):
                 continue
             # Not answered (or never put: a crash, a failed put): send it again.
             msg = proxy_command(
@@ -540,8 +640,22 @@ class NeighbourLinks:
         await self._put(msgs)
         # Only unanswered proxy commands are remembered (settled, cleared and admin
         # commands are dropped), so this does not grow with every command ever sent.
-        pending = {p.msg_id for p in self.state.proxies() if not p.acknowledged}
-        self._sent = {k: v for k, v in self._sent.items() if k in pending}
+        if len(self._resends) > self.state.unsettled_count:
+            self._resends.keep_only({p.msg_id for p in self.state.unsettled_proxies()})
+
+    async def _resend_due(
+        self, q_mgr: str, msg_id: bytes, now: float, depths: dict[str, int | None]
+    ) -> bool:
+        """May the unanswered command ``msg_id`` to ``q_mgr`` be put again now
+        (resend.py)? ``depths`` caches the transmission queue depths for one sync."""
+        if not self._resends.looked_at(msg_id, now):
+            return False
+        if q_mgr not in depths:
+            conn = self._send_conn
+            depths[q_mgr] = (
+                None if conn is None else await transmission_depth(self.qm, conn, q_mgr)
+            )
+        return self._resends.due(q_mgr, msg_id, now, bool(depths[q_mgr]))
 
     def _admin_sub(
         self, n: Neighbour, topic: str, register: bool, msg_id: bytes | None = None
@@ -550,10 +664,16 @@ class NeighbourLinks:
             n, topic, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id or os.urandom(24)
         )
 
-    def _proxy(self, n: Neighbour, key: ProxyKey, *, register: bool) -> OutboundMessage:
+    def _proxy(
+        self,
+        n: Neighbour,
+        key: ProxyKey,
+        register: bool,
+        intents: list[tuple[str, ProxyKey, bytes, bool]],
+    ) -> OutboundMessage:
+        """A new command; its intent is added to ``intents`` (written before the put)."""
         msg_id = os.urandom(24)
-        # The intent is durable before the put is committed (module docstring).
-        self.state.intend(n.q_mgr, key, msg_id, register=register)
+        intents.append((n.q_mgr, key, msg_id, register))
         return proxy_command(n, key, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id)
 
     async def _put(self, msgs: Sequence[OutboundMessage]) -> set[str]:
@@ -565,8 +685,10 @@ class NeighbourLinks:
             raise MQError(Reason.HCONN_ERROR, "neighbour links are not started")
         now = self._clock()
         failed: set[str] = set()
-        for q_mgr in dict.fromkeys(m.q_mgr for m in msgs):
-            unit = [m for m in msgs if m.q_mgr == q_mgr]
+        units: dict[str, list[OutboundMessage]] = {}
+        for m in msgs:
+            units.setdefault(m.q_mgr, []).append(m)
+        for q_mgr, unit in units.items():
             try:
                 for m in unit:
                     await conn.put1(m.queue, m.md, m.body, PutOptions(syncpoint=True), m.q_mgr)
@@ -579,12 +701,12 @@ class NeighbourLinks:
                 log.warning("neighbour links: %s (trying again)", text)
                 self.state.set_last_error(q_mgr, text)
                 for m in unit:
-                    # Tried again after RETRY_PUT_AFTER, not on every tick.
-                    self._sent[m.md.msg_id] = now - RESEND_AFTER + RETRY_PUT_AFTER
+                    # Tried again after its retry delay (doubling), not on every tick.
+                    self._resends.put_failed(m.md.msg_id, now)
                     self.counters.commands[(q_mgr, "put_failed")] += 1
                 continue
             for m in unit:
-                self._sent[m.md.msg_id] = now
+                self._resends.put(m.md.msg_id, now)
                 self.counters.commands[(q_mgr, "sent")] += 1
         return failed
 
@@ -613,43 +735,92 @@ class NeighbourLinks:
     # ------------------------------------------------------------- reading -------
 
     async def _read_loop(self, conn: Connection, handle: QueueHandle) -> None:
+        """Get each message under syncpoint: handled, or dead-lettered with the MQDLH
+        reason :meth:`received` gives, then committed (nothing is dropped)."""
+        dlq, _ = await dead_letter_queue_of(handle, self._dead_letter_queue)
         try:
             while not self._stop.is_set():
                 try:
-                    m = await handle.get(GetOptions(wait_ms=self._wait_ms))
+                    m = await handle.get(GetOptions(wait_ms=self._wait_ms, syncpoint=True))
                 except MQError as exc:
                     if exc.reason != Reason.NO_MSG_AVAILABLE:
                         log.warning("reading %s: %s", INTER_BROKER_QUEUE, exc)
                         await asyncio.sleep(0.5)
                     continue
                 try:
-                    self.received(m)
-                except Exception:
-                    log.exception("cannot handle a message on %s", INTER_BROKER_QUEUE)
+                    refusal = self.received(m)
+                except Exception as exc:  # a bug: the message is kept on the DLQ
+                    refusal = self._refuse_message(
+                        "", "unhandled", Reason.UNEXPECTED_ERROR,
+                        f"a message that could not be handled ({exc!r})",
+                    )
+                try:
+                    if refusal is not None:
+                        dl_md, dl_body = wrap_for_dlq(
+                            m.md, m.body, refusal.reason, INTER_BROKER_QUEUE,
+                            self.q_mgr[:48], self.q_mgr[:28],
+                        )
+                        await conn.put1(
+                            dlq, dl_md, dl_body, PutOptions(syncpoint=True, set_all_context=True)
+                        )
+                    await conn.commit()
+                except MQError as exc:
+                    with contextlib.suppress(MQError):
+                        await conn.backout()
+                    self._log.log(
+                        logging.ERROR, "dlq-failed",
+                        "cannot dead-letter a refused message from %s on %s: %s (kept on "
+                        "%s, tried again)", INTER_BROKER_QUEUE, dlq, exc, INTER_BROKER_QUEUE,
+                    )
+                    await asyncio.sleep(1.0)
         finally:
+            self._log.flush()
             with contextlib.suppress(MQError):
                 await handle.close()
             with contextlib.suppress(MQError):
                 await conn.disconnect()
 
-    def received(self, m: Message) -> None:
+    def received(self, m: Message) -> Refusal | None:
         """Handle one message from the inter-broker queue: a response to one of our
-        commands, a probe that came back, an admin publication."""
+        commands, a probe that came back, an admin publication. Returns why it is
+        refused (it goes to the dead-letter queue), None when it was taken."""
         r = read_received(m.md, m.body)
         if r is None:
-            log.warning("ignored a message on %s that is no pub/sub message", INTER_BROKER_QUEUE)
-            return
-        if r.q_mgr:
-            self._heard[r.q_mgr] = self._clock()
+            return self._refuse_message(
+                "", "not_pubsub", Reason.FORMAT_ERROR, "a message that is no pub/sub message"
+            )
+        refusal = None
         if r.is_response:
             self._on_response(m.md.correl_id, r)
         elif r.topic.startswith(PROBE_PREFIX):
             self._on_probe(r)
-        else:
-            support = read_stream_support(m.md, m.body)
-            if support is not None:
-                self._on_stream_support(*support)
+        elif r.topic.endswith("/StreamSupport"):
+            try:
+                support = decode_stream_support(m.md, m.body)
+            except WireError as exc:
+                refusal = self._refuse_message(
+                    "", "bad_stream_support", exc.reason,
+                    f"a StreamSupport publication that cannot be read ({exc})",
+                )
+            else:
+                if support is not None:
+                    refusal = self._on_stream_support(*support)
+        if refusal is None and r.q_mgr and (r.q_mgr in self._active or r.q_mgr in self._joins):
+            self._heard[r.q_mgr] = self._clock()
+            self._resends.heard(r.q_mgr, self._heard[r.q_mgr])
         self._wake.set()
+        return refusal
+
+    def _refuse_message(self, q_mgr: str, kind: str, reason: int, what: str) -> Refusal:
+        """Count and log (summarised per kind) a message refused from the inter-broker
+        queue; the caller dead-letters it. ``q_mgr``: the neighbour it names when that
+        is a known one ("" otherwise: the counters' labels stay bounded)."""
+        self.counters.refused[(q_mgr, kind)] += 1
+        self._log.log(
+            logging.WARNING, kind, "%s%s refused: %s; dead-lettered with reason %d",
+            INTER_BROKER_QUEUE, f" (neighbour {q_mgr})" if q_mgr else "", what, reason,
+        )
+        return Refusal(reason, kind, what)
 
     def _on_response(self, correl_id: bytes, r: Received) -> None:
         q_mgr = self._admin.pop(correl_id, None)
@@ -661,10 +832,11 @@ class NeighbourLinks:
         )
         if row is not None:
             q_mgr = row.q_mgr
-            self._sent.pop(correl_id, None)
+            self._resends.settled(correl_id)
         if q_mgr is None:
             return  # a late answer to a command we no longer wait for
         self._heard[q_mgr] = self._clock()
+        self._resends.heard(q_mgr, self._heard[q_mgr])
         self.counters.commands[(q_mgr, "ok" if r.ok else "failed")] += 1
         join = self._joins.get(q_mgr)
         if not r.ok:
@@ -681,11 +853,43 @@ class NeighbourLinks:
             join.answered = True
             self._wake.set()
 
-    def _on_stream_support(self, q_mgr: str, streams: tuple[str, ...]) -> None:
-        """A neighbour said which streams it supports: they narrow (or, unconfigured,
-        make) the common streams, and count as its answer to a join."""
-        if self.state.neighbour(q_mgr) is None:
-            return
+    def _on_stream_support(self, q_mgr: str, announced: tuple[str, ...]) -> Refusal | None:
+        """A neighbour said which streams it supports: screened (announced.py), they
+        narrow (or, unconfigured, make) the common streams, and count as its answer to
+        a join. One from a queue manager that is no neighbour, or a list with a name
+        that is no MQ name or longer than the neighbour's ``max_streams``, is refused
+        whole: nothing of it is kept, advertised or activated."""
+        q_mgr = q_mgr.rstrip(" ")
+        row = self.state.neighbour(q_mgr) if valid_stream_name(q_mgr) else None
+        if row is None:
+            return self._refuse_message(
+                "", "unknown_broker", Reason.UNKNOWN_BROKER,
+                "a StreamSupport publication of a queue manager that is no neighbour",
+            )
+        if row.state == "refused" or row.clear_requested:
+            return None  # late (our subscription is withdrawn): taken, nothing kept
+        cfg = self._config_of(q_mgr)
+        screened = screen_streams(
+            announced,
+            accept=cfg.accept_streams if cfg is not None else ACCEPT_ALL,
+            max_streams=cfg.max_streams if cfg is not None else DEFAULT_MAX_STREAMS,
+        )
+        if screened.refusal:
+            reason = (
+                Reason.CFSL_COUNT_ERROR if screened.refusal == "too_many" else Reason.STREAM_ERROR
+            )
+            return self._refuse_message(
+                q_mgr, f"stream_support_{screened.refusal}", reason,
+                f"a StreamSupport publication: {screened.detail}",
+            )
+        if screened.not_allowed:
+            self.counters.refused[(q_mgr, "stream_not_accepted")] += screened.not_allowed
+            self._log.log(
+                logging.INFO, "stream_not_accepted",
+                "neighbour %s supports %d stream(s) its accept_streams do not take "
+                "(not shared)", q_mgr, screened.not_allowed,
+            )
+        streams = screened.streams
         if self._fixed is not None:  # what we can share of it (`list` shows this too)
             streams = tuple(s for s in streams if s in self._fixed)
         self.state.set_learnt_streams(q_mgr, streams)
@@ -697,6 +901,10 @@ class NeighbourLinks:
             self._active[q_mgr] = self._shared(row)
             self._publish_neighbours()
         log.info("neighbour %s supports %s", q_mgr, ", ".join(streams) or "no stream")
+        return None
+
+    def _config_of(self, q_mgr: str) -> NeighbourConfig | None:
+        return next((c for c in self._configured if c.q_mgr == q_mgr), None)
 
     def _on_probe(self, r: Received) -> None:
         """A probe came back: the join's neighbour is reachable another way. Refused

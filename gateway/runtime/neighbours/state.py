@@ -20,6 +20,7 @@ one is brought up to date.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -150,7 +151,15 @@ def neighbours_db_of(pubsub_store: Path) -> Path:
 
 
 def _streams(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else tuple(json.loads(text))
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise NeighbourStateError(f"a stream list in neighbours.db is not JSON: {exc}") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise NeighbourStateError("a stream list in neighbours.db is not a list of names")
+    return tuple(value)
 
 
 def _text(streams: Iterable[str] | None) -> str | None:
@@ -183,6 +192,11 @@ class NeighbourState:
         except sqlite3.Error as exc:
             raise NeighbourStateError(f"cannot open {path}: {exc}") from exc
         self._db = db
+        try:
+            self._load_proxies()
+        except sqlite3.Error as exc:
+            db.close()
+            raise NeighbourStateError(f"cannot read {path}: {exc}") from exc
 
     def close(self) -> None:
         self._db.close()
@@ -283,29 +297,100 @@ class NeighbourState:
         with self._db:
             self._db.execute("DELETE FROM proxies WHERE q_mgr = ?", (q_mgr,))
             self._db.execute("DELETE FROM neighbours WHERE q_mgr = ?", (q_mgr,))
+        for where in [w for w in self._proxy_rows if w[0] == q_mgr]:
+            self._forget_row(where)
 
     # ---------------------------------------------------------------- proxies -----
+    #
+    # The proxy rows are mirrored in memory (only the links of the process that owns the
+    # data directory write them): the links read them on every sync, and reading
+    # thousands of rows from SQLite per sync made registering N proxies cost O(N^2).
+
+    def _load_proxies(self) -> None:
+        #: counts rows added or removed and withdrawals begun (what a proxy diff reads)
+        self.proxies_revision = 0
+        self._proxy_rows: dict[tuple[str, ProxyKey], ProxyRow] = {}
+        self._by_msg_id: dict[bytes, tuple[str, ProxyKey]] = {}
+        self._unsettled: set[tuple[str, ProxyKey]] = set()
+        for row in self._proxies_where("1", ()):
+            self._remember(row)
+
+    def _remember(self, row: ProxyRow) -> None:
+        where = (row.q_mgr, row.key)
+        old = self._proxy_rows.get(where)
+        if old is None or old.withdrawing != row.withdrawing:
+            self.proxies_revision += 1
+        if old is not None and self._by_msg_id.get(old.msg_id) == where:
+            del self._by_msg_id[old.msg_id]
+        self._proxy_rows[where] = row
+        self._by_msg_id[row.msg_id] = where
+        if row.acknowledged:
+            self._unsettled.discard(where)
+        else:
+            self._unsettled.add(where)
+
+    def _forget_row(self, where: tuple[str, ProxyKey]) -> None:
+        row = self._proxy_rows.pop(where, None)
+        self.proxies_revision += 1
+        if row is not None and self._by_msg_id.get(row.msg_id) == where:
+            del self._by_msg_id[row.msg_id]
+        self._unsettled.discard(where)
 
     def drop_proxies(self, q_mgr: str) -> None:
         """Forget every proxy row of ``q_mgr`` (their DeregSubs are put: refusal)."""
         with self._db:
             self._db.execute("DELETE FROM proxies WHERE q_mgr = ?", (q_mgr,))
+        for where in [w for w in self._proxy_rows if w[0] == q_mgr]:
+            self._forget_row(where)
 
     def proxies(self, q_mgr: str | None = None) -> list[ProxyRow]:
-        if q_mgr is None:
-            return self._proxies_where("1", ())
-        return self._proxies_where("q_mgr = ?", (q_mgr,))
+        """The proxy rows (of ``q_mgr``), in (q_mgr, stream, topic, scheme) order."""
+        rows = [r for (q, _), r in self._proxy_rows.items() if q_mgr is None or q == q_mgr]
+        rows.sort(key=lambda r: (r.q_mgr, r.key))
+        return rows
+
+    def proxy_map(self, q_mgr: str) -> dict[ProxyKey, ProxyRow]:
+        """The proxy rows of ``q_mgr`` by key (unordered, no copy of the rows)."""
+        return {k: r for (q, k), r in self._proxy_rows.items() if q == q_mgr}
+
+    def unsettled_proxies(self) -> list[ProxyRow]:
+        """The rows whose command no response has settled yet (O(their number))."""
+        return [self._proxy_rows[w] for w in self._unsettled]
+
+    @property
+    def unsettled_count(self) -> int:
+        return len(self._unsettled)
 
     def intend(self, q_mgr: str, key: ProxyKey, msg_id: bytes, *, register: bool) -> None:
         """Record a RegSub (``register``) or DeregSub about to be put with ``msg_id``;
         durable before this returns (call it before committing the put)."""
+        self.intend_many([(q_mgr, key, msg_id, register)])
+
+    def intend_many(self, intents: Iterable[tuple[str, ProxyKey, bytes, bool]]) -> None:
+        """:meth:`intend` for many commands in one transaction (one fsync per sync,
+        not one per proxy)."""
+        rows = [
+            ProxyRow(q_mgr, key, msg_id, False, not register)
+            for q_mgr, key, msg_id, register in intents
+        ]
+        if not rows:
+            return
         with self._db:
-            self._db.execute(
+            self._db.executemany(
                 "INSERT INTO proxies (q_mgr, stream, topic, scheme, msg_id, acknowledged, "
                 "withdrawing) VALUES (?, ?, ?, ?, ?, 0, ?) ON CONFLICT DO UPDATE SET "
                 "msg_id = excluded.msg_id, acknowledged = 0, withdrawing = excluded.withdrawing",
-                (q_mgr, key.stream, key.topic, key.scheme, msg_id, int(not register)),
+                [
+                    (r.q_mgr, r.key.stream, r.key.topic, r.key.scheme, r.msg_id, int(r.withdrawing))
+                    for r in rows
+                ],
             )
+        for r in rows:
+            old = self._proxy_rows.get((r.q_mgr, r.key))
+            if old is not None:  # the refusal and its backoff stay (as the UPDATE keeps them)
+                r = ProxyRow(r.q_mgr, r.key, r.msg_id, False, r.withdrawing, old.refused,
+                             old.backoff, old.retry_at)
+            self._remember(r)
 
     def settle(
         self, msg_id: bytes, ok: bool, *, reason: str = "", now: float = 0.0
@@ -315,29 +400,34 @@ class NeighbourState:
         subscription). A failed RegSub's row stays, refused with ``reason``, sent again
         after its backoff (module docstring). Returns the row as it was, None when
         ``msg_id`` is no pending proxy command."""
-        row = next(
-            (p for p in self._proxies_where("msg_id = ?", (msg_id,)) if not p.acknowledged),
-            None,
-        )
-        if row is None:
+        where = self._by_msg_id.get(msg_id)
+        row = None if where is None else self._proxy_rows.get(where)
+        if row is None or where is None or row.acknowledged:
             return None
         with self._db:
             if row.withdrawing:
                 self._db.execute(
                     "DELETE FROM proxies WHERE msg_id = ? AND acknowledged = 0", (msg_id,)
                 )
+                self._forget_row(where)
             elif not ok:
                 backoff = min(max(REFUSED_BACKOFF_FIRST, 2 * row.backoff), REFUSED_BACKOFF_MAX)
                 self._db.execute(
                     "UPDATE proxies SET refused = ?, backoff = ?, retry_at = ? WHERE msg_id = ?",
                     (reason or "refused", backoff, now + backoff, msg_id),
                 )
+                self._remember(dataclasses.replace(
+                    row, refused=reason or "refused", backoff=backoff, retry_at=now + backoff
+                ))
             else:
                 self._db.execute(
                     "UPDATE proxies SET acknowledged = 1, refused = '', backoff = 0, "
                     "retry_at = 0 WHERE msg_id = ?",
                     (msg_id,),
                 )
+                self._remember(dataclasses.replace(
+                    row, acknowledged=True, refused="", backoff=0.0, retry_at=0.0
+                ))
         return row
 
     def _proxies_where(self, where: str, args: tuple[object, ...]) -> list[ProxyRow]:

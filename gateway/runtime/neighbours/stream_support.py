@@ -25,7 +25,7 @@ from gateway.wire.formats import FMT_RF_HEADER
 from gateway.wire.mqmd import MQMD
 from gateway.wire.rfh import MQRFH, encode_rfh
 
-__all__ = ["read_stream_support", "stream_support_command"]
+__all__ = ["decode_stream_support", "read_stream_support", "stream_support_command"]
 
 
 def stream_support_command(
@@ -63,9 +63,15 @@ def read_stream_support(md: MQMD, body: bytes) -> tuple[str, tuple[str, ...]] | 
     """(broker queue manager, streams) of a StreamSupport publication as delivered to
     our subscription; None for any other message."""
     try:
-        pub = decode_admin_publication(md, body)
+        return decode_stream_support(md, body)
     except WireError:
         return None
+
+
+def decode_stream_support(md: MQMD, body: bytes) -> tuple[str, tuple[str, ...]] | None:
+    """:func:`read_stream_support`, but WireError when the message is no administration
+    publication at all (the links dead-letter it); None for another kind."""
+    pub = decode_admin_publication(md, body)
     if pub.kind != "StreamSupport":
         return None
     return pub.q_mgr, pub.names

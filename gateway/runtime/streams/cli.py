@@ -136,14 +136,28 @@ async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
         if args.fix:
             for f in report.streams:
                 if not f.queue_exists:
-                    define_stream_queue(qm, f.stream)
+                    try:
+                        define_stream_queue(qm, f.stream)
+                    except Exception as exc:  # MQSCError, or the name MQ refuses
+                        return err(
+                            "streams check",
+                            f"cannot define stream queue {f.stream!r} (wanted by "
+                            f"{', '.join(f.wanted_by)}): {exc}",
+                        )
                     notes.append(f"defined stream queue {f.stream}")
                     defined += 1
                     if progress is not None:
                         progress.update(defined, f"defined {f.stream}")
             unserviced = sorted({f.stream for f in report.streams if not f.serviced})
             if unserviced and args.write_config:
-                add_streams_to_config(args.config, unserviced)
+                try:
+                    add_streams_to_config(args.config, unserviced)
+                except (OSError, ValueError, AttributeError, TypeError) as exc:
+                    return err(
+                        "streams check",
+                        f"cannot add {', '.join(unserviced)} to broker.streams in "
+                        f"{args.config}: {exc}",
+                    )
                 notes.append(
                     f"added {', '.join(unserviced)} to broker.streams in {args.config} "
                     f"(previous file kept as {args.config.name}.bak); restart the gateway"

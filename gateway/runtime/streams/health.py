@@ -8,16 +8,21 @@ of :func:`stream_metric_families`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 
 from gateway.mq.port import Connection
+from gateway.pubsub.streams import ADMIN_STREAM
+from gateway.runtime.neighbours.announced import stored_streams
+from gateway.runtime.neighbours.attach import runs_neighbour_links
+from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.state import (
     NeighbourState,
     NeighbourStateError,
@@ -38,6 +43,7 @@ __all__ = [
     "DeadLetterCache",
     "collect_report",
     "remembered_neighbours",
+    "serviced_now",
     "stream_metric_families",
     "wanted_streams",
 ]
@@ -45,15 +51,31 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def remembered_neighbours(state: NeighbourState) -> dict[str, frozenset[str]]:
+def remembered_neighbours(
+    state: NeighbourState, configured: Sequence[NeighbourConfig] = ()
+) -> dict[str, frozenset[str]]:
     """The common streams of each neighbour in ``state`` that is neither refused nor
     being cleared: a neighbour joined with the CLI, or whose streams were learnt at
-    join, is in no configuration file."""
-    return {
-        row.q_mgr: row.common_streams
-        for row in state.neighbours()
-        if row.state != "refused" and not row.clear_requested
-    }
+    join, is in no configuration file. What was learnt is screened as the links screen
+    an announcement, with the ``accept_streams`` and ``max_streams`` of the
+    ``configured`` neighbour (a file an older gateway wrote may hold any name)."""
+    by_q_mgr = {c.q_mgr: c for c in configured}
+    out: dict[str, frozenset[str]] = {}
+    for row in state.neighbours():
+        if row.state == "refused" or row.clear_requested:
+            continue
+        if row.learnt_streams is not None:
+            cfg = by_q_mgr.get(row.q_mgr)
+            kept = (
+                stored_streams(row.learnt_streams)
+                if cfg is None
+                else stored_streams(
+                    row.learnt_streams, accept=cfg.accept_streams, max_streams=cfg.max_streams
+                )
+            )
+            row = dataclasses.replace(row, learnt_streams=kept)
+        out[row.q_mgr] = row.common_streams
+    return out
 
 
 def _remembered_on_disk(loaded: Any) -> dict[str, frozenset[str]]:
@@ -68,7 +90,10 @@ def _remembered_on_disk(loaded: Any) -> dict[str, frozenset[str]]:
         log.warning("stream union without the remembered neighbours: %s", exc)
         return {}
     try:
-        return remembered_neighbours(state)
+        return remembered_neighbours(state, getattr(loaded.gateway, "neighbours", None) or ())
+    except NeighbourStateError as exc:
+        log.warning("stream union without the remembered neighbours: %s", exc)
+        return {}
     finally:
         state.close()
 
@@ -97,6 +122,16 @@ def wanted_streams(
         for s in migrated:
             who.setdefault(s, []).append(f"migration {origin}")
     return {s: tuple(w) for s, w in who.items()}, origin, migrated
+
+
+def serviced_now(loaded: Any) -> set[str]:
+    """The streams the gateway services: :func:`serviced_streams`, and the admin stream
+    where the neighbour links run (the broker services it for them: probes and
+    StreamSupport publications arrive there)."""
+    out = serviced_streams(loaded)
+    if runs_neighbour_links(loaded.gateway, loaded.path(loaded.gateway.broker.store)):
+        out.add(ADMIN_STREAM)
+    return out
 
 
 @dataclass(slots=True)
@@ -153,7 +188,7 @@ async def collect_report(
         dead = dead_letters.counts
     return build_report(
         wanted,
-        serviced_streams(loaded),
+        serviced_now(loaded),
         queues,
         dead,
         now=time.time(),
