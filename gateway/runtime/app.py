@@ -37,6 +37,7 @@ from gateway.pubsub.authorisation import Authoriser
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.authorisation import authoriser_for
+from gateway.runtime.backlog_seal import BacklogSeal, load_backlog_key
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
     GatewayConfig,
@@ -214,6 +215,17 @@ class GatewayApp:
             await self.shutdown()
             raise
 
+    @staticmethod
+    def _backlog_seal(qm: QueueManager, store_path: Path) -> BacklogSeal:
+        """The sinks' backlog seal: its key is kept where the backlogs are, the embedded
+        queue manager's data directory, or beside the broker store on IBM MQ."""
+        path = getattr(qm, "path", None)
+        where = path if isinstance(path, Path) else store_path.parent
+        try:
+            return BacklogSeal(load_backlog_key(where))
+        except (OSError, ValueError) as exc:
+            raise GatewayRuntimeError(f"cannot use the backlog key in {where}: {exc}") from exc
+
     async def _start(self) -> None:
         self._started = True
         try:
@@ -238,6 +250,7 @@ class GatewayApp:
             engine,
             with_admin_stream(broker) if linked else broker,
             forgiven=ForgivenBackouts(store_path),
+            backlog_seal=self._backlog_seal(qm, store_path),
         )
         if linked:
             self.links = links_for(service, store_path, self.config.neighbours)
@@ -387,6 +400,7 @@ class GatewayApp:
             dead_letter_queue=service._dlq or self.config.broker.dead_letter_queue
             or DEAD_LETTER_QUEUE,
             serviced_queues=[q for q, _ in service.serviced_queues], instances=instances,
+            backlog_key=service.sink_backlogs.seal.key,
         )
         delays = {w.name: w.restart_max_delay for w in self.config.workers}
         if self.metrics is not None:

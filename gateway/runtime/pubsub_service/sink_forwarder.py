@@ -18,7 +18,14 @@ What happens on a failure of ``send``:
   backlog message goes to the dead-letter queue behind an MQDLH with ``reason``
   (DestQName = the backlog queue), counted per reason; the rest of the batch is sent
   again (nothing of a refused batch counts as delivered: sinks check before sending).
-* anything else: backout (BackoutCount + 1). A message whose BackoutCount reached the
+* anything else: backout (BackoutCount + 1).
+
+Before any send, each got message must be the gateway's own: Format ``MQGWENV1`` and
+the seal of ``gateway.runtime.backlog_seal`` in its AccountingToken (checked only for a
+message the envelope cache does not know). Anything else on the queue (a forged
+message, another format) is moved to the dead-letter queue with MQRC_FORMAT_ERROR or
+MQRC_NOT_AUTHORIZED, counted per reason, logged summarised, never sent; the rest of the
+batch goes on. A message whose BackoutCount reached the
   backlog queue's BOTHRESH is then sent alone, and moved aside (its BOQNAME, or the DLQ
   with MQRC_BACKED_OUT) only if it fails *again* with such an error. A BackoutCount
   raised by restarts (a restart rolls back the held unit of work) therefore only
@@ -47,10 +54,13 @@ from gateway.mq.port import (
 )
 from gateway.plugin_api import DeliveryRefusedError, Envelope, Sink
 from gateway.runtime.backlog_format import (
+    BACKLOG_FORMAT,
     BacklogFormatError,
     EnvelopeCache,
     decode_backlog_message,
 )
+from gateway.runtime.backlog_seal import BacklogSeal
+from gateway.runtime.logs import SummarisedLog
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import Put, dead_letter, put_all
 from gateway.runtime.pubsub_service.errors import AsideQueueError
@@ -97,6 +107,7 @@ class SinkForwarder:
         stopping: asyncio.Event,
         totals: ServiceCounters | None = None,
         envelopes: EnvelopeCache | None = None,
+        seal: BacklogSeal,
     ) -> None:
         self.qm = qm
         self.sink_name = sink_name
@@ -131,6 +142,11 @@ class SinkForwarder:
         self._no_direct_until = 0.0
         #: hand-overs in a row not acknowledged in time (the next pause doubles)
         self._direct_misses = 0
+        #: checks that a got message is the gateway's own (backlog_seal.py)
+        self.seal = seal
+        #: what is dead-lettered off the backlog: anyone who can put there decides how
+        #: often, so one line per kind a minute (gateway.runtime.logs.SummarisedLog)
+        self._refusals = SummarisedLog(log)
 
     @property
     def idle(self) -> bool:
@@ -406,20 +422,31 @@ class SinkForwarder:
         pending: list[tuple[Message, Envelope]] = []
         take = self.envelopes.take
         for m in msgs:
-            env = take(m.md.msg_id, m.body)
+            md = m.md
+            # a cache hit: the body is one this process sealed and put (backlog_seal.py)
+            env = take(md.msg_id, m.body) if md.format == BACKLOG_FORMAT else None
             if env is not None:
                 pending.append((m, env))
                 continue
-            try:
-                pending.append((m, decode_backlog_message(m.body)))
-            except BacklogFormatError as exc:
-                log.error(
-                    "sink %s: backlog message not decodable (%s): dead-lettered",
-                    self.sink_name,
-                    exc,
-                )
-                puts.append(self._dead_letter(m, exc.reason, q_mgr))
-                reasons.append(exc.reason)
+            reason = self.seal.refusal(md, m.body)
+            if not reason:
+                try:
+                    pending.append((m, decode_backlog_message(m.body)))
+                    continue
+                except BacklogFormatError as exc:
+                    reason, why = exc.reason, str(exc)
+            else:
+                why = ("not in the backlog format" if reason == Reason.FORMAT_ERROR
+                       else "not sealed by this gateway")
+            self._refusals.log(
+                logging.ERROR, f"refused {reason}",
+                "sink %s: a message on its backlog %s is %s (MQRC %d; Format %r, put by "
+                "%r, application %r): dead-lettered, not forwarded",
+                self.sink_name, self.queue, why, reason, md.format.strip(),
+                md.user_identifier.strip(), md.put_appl_name.strip(),
+            )
+            puts.append(self._dead_letter(m, reason, q_mgr))
+            reasons.append(reason)
         if not await self._direct_settled():
             return len(msgs)  # stopping: the unit of work stays open, run() backs it out
         acked_copies = [m.md.msg_id for m, _ in pending if m.md.msg_id in self._acked_copies]
