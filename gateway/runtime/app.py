@@ -141,6 +141,7 @@ class GatewayApp:
         MQSC, missing stream queues, then listener and channels."""
         from gateway.mq.embedded.mqsc import MQSCError
         from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+        from gateway.mq.embedded.space import SpacePolicy
         from gateway.runtime.network_node import start_node
 
         data = self.loaded.path(qmc.data_dir)
@@ -168,6 +169,7 @@ class GatewayApp:
                 address_book=qmc.address_book,
                 appl_name="mqgw",
                 before_channels=define_stream_queues,
+                space=SpacePolicy(qmc.min_free_mb * 2**20, qmc.store_reserve_mb * 2**20),
             )
         except MQSCError as exc:
             raise GatewayRuntimeError(f"queue_manager.mqsc_file {mqsc_path}: {exc}") from exc

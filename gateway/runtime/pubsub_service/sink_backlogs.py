@@ -211,6 +211,11 @@ class SinkBacklogs:
         backlog. The caller must :meth:`settle` every hand-over before its commit."""
         if self.direct_ack_timeout <= 0 or self._stop.is_set():
             return None
+        space = getattr(self.qm, "space", None)
+        if space is not None and space.low:
+            # the batch's puts are refused (2056) and it backs out: a hand-over would be
+            # sent again with every retry
+            return None
         fw = self.forwarders.get(name)
         depth_of = getattr(self.qm, "queue_depth", None)
         if fw is None or depth_of is None or not fw.idle:

@@ -30,6 +30,12 @@ batch goes on. A message whose BackoutCount reached the
   with MQRC_BACKED_OUT) only if it fails *again* with such an error. A BackoutCount
   raised by restarts (a restart rolls back the held unit of work) therefore only
   isolates a message, it never dead-letters it: no state needs to be kept for that.
+
+A commit that fails *after* the sink acknowledged the batch (the store cannot write:
+disk full) is not a failure of the batch: the forwarder remembers the batch's MsgIds,
+logs one summarised line, waits and gets the batch again, and commits those messages
+away without sending them (at most one copy per message within a process; a crash
+before the commit sends that one batch again: at-least-once).
 """
 
 from __future__ import annotations
@@ -63,12 +69,16 @@ from gateway.runtime.backlog_seal import BacklogSeal
 from gateway.runtime.logs import SummarisedLog
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import Put, dead_letter, put_all
-from gateway.runtime.pubsub_service.errors import AsideQueueError
+from gateway.runtime.pubsub_service.errors import CONNECTION_REASONS, AsideQueueError
 from gateway.wire.reasons import Reason
 
-__all__ = ["ForwarderCounters", "SinkForwarder"]
+__all__ = ["MAX_UNSETTLED", "ForwarderCounters", "SinkForwarder"]
 
 log = logging.getLogger(__name__)
+
+#: Most backlog MsgIds remembered as acknowledged by the sink but not committed off the
+#: backlog (their commit failed); past it the oldest are sent again (at-least-once).
+MAX_UNSETTLED = 65536
 
 
 @dataclass(slots=True)
@@ -86,6 +96,8 @@ class ForwarderCounters:
     #: deliveries the service handed to the idle sink directly (acknowledged before
     #: the stream's commit, so never put on the backlog); included in ``delivered``
     direct: int = 0
+    #: backlog commits that failed after the sink's acknowledgement (not sent again)
+    commit_failures: int = 0
 
 
 class SinkForwarder:
@@ -142,6 +154,13 @@ class SinkForwarder:
         self._no_direct_until = 0.0
         #: hand-overs in a row not acknowledged in time (the next pause doubles)
         self._direct_misses = 0
+        #: backlog MsgIds the sink acknowledged whose backlog commit then failed (the disk
+        #: full, the queue manager's store failing): when got again they are committed
+        #: away unsent, so a failing commit costs no duplicate (bounded: past
+        #: MAX_UNSETTLED the oldest are forgotten and would be sent again)
+        self._unsettled: dict[bytes, None] = {}
+        #: one line per interval while backlog commits keep failing
+        self._commit_failures = SummarisedLog(log)
         #: checks that a got message is the gateway's own (backlog_seal.py)
         self.seal = seal
         #: what is dead-lettered off the backlog: anyone who can put there decides how
@@ -321,6 +340,22 @@ class SinkForwarder:
                         raise
                     except asyncio.CancelledError:
                         raise
+                    except _BacklogCommitError as exc:
+                        self.counters.commit_failures += 1
+                        self._commit_failures.log(
+                            logging.WARNING, "commit",
+                            "sink %s: the backlog commit after the sink's acknowledgement "
+                            "failed (%s); the %d deliveries it has are taken off %s unsent "
+                            "once the queue manager commits again", self.sink_name,
+                            exc.error, exc.sent, self.queue,
+                        )
+                        with contextlib.suppress(MQError):
+                            await conn.backout()
+                        if exc.error.reason in CONNECTION_REASONS:
+                            raise exc.error from None
+                        await self._pause(delay)
+                        delay = min(10.0, max(delay * 2, 0.05))
+                        continue
                     except AsideQueueError as exc:
                         self.totals.dead_letter_failures += 1
                         log.error(
@@ -450,8 +485,10 @@ class SinkForwarder:
         if not await self._direct_settled():
             return len(msgs)  # stopping: the unit of work stays open, run() backs it out
         acked_copies = [m.md.msg_id for m, _ in pending if m.md.msg_id in self._acked_copies]
-        if acked_copies:
-            skip = set(acked_copies)
+        unsettled = self._unsettled
+        sent_before = [m.md.msg_id for m, _ in pending if m.md.msg_id in unsettled]
+        if acked_copies or sent_before:
+            skip = set(acked_copies).union(sent_before)
             pending = [(m, e) for m, e in pending if m.md.msg_id not in skip]
         try:
             await self._send(pending, puts, reasons, q_mgr)
@@ -469,7 +506,17 @@ class SinkForwarder:
                 raise
         if puts:
             await put_all(conn, puts, self.dlq)
-        await conn.commit()
+        try:
+            await conn.commit()
+        except MQError as exc:
+            # The sink has ``pending``: never send them again for this failure.
+            for m, _ in pending:
+                unsettled[m.md.msg_id] = None
+            while len(unsettled) > MAX_UNSETTLED:
+                del unsettled[next(iter(unsettled))]
+            raise _BacklogCommitError(exc, len(pending) + len(sent_before)) from exc
+        for msg_id in sent_before:
+            unsettled.pop(msg_id, None)
         self.envelopes.discard([m.md.msg_id for m in msgs])
         if acked_copies:
             self._acked_copies.difference_update(acked_copies)
@@ -579,6 +626,16 @@ def _retrieve(task: asyncio.Task[None]) -> None:
     hand-over was already given up and its deliveries went to the backlog)."""
     if not task.cancelled():
         task.exception()
+
+
+class _BacklogCommitError(Exception):
+    """The backlog commit after a batch the sink acknowledged failed (``sent``
+    deliveries the sink has): retried after a pause, nothing sent again."""
+
+    def __init__(self, error: MQError, sent: int) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.sent = sent
 
 
 class _NoSinkError(Exception):
