@@ -270,7 +270,7 @@ class EmbeddedQueueManager:
         self.stats.space_refusals += 1
         raise MQError(
             Reason.Q_SPACE_NOT_AVAILABLE,
-            f"no space for {q_name}: the disk of {self.path} is full to its watermark "
+            f"no space for {q_name} in {self.path}: the disk is full to its watermark "
             f"({self.space.room / 2**20:.1f} MB of room, min_free_mb "
             f"{self.space.policy.min_free_bytes / 2**20:.0f})",
         )

@@ -99,17 +99,17 @@ class StoreSpace:
             self.low = low
             if low:
                 log.warning(
-                    "queue manager %s: the disk of %s is full to its watermark (%.1f MB of "
+                    "queue manager store %s: the disk is full to its watermark (%.1f MB of "
                     "room, min_free_mb %.0f): persistent puts are refused with MQRC 2056 "
                     "(Q_SPACE_NOT_AVAILABLE) until space is back; gets and commits go on",
-                    self._name, self.directory, self.room / _MB,
+                    self._name, self.room / _MB,
                     self.policy.min_free_bytes / _MB,
                 )
             else:
                 log.warning(
-                    "queue manager %s: space is back above the watermark in %s (%.1f MB "
+                    "queue manager store %s: space is back above the watermark (%.1f MB "
                     "of room): persistent puts are accepted again",
-                    self._name, self.directory, self.room / _MB,
+                    self._name, self.room / _MB,
                 )
 
     def recheck(self) -> bool:
@@ -144,8 +144,8 @@ class StoreSpace:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 partial.unlink()
-            log.warning("queue manager %s: cannot make the %.0f MB store reserve in %s: %s",
-                        self._name, size / _MB, self.directory, exc)
+            log.warning("queue manager store %s: cannot make the %.0f MB store reserve: %s",
+                        self._name, size / _MB, exc)
 
     def release_reserve(self) -> bool:
         """Free the reserve (the disk is full); whether there was one."""
@@ -156,8 +156,8 @@ class StoreSpace:
         except OSError:
             return False
         log.warning(
-            "queue manager %s: the disk of %s is full: released the %.0f MB store reserve "
+            "queue manager store %s: the disk is full: released the %.0f MB store reserve "
             "so that commits which free space complete; it is made again once there is "
-            "room", self._name, self.directory, self.policy.reserve_bytes / _MB,
+            "room", self._name, self.policy.reserve_bytes / _MB,
         )
         return True
