@@ -186,7 +186,9 @@ class MQError(Exception):
     whether trying again later can succeed (connection broken, queue full, ...).
     """
 
-    RETRIABLE_REASONS = frozenset({2009, 2059, 2161, 2162, 2202, 2053, 2051, 2016, 2538, 2543})
+    RETRIABLE_REASONS = frozenset(
+        {2009, 2059, 2161, 2162, 2202, 2053, 2056, 2051, 2016, 2538, 2543}
+    )
 
     def __init__(self, reason: int, message: str = "", comp_code: int = CompCode.FAILED) -> None:
         self.reason = int(reason)

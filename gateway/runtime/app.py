@@ -37,6 +37,7 @@ from gateway.pubsub.authorisation import Authoriser
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.authorisation import authoriser_for
+from gateway.runtime.backlog_seal import BacklogSeal, load_backlog_key
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
     IBMMQQueueManagerConfig,
@@ -140,6 +141,7 @@ class GatewayApp:
         MQSC, missing stream queues, then listener and channels."""
         from gateway.mq.embedded.mqsc import MQSCError
         from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+        from gateway.mq.embedded.space import SpacePolicy
         from gateway.runtime.network_node import start_node
 
         data = self.loaded.path(qmc.data_dir)
@@ -167,6 +169,7 @@ class GatewayApp:
                 address_book=qmc.address_book,
                 appl_name="mqgw",
                 before_channels=define_stream_queues,
+                space=SpacePolicy(qmc.min_free_mb * 2**20, qmc.store_reserve_mb * 2**20),
             )
         except MQSCError as exc:
             raise GatewayRuntimeError(f"queue_manager.mqsc_file {mqsc_path}: {exc}") from exc
@@ -240,6 +243,17 @@ class GatewayApp:
             await self.shutdown()
             raise
 
+    @staticmethod
+    def _backlog_seal(qm: QueueManager, store_path: Path) -> BacklogSeal:
+        """The sinks' backlog seal: its key is kept where the backlogs are, the embedded
+        queue manager's data directory, or beside the broker store on IBM MQ."""
+        path = getattr(qm, "path", None)
+        where = path if isinstance(path, Path) else store_path.parent
+        try:
+            return BacklogSeal(load_backlog_key(where))
+        except (OSError, ValueError) as exc:
+            raise GatewayRuntimeError(f"cannot use the backlog key in {where}: {exc}") from exc
+
     async def _start(self) -> None:
         self._started = True
         try:
@@ -264,6 +278,7 @@ class GatewayApp:
             engine,
             with_admin_stream(broker) if linked else broker,
             forgiven=ForgivenBackouts(store_path),
+            backlog_seal=self._backlog_seal(qm, store_path),
         )
         if linked:
             self.links = links_for(service, store_path, self.config.neighbours)
@@ -417,6 +432,7 @@ class GatewayApp:
             dead_letter_queue=service._dlq or self.config.broker.dead_letter_queue
             or DEAD_LETTER_QUEUE,
             serviced_queues=[q for q, _ in service.serviced_queues], instances=instances,
+            backlog_key=service.sink_backlogs.seal.key,
         )
         delays = {w.name: w.restart_max_delay for w in self.config.workers}
         if self.metrics is not None:

@@ -72,6 +72,13 @@ class EmbeddedQueueManagerConfig(_Strict):
     listener_port: int | None = Field(default=None, ge=0, le=65535)
     #: Queue manager name -> "host:port" for CONNAME('<QM name>') in the mqsc_file.
     address_book: dict[str, str] = Field(default_factory=dict)
+    #: Free-space watermark of the data directory's disk (MB; 0: none): below it,
+    #: persistent puts are refused with MQRC 2056 (retriable back-pressure) while gets
+    #: and commits go on, so a backlog never fills the disk (docs/embedded-qm.md).
+    min_free_mb: int = Field(default=64, ge=0)
+    #: A file of this size (MB) kept in the data directory and released when the disk
+    #: is full anyway, so commits that free space still complete (0: none).
+    store_reserve_mb: int = Field(default=16, ge=0)
 
     @field_validator("address_book")
     @classmethod

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.embedded.space import SpacePolicy
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ async def start_node(
     address_book: Mapping[str, str] | None = None,
     appl_name: str | None = None,
     before_channels: Callable[[EmbeddedQueueManager], None] | None = None,
+    space: SpacePolicy | None = None,
 ) -> QueueManagerNode:
     """Open the queue manager ``name`` in ``data_dir`` with ``mqsc`` applied (every start;
     MQSCError naming the line), listen on 127.0.0.1 when ``listener_port`` is not None
@@ -57,6 +59,7 @@ async def start_node(
         port=listener_port or 0,
         address_book=parse_address_book(address_book or {}),
         appl_name=appl_name,
+        space=space,
     )
     try:
         node.prepare()  # opens the store; the MQSC runs here, not in node.open()

@@ -43,7 +43,9 @@ class KafkaReader:
             while not self.stop.is_set():
                 batches = await consumer.getmany(timeout_ms=200)
                 for records in batches.values():
-                    self.ledger.receive(r.value.decode() for r in records if r.value)
+                    # padding after an id (``id|...``) is cut off
+                    self.ledger.receive(r.value.decode().partition("|")[0]
+                                        for r in records if r.value)
         finally:
             await consumer.stop()
 
@@ -85,7 +87,8 @@ class MqttReader:
                     async for msg in client.messages:
                         payload = msg.payload
                         if isinstance(payload, bytes | bytearray):
-                            self.ledger.receive([bytes(payload).decode("utf-8", "replace")])
+                            self.ledger.receive([bytes(payload).decode(
+                                "utf-8", "replace").partition("|")[0]])
             except aiomqtt.MqttError:
                 await asyncio.sleep(0.5)
 

@@ -1,5 +1,6 @@
-"""The fault suite's knob: ``--trials N`` (SIGKILL trials of tests/faults; default 100,
-what ``make test`` runs). Long runs: ``pytest -m faults tests/faults --trials 1000``.
+"""The fault suite's knob and shared fixture. ``--trials N`` (SIGKILL trials of
+tests/faults; default 100, what ``make test`` runs). Long runs:
+``pytest -m faults tests/faults --trials 1000``.
 
 The option exists when this conftest is loaded at start-up (``tests/faults`` named on
 the command line); ``MQGW_FAULT_TRIALS=N`` works however pytest is called.
@@ -8,10 +9,15 @@ the command line); ``MQGW_FAULT_TRIALS=N`` works however pytest is called.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 DEFAULT_TRIALS = 100
+#: Size of the small disk of the disk-full tests (``small_disk``).
+DISK_MB = 64
 #: pytest-timeout's limit of a trials test: a base plus this much per trial (a trial
 #: takes 2.5–5 s on two busy cores), so ``--trials 1000`` is not cut at the global 600 s.
 TIMEOUT_BASE_S, TIMEOUT_PER_TRIAL_S = 180, 10
@@ -48,3 +54,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def trials(request: pytest.FixtureRequest) -> int:
     return trial_count(request.config)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A ``DISK_MB`` MB tmpfs at ``tmp_path/disk`` (root only; skipped otherwise)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("the disk-full test mounts a tmpfs: it needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
+        capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -67,6 +67,8 @@ class FaultWorld:
     exactly_once: bool = False
     #: Run the kafka and mqtt instances in one worker process (``workers:``).
     plugins_in_worker: bool = False
+    #: More settings of the ``queue_manager:`` section (e.g. ``min_free_mb``).
+    qm_extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def data_dir(self) -> Path:
@@ -129,7 +131,8 @@ class FaultWorld:
     def _config(self) -> dict[str, Any]:
         return {
             "id": f"mqgw-{self.tag}",
-            "queue_manager": {"name": QM_NAME, "data_dir": str(self.data_dir)},
+            "queue_manager": {"name": QM_NAME, "data_dir": str(self.data_dir),
+                              **self.qm_extra},
             "broker": {
                 "store": "pubsub.db",
                 "streams": [{"name": OUT_STREAM}, {"name": IN_STREAM}],

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gateway.devstack import KafkaBroker, MosquittoBroker
 from tests.faults.clients import KafkaReader, MqttReader, SteadyFeeds
+from tests.faults.conftest import DISK_MB
 from tests.faults.ledger import Ledger, assert_nothing_lost, report
 from tests.faults.scenario import (
     FaultWorld,
@@ -33,7 +31,6 @@ from tests.faults.scenario import (
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
-DISK_MB = 64
 BACKLOG = 2000
 MID_LOAD = 200
 FULL_S = 10.0
@@ -44,25 +41,6 @@ FULL_S = 10.0
 FULL_PAD = 64 * 1024
 #: What SQLite and the OS call a full disk; the log must name it.
 FULL_WORDS = ("disk is full", "No space left", "SQLITE_FULL", "disk full")
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A ``DISK_MB`` MB tmpfs at ``tmp_path/disk`` (root only; skipped otherwise)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("the disk-full test mounts a tmpfs: it needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
-        capture_output=True, text=True, check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(path: Path) -> int:
@@ -82,8 +60,11 @@ def fill(path: Path) -> int:
 async def test_queue_manager_disk_full_then_space_back(
     kafka_broker: KafkaBroker, mqtt_broker: MosquittoBroker, tmp_path: Path, small_disk: Path
 ) -> None:
+    # a watermark and reserve sized for the small disk (the defaults, 64 + 16 MB, would
+    # refuse every persistent put on it): filled from outside, the disk is full anyway
     world = FaultWorld(tmp_path, kafka_broker.bootstrap, mqtt_broker.host, mqtt_broker.port,
-                       qm_dir=small_disk / "qm")
+                       qm_dir=small_disk / "qm",
+                       qm_extra={"min_free_mb": 8, "store_reserve_mb": 4})
     ledger = Ledger()
     gw = world.gateway()
     kafka_reader = KafkaReader(world, ledger.paths["MQ->Kafka"])

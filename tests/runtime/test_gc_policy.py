@@ -278,7 +278,7 @@ async def test_a_worker_applies_the_policy_once_started(
     spec = WorkerSpec(group="w1", socket="/nonexistent/qm.sock", gateway_id="gw",
                       plugins=[PluginSpec("m", "memory", {"bus": "gcw"}, "BACKLOG.M")],
                       dead_letter_queue="DLQ", serviced_queues=[], shutdown_timeout=2.0,
-                      gc={"gen0_threshold": 25_000})
+                      gc={"gen0_threshold": 25_000}, backlog_key="00" * 32)
     worker = child.Worker(spec)
     async with asyncio.timeout(20):
         await worker.run()

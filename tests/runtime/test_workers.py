@@ -141,7 +141,8 @@ def test_workers_log_at_debug_when_the_gateway_does(tmp_path: Path) -> None:
 
     def level() -> str:
         (spec,) = worker_specs(loaded, socket="qm.sock", backlogs={"mem0": "BL.MEM0"},
-                               dead_letter_queue="DLQ", serviced_queues=[], instances={})
+                               dead_letter_queue="DLQ", serviced_queues=[], instances={},
+                               backlog_key=bytes(32))
         return spec.log_level
 
     root = logging.getLogger()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
+from gateway.mq.embedded.authority import is_gateway_put_only
 from gateway.mq.embedded.handle import INPUT_OPTIONS, EmbeddedQueueHandle
 from gateway.mq.embedded.name_resolution import (
     Resolution,
@@ -458,7 +459,8 @@ class EmbeddedConnection:
         transmission queue forwards it (multi-hop), and a failure (unknown queue 2085,
         no route 2087, queue full 2053, put inhibited 2051, too big 2030, ...) puts it
         on the dead-letter queue with an MQDLH carrying that reason, unless the message
-        asks for MQRO_DISCARD_MSG.
+        asks for MQRO_DISCARD_MSG. A sink backlog takes nothing from a channel
+        (:mod:`.authority`: 2035).
         """
         try:
             xmit = unwrap_from_xmitq(md, body)
@@ -473,6 +475,13 @@ class EmbeddedConnection:
                 cluster_lookup=xmit.remote_q_mgr_name != self._qm.name,
             )
             try:
+                if handle.resolved_q_mgr_name == self._qm.name and is_gateway_put_only(
+                    handle.resolved_q_name
+                ):
+                    raise MQError(
+                        Reason.NOT_AUTHORIZED,
+                        f"{handle.resolved_q_name} takes no message from a channel",
+                    )
                 await handle.put(xmit.md, xmit.body, opts)
                 return TransmissionDelivery(handle.resolved_q_name, handle.resolved_q_mgr_name)
             finally:

@@ -26,6 +26,7 @@ from gateway.mq.embedded.cluster_transmit import cluster_correl_id
 from gateway.mq.embedded.mqsc import MQSCError
 from gateway.mq.embedded.objects import CLUSTER_TRANSMIT_QUEUE, ChannelDef, ChannelType
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.embedded.space import SpacePolicy
 from gateway.mq.embedded.topology import Topology, TopologyError, load_topology
 from gateway.mq.port import MQError
 
@@ -44,9 +45,11 @@ class QueueManagerNode:
         port: int = 0,
         address_book: dict[str, tuple[str, int]] | None = None,
         appl_name: str | None = None,
+        space: SpacePolicy | None = None,
     ) -> None:
         self.name = name
         self.appl_name = appl_name
+        self.space = space
         self.path = Path(path)
         self.mqsc = mqsc
         self.requested_port = port
@@ -74,7 +77,7 @@ class QueueManagerNode:
         (raises MQSCError naming the line); nothing is defined or started yet."""
         if self._qm is None:
             self._qm = EmbeddedQueueManager(self.name, self.path, directory=self.cluster,
-                                            appl_name=self.appl_name)
+                                            appl_name=self.appl_name, space=self.space)
             self._qm.status_reports["CHSTATUS"] = self.channel_status
         if self.mqsc:
             self._qm.check_mqsc(self.mqsc)

@@ -7,7 +7,8 @@ The socket is ``<data dir>/qm.sock``, mode 0600: only the owner of the gateway p
 (and root) can connect. The peer's identity comes from the kernel (SO_PEERCRED), and
 the server stamps it as the MQMD UserIdentifier of every message the peer puts, as a
 queue manager does; setting context explicitly (MQPMO_SET_*_CONTEXT) is refused with
-2035 unless the peer is the gateway's own user or root (MQ's ``setall`` authority).
+2035 unless the peer is the gateway's own user or root (MQ's ``setall`` authority), and
+so is opening one of the gateway's own queues (``SYSTEM.MQGW.*``, :mod:`.authority`).
 
 One task per client connection; one request at a time per connection (the MQI is
 synchronous per hconn). Asynchronous puts (``put_async``/``put1_async``, MQPMO_ASYNC_RESPONSE)
@@ -36,6 +37,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from gateway.mq.embedded.authority import check_gateway_queues, is_gateway_queue
 from gateway.mq.embedded.connection import EmbeddedConnection
 from gateway.mq.embedded.handle import EmbeddedQueueHandle
 from gateway.mq.embedded.mqsc_run import MQSCResult, format_results
@@ -206,6 +208,17 @@ class _Session:
     @property
     def may_set_context(self) -> bool:
         return self.uid in (0, os.getuid())
+
+    def _authorise(self, name: str, q_mgr: str) -> None:
+        """2035 when a peer that is not the gateway's own user names one of the
+        gateway's queues, directly or through a definition (:mod:`.authority`)."""
+        if self.may_set_context:
+            return
+        try:
+            resolution = self.qm.resolve(name, q_mgr) if not is_gateway_queue(name) else None
+        except MQError:
+            resolution = None  # the open/put1 itself reports why the name is no good
+        check_gateway_queues(name, resolution, self.user)
 
     async def end(self) -> None:
         self.doomed = None
@@ -395,6 +408,7 @@ class _Session:
         name, q_mgr = req.get("q_name"), req.get("q_mgr_name", "")
         if not isinstance(name, str) or not isinstance(q_mgr, str):
             raise ProtocolError(Reason.OPTIONS_ERROR, "put1 needs q_name")
+        self._authorise(name, q_mgr)
         return await conn.put1(name, md, body, opts, q_mgr)
 
     async def call(self, op: str, req: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
@@ -406,6 +420,7 @@ class _Session:
             if not isinstance(name, str) or not isinstance(q_mgr, str) or not isinstance(
                     options, int) or isinstance(options, bool):
                 raise ProtocolError(Reason.OPTIONS_ERROR, "open needs q_name, options")
+            self._authorise(name, q_mgr)
             handle = await conn.open(name, OpenOption(options), q_mgr)
             hobj, self._next = self._next, self._next + 1
             self.handles[hobj] = handle

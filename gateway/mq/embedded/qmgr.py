@@ -45,6 +45,7 @@ from gateway.mq.embedded.objects import (
 )
 from gateway.mq.embedded.queues import LocalQueue, QueuedMessage, pack_md_for_store
 from gateway.mq.embedded.reports import queue_reports
+from gateway.mq.embedded.space import SpacePolicy
 from gateway.mq.embedded.store import ChannelSync, MessageStore, StoredMessage, StoreError
 from gateway.mq.port import (
     MQError,
@@ -74,6 +75,7 @@ class EmbeddedQueueManager:
     ``mqsc_file``: a script run once the queue manager is open (every start; use
     ``REPLACE`` to make it idempotent); an error stops the start naming its line.
     ``directory``: issue 8's view of other queue managers and clusters (optional).
+    ``space``: the data directory's free-space watermark and reserve (:mod:`.space`).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class EmbeddedQueueManager:
         mqsc_file: Path | str | None = None,
         directory: RemoteDirectory | None = None,
         appl_name: str | None = None,
+        space: SpacePolicy | None = None,
     ) -> None:
         if not name or len(name) > 48:
             raise MQError(Reason.Q_MGR_NAME_ERROR, f"queue manager name {name!r} is not valid")
@@ -91,7 +94,7 @@ class EmbeddedQueueManager:
         self.path = Path(path)
         self.remote_directory = directory
         try:
-            self._store = MessageStore(self.path)
+            self._store = MessageStore(self.path, space)
         except StoreError as exc:
             raise QueueManagerUnavailableError(name, str(exc)) from exc
         try:
@@ -120,6 +123,8 @@ class EmbeddedQueueManager:
             self._store.close()
             raise
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"qm-{name}-store")
+        #: the watermark's state (``low``: persistent puts refused, :mod:`.space`)
+        self.space = self._store.space
         self._msg_ids = MsgIdGenerator(name)
         self._context = PutContext(appl_name=appl_name)
         self._connections: set[EmbeddedConnection] = set()
@@ -253,6 +258,22 @@ class EmbeddedQueueManager:
                 log.exception("definition listener failed for %s %s", kind, name)
 
     # ---------------------------------------------------------------- queries
+
+    def refuse_for_space(self, q_name: str, moving: bool) -> None:
+        """Called for a persistent put while ``space.low``: MQError 2056 unless space is
+        back or the put is a move to the dead-letter queue (``moving``: its unit of work
+        got messages) (:mod:`.space`)."""
+        if not self.space.recheck():
+            return
+        if moving and q_name == self._catalogue.qmgr.dead_letter_q_name:
+            return
+        self.stats.space_refusals += 1
+        raise MQError(
+            Reason.Q_SPACE_NOT_AVAILABLE,
+            f"no space for {q_name} in {self.path}: the disk is full to its watermark "
+            f"({self.space.room / 2**20:.1f} MB of room, min_free_mb "
+            f"{self.space.policy.min_free_bytes / 2**20:.0f})",
+        )
 
     def queue_depth(self, q_name: str) -> int:
         q = self._queues.get(q_name)
@@ -502,6 +523,8 @@ class QueueManagerStats:
     dead_lettered: int = 0
     reports: int = 0
     store_transactions: int = 0
+    #: persistent puts refused below the free-space watermark (2056)
+    space_refusals: int = 0
 
 
 class QueueManagerUnavailableError(MQError):

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.mq.embedded.objects import ChannelDef, ObjectCatalogue, QMgrAttrs, QueueDef
+from gateway.mq.embedded.space import SpacePolicy, StoreSpace
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +137,10 @@ class StoredMessage:
 
 
 class MessageStore:
-    """The SQLite file of one queue manager, opened exclusively."""
+    """The SQLite file of one queue manager, opened exclusively. ``space``: its free-
+    space watermark and reserve (:mod:`.space`; none by default)."""
 
-    def __init__(self, directory: Path | str) -> None:
+    def __init__(self, directory: Path | str, space: SpacePolicy | None = None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _acquire_dir_lock(self.directory)
@@ -174,6 +176,11 @@ class MessageStore:
             os.close(self._lock_fd)
             raise
         self._closed = False
+        self.space = StoreSpace(self.directory, space or SpacePolicy())
+        self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
+        if self.space.enabled:
+            self.space.make_reserve()
+            self.space.measure(self._free_pages_bytes())
 
     def _create_or_upgrade(self) -> None:
         """Create the tables of a new directory, or upgrade a schema-1 one (adds the
@@ -299,8 +306,38 @@ class MessageStore:
         """One durable transaction: add ``inserts``, remove ``deletes`` (seqs), set
         backout counts ``(seq, count)``, record channel batches ``syncs``. Returns only
         after the WAL is on disk. A body object inserted more than once is stored once
-        (see the module docstring)."""
-        with self._mutex, self._transaction():
+        (see the module docstring).
+
+        A transaction without inserts that fails because the disk is full releases the
+        store reserve and is tried once more (:mod:`.space`): the commits that free
+        space must not need any."""
+        with self._mutex:
+            try:
+                self._apply_locked(inserts, deletes, backouts, syncs)
+            except sqlite3.OperationalError as exc:
+                if inserts or not _disk_full(exc) or not self.space.release_reserve():
+                    raise
+                self._apply_locked(inserts, deletes, backouts, syncs)
+            if self.space.enabled:
+                self.space.measure(self._free_pages_bytes())
+                if not self.space.low:
+                    self.space.make_reserve()
+
+    def _free_pages_bytes(self) -> int:
+        """Bytes of the store's free pages (reused by new rows before the file grows)."""
+        try:
+            return int(self._db.execute("PRAGMA freelist_count").fetchone()[0]) * self._page_size
+        except sqlite3.Error:
+            return 0
+
+    def _apply_locked(
+        self,
+        inserts: Sequence[StoredMessage],
+        deletes: Iterable[int],
+        backouts: Iterable[tuple[int, int]],
+        syncs: Iterable[ChannelSync],
+    ) -> None:
+        with self._transaction():
             sync_rows = [(s.channel, s.batch_seq, s.msg_ids) for s in syncs]
             if sync_rows:
                 self._db.executemany(
@@ -397,6 +434,12 @@ def _insert_statement(rows: int) -> str:
 
 
 @functools.lru_cache(maxsize=64)
+def _disk_full(exc: sqlite3.Error) -> bool:
+    """SQLITE_FULL: the file system had no room for the write."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or (code is None and "full" in str(exc))
+
+
 def _delete_statement(seqs: int) -> str:
     """A DELETE of ``seqs`` messages by sequence (see :func:`_insert_statement`)."""
     return f"DELETE FROM messages WHERE seq IN ({','.join(['?'] * seqs)})"
@@ -413,8 +456,15 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error:
+                # a COMMIT that failed (disk full) may leave the transaction open
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+        elif self._db.in_transaction:
             self._db.execute("ROLLBACK")
 
 

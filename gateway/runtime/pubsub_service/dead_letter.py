@@ -103,6 +103,15 @@ async def dead_letter_queue_of(handle: QueueHandle, fallback: str) -> tuple[str,
     return fallback, "broker setting dead_letter_queue"
 
 
+def _holds_back(p: Put, reason: int) -> bool:
+    """A failed delivery put that is back-pressure, not the message's fault: a full sink
+    backlog (2053), or no space on the queue manager's disk for any delivery (2056: the
+    embedded queue manager's watermark, IBM MQ's full queue file); the batch waits."""
+    if reason == Reason.Q_SPACE_NOT_AVAILABLE:
+        return not p.kind
+    return p.backpressure and reason == Reason.Q_FULL
+
+
 def _plain(p: Put) -> bool:
     """A delivery, response or sink-backlog put: dead-lettered when it fails (a backlog
     put that finds its queue full is back-pressure instead: BacklogFullError)."""
@@ -186,7 +195,7 @@ async def put_all(
                     if isinstance(result, MQError):
                         if result.reason in CONNECTION_REASONS:
                             raise result
-                        if r.backpressure and result.reason == Reason.Q_FULL:
+                        if _holds_back(r, result.reason):
                             raise BacklogFullError(r.queue, result) from result
                         await set_aside(r, result)
                     else:
@@ -218,8 +227,9 @@ async def put_all(
             except MQError as exc:
                 if exc.reason in CONNECTION_REASONS:
                     raise
-                if p.backpressure and exc.reason == Reason.Q_FULL:
-                    # a sink-backlog put on a connection whose puts are round trips
+                if _holds_back(p, exc.reason):
+                    # a sink-backlog put on a connection whose puts are round trips, or
+                    # any delivery while the queue manager's disk is at its watermark
                     raise BacklogFullError(p.queue, exc) from exc
                 if p.kind or not p.dead_letter_on_failure:
                     if p.kind:

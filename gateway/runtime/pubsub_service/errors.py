@@ -33,11 +33,14 @@ class BrokerError(GatewayRuntimeError):
 
 
 class BacklogFullError(BrokerError):
-    """A sink's backlog queue is full (MQRC 2053): the batch backs out (back-pressure,
-    not counted against BOTHRESH) and its stream waits until the sink catches up."""
+    """A sink's backlog queue is full (MQRC 2053), or the queue manager has no space for
+    a delivery (2056, its disk at the free-space watermark): the batch backs out
+    (back-pressure, not counted against BOTHRESH) and its stream waits until the sink
+    catches up."""
 
     def __init__(self, queue: str, exc: MQError) -> None:
-        super().__init__(f"backlog queue {queue} is full: batch backed out", exc.reason)
+        what = "is full" if exc.reason == Reason.Q_FULL else f"has no space ({exc.detail})"
+        super().__init__(f"queue {queue} {what}: batch backed out", exc.reason)
         self.queue = queue
 
 

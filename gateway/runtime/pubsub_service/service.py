@@ -70,6 +70,7 @@ from gateway.pubsub.outcome import Delivery, InboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.backlog_seal import BacklogSeal
 from gateway.runtime.pubsub_service.config import BrokerConfig
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import (
@@ -146,6 +147,7 @@ class BrokerService:
         config: BrokerConfig | None = None,
         sinks: Mapping[str, Sink] | None = None,
         forgiven: ForgivenBackouts | None = None,
+        backlog_seal: BacklogSeal | None = None,
     ) -> None:
         self.qm = qm
         self.engine = engine
@@ -180,7 +182,11 @@ class BrokerService:
         self._tasks: list[asyncio.Task[None]] = []
         #: set while a stop runs; later stops wait for it (see :meth:`stop`)
         self._stopping: asyncio.Event | None = None
-        self.sink_backlogs = SinkBacklogs(qm, self.config, self._stop, self.counters)
+        #: ``backlog_seal``: the key of the sinks' backlogs (None: the embedded queue
+        #: manager's, kept in its data directory; gateway/runtime/backlog_seal.py)
+        self.sink_backlogs = SinkBacklogs(
+            qm, self.config, self._stop, self.counters, seal=backlog_seal
+        )
         for name, sink in (sinks or {}).items():
             self.register_sink(name, sink)
 

@@ -34,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from gateway.mq.port import MQError, OpenOption, QueueManager
 from gateway.plugin_api import Envelope, Sink
@@ -47,6 +49,7 @@ from gateway.runtime.backlog_format import (
     backlog_queue_name,
     encode_backlog_message,
 )
+from gateway.runtime.backlog_seal import KEY_SIZE, BacklogSeal, load_backlog_key
 from gateway.runtime.envelopes import envelope_of
 from gateway.runtime.pubsub_service.config import BrokerConfig
 from gateway.runtime.pubsub_service.counters import ServiceCounters
@@ -111,9 +114,12 @@ class SinkBacklogs:
         config: BrokerConfig,
         stopping: asyncio.Event,
         totals: ServiceCounters,
+        seal: BacklogSeal | None = None,
     ) -> None:
         self.qm = qm
         self.config = config
+        #: seals what is put on the backlogs; the forwarders check it (backlog_seal.py)
+        self.seal = seal if seal is not None else _default_seal(qm)
         self._stop = stopping
         self._totals = totals
         self.sinks: dict[str, Sink] = {}
@@ -169,9 +175,14 @@ class SinkBacklogs:
         backlog queue (a full queue is back-pressure: BacklogFullError; any other
         failure dead-letters it)."""
         msg_id = backlog_msg_id()
+        if envelope is None:
+            envelope = envelope_of(d)
+        body = encode_backlog_message(envelope)
         md = MQMD(
             msg_id=msg_id,
             format=BACKLOG_FORMAT,
+            # the seal: only the gateway's own backlog messages are forwarded
+            accounting_token=self.seal.seal(body),
             persistence=(
                 Persistence.PERSISTENT
                 if d.md.persistence == Persistence.PERSISTENT
@@ -189,9 +200,6 @@ class SinkBacklogs:
             put_time=d.md.put_time,
             user_identifier=d.md.user_identifier,
         )
-        if envelope is None:
-            envelope = envelope_of(d)
-        body = encode_backlog_message(envelope)
         cache = self.envelopes.get(name)
         if cache is not None and name not in self.remote:  # a worker decodes its own
             cache.put(msg_id, body, envelope)
@@ -202,6 +210,11 @@ class SinkBacklogs:
         and its backlog queue empty (see module docstring); None: put them on the
         backlog. The caller must :meth:`settle` every hand-over before its commit."""
         if self.direct_ack_timeout <= 0 or self._stop.is_set():
+            return None
+        space = getattr(self.qm, "space", None)
+        if space is not None and space.low:
+            # the batch's puts are refused (2056) and it backs out: a hand-over would be
+            # sent again with every retry
             return None
         fw = self.forwarders.get(name)
         depth_of = getattr(self.qm, "queue_depth", None)
@@ -331,6 +344,7 @@ class SinkBacklogs:
             stopping=self._stop,
             totals=self._totals,
             envelopes=self.envelopes.setdefault(name, EnvelopeCache()),
+            seal=self.seal,
         )
         self.forwarders[name] = fw
         return asyncio.create_task(fw.run(), name=f"sink:{name}")
@@ -354,3 +368,18 @@ class SinkBacklogs:
     def counters(self) -> dict[str, ForwarderCounters]:
         """Per sink: its forwarder's figures (metrics)."""
         return {name: fw.counters for name, fw in self.forwarders.items()}
+
+
+def _default_seal(qm: QueueManager) -> BacklogSeal:
+    """The seal of a service given none: the key in the embedded queue manager's data
+    directory (where the backlogs are kept); a queue manager without one (IBM MQ, which
+    the app gives a key kept beside its store) gets a key of this process only, so its
+    backlog messages are dead-lettered after a restart (2035): said once in the log."""
+    path = getattr(qm, "path", None)
+    if isinstance(path, Path):
+        try:
+            return BacklogSeal(load_backlog_key(path))
+        except (OSError, ValueError) as exc:
+            raise BrokerError(f"cannot use the backlog key in {path}: {exc}") from exc
+    log.warning("no backlog key directory: the sink backlogs' seal lasts this process only")
+    return BacklogSeal(os.urandom(KEY_SIZE))

@@ -18,11 +18,24 @@ What happens on a failure of ``send``:
   backlog message goes to the dead-letter queue behind an MQDLH with ``reason``
   (DestQName = the backlog queue), counted per reason; the rest of the batch is sent
   again (nothing of a refused batch counts as delivered: sinks check before sending).
-* anything else: backout (BackoutCount + 1). A message whose BackoutCount reached the
+* anything else: backout (BackoutCount + 1).
+
+Before any send, each got message must be the gateway's own: Format ``MQGWENV1`` and
+the seal of ``gateway.runtime.backlog_seal`` in its AccountingToken (checked only for a
+message the envelope cache does not know). Anything else on the queue (a forged
+message, another format) is moved to the dead-letter queue with MQRC_FORMAT_ERROR or
+MQRC_NOT_AUTHORIZED, counted per reason, logged summarised, never sent; the rest of the
+batch goes on. A message whose BackoutCount reached the
   backlog queue's BOTHRESH is then sent alone, and moved aside (its BOQNAME, or the DLQ
   with MQRC_BACKED_OUT) only if it fails *again* with such an error. A BackoutCount
   raised by restarts (a restart rolls back the held unit of work) therefore only
   isolates a message, it never dead-letters it: no state needs to be kept for that.
+
+A commit that fails *after* the sink acknowledged the batch (the store cannot write:
+disk full) is not a failure of the batch: the forwarder remembers the batch's MsgIds,
+logs one summarised line, waits and gets the batch again, and commits those messages
+away without sending them (at most one copy per message within a process; a crash
+before the commit sends that one batch again: at-least-once).
 """
 
 from __future__ import annotations
@@ -47,18 +60,25 @@ from gateway.mq.port import (
 )
 from gateway.plugin_api import DeliveryRefusedError, Envelope, Sink
 from gateway.runtime.backlog_format import (
+    BACKLOG_FORMAT,
     BacklogFormatError,
     EnvelopeCache,
     decode_backlog_message,
 )
+from gateway.runtime.backlog_seal import BacklogSeal
+from gateway.runtime.logs import SummarisedLog
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import Put, dead_letter, put_all
-from gateway.runtime.pubsub_service.errors import AsideQueueError
+from gateway.runtime.pubsub_service.errors import CONNECTION_REASONS, AsideQueueError
 from gateway.wire.reasons import Reason
 
-__all__ = ["ForwarderCounters", "SinkForwarder"]
+__all__ = ["MAX_UNSETTLED", "ForwarderCounters", "SinkForwarder"]
 
 log = logging.getLogger(__name__)
+
+#: Most backlog MsgIds remembered as acknowledged by the sink but not committed off the
+#: backlog (their commit failed); past it the oldest are sent again (at-least-once).
+MAX_UNSETTLED = 65536
 
 
 @dataclass(slots=True)
@@ -76,6 +96,8 @@ class ForwarderCounters:
     #: deliveries the service handed to the idle sink directly (acknowledged before
     #: the stream's commit, so never put on the backlog); included in ``delivered``
     direct: int = 0
+    #: backlog commits that failed after the sink's acknowledgement (not sent again)
+    commit_failures: int = 0
 
 
 class SinkForwarder:
@@ -97,6 +119,7 @@ class SinkForwarder:
         stopping: asyncio.Event,
         totals: ServiceCounters | None = None,
         envelopes: EnvelopeCache | None = None,
+        seal: BacklogSeal,
     ) -> None:
         self.qm = qm
         self.sink_name = sink_name
@@ -131,6 +154,18 @@ class SinkForwarder:
         self._no_direct_until = 0.0
         #: hand-overs in a row not acknowledged in time (the next pause doubles)
         self._direct_misses = 0
+        #: backlog MsgIds the sink acknowledged whose backlog commit then failed (the disk
+        #: full, the queue manager's store failing): when got again they are committed
+        #: away unsent, so a failing commit costs no duplicate (bounded: past
+        #: MAX_UNSETTLED the oldest are forgotten and would be sent again)
+        self._unsettled: dict[bytes, None] = {}
+        #: one line per interval while backlog commits keep failing
+        self._commit_failures = SummarisedLog(log)
+        #: checks that a got message is the gateway's own (backlog_seal.py)
+        self.seal = seal
+        #: what is dead-lettered off the backlog: anyone who can put there decides how
+        #: often, so one line per kind a minute (gateway.runtime.logs.SummarisedLog)
+        self._refusals = SummarisedLog(log)
 
     @property
     def idle(self) -> bool:
@@ -305,6 +340,22 @@ class SinkForwarder:
                         raise
                     except asyncio.CancelledError:
                         raise
+                    except _BacklogCommitError as exc:
+                        self.counters.commit_failures += 1
+                        self._commit_failures.log(
+                            logging.WARNING, "commit",
+                            "sink %s: the backlog commit after the sink's acknowledgement "
+                            "failed (%s); the %d deliveries it has are taken off %s unsent "
+                            "once the queue manager commits again", self.sink_name,
+                            exc.error, exc.sent, self.queue,
+                        )
+                        with contextlib.suppress(MQError):
+                            await conn.backout()
+                        if exc.error.reason in CONNECTION_REASONS:
+                            raise exc.error from None
+                        await self._pause(delay)
+                        delay = min(10.0, max(delay * 2, 0.05))
+                        continue
                     except AsideQueueError as exc:
                         self.totals.dead_letter_failures += 1
                         log.error(
@@ -406,25 +457,38 @@ class SinkForwarder:
         pending: list[tuple[Message, Envelope]] = []
         take = self.envelopes.take
         for m in msgs:
-            env = take(m.md.msg_id, m.body)
+            md = m.md
+            # a cache hit: the body is one this process sealed and put (backlog_seal.py)
+            env = take(md.msg_id, m.body) if md.format == BACKLOG_FORMAT else None
             if env is not None:
                 pending.append((m, env))
                 continue
-            try:
-                pending.append((m, decode_backlog_message(m.body)))
-            except BacklogFormatError as exc:
-                log.error(
-                    "sink %s: backlog message not decodable (%s): dead-lettered",
-                    self.sink_name,
-                    exc,
-                )
-                puts.append(self._dead_letter(m, exc.reason, q_mgr))
-                reasons.append(exc.reason)
+            reason = self.seal.refusal(md, m.body)
+            if not reason:
+                try:
+                    pending.append((m, decode_backlog_message(m.body)))
+                    continue
+                except BacklogFormatError as exc:
+                    reason, why = exc.reason, str(exc)
+            else:
+                why = ("not in the backlog format" if reason == Reason.FORMAT_ERROR
+                       else "not sealed by this gateway")
+            self._refusals.log(
+                logging.ERROR, f"refused {reason}",
+                "sink %s: a message on its backlog %s is %s (MQRC %d; Format %r, put by "
+                "%r, application %r): dead-lettered, not forwarded",
+                self.sink_name, self.queue, why, reason, md.format.strip(),
+                md.user_identifier.strip(), md.put_appl_name.strip(),
+            )
+            puts.append(self._dead_letter(m, reason, q_mgr))
+            reasons.append(reason)
         if not await self._direct_settled():
             return len(msgs)  # stopping: the unit of work stays open, run() backs it out
         acked_copies = [m.md.msg_id for m, _ in pending if m.md.msg_id in self._acked_copies]
-        if acked_copies:
-            skip = set(acked_copies)
+        unsettled = self._unsettled
+        sent_before = [m.md.msg_id for m, _ in pending if m.md.msg_id in unsettled]
+        if acked_copies or sent_before:
+            skip = set(acked_copies).union(sent_before)
             pending = [(m, e) for m, e in pending if m.md.msg_id not in skip]
         try:
             await self._send(pending, puts, reasons, q_mgr)
@@ -442,7 +506,17 @@ class SinkForwarder:
                 raise
         if puts:
             await put_all(conn, puts, self.dlq)
-        await conn.commit()
+        try:
+            await conn.commit()
+        except MQError as exc:
+            # The sink has ``pending``: never send them again for this failure.
+            for m, _ in pending:
+                unsettled[m.md.msg_id] = None
+            while len(unsettled) > MAX_UNSETTLED:
+                del unsettled[next(iter(unsettled))]
+            raise _BacklogCommitError(exc, len(pending) + len(sent_before)) from exc
+        for msg_id in sent_before:
+            unsettled.pop(msg_id, None)
         self.envelopes.discard([m.md.msg_id for m in msgs])
         if acked_copies:
             self._acked_copies.difference_update(acked_copies)
@@ -552,6 +626,16 @@ def _retrieve(task: asyncio.Task[None]) -> None:
     hand-over was already given up and its deliveries went to the backlog)."""
     if not task.cancelled():
         task.exception()
+
+
+class _BacklogCommitError(Exception):
+    """The backlog commit after a batch the sink acknowledged failed (``sent``
+    deliveries the sink has): retried after a pause, nothing sent again."""
+
+    def __init__(self, error: MQError, sent: int) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.sent = sent
 
 
 class _NoSinkError(Exception):

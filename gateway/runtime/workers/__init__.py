@@ -54,6 +54,7 @@ def worker_specs(
     dead_letter_queue: str,
     serviced_queues: Sequence[str],
     instances: dict[str, PluginInstance],
+    backlog_key: bytes,
 ) -> list[WorkerSpec]:
     """One spec per ``workers:`` group (the instances were created in the main process
     only for their planned subscriptions; the worker makes its own)."""
@@ -80,6 +81,6 @@ def worker_specs(
             default_backout_threshold=broker.default_backout_threshold,
             retry_delay=broker.retry_delay, sink_retry_max_delay=broker.sink_retry_max_delay,
             shutdown_timeout=cfg.shutdown_timeout, log_format=cfg.logging.format,
-            log_level=log_level, gc=cfg.gc.model_dump(),
+            log_level=log_level, gc=cfg.gc.model_dump(), backlog_key=backlog_key.hex(),
         ))
     return out

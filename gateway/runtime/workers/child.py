@@ -36,6 +36,7 @@ from typing import Any
 from gateway.mq.embedded.client import ClientQueueManager
 from gateway.plugin_api import PluginError, PluginInstance, Sink
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.backlog_seal import BacklogSeal
 from gateway.runtime.config import _fit_send_timeout
 from gateway.runtime.gc_policy import GcConfig, apply_gc_policy
 from gateway.runtime.plugin_host import MQPublisher
@@ -117,6 +118,7 @@ class Worker:
 
     async def run(self) -> int:
         spec = self.spec
+        seal = BacklogSeal(bytes.fromhex(spec.backlog_key))  # checked by amain
         for p in spec.plugins:
             self.instances[p.name] = self._create(p)
             publisher = MQPublisher(self.qm, origin=p.name, gateway_id=spec.gateway_id,
@@ -127,7 +129,7 @@ class Worker:
                 dead_letter_queue=spec.dead_letter_queue, batch_size=spec.batch_size,
                 wait_ms=spec.wait_ms, default_backout_threshold=spec.default_backout_threshold,
                 retry_delay=spec.retry_delay, retry_max_delay=spec.sink_retry_max_delay,
-                stopping=self._fw_stop,
+                stopping=self._fw_stop, seal=seal,
             )
         gc_config = GcConfig.model_validate(spec.gc)  # refused before anything runs
         tasks = [asyncio.create_task(fw.run(), name=f"sink:{n}")
@@ -248,6 +250,7 @@ async def amain() -> int:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     try:
         spec = WorkerSpec.from_line(await reader.readline())
+        BacklogSeal(bytes.fromhex(spec.backlog_key))
     except ValueError as exc:
         print(f"mqgw worker: {exc}", file=sys.stderr)
         return EXIT_SPEC

@@ -58,6 +58,9 @@ class WorkerSpec:
     parent_pid: int = 0
     #: the ``gc:`` section (gateway/runtime/gc_policy.py), applied once the worker started
     gc: dict[str, Any] = field(default_factory=dict)
+    #: the backlog key, hex (gateway/runtime/backlog_seal.py): the forwarders check the
+    #: seal of what they get with it
+    backlog_key: str = ""
     version: int = SPEC_VERSION
 
     def to_line(self) -> bytes:
