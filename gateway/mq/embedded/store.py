@@ -433,13 +433,13 @@ def _insert_statement(rows: int) -> str:
     return _INSERT_COLUMNS + ",".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * rows)
 
 
-@functools.lru_cache(maxsize=64)
 def _disk_full(exc: sqlite3.Error) -> bool:
     """SQLITE_FULL: the file system had no room for the write."""
     code = getattr(exc, "sqlite_errorcode", None)
     return code == sqlite3.SQLITE_FULL or (code is None and "full" in str(exc))
 
 
+@functools.lru_cache(maxsize=64)
 def _delete_statement(seqs: int) -> str:
     """A DELETE of ``seqs`` messages by sequence (see :func:`_insert_statement`)."""
     return f"DELETE FROM messages WHERE seq IN ({','.join(['?'] * seqs)})"
