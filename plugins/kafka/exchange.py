@@ -8,10 +8,14 @@ other header not starting with ``mq.`` is a property by name. Consuming and prod
 reuse the plugin's one source loop (commit after the handler, dead-letter topic for
 refused records) and one producer (acks=all, refusals as DeliveryRefusedError).
 
-Every record produced carries ``mq.origin`` = the gateway id, as publication records
-do: the gateway's inbound routes skip it and its request/reply sources refuse it
-(dead-lettered, reason 2035), so a reply written where a requester chose never comes
-back in as a publication, a request or a reply.
+Every record produced that asks for no answer (a reply, an error reply, a datagram)
+carries ``mq.origin`` = the gateway id, as publication records do: the gateway's inbound
+routes skip it and its request/reply sources refuse it (dead-lettered, reason 2035), so
+a reply written where a requester chose never comes back in as a publication, a request
+or a reply. A request forwarded to a responder (``mq.reply.topic`` set) goes to a topic
+of the gateway's configuration, not one an outsider chose, and responders often copy a
+request's headers into their reply (Kafka Streams forwards them by default): marked, the
+route would refuse every such reply, so it is not.
 """
 
 from __future__ import annotations
@@ -128,8 +132,9 @@ def exchange_envelope(
 
 def exchange_record(envelope: Envelope, *, origin: str) -> OutboundRecord:
     """The record an exchange envelope is produced as (key = its correlation data),
-    marked with ``origin`` (the gateway id). A property named like the origin header
-    (an MQ ``usr`` element ``<mq><origin>``) is left out: only the gateway sets it."""
+    marked with ``origin`` (the gateway id) unless it asks for an answer (module
+    docstring). A property named like the origin header (an MQ ``usr`` element
+    ``<mq><origin>``) is left out: only the gateway sets it."""
     e = envelope
     headers = [
         (name, value.encode("utf-8")) for name, value in e.property_items() if name != ORIGIN_HEADER
@@ -140,7 +145,8 @@ def exchange_record(envelope: Envelope, *, origin: str) -> OutboundRecord:
         headers.append((CORRELATION_HEADER, e.correlation_data))
     if e.expiry > 0:
         headers.append((EXPIRY_HEADER, str(e.expiry).encode()))
-    headers.append((ORIGIN_HEADER, origin.encode()))
+    if not e.reply_topic:
+        headers.append((ORIGIN_HEADER, origin.encode()))
     return OutboundRecord(
         topic=e.topic, key=e.correlation_data or None, value=e.payload, headers=headers
     )
