@@ -126,12 +126,15 @@ class MqttInstance:
             name=self._name,
             on_failure=self._count_failure,
         )
-        self.source = MqttSource(cfg.inbound, connection, context.publisher, self._name)
+        self.source = MqttSource(
+            cfg.inbound, connection, context.publisher, self._name, gateway_id=context.gateway_id
+        )
         self.exchanges = MqttExchanges(
             connection,
             origin=self._name,
             dead_letter_topic=cfg.inbound.dead_letter_topic,
             ack_timeout=cfg.outbound.ack_timeout,
+            gateway_id=context.gateway_id,
         )
         loop = asyncio.get_running_loop()
         self._held = []
