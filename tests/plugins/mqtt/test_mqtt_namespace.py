@@ -56,6 +56,7 @@ def test_the_instance_implements_owns_topics() -> None:
         (NO_PREFIX, "dlq/x", "dead-letter topic 'dlq'"),
         (EVERYTHING, "quotes/reply", "forwards MQ topic 'quotes/reply'"),
         (EVERYTHING, "%24foo", "forwards MQ topic '$foo'"),
+        (EVERYTHING, "a%2524", "forwards MQ topic 'a%24'"),
     ],
 )
 def test_own_names_say_why(config: dict[str, Any], topic: str, why: str) -> None:
@@ -82,6 +83,9 @@ def test_own_names_say_why(config: dict[str, Any], topic: str, why: str) -> None
         (NO_PREFIX, "other/quotes/a"),
         (NO_PREFIX, f"{STOCK}/IBM/price"),  # the stream has its own level
         ({"outbound": {"prefix": "", "topics": []}}, "quotes/a"),
+        (EVERYTHING, "a%24"),  # '%24' is only ever written first
+        (EVERYTHING, "a%2b"),  # escapes are written in capitals
+        (EVERYTHING, "a/%"),
     ],
 )
 def test_other_names_are_not_own(config: dict[str, Any], topic: str) -> None:
@@ -139,6 +143,28 @@ def test_every_forwarded_name_is_own(prefix: str, level: str, stream: str, topic
     assert forwarded is not None
     stream_of_filter, _ = split_unified_topic(forwarded[0])
     assert mqtt_topic(stream_of_filter, forwarded[1], config.outbound) == name
+
+
+@given(
+    st.sampled_from(["", "mq"]),
+    st.sampled_from(["", "default"]),
+    st.text(alphabet="%2B53#+0$a/S", max_size=16),
+)
+def test_every_name_owned_as_forwarded_is_one(prefix: str, level: str, name: str) -> None:
+    """The inverse is exact: what ``forwarded_from`` names maps forward to the name."""
+    config = MqttConfig.model_validate(
+        {
+            "outbound": {
+                "prefix": prefix,
+                "default_stream_level": level,
+                "topics": ["#", "$SYS/STREAM/S/#"],
+            }
+        }
+    )
+    forwarded = MqttNamespace(config, "m1").forwarded_from(name)
+    if forwarded is not None:
+        stream, _ = split_unified_topic(forwarded[0])
+        assert mqtt_topic(stream, forwarded[1], config.outbound) == name
 
 
 @given(st.sampled_from(["IBM", "HUR"]), _levels)
