@@ -24,6 +24,7 @@ from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError, KafkaSecurityError, TopicCollisionError
 from plugins.kafka.exchange import KafkaExchanges
 from plugins.kafka.mapping import TopicRouter, TopicTemplate
+from plugins.kafka.namespace import KafkaNamespace
 from plugins.kafka.security import preflight
 from plugins.kafka.sink import KafkaSink
 from plugins.kafka.source import KafkaSource
@@ -41,7 +42,8 @@ __all__ = [
 class KafkaInstance:
     """One configured ``kafka`` instance: an engine sink (outbound) and/or a consumer
     publishing into the engine (inbound), and request/reply exchanges (``Exchanges``,
-    plugins.kafka.exchange) for the runtime's request/reply routes."""
+    plugins.kafka.exchange) for the runtime's request/reply routes. The topics it keeps
+    for itself: ``own_topic`` (``OwnsTopics``, plugins.kafka.namespace)."""
 
     def __init__(self, name: str, config: KafkaPluginConfig) -> None:
         self._name = name
@@ -53,6 +55,8 @@ class KafkaInstance:
         self.sink: KafkaSink | None = None
         self.source: KafkaSource | None = None
         self.exchanges: KafkaExchanges | None = None
+        #: Its own topics; the exactly-once marker topic's gateway id is known at start.
+        self.namespace = KafkaNamespace(config, name)
         #: The last TLS/SASL failure (one line, no secret) until a start succeeds.
         self.security_failure: str | None = None
         self.security_failures = {"tls": 0, "sasl": 0, "secret": 0}
@@ -60,6 +64,11 @@ class KafkaInstance:
     @property
     def name(self) -> str:
         return self._name
+
+    def own_topic(self, topic: str) -> str:
+        """Why ``topic`` is one of this instance's own topics, "" when it is not
+        (``OwnsTopics``: the runtime writes no reply there)."""
+        return self.namespace.own_topic(topic)
 
     def planned_subscriptions(self) -> list[tuple[str, Scheme]]:
         """The outbound routes' subscriptions (what start() subscribes), for the runtime
@@ -92,6 +101,7 @@ class KafkaInstance:
             raise
         self.security_failure = None
         gateway_id = context.gateway_id
+        self.namespace = KafkaNamespace(self.config, self._name, gateway_id)
         self.exchanges = KafkaExchanges(
             self.config, instance=self._name, gateway_id=gateway_id, sink=lambda: self.sink
         )

@@ -7,6 +7,15 @@ when the header is absent) and ``mq.expiry`` (tenths of a second, MQ's unit). Ev
 other header not starting with ``mq.`` is a property by name. Consuming and producing
 reuse the plugin's one source loop (commit after the handler, dead-letter topic for
 refused records) and one producer (acks=all, refusals as DeliveryRefusedError).
+
+Every record produced that asks for no answer (a reply, an error reply, a datagram)
+carries ``mq.origin`` = the gateway id, as publication records do: the gateway's inbound
+routes skip it and its request/reply sources refuse it (dead-lettered, reason 2035), so
+a reply written where a requester chose never comes back in as a publication, a request
+or a reply. A request forwarded to a responder (``mq.reply.topic`` set) goes to a topic
+of the gateway's configuration, not one an outsider chose, and responders often copy a
+request's headers into their reply (Kafka Streams forwards them by default): marked, the
+route would refuse every such reply, so it is not.
 """
 
 from __future__ import annotations
@@ -28,7 +37,13 @@ from plugins.kafka.errors import (
     KafkaSendError,
     TopicNameError,
 )
-from plugins.kafka.mapping import OutboundRecord, SkippedRecord, check_topic_name
+from plugins.kafka.mapping import (
+    ORIGIN_HEADER,
+    OWN_ORIGIN_REASON,
+    OutboundRecord,
+    SkippedRecord,
+    check_topic_name,
+)
 from plugins.kafka.sink import KafkaSink
 from plugins.kafka.source import KafkaSource
 
@@ -60,14 +75,27 @@ def _text(name: str, value: bytes) -> str:
         raise SkippedRecord(f"header {name!r} is not UTF-8 text") from exc
 
 
-def exchange_envelope(record: ConsumerRecord[bytes, bytes], *, origin: str) -> Envelope:
+def exchange_envelope(
+    record: ConsumerRecord[bytes, bytes], *, origin: str, gateway_id: str = ""
+) -> Envelope:
     """The exchange envelope of a consumed record; SkippedRecord when a header cannot be
-    read (the record is then dead-lettered like any refused inbound record)."""
+    read or the record is ``gateway_id``'s own (``mq.origin``: the gateway wrote it),
+    and the record is then dead-lettered like any refused inbound record."""
+    headers = record.headers or ()
+    if gateway_id and any(
+        name == ORIGIN_HEADER and bytes(raw) == gateway_id.encode() for name, raw in headers
+    ):
+        raise SkippedRecord(
+            f"record carries this gateway's own origin ({ORIGIN_HEADER} {gateway_id!r}): "
+            "the gateway wrote it (a reply or a request it produced), so it is taken as "
+            "neither a request nor a reply",
+            OWN_ORIGIN_REASON,
+        )
     properties: list[tuple[str, str]] = []
     reply_topic = ""
     correlation: bytes | None = None
     expiry = -1
-    for name, raw in record.headers or ():
+    for name, raw in headers:
         value = bytes(raw)
         if name == REPLY_TOPIC_HEADER:
             reply_topic = _text(name, value)
@@ -102,16 +130,23 @@ def exchange_envelope(record: ConsumerRecord[bytes, bytes], *, origin: str) -> E
     )
 
 
-def exchange_record(envelope: Envelope) -> OutboundRecord:
-    """The record an exchange envelope is produced as (key = its correlation data)."""
+def exchange_record(envelope: Envelope, *, origin: str) -> OutboundRecord:
+    """The record an exchange envelope is produced as (key = its correlation data),
+    marked with ``origin`` (the gateway id) unless it asks for an answer (module
+    docstring). A property named like the origin header (an MQ ``usr`` element
+    ``<mq><origin>``) is left out: only the gateway sets it."""
     e = envelope
-    headers = [(name, value.encode("utf-8")) for name, value in e.property_items()]
+    headers = [
+        (name, value.encode("utf-8")) for name, value in e.property_items() if name != ORIGIN_HEADER
+    ]
     if e.reply_topic:
         headers.append((REPLY_TOPIC_HEADER, e.reply_topic.encode("utf-8")))
     if e.correlation_data:
         headers.append((CORRELATION_HEADER, e.correlation_data))
     if e.expiry > 0:
         headers.append((EXPIRY_HEADER, str(e.expiry).encode()))
+    if not e.reply_topic:
+        headers.append((ORIGIN_HEADER, origin.encode()))
     return OutboundRecord(
         topic=e.topic, key=e.correlation_data or None, value=e.payload, headers=headers
     )
@@ -160,7 +195,9 @@ class KafkaExchanges:
             gateway_id=self.gateway_id,
             topics=list(dict.fromkeys(sources)),
             group_id=exchange_group(self.gateway_id, route),
-            mapper=functools.partial(exchange_envelope, origin=self.instance),
+            mapper=functools.partial(
+                exchange_envelope, origin=self.instance, gateway_id=self.gateway_id
+            ),
             auto_offset_reset="earliest",
             handled_before_refusal=True,
         )
@@ -206,7 +243,9 @@ class KafkaExchanges:
                     index=next(i for i, e in enumerate(envelopes) if e.topic == topic),
                     reason=MQRC_UNKNOWN_OBJECT_NAME,
                 ) from exc
-        records = [(index, exchange_record(e)) for index, e in enumerate(envelopes)]
+        records = [
+            (index, exchange_record(e, origin=self.gateway_id)) for index, e in enumerate(envelopes)
+        ]
         refused_before = sink.refused
         try:
             await sink.deliver(envelopes, records)
@@ -246,6 +285,7 @@ class KafkaExchanges:
                 ("handled", consumer.counters.published),
                 ("handler_failures", consumer.counters.publish_failures),
                 ("dead_lettered", consumer.counters.dead_lettered),
+                ("own_origin_refused", consumer.counters.own_origin_refused),
                 ("commit_failures", consumer.counters.commit_failures),
             ):
                 out[f"exchange_{key}"] = out.get(f"exchange_{key}", 0) + value

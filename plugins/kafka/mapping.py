@@ -15,6 +15,9 @@ from gateway.plugin_api import DEFAULT_STREAM, STREAM_PREFIX, Envelope
 from plugins.kafka.errors import TopicCollisionError, TopicNameError
 
 CONTRACT_VERSION = b"1"
+#: The header naming the gateway that wrote a record (contract "Headers"): its
+#: inbound routes and request/reply sources never take such a record back.
+ORIGIN_HEADER = "mq.origin"
 #: Kafka's longest legal topic name.
 MAX_TOPIC_LENGTH = 249
 _PLAIN = frozenset(string.ascii_letters + string.digits + ".-")
@@ -261,7 +264,7 @@ def record_headers(envelope: Envelope, origin: str) -> list[tuple[str, bytes]]:
         headers.append(("mq.seqNum", e.sequence_number.encode()))
     if e.publish_timestamp:
         headers.append(("mq.pubTime", e.publish_timestamp.encode()))
-    headers.append(("mq.origin", origin.encode()))
+    headers.append((ORIGIN_HEADER, origin.encode()))
     for name, text in e.property_items():
         headers.append((f"usr.{name}", text.encode()))
         dt = e.property_types.get(name)
@@ -279,7 +282,7 @@ def tombstone_headers(stream: str, topic: str, origin: str) -> list[tuple[str, b
         ("mq.contract", CONTRACT_VERSION),
         ("mq.stream", stream.encode()),
         ("mq.topic", topic.encode()),
-        ("mq.origin", origin.encode()),
+        (ORIGIN_HEADER, origin.encode()),
     ]
 
 
@@ -320,6 +323,9 @@ def is_from_origin(envelope: Envelope, instance: str) -> bool:
 #: MQRCCF_NOT_AUTHORIZED: the reason (``mq.dlh.reason``) of a record whose ``mq.stream``
 #: (or ``$SYS/STREAM/`` topic) is outside its route's ``allowed_streams``.
 NOT_AUTHORIZED_REASON = 3081
+#: MQRC_NOT_AUTHORIZED: the reason of a record of this gateway's own origin on a
+#: request/reply source (the gateway wrote it; plugins.kafka.exchange).
+OWN_ORIGIN_REASON = 2035
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +400,7 @@ def inbound_publication(
                 props[name[4:]] = text
         else:
             h[name] = raw
-    if gateway_id and _text(h.get("mq.origin")) == gateway_id:
+    if gateway_id and _text(h.get(ORIGIN_HEADER)) == gateway_id:
         return None
     stream = _text(h.get("mq.stream")) or route.stream
     topic = _text(h.get("mq.topic")) or _text(key) or route.topic

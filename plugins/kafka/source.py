@@ -29,6 +29,7 @@ from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.mapping import (
     CONTRACT_VERSION,
     NOT_AUTHORIZED_REASON,
+    OWN_ORIGIN_REASON,
     InboundRoute,
     SkippedRecord,
     inbound_publication,
@@ -64,6 +65,9 @@ class SourceCounters:
     #: records refused because their stream is outside the route's ``allowed_streams``
     #: (also in skipped_invalid; ``mqgw_authorisation_refused_total``)
     authorisation_refused: int = 0
+    #: request/reply records of this gateway's own origin, refused (also in
+    #: skipped_invalid and dead_lettered; plugins.kafka.exchange)
+    own_origin_refused: int = 0
 
 
 @dataclass(slots=True)
@@ -377,6 +381,8 @@ class KafkaSource:
                 self.counters.skipped_invalid += 1
                 if exc.reason == NOT_AUTHORIZED_REASON:
                     self.counters.authorisation_refused += 1
+                elif exc.reason == OWN_ORIGIN_REASON:
+                    self.counters.own_origin_refused += 1
                 refused.append(_Refused(rec, exc.why, exc.reason))
                 log.warning(
                     "kafka instance %r: record %s[%d]@%d not published: %s",

@@ -11,6 +11,15 @@ MQTT 5 carries the reply information as protocol properties (Response Topic,
 Correlation Data, Message Expiry Interval, user properties); MQTT 3.1.1 has none, so
 requests arrive without it (the runtime's route ``reply_topic`` template applies) and
 replies go out as bare payloads. docs/mqtt-plugin.md, "Request/reply".
+
+MQTT 5 messages produced that ask for no answer (replies, error replies, datagrams)
+carry the gateway's origin (user property ``mqgw-origin`` = the gateway id): its
+inbound filters skip them, and a route's source refuses one (dead-lettered, reason
+2035) instead of taking it as a request or a reply, so a reply published where a
+requester chose never comes back in. A request forwarded to a responder (with a
+Response Topic) is not marked: it goes to a topic of the gateway's configuration, and a
+responder that copies the request's user properties into its reply (as a Node-RED flow
+passing ``msg`` through does) would otherwise have every reply refused.
 """
 
 from __future__ import annotations
@@ -39,14 +48,16 @@ from plugins.mqtt.connection import (
     Received,
 )
 from plugins.mqtt.mapping import (
+    ORIGIN_PROPERTY,
     MappingError,
     check_topic_name,
     expiry_interval,
+    has_origin,
     mq_expiry,
     mq_properties,
     user_properties,
 )
-from plugins.mqtt.source import RETRY_MAX_DELAY, RETRY_MIN_DELAY, park
+from plugins.mqtt.source import RETRY_MAX_DELAY, RETRY_MIN_DELAY, park, user_pairs
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +68,9 @@ EXCHANGE_QOS = 1
 #: format invalid) map to it and to MQRC_FORMAT_ERROR.
 TOPIC_REFUSED = 2425
 _PUBACK_REASONS = {0x90: TOPIC_REFUSED, 0x99: 2110}
+#: MQRC_NOT_AUTHORIZED: the reason of a message of this gateway's own origin on a
+#: route's source (the gateway published it; it is no request or reply to take).
+OWN_ORIGIN_REASON = 2035
 
 
 def _unique_id() -> bytes:
@@ -74,6 +88,9 @@ class ExchangeCounters:
     #: received on a connection that went down before the handler returned (redelivered)
     abandoned: int = 0
     dropped_properties: int = 0
+    #: messages of this gateway's own origin on a source, dead-lettered (also counted
+    #: in dead_lettered)
+    own_origin_refused: int = 0
 
 
 def to_exchange_envelope(message: paho.MQTTMessage, origin: str) -> tuple[Envelope, int]:
@@ -106,19 +123,24 @@ def to_exchange_envelope(message: paho.MQTTMessage, origin: str) -> tuple[Envelo
     return envelope, dropped
 
 
-def to_reply_outgoing(envelope: Envelope, *, v5: bool) -> Outgoing:
+def to_reply_outgoing(envelope: Envelope, *, v5: bool, origin: str) -> Outgoing:
     """The QoS 1 MQTT message for one produced envelope (raises MappingError for a topic
-    MQTT cannot publish to). MQTT 3.1.1: the payload only."""
+    MQTT cannot publish to), marked with ``origin`` (the gateway id) after the
+    envelope's properties unless it asks for an answer (module docstring). MQTT 3.1.1:
+    the payload only (no properties, no marker)."""
     e = envelope
     topic = check_topic_name(e.topic)
     if not v5:
         return Outgoing(topic, e.payload, EXCHANGE_QOS, False)
+    properties = user_properties(e)
+    if origin and not e.reply_topic:
+        properties.append((ORIGIN_PROPERTY, origin))
     return Outgoing(
         topic,
         e.payload,
         EXCHANGE_QOS,
         False,
-        user_properties(e),
+        properties,
         expiry_interval(e.expiry),
         utf8=e.is_text and e.ccsid in (1208, 1209),
         response_topic=e.reply_topic,
@@ -146,9 +168,12 @@ class MqttExchanges:
         origin: str,
         dead_letter_topic: str,
         ack_timeout: float,
+        gateway_id: str = "",
     ) -> None:
         self.connection = connection
         self.origin = origin
+        #: marks what ``produce`` publishes; a received message marked so is refused
+        self.gateway_id = gateway_id
         self.dead_letter_topic = dead_letter_topic
         self.ack_timeout = ack_timeout
         self.counters = ExchangeCounters()
@@ -204,7 +229,7 @@ class MqttExchanges:
         messages: list[Outgoing] = []
         for index, envelope in enumerate(envelopes):
             try:
-                messages.append(to_reply_outgoing(envelope, v5=v5))
+                messages.append(to_reply_outgoing(envelope, v5=v5, origin=self.gateway_id))
             except MappingError as exc:
                 raise DeliveryRefusedError(
                     f"mqtt instance {self.origin!r}: {exc} ({envelope.topic!r})",
@@ -258,7 +283,7 @@ class MqttExchanges:
                 route.busy = False
 
     async def _handle(self, route: _Route, batch: list[Received]) -> None:
-        items = batch
+        items = await self._refuse_own(batch)
         attempt = 0
         ids: dict[int, bytes] = {}
         while items and not self._stopping:
@@ -293,6 +318,7 @@ class MqttExchanges:
                     str(exc),
                     exc.reason,
                     stopping=lambda: self._stopping,
+                    origin=self.gateway_id,
                 ):
                     return  # stopping: left unacknowledged, redelivered
                 self._ack([refused])
@@ -313,6 +339,35 @@ class MqttExchanges:
                 self._ack(items)
                 self.counters.handled += len(items)
                 return
+
+    async def _refuse_own(self, batch: list[Received]) -> list[Received]:
+        """Dead-letter and acknowledge the messages of this gateway's own origin (a reply
+        it published on a topic this source matches); the others, to be handled. Empty
+        when stopping before one was parked (it stays unacknowledged: redelivered)."""
+        rest: list[Received] = []
+        for rec in batch:
+            if not has_origin(user_pairs(rec.message), self.gateway_id):
+                rest.append(rec)
+                continue
+            self.counters.own_origin_refused += 1
+            self.counters.dead_lettered += 1
+            why = (
+                f"message carries this gateway's own origin ({ORIGIN_PROPERTY} "
+                f"{self.gateway_id!r}): the gateway published it (a reply or a request it "
+                "produced), so it is taken as neither a request nor a reply"
+            )
+            if not await park(
+                self.connection,
+                self.dead_letter_topic,
+                rec.message,
+                why,
+                OWN_ORIGIN_REASON,
+                stopping=lambda: self._stopping,
+                origin=self.gateway_id,
+            ):
+                return []
+            self._ack([rec])
+        return rest
 
     def _ack(self, items: Sequence[Received]) -> None:
         for rec in items:

@@ -22,6 +22,7 @@ from plugins.mqtt.config import MqttConfig
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Received
 from plugins.mqtt.exchange import MqttExchanges
 from plugins.mqtt.mapping import echo_filters, escape_topic_text
+from plugins.mqtt.namespace import MqttNamespace
 from plugins.mqtt.sink import MqttSink
 from plugins.mqtt.source import MqttSource, find_filter
 
@@ -49,11 +50,13 @@ _HINTS = {
 
 
 class MqttInstance:
-    """Implements :class:`gateway.plugin_api.PluginInstance` for MQTT."""
+    """Implements :class:`gateway.plugin_api.PluginInstance` for MQTT (and
+    ``OwnsTopics``: the topics it keeps for itself, plugins.mqtt.namespace)."""
 
     def __init__(self, name: str, config: MqttConfig) -> None:
         self._name = name
         self.config = config
+        self.namespace = MqttNamespace(config, name)
         self.connection: MqttConnection | None = None
         self.sink: MqttSink | None = None
         self.source: MqttSource | None = None
@@ -68,6 +71,11 @@ class MqttInstance:
     @property
     def name(self) -> str:
         return self._name
+
+    def own_topic(self, topic: str) -> str:
+        """Why ``topic`` is one of this instance's own topics, "" when it is not
+        (``OwnsTopics``: the runtime publishes no reply there)."""
+        return self.namespace.own_topic(topic)
 
     def check_config(self) -> None:
         """Refuse what cannot work, naming the key and the fix."""
@@ -118,12 +126,15 @@ class MqttInstance:
             name=self._name,
             on_failure=self._count_failure,
         )
-        self.source = MqttSource(cfg.inbound, connection, context.publisher, self._name)
+        self.source = MqttSource(
+            cfg.inbound, connection, context.publisher, self._name, gateway_id=context.gateway_id
+        )
         self.exchanges = MqttExchanges(
             connection,
             origin=self._name,
             dead_letter_topic=cfg.inbound.dead_letter_topic,
             ack_timeout=cfg.outbound.ack_timeout,
+            gateway_id=context.gateway_id,
         )
         loop = asyncio.get_running_loop()
         self._held = []

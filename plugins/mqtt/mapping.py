@@ -20,6 +20,11 @@ from plugins.mqtt.config import InboundFilter, OutboundConfig
 
 #: MQTT's Message Expiry Interval is a four-byte integer (MQTT 5.0 §3.3.2.3.3).
 MAX_EXPIRY_INTERVAL = 0xFFFF_FFFF
+#: The MQTT 5 user property naming the gateway that published a message (its id) on
+#: what its request/reply exchanges produce and on its dead letters: its inbound filters
+#: and exchange sources never take such a message back. Only the gateway sets it: an
+#: MQ property of this name is never forwarded (:func:`user_properties`).
+ORIGIN_PROPERTY = "mqgw-origin"
 
 _ESCAPES = {"%": "%25", "+": "%2B", "#": "%23", "\0": "%00"}
 _ESCAPE_RE = re.compile("[%+#\0]")
@@ -115,10 +120,19 @@ def _clean(text: str) -> str:
 
 
 def user_properties(envelope: Envelope) -> list[tuple[str, str]]:
-    """MQRFH user name/value pairs, then MQRFH2 ``usr`` properties (groups dotted)."""
+    """MQRFH user name/value pairs, then MQRFH2 ``usr`` properties (groups dotted),
+    except any named :data:`ORIGIN_PROPERTY`: an MQ publisher must not make a message
+    pose as some gateway's own (that gateway would skip it)."""
     pairs = [(_clean(n), _clean(v)) for n, v in envelope.name_value_pairs]
     pairs.extend((_clean(n), _clean(v)) for n, v in envelope.property_items())
+    if any(name == ORIGIN_PROPERTY for name, _ in pairs):
+        return [(name, value) for name, value in pairs if name != ORIGIN_PROPERTY]
     return pairs
+
+
+def has_origin(pairs: Iterable[tuple[str, str]], gateway_id: str) -> bool:
+    """Do the MQTT 5 user properties ``pairs`` name ``gateway_id`` as the origin?"""
+    return bool(gateway_id) and (ORIGIN_PROPERTY, gateway_id) in pairs
 
 
 def mq_properties(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], int]:

@@ -5,6 +5,10 @@ batch), published into MQ with one :meth:`Publisher.publish` — which returns o
 unit of work has committed — and only then acknowledged to the MQTT broker (PUBACK /
 PUBCOMP through paho's manual acknowledgement). A crash before the acknowledgement makes
 the broker redeliver the message into our persistent session: at-least-once.
+
+A message carrying this gateway's origin (user property ``mqgw-origin``: a reply or
+dead letter the gateway published itself) is acknowledged and counted, never published
+into MQ, as the Kafka source skips records of its own ``mq.origin``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from gateway.plugin_api import (
 )
 from plugins.mqtt.config import InboundConfig, InboundFilter
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Outgoing, Received
-from plugins.mqtt.mapping import MappingError, mq_expiry, mq_properties, mq_topic
+from plugins.mqtt.mapping import (
+    ORIGIN_PROPERTY,
+    MappingError,
+    has_origin,
+    mq_expiry,
+    mq_properties,
+    mq_topic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +54,8 @@ class SourceCounters:
     dropped_properties: int = 0
     #: received on a connection that went down before the commit (the broker redelivers)
     abandoned: int = 0
+    #: this gateway's own messages (``mqgw-origin``), acknowledged, not published
+    skipped_own: int = 0
 
 
 def find_filter(topic: str, filters: Sequence[InboundFilter]) -> InboundFilter | None:
@@ -88,6 +101,12 @@ def to_inbound(
     )
 
 
+def user_pairs(message: paho.MQTTMessage) -> list[tuple[str, str]]:
+    """The MQTT 5 user properties of ``message`` (none under MQTT 3.1.1)."""
+    props = message.properties
+    return list(getattr(props, "UserProperty", None) or []) if props is not None else []
+
+
 @dataclass(slots=True)
 class _Item:
     received: Received
@@ -95,6 +114,8 @@ class _Item:
     error: str = ""
     #: MQ reason code of a refusal (0: the message could not be mapped or encoded)
     reason: int = 0
+    #: the gateway's own message: acknowledged without being published or parked
+    own: bool = False
 
 
 class MqttSource:
@@ -106,11 +127,15 @@ class MqttSource:
         connection: MqttConnection,
         publisher: Publisher,
         origin: str,
+        *,
+        gateway_id: str = "",
     ) -> None:
         self.config = config
         self.connection = connection
         self.publisher = publisher
         self.origin = origin
+        #: messages whose ``mqgw-origin`` names it are skipped ("": none is)
+        self.gateway_id = gateway_id
         self.counters = SourceCounters()
         self._queue: asyncio.Queue[Received] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -158,6 +183,10 @@ class MqttSource:
         items: list[_Item] = []
         for rec in batch:
             msg = rec.message
+            if has_origin(user_pairs(msg), self.gateway_id):
+                self.counters.skipped_own += 1
+                items.append(_Item(rec, None, own=True))
+                continue
             inbound = find_filter(msg.topic, self.config.filters)
             if inbound is None:  # a subscription left in the session from an older config
                 items.append(_Item(rec, None, f"no inbound filter matches {msg.topic!r}"))
@@ -229,10 +258,10 @@ class MqttSource:
                 return  # unacknowledged: the broker redelivers after a restart
         self.stalled = False
         for it in items:
-            if it.publication is None:
+            if it.publication is None and not it.own:
                 await self._dead_letter(it)
         for it in items:
-            if it.error:
+            if it.error or it.own:
                 self.connection.ack(it.received)
 
     async def _pause(self, attempt: int, exc: BaseException) -> None:
@@ -252,6 +281,7 @@ class MqttSource:
             item.error,
             item.reason,
             stopping=lambda: self._stopping,
+            origin=self.gateway_id,
         )
         if not parked:
             item.error = ""  # not parked: leave it unacknowledged for redelivery
@@ -265,23 +295,22 @@ async def park(
     reason: int,
     *,
     stopping: Callable[[], bool],
+    origin: str = "",
 ) -> bool:
     """The plugin's one dead-letter rule (docs/mqtt-plugin.md): publish ``msg`` to
     ``<dead_letter_topic>/<its topic>`` with user properties ``mqgw-error``,
-    ``mqgw-topic``, ``mqgw-reason`` (QoS 1, retried until PUBACK), or drop it when no
-    dead-letter topic is configured. True: the caller may acknowledge the message;
-    False: ``stopping`` became true first, leave it unacknowledged."""
+    ``mqgw-topic``, ``mqgw-reason`` and ``mqgw-origin`` (``origin``, the gateway id,
+    when given) (QoS 1, retried until PUBACK), or drop it when no dead-letter topic is
+    configured. True: the caller may acknowledge the message; False: ``stopping``
+    became true first, leave it unacknowledged."""
     if not dead_letter_topic:
         log.error("dropping MQTT message on %r: %s", msg.topic, error)
         return True
     log.error("MQTT message on %r goes to %r: %s", msg.topic, dead_letter_topic, error)
-    out = Outgoing(
-        f"{dead_letter_topic}/{msg.topic}",
-        bytes(msg.payload),
-        1,
-        False,
-        [("mqgw-error", error), ("mqgw-topic", msg.topic), ("mqgw-reason", str(reason))],
-    )
+    properties = [("mqgw-error", error), ("mqgw-topic", msg.topic), ("mqgw-reason", str(reason))]
+    if origin:
+        properties.append((ORIGIN_PROPERTY, origin))
+    out = Outgoing(f"{dead_letter_topic}/{msg.topic}", bytes(msg.payload), 1, False, properties)
     attempt = 0
     while not stopping():
         with contextlib.suppress(MqttConnectionError):

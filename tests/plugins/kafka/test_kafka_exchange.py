@@ -8,7 +8,7 @@ import asyncio
 import hashlib
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import pytest
@@ -150,11 +150,41 @@ def test_record_round_trip_keeps_reply_information_and_repeated_properties() -> 
     assert (env.payload, env.expiry, env.correlation_data) == (b"", -1, b"\x00\xff")
     assert env.property_items() == (("a", "1"), ("a", "2"))
     assert env.put_time_ms == 1_700_000_000_000
-    record = exchange_record(env)
+    record = exchange_record(env, origin=GATEWAY_ID)
     assert (record.topic, record.key, record.value) == ("t", b"\x00\xff", b"")
-    assert record.headers == [("a", b"1"), ("a", b"2"), ("mq.correlation", b"\x00\xff")]
-    bare = exchange_record(Envelope(stream="", topic="t", payload=b"p"))
-    assert (bare.key, bare.headers) == (None, [])
+    assert record.headers == [
+        ("a", b"1"),
+        ("a", b"2"),
+        ("mq.correlation", b"\x00\xff"),
+        ("mq.origin", GATEWAY_ID.encode()),
+    ]
+    bare = exchange_record(Envelope(stream="", topic="t", payload=b"p"), origin=GATEWAY_ID)
+    assert (bare.key, bare.headers) == (None, [("mq.origin", GATEWAY_ID.encode())])
+
+
+def test_a_property_named_like_the_origin_header_never_reaches_the_record() -> None:
+    """An MQ reply's usr property ``mq.origin`` (``<mq><origin>``) would forge the
+    marker: the record carries one ``mq.origin``, the gateway's own."""
+    env = Envelope(
+        stream="",
+        topic="t",
+        payload=b"p",
+        property_list=(("mq.origin", "gw-other"), ("mq.feedback", "0"), ("mq.origin", "x")),
+    )
+    record = exchange_record(env, origin=GATEWAY_ID)
+    assert record.headers == [("mq.feedback", b"0"), ("mq.origin", GATEWAY_ID.encode())]
+    # A request forwarded to a responder carries no origin, forged or not.
+    request = exchange_record(replace(env, reply_topic="svc.replies"), origin=GATEWAY_ID)
+    assert request.headers == [("mq.feedback", b"0"), ("mq.reply.topic", b"svc.replies")]
+
+
+def test_a_record_of_the_gateways_own_origin_is_no_request() -> None:
+    own = _record([("mq.reply.topic", b"r"), ("mq.origin", GATEWAY_ID.encode())])
+    with pytest.raises(SkippedRecord, match="own origin") as refused:
+        exchange_envelope(own, origin="kafka", gateway_id=GATEWAY_ID)
+    assert refused.value.reason == 2035
+    other = _record([("mq.origin", b"gw-other")])
+    assert exchange_envelope(other, origin="kafka", gateway_id=GATEWAY_ID).topic == "t"
 
 
 @pytest.mark.parametrize("backend", ["aiokafka", "confluent"])
@@ -244,9 +274,11 @@ async def test_produce_is_read_with_headers_by_the_console_consumer(
         "--formatter-property", "headers.separator=,",
         "--formatter-property", "headers.key.separator=:",
     )  # fmt: skip
+    # A record asking for no answer (a reply) carries the gateway's origin; a request
+    # forwarded to a responder does not (responders may copy its headers back).
     assert [ln for ln in out.splitlines() if ln] == [
         "colour:blue,mq.reply.topic:rr.back,mq.correlation:corr-7,mq.expiry:300|corr-7|119.00",
-        "NO_HEADERS|null|no reply info",
+        f"mq.origin:{GATEWAY_ID}|null|no reply info",
     ]
 
 
@@ -445,3 +477,83 @@ async def test_topic_creation_kafka_refuses_for_good_is_not_retriable() -> None:
     with pytest.raises(KafkaPluginError) as timed_out:
         await creator._create(cast(Any, _Down()), [])
     assert timed_out.value.retriable
+
+
+# ---------------------------------------------- the gateway's own records (issue 29) -----
+
+
+@dataclass
+class _Collector:
+    """A publisher into MQ that records what the inbound route publishes."""
+
+    published: list[Envelope] = field(default_factory=list)
+
+    async def publish(self, publications: Sequence[Envelope]) -> None:
+        self.published.extend(publications)
+
+
+def _console_produce(kafka_broker: KafkaBroker, topic: str, line: bytes) -> None:
+    """One record written by Kafka's own console producer (an outside party)."""
+    _run_tool(
+        "kafka-console-producer",
+        "--bootstrap-server", kafka_broker.bootstrap,
+        "--topic", topic,
+        "--reader-property", "parse.key=true",
+        "--reader-property", "key.separator=|",
+        stdin=line + b"\n",
+    )  # fmt: skip
+
+
+async def test_an_inbound_route_never_takes_a_reply_back_into_mq(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """A requester named the inbound route's topic as its reply topic: the reply the
+    gateway writes there carries its origin, so the route does not publish it into MQ
+    (the outsider's record behind it is published)."""
+    inbound = unique("rr-inbound")
+    config = _config(kafka_broker, inbound={"topics": [{"kafka_topic": inbound}]})
+    instance = KafkaInstance("kafka", config)
+    collector = _Collector()
+    await instance.start(_Context(publisher=cast(Any, collector)))
+    try:
+        await instance.produce(
+            [Envelope(stream="", topic=inbound, payload=b"a reply", correlation_data=b"c1")]
+        )
+        await asyncio.to_thread(_console_produce, kafka_broker, inbound, b"news/1|outsider")
+        async with asyncio.timeout(60):
+            while not any(p.payload == b"outsider" for p in collector.published):
+                await asyncio.sleep(0.05)
+        stats = instance.stats()
+    finally:
+        await instance.stop()
+    # One partition, in order: the reply was read (and skipped) before the outsider's.
+    assert [(p.topic, p.payload) for p in collector.published] == [("news/1", b"outsider")]
+    assert stats["inbound_skipped_own"] == 1
+
+
+async def test_an_exchange_source_refuses_the_gateways_own_records(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """A requester named a request source as its reply topic: the reply written there is
+    dead-lettered (reason 2035), never handled as a request."""
+    source, dead = unique("rr-own-src"), unique("rr-own-dlq")
+    instance = await _started(_config(kafka_broker, inbound={"dead_letter_topic": dead}))
+    handler = _Recorder()
+    try:
+        await instance.consume("own", [source], handler)
+        await instance.produce(
+            [Envelope(stream="", topic=source, payload=b"a reply", correlation_data=b"c1")]
+        )
+        await asyncio.to_thread(_console_produce, kafka_broker, source, b"k|a request")
+        await handler.wait_for(1)
+        [dead_letter] = await consume(kafka_broker.bootstrap, dead, 1)
+        stats = instance.stats()
+    finally:
+        await instance.stop()
+    assert handler.payloads == [b"a request"]
+    assert dead_letter.value == b"a reply"
+    headers = headers_of(dead_letter)
+    assert headers["mq.dlh.reason"] == b"2035"
+    assert b"own origin" in headers["mqgw.error"]
+    assert headers["kafka.topic"] == source.encode()
+    assert (stats["exchange_own_origin_refused"], stats["exchange_dead_lettered"]) == (1, 1)

@@ -18,6 +18,7 @@ from plugins.mqtt.mapping import (
     escape_topic_text,
     expiry_interval,
     filter_levels_overlap,
+    has_origin,
     mq_expiry,
     mq_topic,
     mqtt_topic,
@@ -145,6 +146,28 @@ def test_user_properties_keep_repeated_names() -> None:
         stream=DEFAULT_STREAM, topics=["t"], payload=b"", extra_folders=[usr.to_xml()]
     )
     assert user_properties(sink_envelope(pub)) == [("x", "1"), ("x", "2")]
+
+
+def test_no_mq_property_becomes_the_origin_marker() -> None:
+    """An MQ publisher's usr property or MQRFH pair named ``mqgw-origin`` is not
+    forwarded: a forwarded message never poses as some gateway's own (issue 29)."""
+    usr = Element.from_pairs("usr", {"mqgw-origin": "gw-b", "Colour": "red"})
+    pub = Publication(
+        stream=DEFAULT_STREAM,
+        topics=["t"],
+        payload=b"",
+        user_pairs=[("mqgw-origin", "gw-b"), ("Legacy", "1")],
+        extra_folders=[serialize_folder(usr)],
+    )
+    assert user_properties(sink_envelope(pub)) == [("Legacy", "1"), ("Colour", "red")]
+
+
+def test_origin_marker_names_one_gateway() -> None:
+    pairs = [("a", "1"), ("mqgw-origin", "gw-a")]
+    assert has_origin(pairs, "gw-a")
+    assert not has_origin(pairs, "gw-b")
+    assert not has_origin(pairs, "")  # no gateway id: nothing is skipped
+    assert not has_origin([("mqgw-origin-x", "gw-a")], "gw-a")
 
 
 def test_echo_detection() -> None:

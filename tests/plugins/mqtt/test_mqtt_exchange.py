@@ -2,10 +2,12 @@
 driven by the external ``mosquitto_pub`` / ``mosquitto_sub`` clients: MQTT 5 reply
 properties in and out, MQTT 3.1.1 without them, acknowledgement only after the handler,
 refusals dead-lettered, idempotent ``consume``, and which side wins an overlap with the
-publish/subscribe inbound filters; plus the batch rules without a broker.
+publish/subscribe inbound filters; the gateway's origin marker on what it produces
+(never taken back in, never forged through a forwarded publication); plus the batch
+rules without a broker.
 
-A little over 500 lines on purpose: every test shares the recording handler, the
-instance fixture and the mosquitto_pub/mosquitto_sub helpers below.
+About 700 lines on purpose: every test shares the recording handler, the instance
+fixture and the mosquitto_pub/mosquitto_sub helpers below.
 """
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ class RecordingPublisher:
 
 
 class Context:
-    def __init__(self) -> None:
+    def __init__(self, gateway_id: str = "gw-test") -> None:
         self.publisher = RecordingPublisher()
-        self.gateway_id = "gw-test"
+        self.gateway_id = gateway_id
 
     async def subscribe(self, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> None:
         return None
@@ -109,8 +111,10 @@ def config(
 
 
 @contextlib.asynccontextmanager
-async def started(cfg: MqttConfig) -> AsyncIterator[tuple[MqttInstance, Context]]:
-    instance, context = MqttInstance("m1", cfg), Context()
+async def started(
+    cfg: MqttConfig, name: str = "m1", gateway_id: str = "gw-test"
+) -> AsyncIterator[tuple[MqttInstance, Context]]:
+    instance, context = MqttInstance(name, cfg), Context(gateway_id)
     await instance.start(context)
     try:
         yield instance, context
@@ -347,7 +351,33 @@ async def test_mqtt5_produce_sets_reply_properties(mqtt_broker: MosquittoBroker)
     finally:
         sub.kill()
         await sub.wait()
+    # A request forwarded to a responder: no origin marker (responders may copy it back).
     assert line == f"{base}/reply|{base}/next|C-7|60|mq.feedback:0|42"
+
+
+async def test_mqtt5_replies_carry_the_gateways_origin(mqtt_broker: MosquittoBroker) -> None:
+    """A reply (an envelope asking for no answer) carries user property mqgw-origin = the
+    gateway id after its own properties; a property of that name from MQ is left out."""
+    base = unique("rr-origin")
+    sub = await mosquitto_sub(mqtt_broker, f"{base}/#", "%t|%D|%P|%p")
+    try:
+        async with started(config(mqtt_broker)) as (instance, _):
+            await instance.produce(
+                [
+                    Envelope(
+                        stream="",
+                        topic=f"{base}/reply",
+                        payload=b"119",
+                        property_list=(("mq.msg.type", "reply"), ("mqgw-origin", "gw-other")),
+                        correlation_data=b"C-8",
+                    )
+                ]
+            )
+            line = await read_line(sub)
+    finally:
+        sub.kill()
+        await sub.wait()
+    assert line == f"{base}/reply|C-8|mq.msg.type:reply mqgw-origin:gw-test|119"
 
 
 async def test_mqtt311_produce_sends_the_payload_only(mqtt_broker: MosquittoBroker) -> None:
@@ -397,7 +427,113 @@ def test_reply_topic_names_mqtt_refuses(topic: str) -> None:
     from plugins.mqtt.mapping import MappingError
 
     with pytest.raises(MappingError):
-        to_reply_outgoing(Envelope(stream="", topic=topic, payload=b""), v5=True)
+        to_reply_outgoing(Envelope(stream="", topic=topic, payload=b""), v5=True, origin="gw")
+
+
+# ------------------------------------------- the gateway's own messages (issue 29) -----
+
+
+async def test_a_reply_never_comes_back_into_mq_through_an_inbound_filter(
+    mqtt_broker: MosquittoBroker,
+) -> None:
+    """A requester named a topic an inbound filter of another instance of the same
+    gateway matches: the reply carries the gateway's origin, so that instance skips it
+    (acknowledged, counted) and publishes only the outsider's message into MQ."""
+    base = unique("rr-own-in")
+    async with (
+        started(config(mqtt_broker), "m1") as (replier, _),
+        started(config(mqtt_broker, filters=[{"filter": f"{base}/#"}]), "m2") as (inbound, ctx),
+    ):
+        await replier.produce(
+            [Envelope(stream="", topic=f"{base}/reply", payload=b"a reply", correlation_data=b"C")]
+        )
+        await asyncio.to_thread(mosquitto_pub, mqtt_broker, f"{base}/news", "outsider")
+        async with asyncio.timeout(20):
+            while not (
+                b"outsider" in {p.payload for p in ctx.publisher.published}
+                and (
+                    inbound.stats().get("inbound_skipped_own")
+                    or b"a reply" in {p.payload for p in ctx.publisher.published}
+                )
+            ):
+                await asyncio.sleep(0.05)
+        stats = inbound.stats()
+    assert [p.payload for p in ctx.publisher.published] == [b"outsider"]
+    assert stats["inbound_skipped_own"] == 1
+    assert stats["inbound_dead_lettered"] == 0
+
+
+async def test_an_exchange_source_refuses_the_gateways_own_messages(
+    mqtt_broker: MosquittoBroker,
+) -> None:
+    """A requester named a request source of another instance of the same gateway as its
+    reply topic: the reply is dead-lettered (reason 2035), never handled as a request."""
+    base, dlq = unique("rr-own-src"), unique("rr-own-dlq")
+    async with client(mqtt_broker.host, mqtt_broker.port) as watcher:
+        await watcher.subscribe(f"{dlq}/#", qos=1)
+        async with (
+            started(config(mqtt_broker), "m1") as (replier, _),
+            started(config(mqtt_broker, dead_letter_topic=dlq), "m2") as (service, _),
+        ):
+            handler = Handler()
+            await service.consume("quote", [f"{base}/req/#"], handler)
+            await replier.produce(
+                [Envelope(stream="", topic=f"{base}/req/x", payload=b"a reply")]
+            )
+            await asyncio.to_thread(mosquitto_pub, mqtt_broker, f"{base}/req/y", "a request")
+            (parked,) = await collect(watcher, 1)
+            await handler.wait_for(1)
+            await no_more(handler, 1)
+            stats = service.stats()
+    assert [e.payload for e in handler.envelopes] == [b"a request"]
+    assert (str(parked.topic), parked.payload) == (f"{dlq}/{base}/req/x", b"a reply")
+    assert ("mqgw-reason", "2035") in user_props(parked)
+    assert ("mqgw-origin", "gw-test") in user_props(parked)  # a dead letter is the gateway's
+    assert any(k == "mqgw-error" and "own origin" in v for k, v in user_props(parked))
+    assert (stats["exchange_own_origin_refused"], stats["exchange_dead_lettered"]) == (1, 1)
+
+
+async def test_a_forwarded_publication_cannot_carry_a_forged_origin(
+    mqtt_broker: MosquittoBroker,
+) -> None:
+    """An MQ publisher names a usr property like the marker, with another gateway's id:
+    the forwarded message carries no marker (mosquitto_sub sees the rest), so that
+    gateway's inbound filter still publishes it into MQ."""
+    base = unique("rr-forge")
+    forwarding = MqttConfig.model_validate(
+        {**config(mqtt_broker).model_dump(), "outbound": {"topics": ["#"], "prefix": base}}
+    )
+    sub = await mosquitto_sub(mqtt_broker, f"{base}/#", "%t|%P|%p")
+    try:
+        async with (
+            started(forwarding, "m1", gateway_id="gw-a") as (outbound, _),
+            started(
+                config(mqtt_broker, filters=[{"filter": f"{base}/#"}]), "m1", gateway_id="gw-b"
+            ) as (inbound, ctx),
+        ):
+            await outbound.send(
+                [
+                    Envelope(
+                        stream="SYSTEM.BROKER.DEFAULT.STREAM",
+                        topic="prices/IBM",
+                        payload=b"119",
+                        property_list=(("mqgw-origin", "gw-b"), ("colour", "blue")),
+                    )
+                ]
+            )
+            line = await read_line(sub)
+            async with asyncio.timeout(20):
+                while not ctx.publisher.published and not inbound.stats().get(
+                    "inbound_skipped_own"
+                ):
+                    await asyncio.sleep(0.05)
+    finally:
+        sub.kill()
+        await sub.wait()
+    assert [(p.payload, dict(p.properties)) for p in ctx.publisher.published] == [
+        (b"119", {"colour": "blue"})
+    ]
+    assert line == f"{base}/prices/IBM|colour:blue|119"
 
 
 # ------------------------------------------------------------- subscriptions -----
