@@ -57,6 +57,9 @@ LAYERS: dict[str, frozenset[str]] = {
     # Secrets named in configuration (env/file/literal), never shown: imports nothing,
     # used by every layer that holds a credential.
     "gateway.secrets": frozenset(),
+    # One log line per kind per interval for what outsiders repeat: imports nothing,
+    # used by the runtime and the plugins alike.
+    "gateway.log_summary": frozenset(),
     # Tooling (real Kafka/Mosquitto on loopback): stands alone.
     "gateway.devstack": frozenset(),
     "gateway.runtime": frozenset(
@@ -68,6 +71,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "gateway.plugin_api",
             "gateway.devstack",  # `mqgw devstack` and the health of local services
             "gateway.secrets",
+            "gateway.log_summary",
             "analytics",  # only the `mqgw analytics` sub-command, imported by string
         }
     ),
@@ -75,7 +79,7 @@ LAYERS: dict[str, frozenset[str]] = {
     # import it (``from gateway import __version__``).
     "gateway": frozenset(),
     "plugins": frozenset(),
-    "plugins.*": frozenset({"gateway.plugin_api", "gateway.secrets"}),
+    "plugins.*": frozenset({"gateway.plugin_api", "gateway.secrets", "gateway.log_summary"}),
     # Runs under spark-submit without the gateway installed; only the local runner asks
     # the devstack where the connector jars are (lazily).
     "analytics": frozenset({"gateway.devstack"}),

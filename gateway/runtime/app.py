@@ -27,12 +27,18 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.mq.port import MQError, OpenOption, QueueAttr, QueueManager
-from gateway.plugin_api import DeclaresSubscriptions, Exchanges, PluginError, PluginInstance
+from gateway.plugin_api import (
+    DeclaresSubscriptions,
+    Exchanges,
+    OwnsTopics,
+    PluginError,
+    PluginInstance,
+)
 from gateway.pubsub.authorisation import Authoriser
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
@@ -40,6 +46,7 @@ from gateway.runtime.authorisation import authoriser_for
 from gateway.runtime.backlog_seal import BacklogSeal, load_backlog_key
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
+    GatewayConfig,
     IBMMQQueueManagerConfig,
     LoadedConfig,
 )
@@ -78,6 +85,27 @@ log = logging.getLogger(__name__)
 DRAIN_SHARE = 0.6
 #: Least time plugins get to stop even when the drain used the whole budget.
 MIN_STOP_S = 1.0
+
+
+def _own_topics(
+    instances: list[PluginInstance], config: GatewayConfig
+) -> Callable[[str, str], str]:
+    """(instance, topic) -> why ``topic`` is kept for itself by that instance or by
+    another instance of the same plugin (two Kafka instances may share a cluster, two
+    MQTT instances a broker), "" when by none (docs/security.md, "Destinations named
+    from outside")."""
+    kind = {p.name: p.plugin for p in config.plugins}
+
+    def own_topic(instance: str, topic: str) -> str:
+        for other in instances:
+            if kind.get(other.name) != kind.get(instance) or not isinstance(other, OwnsTopics):
+                continue
+            why = other.own_topic(topic)
+            if why:
+                return why if other.name == instance else f"{why} (plugin instance {other.name!r})"
+        return ""
+
+    return own_topic
 
 
 def _log_task_failure(task: asyncio.Task[None]) -> None:
@@ -335,6 +363,7 @@ class GatewayApp:
                 self.loaded.path(self.config.request_reply.store),
                 self.config.broker.dead_letter_queue or DEAD_LETTER_QUEUE,
                 self.authoriser,
+                _own_topics([*instances, *remote.values()], self.config),
             )
         except BrokerError as exc:
             raise GatewayRuntimeError(str(exc)) from exc

@@ -23,7 +23,7 @@ from gateway.pubsub.destinations import (
     identity_resolver,
 )
 from gateway.runtime.config import EmbeddedQueueManagerConfig, GatewayConfig
-from gateway.runtime.logs import SummarisedLog
+from gateway.log_summary import SummarisedLog
 
 __all__ = ["authoriser_for", "queue_resolver"]
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
+from gateway.log_summary import SummarisedLog
 from gateway.plugin_api import Envelope, PluginError, Publisher, PublishRefusedError
 from plugins.kafka.clients import Consumer, Producer, new_consumer, new_producer
 from plugins.kafka.config import KafkaPluginConfig
@@ -37,6 +38,9 @@ from plugins.kafka.mapping import (
 from plugins.kafka.sink import TopicCreator, producer_state_is_broken
 
 log = logging.getLogger(__name__)
+#: Records MQ refuses or that cannot be published: whoever writes the topic decides how
+#: many, so one line per instance and reason a minute, then a count.
+_REFUSED = SummarisedLog(log)
 
 
 #: Turns one consumed record into the envelope handed on; None skips it (the instance's
@@ -234,7 +238,8 @@ class KafkaSource:
                     del pending[: exc.index]
                 self.counters.skipped_invalid += 1
                 refused.append(_Refused(rec, str(exc), exc.reason))
-                log.warning(
+                _REFUSED.log(
+                    logging.WARNING, f"{self.instance} refused {exc.reason}",
                     "kafka instance %r: record %s[%d]@%d (%r/%r) refused by MQ: %s",
                     self.instance,
                     rec.topic,
@@ -384,7 +389,8 @@ class KafkaSource:
                 elif exc.reason == OWN_ORIGIN_REASON:
                     self.counters.own_origin_refused += 1
                 refused.append(_Refused(rec, exc.why, exc.reason))
-                log.warning(
+                _REFUSED.log(
+                    logging.WARNING, f"{self.instance} skipped {exc.reason}",
                     "kafka instance %r: record %s[%d]@%d not published: %s",
                     self.instance,
                     rec.topic,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import paho.mqtt.client as paho
 
+from gateway.log_summary import SummarisedLog
 from gateway.plugin_api import (
     Envelope,
     PluginError,
@@ -39,6 +40,9 @@ from plugins.mqtt.mapping import (
 )
 
 log = logging.getLogger(__name__)
+#: Messages dead-lettered: whoever publishes decides how many, so one line per reason a
+#: minute, then a count.
+_PARKED = SummarisedLog(log)
 
 RETRY_MIN_DELAY = 0.2
 RETRY_MAX_DELAY = 10.0
@@ -304,9 +308,11 @@ async def park(
     configured. True: the caller may acknowledge the message; False: ``stopping``
     became true first, leave it unacknowledged."""
     if not dead_letter_topic:
-        log.error("dropping MQTT message on %r: %s", msg.topic, error)
+        _PARKED.log(logging.ERROR, f"dropped {reason}", "dropping MQTT message on %r: %s",
+                    msg.topic, error)
         return True
-    log.error("MQTT message on %r goes to %r: %s", msg.topic, dead_letter_topic, error)
+    _PARKED.log(logging.ERROR, f"{dead_letter_topic} {reason}", "MQTT message on %r goes to %r: %s",
+                msg.topic, dead_letter_topic, error)
     properties = [("mqgw-error", error), ("mqgw-topic", msg.topic), ("mqgw-reason", str(reason))]
     if origin:
         properties.append((ORIGIN_PROPERTY, origin))

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gateway.runtime.logs import SummarisedLog
+from gateway.log_summary import SummarisedLog
 
 
 class Clock:

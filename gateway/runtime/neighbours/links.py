@@ -86,7 +86,7 @@ from gateway.pubsub.outcome import OutboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import ADMIN_STREAM, INTER_BROKER_QUEUE
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.logs import SummarisedLog
+from gateway.log_summary import SummarisedLog
 from gateway.runtime.neighbours.announced import (
     ACCEPT_ALL,
     DEFAULT_MAX_STREAMS,

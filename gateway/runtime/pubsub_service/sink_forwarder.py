@@ -66,7 +66,7 @@ from gateway.runtime.backlog_format import (
     decode_backlog_message,
 )
 from gateway.runtime.backlog_seal import BacklogSeal
-from gateway.runtime.logs import SummarisedLog
+from gateway.log_summary import SummarisedLog
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import Put, dead_letter, put_all
 from gateway.runtime.pubsub_service.errors import CONNECTION_REASONS, AsideQueueError
@@ -164,7 +164,7 @@ class SinkForwarder:
         #: checks that a got message is the gateway's own (backlog_seal.py)
         self.seal = seal
         #: what is dead-lettered off the backlog: anyone who can put there decides how
-        #: often, so one line per kind a minute (gateway.runtime.logs.SummarisedLog)
+        #: often, so one line per kind a minute (gateway.log_summary.SummarisedLog)
         self._refusals = SummarisedLog(log)
 
     @property

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from gateway.mq.port import QueueManager
@@ -26,6 +27,7 @@ async def start_request_reply(
     store_path: Path,
     dead_letter_queue: str,
     authoriser: Authoriser | None = None,
+    own_topic: Callable[[str, str], str] | None = None,
 ) -> RequestReplyService | None:
     """The started service, or None when no route is configured (nothing opened)."""
     if not config.requests and not config.services:
@@ -36,7 +38,8 @@ async def start_request_reply(
     except CorrelationStoreError as exc:
         raise GatewayRuntimeError(f"request_reply.store {store_path}: {exc}") from exc
     service = RequestReplyService(
-        qm, config, store, dead_letter_queue=dead_letter_queue, authoriser=authoriser
+        qm, config, store, dead_letter_queue=dead_letter_queue, authoriser=authoriser,
+        own_topic=own_topic,
     )
     await service.start()
     return service

@@ -95,6 +95,7 @@ class RequestReplyService:
         wait_ms: int = 200,
         reply_retry: float = 10.0,
         authoriser: Authoriser | None = None,
+        own_topic: Callable[[str, str], str] | None = None,
     ) -> None:
         self.qm = qm
         self.config = config
@@ -114,6 +115,10 @@ class RequestReplyService:
         #: (docs/security.md, "Destinations named from outside"): the running gateway's,
         #: or one that knows only this service's own queues, by name.
         self.authoriser = authoriser or _own_authoriser(qm.name, config)
+        #: (plugin instance, topic) -> why the topic is a plugin's own: the running
+        #: gateway asks every instance of that plugin (another Kafka instance may write
+        #: the same cluster); without it, the attached instance is asked.
+        self.own_topic = own_topic or self._attached_own_topic
         #: (route, event) -> count; events named in docs/request-reply.md "Metrics"
         self.events: Counter[tuple[str, str]] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
@@ -409,9 +414,7 @@ class RequestReplyService:
         """May a requester on ``route`` have its reply written to ``topic``? Never to a
         topic the plugin instance or one of its routes keeps for itself; within the
         route's ``reply_topics`` when it lists any."""
-        inst = self._instances.get(route.plugin)
-        own = inst.own_topic(topic) if isinstance(inst, OwnsTopics) else ""
-        own = own or self.config.route_topic(route.plugin, topic)
+        own = self.own_topic(route.plugin, topic) or self.config.route_topic(route.plugin, topic)
         who = Principal(PrincipalKind.PLUGIN, route.plugin)
         return self.authoriser.may_use_topic(who, topic, own, route.reply_topics)
 
@@ -426,6 +429,10 @@ class RequestReplyService:
             return ""
         self.refuse(route.name, decision)
         return f"route {route.name}: {decision.detail}"
+
+    def _attached_own_topic(self, instance: str, topic: str) -> str:
+        inst = self._instances.get(instance)
+        return inst.own_topic(topic) if isinstance(inst, OwnsTopics) else ""
 
     def check_reply_topic(self, route: RequestRoute, topic: str) -> None:
         """:meth:`reply_topic_refused` at intake: raises PublishRefusedError."""
