@@ -186,8 +186,13 @@ class CorrelationStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise CorrelationStoreError(f"cannot create {self.path.parent}: {exc}") from exc
-        self._lock_fd = _lock(self.path.with_name(self.path.name + ".lock"))
+            raise CorrelationStoreError(
+                f"cannot be created ({exc.strerror}: {exc.filename})"
+            ) from exc
+        try:
+            self._lock_fd = _lock(self.path.with_name(self.path.name + ".lock"))
+        except OSError as exc:
+            raise CorrelationStoreError(f"{exc.filename}: {exc.strerror}") from exc
         try:
             self._db = self._open()
         except BaseException:

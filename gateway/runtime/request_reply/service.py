@@ -105,7 +105,7 @@ class RequestReplyService:
         #: Lines about what outsiders can repeat at will (junk on the reply queue, a
         #: reply topic or ReplyToQ that refuses, an unparsable request): one line per
         #: kind per minute, then a count (gateway.runtime.logs.SummarisedLog).
-        self.summarised = SummarisedLog(logging.getLogger("gateway.runtime.request_reply"))
+        self.summarised = SummarisedLog(log)
 
     # ---------------------------------------------------------------- lifecycle -----
 
