@@ -268,7 +268,8 @@ def _broker_queue(name: str, local: bool, streams: set[str], dead_letter_queue: 
     (stream queues and the dead-letter queue are named per queue manager; ``SYSTEM.*``
     names are the queue manager's own everywhere)."""
     if local and name in streams:
-        return "a stream queue the broker services (broker.streams or the default stream)"
+        return ("a stream queue the broker services (broker.streams, a neighbour's streams "
+                "or the default stream)")
     if name == ADMIN_STREAM:
         return "the broker's admin stream"
     if name == CONTROL_QUEUE:
@@ -296,30 +297,36 @@ def check_request_reply_queues(gateway: Any, source: str = "") -> list[ConfigErr
     if not rr.requests and not rr.services:
         return []
     own = gateway.queue_manager.name
+    # the serviced streams and the neighbours' (the broker services their queues too)
     streams = {DEFAULT_STREAM} | {s.name for s in gateway.broker.streams}
+    streams |= {s for n in gateway.neighbours for s in (n.streams or ())}
     dlq = gateway.broker.dead_letter_queue
     fix_read = "give request/reply a queue of its own (reply_queue default: MQGW.REPLY)"
+    fix_reply_to = "name reply_queue or a reply-to queue alias that resolves to it"
     fix_put = "name the service's own queue (or an alias of it), not one the broker keeps"
-    named: list[tuple[str, str, bool, str]] = [
-        ("request_reply.reply_queue", rr.reply_queue, True, fix_read)
+    # (key, queue name, on the gateway's queue manager, read by request/reply, as
+    # written, fix)
+    named: list[tuple[str, str, bool, bool, str, str]] = [
+        ("request_reply.reply_queue", rr.reply_queue, True, True, rr.reply_queue, fix_read)
     ]
     if rr.reply_to_q:
-        local = rr.reply_to_q_mgr in ("", own)
-        named.append(("request_reply.reply_to_q", rr.reply_to_q, local, fix_put))
-    named += [(f"request_reply.services[{i}].queue", r.queue, True, fix_read)
+        where = f"{rr.reply_to_q}@{rr.reply_to_q_mgr}" if rr.reply_to_q_mgr else rr.reply_to_q
+        named.append(("request_reply.reply_to_q", rr.reply_to_q,
+                      rr.reply_to_q_mgr in ("", own), False, where, fix_reply_to))
+    named += [(f"request_reply.services[{i}].queue", r.queue, True, True, r.queue, fix_read)
               for i, r in enumerate(rr.services)]
     for i, r in enumerate(rr.requests):
         queue, _, q_mgr = r.destination.partition("@")
         named.append((f"request_reply.requests[{i}].destination", queue, q_mgr in ("", own),
-                      fix_put))
+                      False, r.destination, fix_put))
     problems: list[ConfigError] = []
     readers: dict[str, str] = {}
-    for key, name, local, fix in named:
+    for key, name, local, read, written, fix in named:
         why = _broker_queue(name, local, streams, dlq)
         if why:
-            problems.append(ConfigError(key, f"{name} is {why}", fix, source=source))
+            problems.append(ConfigError(key, f"{written} is {why}", fix, source=source))
             continue
-        if fix is fix_read and key != "request_reply.reply_to_q":
+        if read:
             if name in readers:
                 problems.append(ConfigError(
                     key, f"{name} is also {readers[name]}: two request/reply readers would "

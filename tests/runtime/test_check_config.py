@@ -155,6 +155,9 @@ QUEUE_CASES = {
     "destination_on_a_stream_queue": (
         rr_routes(destination="STOCK.STREAM"), "request_reply.requests[0].destination",
         "a stream queue the broker services"),
+    "reply_queue_on_a_neighbours_stream": (
+        rr_routes(reply_queue="BULLETIN") + "neighbours: [{q_mgr: QM2, streams: [BULLETIN]}]\n",
+        "request_reply.reply_queue", "a stream queue the broker services"),
     "reply_to_q_on_a_stream_queue": (
         rr_routes(reply_to_q="STOCK.STREAM"), "request_reply.reply_to_q",
         "a stream queue the broker services"),
