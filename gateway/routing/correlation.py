@@ -36,7 +36,8 @@ class Side(StrEnum):
 
 
 class State(StrEnum):
-    """OPEN: waiting for the answer. DONE: replied, reported, timed out or dead-lettered."""
+    """OPEN: waiting for the answer. DONE: replied, reported, timed out, dead-lettered or
+    given up (``undeliverable``)."""
 
     OPEN = "open"
     DONE = "done"
@@ -60,10 +61,14 @@ class PendingRequest:
     #: Epoch seconds: no reply by then -> error reply "timeout".
     deadline: float
     state: State = State.OPEN
-    #: "reply" | "timeout" | "expired" | "exception" | "refused" | ...
+    #: "reply" | "timeout" | "expired" | "exception" | "refused" | "undeliverable" | ...
     outcome: str = ""
     #: The MQ put of the request has committed.
     sent: bool = False
+    #: Sweeps that tried to finish it (its error reply) and could not.
+    attempts: int = 0
+    #: Epoch seconds of the sweeper's next try after a failed one (None: at the deadline).
+    retry_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -87,6 +92,10 @@ class PendingService:
     outcome: str = ""
     #: The request has been produced to the responder (the entry is recorded before).
     produced: bool = True
+    #: Sweeps that tried to finish it (its expiration report) and could not.
+    attempts: int = 0
+    #: Epoch seconds of the sweeper's next try after a failed one (None: at the deadline).
+    retry_at: float | None = None
 
 
 def request_token(source_id: str) -> bytes:

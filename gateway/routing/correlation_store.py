@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS requests (
     key BLOB PRIMARY KEY, route TEXT NOT NULL, source_id TEXT NOT NULL,
     reply_topic TEXT NOT NULL, correlation_data BLOB NOT NULL, msg_id BLOB NOT NULL,
     deadline REAL NOT NULL, state TEXT NOT NULL, outcome TEXT NOT NULL,
-    sent INTEGER NOT NULL, finished_at REAL
+    sent INTEGER NOT NULL, finished_at REAL,
+    attempts INTEGER NOT NULL DEFAULT 0, retry_at REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS requests_due ON requests (state, deadline);
 CREATE TABLE IF NOT EXISTS services (
@@ -49,17 +50,39 @@ CREATE TABLE IF NOT EXISTS services (
     correl_id BLOB NOT NULL, reply_to_q TEXT NOT NULL, reply_to_q_mgr TEXT NOT NULL,
     report INTEGER NOT NULL, persistence INTEGER NOT NULL, priority INTEGER NOT NULL,
     expiry_at REAL, deadline REAL NOT NULL, state TEXT NOT NULL, outcome TEXT NOT NULL,
-    finished_at REAL, produced INTEGER NOT NULL DEFAULT 1
+    finished_at REAL, produced INTEGER NOT NULL DEFAULT 1,
+    attempts INTEGER NOT NULL DEFAULT 0, retry_at REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS services_due ON services (state, deadline);
 """
 
+#: Columns added after the first files were written: (table, column, definition). A file
+#: without one gets it on open (``ALTER TABLE ... ADD COLUMN``); the default is what the
+#: entries of such a file mean (a service entry then was produced already; nothing had
+#: been retried).
+_ADDED_COLUMNS = (
+    ("services", "produced", "INTEGER NOT NULL DEFAULT 1"),
+    ("requests", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("requests", "retry_at", "REAL"),
+    ("services", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("services", "retry_at", "REAL"),
+)
+
+#: When the sweeper next looks at an open entry: its deadline, or after a failed try the
+#: time of the next one. Indexed, so ``due`` does not scan the table.
+_NEXT = "COALESCE(retry_at, deadline)"
+_NEXT_INDEXES = (
+    f"CREATE INDEX IF NOT EXISTS requests_next ON requests (state, {_NEXT})",
+    f"CREATE INDEX IF NOT EXISTS services_next ON services (state, {_NEXT})",
+)
+
 _REQUEST_COLUMNS = (
-    "key, route, source_id, reply_topic, correlation_data, msg_id, deadline, state, outcome, sent"
+    "key, route, source_id, reply_topic, correlation_data, msg_id, deadline, state, outcome,"
+    " sent, attempts, retry_at"
 )
 _SERVICE_COLUMNS = (
     "token, route, msg_id, correl_id, reply_to_q, reply_to_q_mgr, report, persistence,"
-    " priority, expiry_at, deadline, state, outcome, produced"
+    " priority, expiry_at, deadline, state, outcome, produced, attempts, retry_at"
 )
 
 
@@ -84,14 +107,15 @@ class SchemaVersionError(CorrelationStoreError):
 
 
 _INSERT_REQUEST = (
-    f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING"
+    f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+    " ON CONFLICT DO NOTHING"
 )
 
 
 def _request_row(p: PendingRequest) -> tuple[Any, ...]:
     """The ``requests`` row of ``p`` (``_REQUEST_COLUMNS`` order)."""
     return (p.key, p.route, p.source_id, p.reply_topic, p.correlation_data, p.msg_id,
-            p.deadline, str(p.state), p.outcome, int(p.sent))
+            p.deadline, str(p.state), p.outcome, int(p.sent), p.attempts, p.retry_at)
 
 
 def _request_from(row: Any) -> PendingRequest:
@@ -106,6 +130,8 @@ def _request_from(row: Any) -> PendingRequest:
         state=State(row[7]),
         outcome=row[8],
         sent=bool(row[9]),
+        attempts=int(row[10]),
+        retry_at=row[11],
     )
 
 
@@ -125,7 +151,14 @@ def _service_from(row: Any) -> PendingService:
         state=State(row[11]),
         outcome=row[12],
         produced=bool(row[13]),
+        attempts=int(row[14]),
+        retry_at=row[15],
     )
+
+
+def _next_look(p: PendingRequest | PendingService) -> float:
+    """When the sweeper looks at ``p`` next (the ``_NEXT`` expression, in Python)."""
+    return p.deadline if p.retry_at is None else p.retry_at
 
 
 def _lock(path: Path) -> int:
@@ -153,8 +186,13 @@ class CorrelationStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise CorrelationStoreError(f"cannot create {self.path.parent}: {exc}") from exc
-        self._lock_fd = _lock(self.path.with_name(self.path.name + ".lock"))
+            raise CorrelationStoreError(
+                f"cannot be created ({exc.strerror}: {exc.filename})"
+            ) from exc
+        try:
+            self._lock_fd = _lock(self.path.with_name(self.path.name + ".lock"))
+        except OSError as exc:
+            raise CorrelationStoreError(f"{exc.filename}: {exc.strerror}") from exc
         try:
             self._db = self._open()
         except BaseException:
@@ -173,12 +211,12 @@ class CorrelationStore:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
-            columns = {r[1] for r in db.execute("PRAGMA table_info(services)")}
-            if "produced" not in columns:
-                # a file of before the column: its entries were all produced already
-                db.execute(
-                    "ALTER TABLE services ADD COLUMN produced INTEGER NOT NULL DEFAULT 1"
-                )
+            for table, column, definition in _ADDED_COLUMNS:
+                columns = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+                if column not in columns:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+            for statement in _NEXT_INDEXES:
+                db.execute(statement)
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -285,7 +323,7 @@ class CorrelationStore:
     def add_service(self, p: PendingService) -> bool:
         """Record ``p``; False (and nothing written) when its token is already present."""
         changed = self._write(
-            f"INSERT INTO services ({_SERVICE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            f"INSERT INTO services ({_SERVICE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT DO NOTHING",
             (
                 p.token,
@@ -302,6 +340,8 @@ class CorrelationStore:
                 str(p.state),
                 p.outcome,
                 int(p.produced),
+                p.attempts,
+                p.retry_at,
             ),
         )
         return changed == 1
@@ -325,27 +365,46 @@ class CorrelationStore:
     # ---- both -------------------------------------------------------------------
 
     def due(self, now: float, limit: int = 100) -> list[PendingRequest | PendingService]:
-        """OPEN entries whose deadline is ``<= now``, earliest first, at most ``limit``."""
+        """OPEN entries the sweeper should look at by ``now``, at most ``limit``: those
+        whose deadline has passed, except those it tried and could not finish whose next
+        try (:meth:`postpone_request`, :meth:`postpone_service`) is later; the soonest
+        first. So entries that keep failing drop behind the others instead of filling
+        every batch."""
         open_ = str(State.OPEN)
         requests = [
             _request_from(r)
             for r in self._fetch(
-                f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE state=? AND deadline<=?"
-                " ORDER BY deadline LIMIT ?",
+                f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE state=? AND {_NEXT}<=?"
+                f" ORDER BY {_NEXT} LIMIT ?",
                 (open_, now, limit),
             )
         ]
         services = [
             _service_from(r)
             for r in self._fetch(
-                f"SELECT {_SERVICE_COLUMNS} FROM services WHERE state=? AND deadline<=?"
-                " ORDER BY deadline LIMIT ?",
+                f"SELECT {_SERVICE_COLUMNS} FROM services WHERE state=? AND {_NEXT}<=?"
+                f" ORDER BY {_NEXT} LIMIT ?",
                 (open_, now, limit),
             )
         ]
         both: list[PendingRequest | PendingService] = [*requests, *services]
-        both.sort(key=lambda p: p.deadline)
+        both.sort(key=_next_look)
         return both[:limit]
+
+    def postpone_request(self, key: bytes, retry_at: float) -> None:
+        """The sweeper could not finish the OPEN entry ``key``: one more attempt, the next
+        at ``retry_at``."""
+        self._write(
+            "UPDATE requests SET attempts=attempts+1, retry_at=? WHERE key=? AND state=?",
+            (retry_at, key, str(State.OPEN)),
+        )
+
+    def postpone_service(self, token: bytes, retry_at: float) -> None:
+        """:meth:`postpone_request` for the service entry ``token``."""
+        self._write(
+            "UPDATE services SET attempts=attempts+1, retry_at=? WHERE token=? AND state=?",
+            (retry_at, token, str(State.OPEN)),
+        )
 
     def purge(self, now: float, retention: float) -> int:
         """Delete DONE entries finished more than ``retention`` seconds ago; how many.

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import sqlite3
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -41,6 +42,7 @@ from gateway.plugin_api import (
 )
 from gateway.pubsub.authorisation import Authoriser
 from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.errors import StoreError
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.authorisation import authoriser_for
 from gateway.runtime.backlog_seal import BacklogSeal, load_backlog_key
@@ -173,7 +175,12 @@ class GatewayApp:
         from gateway.runtime.network_node import start_node
 
         data = self.loaded.path(qmc.data_dir)
-        data.mkdir(parents=True, exist_ok=True)
+        try:
+            data.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise GatewayRuntimeError(
+                f"queue_manager.data_dir {data}: cannot be created ({exc.strerror})"
+            ) from None
         mqsc_path = self.loaded.path(qmc.mqsc_file) if qmc.mqsc_file else None
         mqsc = mqsc_path.read_text(encoding="utf-8") if mqsc_path is not None else ""
 
@@ -201,7 +208,13 @@ class GatewayApp:
             )
         except MQSCError as exc:
             raise GatewayRuntimeError(f"queue_manager.mqsc_file {mqsc_path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise GatewayRuntimeError(f"queue_manager.data_dir {data}: {exc}") from None
         except OSError as exc:
+            if exc.filename is not None and Path(exc.filename).is_relative_to(data):
+                raise GatewayRuntimeError(
+                    f"queue_manager.data_dir {data}: {exc.filename}: {exc.strerror}"
+                ) from None
             raise GatewayRuntimeError(
                 f"queue_manager.listener_port {qmc.listener_port} cannot be used "
                 f"({exc.strerror}); choose another port or 0 for any free port"
@@ -289,8 +302,15 @@ class GatewayApp:
         except MQError as exc:
             raise GatewayRuntimeError(f"cannot open the queue manager: {exc}") from exc
         store_path = self.loaded.path(self.config.broker.store)
-        store_path.parent.mkdir(parents=True, exist_ok=True)
-        self.store = SqliteStore(store_path)
+        try:
+            store_path.parent.mkdir(parents=True, exist_ok=True)
+            self.store = SqliteStore(store_path)
+        except OSError as exc:
+            raise GatewayRuntimeError(
+                f"broker.store {store_path}: cannot be created ({exc.strerror})"
+            ) from None
+        except StoreError as exc:
+            raise GatewayRuntimeError(f"broker.store {store_path}: {exc}") from None
         broker = self._broker_config()
         self.authoriser = authoriser_for(self.config, qm, broker.broker_queues)
         engine = PubSubEngine(

@@ -36,6 +36,7 @@ from gateway.runtime.config_checks import (
     check_numbers,
     check_paths,
     check_request_reply,
+    check_request_reply_queues,
     check_streams,
 )
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
@@ -504,6 +505,7 @@ def parse_config(
         sections = [(f"plugins[{index.get(n, '?')}].config", c) for n, c in plugin_configs.items()]
         problems.extend(check_streams(serviced, sections, source))
         problems.extend(check_request_reply(gateway, registry, source))
+        problems.extend(check_request_reply_queues(gateway, source))
         problems.extend(check_metrics_files(gateway.metrics, base_dir or Path.cwd(), source))
     if problems or gateway is None:
         raise ConfigErrors(problems)
@@ -623,10 +625,12 @@ def load_config(path: Path | str, registry: PluginRegistry) -> LoadedConfig:
     if isinstance(qmc, EmbeddedQueueManagerConfig):
         data_dir = loaded.path(qmc.data_dir)
         mqsc_file = loaded.path(qmc.mqsc_file) if qmc.mqsc_file is not None else None
+    rr = cfg.request_reply
     problems = check_paths(
         data_dir=data_dir,
         mqsc_file=mqsc_file,
         store=loaded.path(cfg.broker.store),
+        request_reply_store=loaded.path(rr.store) if rr.requests or rr.services else None,
         source=str(p),
     )
     if problems:

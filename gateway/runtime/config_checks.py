@@ -7,13 +7,14 @@ paths the gateway must create or read. ``mqgw run --check`` and the start both r
 Why apart from ``config.py``: that module is the schema and the YAML loading; these are
 rules across keys and against the machine, each returning every problem it finds.
 The request/reply cross checks (routes naming plugin instances that exist, are enabled
-and can exchange) are here too.
+and can exchange; queues that are not the broker's own) are here too.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import tempfile
 import typing
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +23,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.plugin_api import Exchanges
+from gateway.pubsub.streams import (
+    ADMIN_STREAM,
+    CONTROL_QUEUE,
+    DEFAULT_STREAM,
+    INTER_BROKER_QUEUE,
+)
+from gateway.runtime.backlog_format import BACKLOG_QUEUE_PREFIX
 from gateway.runtime.errors import ConfigError, PluginLoadError
 
 __all__ = [
@@ -31,6 +39,7 @@ __all__ = [
     "check_numbers",
     "check_paths",
     "check_request_reply",
+    "check_request_reply_queues",
     "check_streams",
 ]
 
@@ -169,7 +178,10 @@ def check_migrated_streams(store: Path, serviced: set[str], source: str) -> list
 
 
 def _creatable(path: Path) -> str:
-    """Why the directory ``path`` cannot be created ("" when it can or exists)."""
+    """Why the directory ``path`` cannot be created, or written when it exists ("" when
+    it can). Asked of the file system, not of the mode bits: a directory under
+    ``/proc``, on a read-only mount or marked immutable refuses root too. The probe is
+    a temporary directory made and removed again in the nearest existing directory."""
     probe = path
     while not probe.exists():
         if probe.parent == probe:
@@ -177,17 +189,44 @@ def _creatable(path: Path) -> str:
         probe = probe.parent
     if not probe.is_dir():
         return f"{probe} is a file, not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mqgw-check-", dir=probe))
+    except OSError as exc:
+        return f"{probe} is not writable ({exc.strerror})"
     return ""
 
 
+def _store_problems(key: str, store: Path, source: str) -> list[ConfigError]:
+    """An SQLite file the gateway opens read-write: a file (or nothing yet) in a
+    directory it can create and write (for the file and its journal)."""
+    fix_dir = "choose a directory the gateway may create and write"
+    if store.is_dir():
+        return [ConfigError(key, f"{store} is a directory", "name a file", source=source)]
+    why = _creatable(store.parent)
+    if why:
+        return [ConfigError(key, f"cannot be created: {why}", fix_dir, source=source)]
+    if store.exists():
+        try:
+            with store.open("r+b"):
+                pass
+        except OSError as exc:
+            return [ConfigError(key, f"{store} is not writable ({exc.strerror})", fix_dir,
+                                source=source)]
+    return []
+
+
 def check_paths(
-    *, data_dir: Path | None, mqsc_file: Path | None, store: Path, source: str = ""
+    *,
+    data_dir: Path | None,
+    mqsc_file: Path | None,
+    store: Path,
+    request_reply_store: Path | None = None,
+    source: str = "",
 ) -> list[ConfigError]:
-    """What the gateway must create or read at start, checked without creating it:
-    the embedded ``data_dir`` and the ``store`` creatable and writable, ``mqsc_file``
-    readable (paths already resolved against the config file)."""
+    """What the gateway must create or read at start, checked without leaving anything
+    behind: the embedded ``data_dir``, the broker ``store`` and (with request/reply
+    routes) ``request_reply_store`` creatable and writable, ``mqsc_file`` readable
+    (paths already resolved against the config file)."""
     problems: list[ConfigError] = []
     fix_dir = "choose a directory the gateway may create and write"
     if data_dir is not None:
@@ -217,21 +256,82 @@ def check_paths(
                     source=source,
                 )
             )
-    if store.is_dir():
-        problems.append(
-            ConfigError("broker.store", f"{store} is a directory", "name a file", source=source)
-        )
-    elif store.exists():
-        if not os.access(store, os.R_OK | os.W_OK):
-            problems.append(
-                ConfigError("broker.store", f"{store} is not writable", fix_dir, source=source)
-            )
-    else:
-        why = _creatable(store.parent)
+    problems += _store_problems("broker.store", store, source)
+    if request_reply_store is not None:
+        problems += _store_problems("request_reply.store", request_reply_store, source)
+    return problems
+
+
+def _broker_queue(name: str, local: bool, streams: set[str], dead_letter_queue: str) -> str:
+    """What ``name`` is among the queues the broker and the queue manager keep for
+    themselves ("" when none). ``local``: the name is on the gateway's queue manager
+    (stream queues and the dead-letter queue are named per queue manager; ``SYSTEM.*``
+    names are the queue manager's own everywhere)."""
+    if local and name in streams:
+        return ("a stream queue the broker services (broker.streams, a neighbour's streams "
+                "or the default stream)")
+    if name == ADMIN_STREAM:
+        return "the broker's admin stream"
+    if name == CONTROL_QUEUE:
+        return "the broker's control queue"
+    if name == INTER_BROKER_QUEUE:
+        return "the inter-broker queue (neighbour brokers' answers)"
+    if local and name == dead_letter_queue:
+        return "the dead-letter queue (broker.dead_letter_queue)"
+    if name.startswith(BACKLOG_QUEUE_PREFIX):
+        return "a sink backlog queue (SYSTEM.MQGW.SINK.<instance>)"
+    if name.startswith("SYSTEM."):
+        return "a system queue (SYSTEM.*: the queue manager's and the broker's own)"
+    return ""
+
+
+def check_request_reply_queues(gateway: Any, source: str = "") -> list[ConfigError]:
+    """Request/reply must not read or fill the broker's queues (issue 29): a
+    ``reply_queue`` or service ``queue`` on a stream queue takes that stream's
+    publications (they are dead-lettered as replies no request waits for); a request
+    ``destination`` or ``reply_to_q`` there hands an outsider's payload to the broker or
+    the queue manager as a command. Refused naming the key: stream queues, the admin
+    stream, the control and inter-broker queues, the dead-letter queue, sink backlogs
+    and every other ``SYSTEM.*`` queue; and two request/reply readers on one queue."""
+    rr = gateway.request_reply
+    if not rr.requests and not rr.services:
+        return []
+    own = gateway.queue_manager.name
+    # the serviced streams and the neighbours' (the broker services their queues too)
+    streams = {DEFAULT_STREAM} | {s.name for s in gateway.broker.streams}
+    streams |= {s for n in gateway.neighbours for s in (n.streams or ())}
+    dlq = gateway.broker.dead_letter_queue
+    fix_read = "give request/reply a queue of its own (reply_queue default: MQGW.REPLY)"
+    fix_reply_to = "name reply_queue or a reply-to queue alias that resolves to it"
+    fix_put = "name the service's own queue (or an alias of it), not one the broker keeps"
+    # (key, queue name, on the gateway's queue manager, read by request/reply, as
+    # written, fix)
+    named: list[tuple[str, str, bool, bool, str, str]] = [
+        ("request_reply.reply_queue", rr.reply_queue, True, True, rr.reply_queue, fix_read)
+    ]
+    if rr.reply_to_q:
+        where = f"{rr.reply_to_q}@{rr.reply_to_q_mgr}" if rr.reply_to_q_mgr else rr.reply_to_q
+        named.append(("request_reply.reply_to_q", rr.reply_to_q,
+                      rr.reply_to_q_mgr in ("", own), False, where, fix_reply_to))
+    named += [(f"request_reply.services[{i}].queue", r.queue, True, True, r.queue, fix_read)
+              for i, r in enumerate(rr.services)]
+    for i, r in enumerate(rr.requests):
+        queue, _, q_mgr = r.destination.partition("@")
+        named.append((f"request_reply.requests[{i}].destination", queue, q_mgr in ("", own),
+                      False, r.destination, fix_put))
+    problems: list[ConfigError] = []
+    readers: dict[str, str] = {}
+    for key, name, local, read, written, fix in named:
+        why = _broker_queue(name, local, streams, dlq)
         if why:
-            problems.append(
-                ConfigError("broker.store", f"cannot be created: {why}", fix_dir, source=source)
-            )
+            problems.append(ConfigError(key, f"{written} is {why}", fix, source=source))
+            continue
+        if read:
+            if name in readers:
+                problems.append(ConfigError(
+                    key, f"{name} is also {readers[name]}: two request/reply readers would "
+                    "take each other's messages", "give each its own queue", source=source))
+            readers.setdefault(name, key)
     return problems
 
 

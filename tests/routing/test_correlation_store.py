@@ -183,6 +183,54 @@ def test_due_lists_open_entries_past_deadline_earliest_first(store: CorrelationS
     assert store.due(4.0) == []
 
 
+def test_an_entry_postponed_drops_behind_the_others_until_its_next_try(
+    store: CorrelationStore,
+) -> None:
+    """Issue 29: the sweeper could not finish 1 and 2; later entries come first, and
+    1 and 2 come back at their next try, each attempt counted."""
+    for n in range(1, 4):
+        store.add_request(_request(n, deadline=float(n)))
+    store.add_service(_service(4, deadline=4.0))
+    store.postpone_request(bytes([1]) * 24, retry_at=50.0)
+    store.postpone_request(bytes([2]) * 24, retry_at=40.0)
+    assert [p.deadline for p in store.due(10.0, limit=2)] == [3.0, 4.0]
+    assert [p.deadline for p in store.due(45.0)] == [3.0, 4.0, 2.0]
+    store.postpone_request(bytes([2]) * 24, retry_at=60.0)
+    store.postpone_service(bytes([4]) * 24, retry_at=55.0)
+    assert [(p.deadline, p.attempts) for p in store.due(100.0)] == [
+        (3.0, 0), (1.0, 1), (4.0, 1), (2.0, 2)]
+    got = store.request(bytes([2]) * 24)
+    assert got is not None and got.attempts == 2 and got.retry_at == 60.0
+    store.finish_request(bytes([2]) * 24, "undeliverable", 70.0)
+    store.postpone_request(bytes([2]) * 24, retry_at=80.0)  # finished: left as it is
+    got = store.request(bytes([2]) * 24)
+    assert got is not None and got.attempts == 2 and got.outcome == "undeliverable"
+
+
+def test_a_file_without_the_retry_columns_is_upgraded(tmp_path: Path) -> None:
+    """A store written before attempts/retry_at opens; its entries have not been tried."""
+    path = tmp_path / "request_reply.db"
+    s = CorrelationStore(path)
+    s.add_request(_request(1, deadline=5.0))
+    s.add_service(_service(2, deadline=6.0))
+    s.close()
+    db = sqlite3.connect(str(path))
+    for table in ("requests", "services"):
+        db.execute(f"DROP INDEX {table}_next")
+        db.execute(f"ALTER TABLE {table} DROP COLUMN attempts")
+        db.execute(f"ALTER TABLE {table} DROP COLUMN retry_at")
+    db.commit()
+    db.close()
+    s = CorrelationStore(path)
+    try:
+        assert [(p.deadline, p.attempts, p.retry_at) for p in s.due(10.0)] == [
+            (5.0, 0, None), (6.0, 0, None)]
+        s.postpone_request(bytes([1]) * 24, retry_at=20.0)
+        assert [p.deadline for p in s.due(10.0)] == [6.0]
+    finally:
+        s.close()
+
+
 def test_purge_removes_only_old_done_entries(store: CorrelationStore) -> None:
     store.add_request(_request(1))
     store.add_request(_request(2))

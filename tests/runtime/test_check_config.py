@@ -3,9 +3,12 @@ key and the file, without a traceback (run as a subprocess, as an operator would
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -81,7 +84,85 @@ CASES = {
         "'NOT.SERVICED' is not serviced",
     ),
     "empty_file": ("", "(top level)", "the file is empty"),
+    "data_dir_under_proc": (
+        "queue_manager:\n  data_dir: /proc/mqgw-no-such/qm\n" + QUIET,
+        "queue_manager.data_dir",
+        "cannot be created",
+    ),
+    "request_reply_store_under_a_file": (
+        "queue_manager:\n  data_dir: d/qm\n" + QUIET
+        + "plugins:\n  - {name: m, plugin: memory}\n"
+        "request_reply:\n  store: afile/rr.db\n"
+        "  requests: [{name: q, plugin: m, source: a, destination: SVC.Q}]\n",
+        "request_reply.store",
+        "is a file, not a directory",
+    ),
 }
+
+
+def rr_routes(*, reply_queue: str = "MQGW.REPLY", service_queue: str = "GW.SVC",
+              destination: str = "SVC.Q", reply_to_q: str = "",
+              extra: str = "") -> str:
+    """A configuration with one requester and one service route on a memory instance,
+    and a serviced stream STOCK.STREAM."""
+    return (
+        "queue_manager:\n  name: GW\n  data_dir: d/qm\n" + QUIET
+        + "broker:\n  streams: [{name: STOCK.STREAM}]\n" + extra
+        + "plugins:\n  - {name: m, plugin: memory}\n"
+        f"request_reply:\n  reply_queue: {reply_queue}\n"
+        + (f"  reply_to_q: {reply_to_q}\n" if reply_to_q else "")
+        + f"  requests: [{{name: q, plugin: m, source: a, destination: '{destination}'}}]\n"
+        f"  services: [{{name: s, queue: {service_queue}, plugin: m, target: t, replies: r}}]\n"
+    )
+
+
+#: Issue 29: request/reply queues that overlap the broker's own, each refused naming
+#: the key (a reply_queue on a stream queue took 25 of 50 publications).
+QUEUE_CASES = {
+    "reply_queue_on_a_stream_queue": (
+        rr_routes(reply_queue="STOCK.STREAM"), "request_reply.reply_queue",
+        "a stream queue the broker services"),
+    "service_queue_on_a_stream_queue": (
+        rr_routes(service_queue="STOCK.STREAM"), "request_reply.services[0].queue",
+        "a stream queue the broker services"),
+    "service_queue_on_the_default_stream": (
+        rr_routes(service_queue="SYSTEM.BROKER.DEFAULT.STREAM"),
+        "request_reply.services[0].queue", "a stream queue the broker services"),
+    "reply_queue_on_the_admin_stream": (
+        rr_routes(reply_queue="SYSTEM.BROKER.ADMIN.STREAM"), "request_reply.reply_queue",
+        "the broker's admin stream"),
+    "reply_queue_on_the_control_queue": (
+        rr_routes(reply_queue="SYSTEM.BROKER.CONTROL.QUEUE"), "request_reply.reply_queue",
+        "the broker's control queue"),
+    "service_queue_on_the_inter_broker_queue": (
+        rr_routes(service_queue="SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS"),
+        "request_reply.services[0].queue", "the inter-broker queue"),
+    "service_queue_on_the_dead_letter_queue": (
+        rr_routes(service_queue="GW.DLQ", extra="  dead_letter_queue: GW.DLQ\n"),
+        "request_reply.services[0].queue", "the dead-letter queue"),
+    "reply_queue_on_a_sink_backlog": (
+        rr_routes(reply_queue="SYSTEM.MQGW.SINK.m"), "request_reply.reply_queue",
+        "a sink backlog queue"),
+    "service_queue_on_a_system_queue": (
+        rr_routes(service_queue="SYSTEM.ADMIN.COMMAND.QUEUE"),
+        "request_reply.services[0].queue", "a system queue"),
+    "service_queue_is_the_reply_queue": (
+        rr_routes(service_queue="MQGW.REPLY"), "request_reply.services[0].queue",
+        "also request_reply.reply_queue"),
+    "destination_on_the_control_queue_of_another_broker": (
+        rr_routes(destination="SYSTEM.BROKER.CONTROL.QUEUE@QM2"),
+        "request_reply.requests[0].destination", "the broker's control queue"),
+    "destination_on_a_stream_queue": (
+        rr_routes(destination="STOCK.STREAM"), "request_reply.requests[0].destination",
+        "a stream queue the broker services"),
+    "reply_queue_on_a_neighbours_stream": (
+        rr_routes(reply_queue="BULLETIN") + "neighbours: [{q_mgr: QM2, streams: [BULLETIN]}]\n",
+        "request_reply.reply_queue", "a stream queue the broker services"),
+    "reply_to_q_on_a_stream_queue": (
+        rr_routes(reply_to_q="STOCK.STREAM"), "request_reply.reply_to_q",
+        "a stream queue the broker services"),
+}
+CASES.update(QUEUE_CASES)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -106,6 +187,63 @@ def test_the_start_refuses_it_the_same_way(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert f"{config}: queue_manager.data_dir: cannot be created" in done.stderr
+
+
+def test_the_start_refuses_a_data_dir_under_proc_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text("queue_manager:\n  data_dir: /proc/mqgw-no-such/qm\n" + QUIET)
+    done = mqgw_run(config)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"{config}: queue_manager.data_dir: cannot be created" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 2, done.stderr  # the heading + it
+
+
+@contextlib.contextmanager
+def unwritable(directory: Path) -> Iterator[None]:
+    """``directory`` made read-only for this user: mode 0555, or for root (whom modes do
+    not stop) the immutable attribute, removed again at the end."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(0o755)
+        return
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run(
+        [chattr, "+i", str(directory)], capture_output=True, check=False
+    ).returncode != 0:
+        pytest.skip("root, and no immutable attribute on this file system")
+    try:
+        yield
+    finally:
+        subprocess.run([chattr, "-i", str(directory)], check=True)
+
+
+@pytest.mark.parametrize("key", ["queue_manager.data_dir", "broker.store",
+                                 "request_reply.store"])
+def test_check_and_start_refuse_a_read_only_directory(tmp_path: Path, key: str) -> None:
+    paths = {"queue_manager.data_dir": "d/qm", "broker.store": "d/pubsub.db",
+             "request_reply.store": "d/rr.db"}
+    paths[key] = "ro/new/x.db" if key.endswith("store") else "ro/new/qm"
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"queue_manager:\n  data_dir: {paths['queue_manager.data_dir']}\n" + QUIET
+        + f"broker:\n  store: {paths['broker.store']}\n"
+        "plugins:\n  - {name: m, plugin: memory}\n"
+        f"request_reply:\n  store: {paths['request_reply.store']}\n"
+        "  requests: [{name: q, plugin: m, source: a, destination: SVC.Q}]\n"
+    )
+    with unwritable(tmp_path / "ro"):
+        for extra in (("--check",), ()):
+            done = mqgw_run(config, *extra)
+            assert done.returncode == 2, done.stdout + done.stderr
+            assert "Traceback" not in done.stderr
+            assert f"{config}: {key}: cannot be created: {tmp_path / 'ro'} is not " \
+                "writable" in done.stderr, done.stderr
+        assert list((tmp_path / "ro").iterdir()) == []
 
 
 def test_a_valid_config_with_every_check_still_passes(tmp_path: Path) -> None:
@@ -135,3 +273,36 @@ def test_example_config_checks_with_the_devstack_variables(
     assert done.returncode == 0, done.stderr
     assert f"plugin instance kafka: kafka -> {kafka_broker.bootstrap}" in done.stdout
     assert f"plugin instance mqtt: mqtt -> {mqtt_broker.host}:{mqtt_broker.port}" in done.stdout
+
+
+@pytest.mark.parametrize("key", ["queue_manager.data_dir", "broker.store",
+                                 "request_reply.store"])
+async def test_a_directory_that_fails_after_the_check_stops_the_start_naming_the_key(
+    tmp_path: Path, key: str
+) -> None:
+    """The start checks too, but a directory can change between check and start (or a
+    caller builds the app without load_config): the start still fails with one
+    GatewayRuntimeError naming the key, never an OSError traceback."""
+    from gateway.runtime.app import GatewayApp
+    from gateway.runtime.config import parse_config
+    from gateway.runtime.errors import GatewayRuntimeError
+    from gateway.runtime.registry import PluginRegistry
+
+    bad = "/proc/mqgw-no-such/x"
+    data = {
+        "queue_manager": {"data_dir": str(tmp_path / "qm")},
+        "broker": {"store": str(tmp_path / "pubsub.db")},
+        "metrics": {"enabled": False},
+        "plugins": [{"name": "m", "plugin": "memory"}],
+        "request_reply": {
+            "store": str(tmp_path / "rr.db"),
+            "requests": [{"name": "q", "plugin": "m", "source": "a", "destination": "SVC.Q"}],
+        },
+    }
+    section, name = key.split(".")
+    data[section][name] = bad  # type: ignore[index]
+    registry = PluginRegistry.from_entry_points()
+    app = GatewayApp(parse_config(data, registry, base_dir=tmp_path), registry)
+    with pytest.raises(GatewayRuntimeError) as failed:
+        await app.start()
+    assert str(failed.value).startswith(f"{key} {bad}: "), failed.value

@@ -32,7 +32,6 @@ async def start_request_reply(
     """The started service, or None when no route is configured (nothing opened)."""
     if not config.requests and not config.services:
         return None
-    store_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         store = CorrelationStore(store_path)
     except CorrelationStoreError as exc:

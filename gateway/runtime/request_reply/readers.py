@@ -55,6 +55,8 @@ BACKOUT_THRESHOLD_REACHED = 2362
 #: Gets of one reply before it is dead-lettered, when the reply queue has no BOTHRESH.
 BACKOUT_LIMIT = 3
 _NO_MSG = 2033
+#: The outcome (and event) of an entry the sweeper gave up (``undeliverable_after``).
+UNDELIVERABLE = "undeliverable"
 #: Task names (health: :meth:`RequestReplyService.failing_tasks`).
 TASK_REPLIES = "rr:replies"
 TASK_SERVICE = "rr:service:"
@@ -120,7 +122,10 @@ async def _serve(
                 except PluginError as exc:
                     with contextlib.suppress(MQError):
                         await conn.backout()
-                    log.warning("%s: %s (message kept, retrying)", what, exc)
+                    svc.summarised.log(
+                        logging.WARNING, f"{what} retry",
+                        "%s: %s (message kept, retrying)", what, exc,
+                    )
                     await asyncio.sleep(delay)
                     delay = min(_MAX_BACKOFF, delay * 2)
         except MQError as exc:
@@ -176,7 +181,8 @@ async def give_up_reply(svc: RequestReplyService, conn: Connection, msg: Message
     since = svc.reply_failing_since.get(route)
     if since is None or svc.clock() - since < svc.reply_retry:
         return False
-    log.warning(
+    svc.summarised.log(
+        logging.WARNING, f"reply backed out {route}",
         "reply queue: reply with CorrelId %s (route %s) backed out %d times: dead-lettered",
         msg.md.correl_id.hex(), route or "?", msg.md.backout_count,
     )
@@ -202,7 +208,11 @@ async def _handle_reply(svc: RequestReplyService, conn: Connection, msg: Message
     route = svc.requests.get(pending.route) if pending is not None else None
     reply_queue = svc.config.reply_queue
     if pending is None or route is None:
-        log.info("reply queue: message with CorrelId %s matches no request", md.correl_id.hex())
+        svc.summarised.log(
+            logging.INFO, "reply unmatched",
+            "reply queue: message with CorrelId %s matches no request: dead-lettered "
+            "(MQDLH reason %d)", md.correl_id.hex(), NO_PENDING_REQUEST,
+        )
         await svc.dead_letter(conn, md, msg.body, NO_PENDING_REQUEST, reply_queue, "")
         await conn.commit()
         svc.count(pending.route if pending else "", "replies_unmatched")
@@ -298,7 +308,11 @@ async def handle_service_request(
             md.format, md.encoding, md.coded_char_set_id, msg.body
         )
     except WireError as exc:
-        log.warning("service route %s: request body does not parse: %s", route.name, exc)
+        svc.summarised.log(
+            logging.WARNING, f"unparsable request {route.name}",
+            "service route %s: request body does not parse: %s (dead-lettered)",
+            route.name, exc,
+        )
         await _refuse_request(svc, route, conn, msg, exc.reason, is_request)
         return
     properties = dict(props)
@@ -380,7 +394,10 @@ async def _refuse_request(
                 conn, route.name, entry.reply_to_q, entry.reply_to_q_mgr, report, b""
             )
         except DeadLetterRefusedError as exc:
-            log.error("service route %s: exception report lost: %s", route.name, exc)
+            svc.summarised.log(
+                logging.ERROR, f"report lost {route.name}",
+                "service route %s: exception report lost: %s", route.name, exc,
+            )
             await conn.commit()
     else:
         await conn.commit()
@@ -402,12 +419,15 @@ async def sweep(svc: RequestReplyService) -> None:
 
 async def sweep_once(svc: RequestReplyService) -> None:
     """Each due entry on its own: one that cannot be finished now (its plugin down, its
-    ReplyToQ full) is logged and tried again next sweep, the others go on."""
+    reply topic or ReplyToQ refusing) is tried again after a backoff and given up after
+    ``undeliverable_after`` (:func:`_cannot_finish`), while the others go on. Every due
+    entry is looked at, in batches of :data:`SWEEP_BATCH`: an entry tried is finished
+    or postponed past ``now``, so the next batch holds other entries."""
     now = svc.clock()
-    due = svc.store.due(now)
-    if due:
-        conn: Connection | None = None
-        try:
+    conn: Connection | None = None
+    try:
+        for _ in range(MAX_SWEEP_BATCHES):
+            due = svc.store.due(now, SWEEP_BATCH)
             for entry in due:
                 try:
                     if isinstance(entry, PendingRequest):
@@ -417,17 +437,113 @@ async def sweep_once(svc: RequestReplyService) -> None:
                             conn = await svc.qm.connect()
                         await _time_out_service(svc, conn, entry)
                 except (MQError, PluginError) as exc:
-                    log.warning("request/reply sweep: route %s: %s (retrying next sweep)",
-                                entry.route, exc)
                     if isinstance(exc, MQError) and conn is not None:
                         with contextlib.suppress(MQError):
                             await conn.disconnect()
                         conn = None
-        finally:
-            if conn is not None:
-                with contextlib.suppress(MQError):
-                    await conn.disconnect()
+                    conn = await _cannot_finish(svc, conn, entry, exc)
+            if len(due) < SWEEP_BATCH:
+                break
+    finally:
+        if conn is not None:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
     svc.store.purge(now, svc.config.retention)
+
+
+#: Entries the sweeper reads from the store at a time, and most batches of one sweep
+#: (a bound on one sweep's work; what is left waits for the next sweep).
+SWEEP_BATCH = 100
+MAX_SWEEP_BATCHES = 50
+#: Longest pause (seconds) between two tries of an entry the sweeper cannot finish.
+RETRY_MAX = 30.0
+
+
+def retry_delay(sweep_interval: float, attempts: int) -> float:
+    """Pause before the next try of an entry tried ``attempts`` times before this failed
+    one: the sweep interval doubled per try, at most :data:`RETRY_MAX`."""
+    return min(RETRY_MAX, sweep_interval * 2.0 ** min(attempts + 1, 32))
+
+
+async def _cannot_finish(
+    svc: RequestReplyService,
+    conn: Connection | None,
+    entry: PendingRequest | PendingService,
+    exc: MQError | PluginError,
+) -> Connection | None:
+    """The error reply or report of ``entry`` failed: try again after a backoff, or,
+    ``undeliverable_after`` seconds past its deadline, give it up. The connection to
+    use from here (None: connect again)."""
+    now = svc.clock()
+    attempts = entry.attempts + 1
+    if now - entry.deadline < svc.config.undeliverable_after:
+        delay = retry_delay(svc.config.sweep_interval, entry.attempts)
+        if isinstance(entry, PendingRequest):
+            svc.store.postpone_request(entry.key, now + delay)
+        else:
+            svc.store.postpone_service(entry.token, now + delay)
+        svc.summarised.log(
+            logging.WARNING, f"sweep retry {entry.route}",
+            "request/reply sweep: route %s: %s (attempt %d; trying again in %.1f s, "
+            "for at most %.0f s past the deadline)",
+            entry.route, exc, attempts, delay, svc.config.undeliverable_after,
+        )
+        return conn
+    if isinstance(entry, PendingRequest):
+        async with svc.entry_lock(entry.key):
+            finished = svc.store.finish_request(entry.key, UNDELIVERABLE, now)
+    else:
+        conn = await _dead_letter_report(svc, conn, entry, exc)
+        finished = svc.store.finish_service(entry.token, UNDELIVERABLE, svc.clock())
+    if not finished:
+        return conn  # answered meanwhile
+    svc.count(entry.route, "timeouts")
+    svc.count(entry.route, UNDELIVERABLE)
+    what = "error reply" if isinstance(entry, PendingRequest) else "expiration report"
+    svc.summarised.log(
+        logging.WARNING, f"undeliverable {entry.route}",
+        "request/reply sweep: route %s: the %s of an entry could not be sent in %d "
+        "attempts over %.0f s (last: %s): given up as undeliverable",
+        entry.route, what, attempts, now - entry.deadline, exc,
+    )
+    return conn
+
+
+async def _dead_letter_report(
+    svc: RequestReplyService,
+    conn: Connection | None,
+    entry: PendingService,
+    exc: MQError | PluginError,
+) -> Connection | None:
+    """An expiration report that could not be put to its ReplyToQ for
+    ``undeliverable_after`` seconds goes to the dead-letter queue, behind an MQDLH with
+    the last MQ reason, naming the ReplyToQ: nothing the requester asked for is dropped
+    while the queue manager takes it. When the DLQ cannot take it either, it is counted
+    ``reports_lost``."""
+    if not wants_report(entry.report, Feedback.EXPIRATION):
+        return conn
+    md = report_md(entry, int(Feedback.EXPIRATION), now=svc.clock())
+    cause = exc if isinstance(exc, MQError) else exc.__cause__
+    reason = cause.reason if isinstance(cause, MQError) else int(Reason.UNEXPECTED_ERROR)
+    try:
+        if conn is None:
+            conn = await svc.qm.connect()
+        await svc.dead_letter(conn, md, b"", reason, entry.reply_to_q, entry.reply_to_q_mgr)
+        await conn.commit()
+    except (MQError, PluginError) as dlq_exc:
+        if conn is not None:
+            with contextlib.suppress(MQError):
+                await conn.backout()
+        svc.summarised.log(
+            logging.ERROR, f"report lost {entry.route}",
+            "route %s: expiration report lost: %s", entry.route, dlq_exc,
+        )
+        svc.count(entry.route, "reports_lost")
+        if isinstance(dlq_exc, MQError) and conn is not None:
+            with contextlib.suppress(MQError):
+                await conn.disconnect()
+            conn = None
+    return conn
 
 
 async def _time_out_request(svc: RequestReplyService, entry: PendingRequest) -> None:
@@ -457,7 +573,10 @@ async def _time_out_service(
                 conn, entry.route, entry.reply_to_q, entry.reply_to_q_mgr, md, b""
             )
         except DeadLetterRefusedError as exc:
-            log.error("route %s: expiration report lost: %s", entry.route, exc)
+            svc.summarised.log(
+                logging.ERROR, f"report lost {entry.route}",
+                "route %s: expiration report lost: %s", entry.route, exc,
+            )
             svc.count(entry.route, "reports_lost")
     svc.store.finish_service(entry.token, "timeout", svc.clock())
     svc.count(entry.route, "timeouts")

@@ -58,6 +58,7 @@ from gateway.routing.routes import (
     ServiceRoute,
     split_destination,
 )
+from gateway.runtime.logs import SummarisedLog
 from gateway.runtime.request_reply.errors import DeadLetterRefusedError
 from gateway.runtime.request_reply.request_batches import (
     plan_request,
@@ -126,6 +127,10 @@ class RequestReplyService:
         self._failing: dict[str, str] = {}
         self._locks: dict[bytes, tuple[asyncio.Lock, int]] = {}
         self.running = False
+        #: Lines about what outsiders can repeat at will (junk on the reply queue, a
+        #: reply topic or ReplyToQ that refuses, an unparsable request): one line per
+        #: kind per minute, then a count (gateway.runtime.logs.SummarisedLog).
+        self.summarised = SummarisedLog(log)
 
     # ---------------------------------------------------------------- lifecycle -----
 
@@ -182,6 +187,7 @@ class RequestReplyService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        self.summarised.flush()
 
     async def _supervise(
         self, loop: Callable[[], Coroutine[Any, Any, None]], name: str
@@ -313,7 +319,10 @@ class RequestReplyService:
                                   retriable=True) from exc
             pending = self.store.request(key)
             assert pending is not None
-            log.warning("route %s: request refused by %s: %s", route.name, route.destination, exc)
+            self.summarised.log(
+                logging.WARNING, f"request refused {route.name}",
+                "route %s: request refused by %s: %s", route.name, route.destination, exc,
+            )
             delivered = await self.error_reply_or_give_up(
                 route,
                 pending,
@@ -395,7 +404,8 @@ class RequestReplyService:
                 raise refused
             await self.produce(route.plugin, [env])
         except DeliveryRefusedError as exc:
-            log.error(
+            self.summarised.log(
+                logging.ERROR, f"error reply refused {route.name}",
                 "route %s: error reply to %r refused by the plugin: %s",
                 route.name, pending.reply_topic, exc,
             )
@@ -513,7 +523,8 @@ class RequestReplyService:
             if exc.retriable:
                 raise PluginError(f"route {route}: put to {q}@{q_mgr}: {exc}",
                                   retriable=True) from exc
-            log.warning(
+            self.summarised.log(
+                logging.WARNING, f"reply dead-lettered {route}",
                 "route %s: reply to %s@%s cannot be delivered (MQRC %d): dead-lettered",
                 route, q, q_mgr, exc.reason,
             )

@@ -23,11 +23,12 @@ SERVICE = {"name": "pricing", "queue": "GW.PRICING", "plugin": "resp",
 
 
 async def put_request(net: Network, *, report: int = 0, correl_id: bytes = b"\0" * 24,
-                      reply_q_mgr: str = "QMA", expiry: int = -1, on: str = "QMA") -> MQMD:
+                      reply_q_mgr: str = "QMA", expiry: int = -1, on: str = "QMA",
+                      reply_to_q: str = "APP.REPLY") -> MQMD:
     """The MQ application's request to GW.PRICING (a cluster queue GW hosts)."""
     async with await net[on].qm.connect() as conn:
         q = await conn.open("GW.PRICING", OpenOption.OUTPUT)
-        md = MQMD(msg_type=MsgType.REQUEST, format="MQSTR", reply_to_q="APP.REPLY",
+        md = MQMD(msg_type=MsgType.REQUEST, format="MQSTR", reply_to_q=reply_to_q,
                   reply_to_q_mgr=reply_q_mgr, report=report, correl_id=correl_id,
                   expiry=expiry)
         out = await q.put(md, b"price?", PutOptions(new_msg_id=True))
