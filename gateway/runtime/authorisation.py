@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
+from gateway.log_summary import SummarisedLog
 from gateway.mq.embedded.context import process_user
 from gateway.mq.embedded.objects import QType
 from gateway.mq.port import MQError, QueueManager
@@ -23,7 +24,6 @@ from gateway.pubsub.destinations import (
     identity_resolver,
 )
 from gateway.runtime.config import EmbeddedQueueManagerConfig, GatewayConfig
-from gateway.log_summary import SummarisedLog
 
 __all__ = ["authoriser_for", "queue_resolver"]
 

@@ -61,6 +61,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gateway.log_summary import SummarisedLog
 from gateway.mq.port import (
     Connection,
     GetOptions,
@@ -86,7 +87,6 @@ from gateway.pubsub.outcome import OutboundMessage
 from gateway.pubsub.records import Subscription
 from gateway.pubsub.streams import ADMIN_STREAM, INTER_BROKER_QUEUE
 from gateway.pubsub.topics import Scheme
-from gateway.log_summary import SummarisedLog
 from gateway.runtime.neighbours.announced import (
     ACCEPT_ALL,
     DEFAULT_MAX_STREAMS,

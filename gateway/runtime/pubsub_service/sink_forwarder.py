@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gateway.log_summary import SummarisedLog
 from gateway.mq.port import (
     Connection,
     GetOptions,
@@ -66,7 +67,6 @@ from gateway.runtime.backlog_format import (
     decode_backlog_message,
 )
 from gateway.runtime.backlog_seal import BacklogSeal
-from gateway.log_summary import SummarisedLog
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import Put, dead_letter, put_all
 from gateway.runtime.pubsub_service.errors import CONNECTION_REASONS, AsideQueueError

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
+from gateway.log_summary import SummarisedLog
 from gateway.mq.port import (
     Connection,
     MQError,
@@ -58,7 +59,6 @@ from gateway.routing.routes import (
     ServiceRoute,
     split_destination,
 )
-from gateway.runtime.logs import SummarisedLog
 from gateway.runtime.request_reply.errors import DeadLetterRefusedError
 from gateway.runtime.request_reply.request_batches import (
     plan_request,
