@@ -129,7 +129,7 @@ class RequestReplyService:
         self.running = False
         #: Lines about what outsiders can repeat at will (junk on the reply queue, a
         #: reply topic or ReplyToQ that refuses, an unparsable request): one line per
-        #: kind per minute, then a count (gateway.runtime.logs.SummarisedLog).
+        #: kind per minute, then a count (gateway.log_summary.SummarisedLog).
         self.summarised = SummarisedLog(log)
 
     # ---------------------------------------------------------------- lifecycle -----
