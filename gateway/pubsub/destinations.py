@@ -53,8 +53,8 @@ class QueueUse(enum.StrEnum):
     #: the ReplyToQ of a request a service route forwards, for the responder's reply: no
     #: SYSTEM. queue anywhere
     REPLY = "reply-to queue"
-    #: a requester route's destination (the operator's): checked on this queue manager
-    #: only (a remote command queue is a fair destination)
+    #: a requester route's destination (the operator's, requests from outside): no
+    #: SYSTEM. queue anywhere (a queue manager's command queue takes PCF commands)
     DESTINATION = "request destination"
 
 
@@ -121,8 +121,9 @@ class OwnQueues:
         """Why the gateway may not put there for ``use``, or None.
 
         On this queue manager: its ``SYSTEM.`` queues, the queues it keeps and its
-        transmission queues. On others: ``SYSTEM.`` queues for a subscriber (another
-        broker's inter-broker queue aside) and a reply (:class:`QueueUse`). The name as
+        transmission queues. On others: ``SYSTEM.`` queues, except for a broker's
+        response (and another broker's inter-broker queue for a subscriber:
+        :class:`QueueUse`). The name as
         given is checked, then where it resolves to: ``resolved`` when the caller has it
         (MQOPEN's resolved names), else :attr:`resolve`."""
         name, qm = queue.strip(), q_mgr.strip()
@@ -159,7 +160,7 @@ class OwnQueues:
         return None
 
 
-_LOCAL_ONLY = frozenset({QueueUse.RESPONSE, QueueUse.DESTINATION})
+_LOCAL_ONLY = frozenset({QueueUse.RESPONSE})
 
 #: The kinds of :class:`OwnQueue` (the ``reason`` label of the refusal counter).
 SYSTEM_QUEUE = "system_queue"

@@ -114,9 +114,10 @@ def test_system_queues_elsewhere_depend_on_the_use() -> None:
     assert own.why_own("QM2", "SYSTEM.ADMIN.COMMAND.QUEUE", QueueUse.SUBSCRIBER) is not None
     # a reply the gateway puts for a requester: never a SYSTEM. queue anywhere
     assert own.why_own("QM2", INTER, QueueUse.REPLY) is not None
-    # a broker's response to another broker, an operator's destination: only here
+    # nor a requester route's destination (a command queue would take PCF commands)
+    assert own.why_own("QM2", "SYSTEM.ADMIN.COMMAND.QUEUE", QueueUse.DESTINATION) is not None
+    # a broker's response to another broker: only this queue manager's are refused
     assert own.why_own("QM2", INTER, QueueUse.RESPONSE) is None
-    assert own.why_own("QM2", "SYSTEM.ADMIN.COMMAND.QUEUE", QueueUse.DESTINATION) is None
     assert own.why_own("", INTER, QueueUse.RESPONSE) is not None
 
 
