@@ -121,10 +121,12 @@ def mosquitto_conf(
     max_queued_messages: int = 100_000,
     secure: dict[int, SecureListener] | None = None,
     password_file: Path | None = None,
+    acl_file: Path | None = None,
 ) -> str:
     """The broker configuration: one anonymous loopback listener, no persistence, plus
     the ``secure`` listeners by port (then ``per_listener_settings`` is on so each
-    listener has its own ``allow_anonymous``/``password_file``).
+    listener has its own ``allow_anonymous``/``password_file``); ``acl_file`` limits
+    what the anonymous listener's clients may read and write.
 
     A configured ``listener`` turns ``allow_anonymous`` off by default, so it is set
     explicitly; the in-flight and queue limits are raised from 20 / 1000 so a gateway
@@ -137,12 +139,17 @@ def mosquitto_conf(
     # Started as root, Mosquitto switches to the "mosquitto" user before it reads the
     # password file, which (like the 0600 private keys, in a private temporary
     # directory) that user cannot read: a secured dev broker keeps the starting user.
-    keep_user = "user root\n" if secure and hasattr(os, "geteuid") and os.geteuid() == 0 else ""
+    # The same for an ACL file.
+    private_files = bool(secure) or acl_file is not None
+    keep_user = (
+        "user root\n" if private_files and hasattr(os, "geteuid") and os.geteuid() == 0 else ""
+    )
     return (
         keep_user
         + ("per_listener_settings true\n" if secure else "")
         + f"listener {port} {LOOPBACK}\n"
         "allow_anonymous true\n"
+        + (f"acl_file {acl_file}\n" if acl_file is not None else "")
         + extra
         + "persistence false\n"
         "log_dest stderr\n"
@@ -202,6 +209,10 @@ class MosquittoOptions:
     listeners: tuple[SecureListener, ...] = ()
     #: Accounts of the password file (user name -> password) for ``passwords`` listeners.
     users: dict[str, str] = field(default_factory=dict)
+    #: An ACL file's lines (Mosquitto's ``acl_file`` syntax: ``topic [read|write|
+    #: readwrite|deny] <filter>``) for the anonymous listener, e.g. to make the broker
+    #: refuse a topic (PUBACK 0x87); empty: no ACL. Not with ``listeners``.
+    acl: tuple[str, ...] = ()
 
 
 class MosquittoBroker:
@@ -249,6 +260,14 @@ class MosquittoBroker:
             if self.options.users
             else None
         )
+        acl_file = None
+        if self.options.acl:
+            if self.options.listeners:
+                raise ValueError("MosquittoOptions.acl applies to the anonymous listener "
+                                 "alone: not with secured listeners")
+            acl_file = self.work_dir / "acl"
+            acl_file.write_text("".join(f"{line}\n" for line in self.options.acl),
+                                encoding="utf-8")
         conf = self.work_dir / "mosquitto.conf"
         conf.write_text(
             mosquitto_conf(
@@ -256,6 +275,7 @@ class MosquittoBroker:
                 max_queued_messages=self.options.max_queued_messages,
                 secure={self.ports[lst.name]: lst for lst in self.options.listeners},
                 password_file=password_file,
+                acl_file=acl_file,
             ),
             encoding="utf-8",
         )

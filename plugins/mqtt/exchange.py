@@ -67,7 +67,12 @@ EXCHANGE_QOS = 1
 #: cannot publish to; MQTT 5 PUBACK refusals (0x90 topic name invalid, 0x99 payload
 #: format invalid) map to it and to MQRC_FORMAT_ERROR.
 TOPIC_REFUSED = 2425
-_PUBACK_REASONS = {0x90: TOPIC_REFUSED, 0x99: 2110}
+_PUBACK_REASONS = {0x87: 2035, 0x90: TOPIC_REFUSED, 0x99: 2110}
+#: PUBACK "not authorised" (0x87): the broker's ACL keeps the gateway off the topic a
+#: requester named. For the plugin's stream publications it may be a passing state (an
+#: ACL being changed); for one reply it is the requester's topic: that envelope is
+#: refused (its MQ reply dead-lettered), not retried while every other reply waits.
+_REPLY_REFUSALS = frozenset({0x87})
 #: MQRC_NOT_AUTHORIZED: the reason of a message of this gateway's own origin on a
 #: route's source (the gateway published it; it is no request or reply to take).
 OWN_ORIGIN_REASON = 2035
@@ -158,6 +163,14 @@ class _Route:
     busy: bool = False
 
 
+def _refuses_one(exc: Exception) -> bool:
+    """A PUBACK refusal of one reply (not a lost connection): permanent, or not
+    authorised (:data:`_REPLY_REFUSALS`)."""
+    if isinstance(exc, PublicationRefusedError):
+        return True
+    return isinstance(exc, MqttConnectionError) and exc.reason in _REPLY_REFUSALS
+
+
 class MqttExchanges:
     """The request/reply routes of one instance over its connection (module docstring)."""
 
@@ -245,12 +258,16 @@ class MqttExchanges:
     async def _publish(self, messages: list[Outgoing]) -> None:
         try:
             await self.connection.publish_all(messages, self.ack_timeout)
-        except PublicationRefusedError:
+        except (PublicationRefusedError, MqttConnectionError) as first:
+            if not _refuses_one(first):
+                raise
             # Which one? Publish them one by one (those before it again: at-least-once).
             for index, message in enumerate(messages):
                 try:
                     await self.connection.publish_all([message], self.ack_timeout)
-                except PublicationRefusedError as exc:
+                except (PublicationRefusedError, MqttConnectionError) as exc:
+                    if not _refuses_one(exc):
+                        raise
                     raise DeliveryRefusedError(
                         f"mqtt instance {self.origin!r}: {exc}",
                         index=index,

@@ -2,10 +2,12 @@
 who make the gateway hold, resend or log something at will, against a real ``mqgw run``
 process.
 
-* MQTT 5 requesters whose Response Topic the broker refuses the gateway (Mosquitto
-  answers a PUBLISH to ``$SYS/...`` with PUBACK 0x87, "not authorised"): 100 of them
-  must not stop the timeout of an honest requester on the same route, are retried with
-  a backoff, logged summarised, and given up after ``undeliverable_after``.
+* MQTT 5 requesters whose Response Topic the broker refuses the gateway (an ACL denies
+  it: Mosquitto answers the PUBLISH with PUBACK 0x87, "not authorised"): 100 of them
+  must not stop the timeout of an honest requester on the same route; each error reply
+  is refused for its own topic (never retried while the others wait) and counted, with
+  a handful of log lines. (A ``$SYS/...`` Response Topic, which Mosquitto refuses too,
+  is refused by the gateway at intake: tests/faults/test_hostile_destinations.py.)
 * A hostile MQ application flooding the reply queue and a service queue with junk
   through the embedded queue manager's local socket: every message dead-lettered with
   its MQDLH reason and counted, a handful of log lines.
@@ -31,7 +33,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from gateway.devstack import MosquittoBroker
+from gateway.devstack import MosquittoBroker, MosquittoOptions
 from gateway.devstack.ports import free_port
 from gateway.mq.embedded.client import connect_local
 from gateway.mq.port import GetOptions, OpenOption, PutOptions, QueueAttr
@@ -136,10 +138,24 @@ async def route_subscribed(client: aiomqtt.Client, topic: str, reply_topic: str,
         assert time.monotonic() < deadline, "the gateway never took a request"
 
 
-@pytest.mark.mqtt
+@pytest.fixture
+def acl_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+    """A Mosquitto of its own whose ACL denies every client the topics ``denied/#``."""
+    broker = MosquittoBroker(
+        tmp_path / "mosquitto",
+        MosquittoOptions(acl=("topic readwrite #", "topic deny denied/#")),
+    )
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 async def test_requests_whose_response_topic_the_broker_refuses_do_not_stop_timeouts(
-    tmp_path: Path, mqtt_broker: MosquittoBroker
+    tmp_path: Path, acl_broker: MosquittoBroker
 ) -> None:
+    mqtt_broker = acl_broker
     base = unique("hostile")
     port = free_port()
     config = base_config(tmp_path, port, "DEFINE QLOCAL(SVC.NOBODY) MAXDEPTH(10000)\n")
@@ -159,7 +175,7 @@ async def test_requests_whose_response_topic_the_broker_refuses_do_not_stop_time
             probes = await route_subscribed(client, f"{base}/req/x", f"{base}/probe", port)
             for i in range(STUCK):
                 props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-                props.ResponseTopic = f"$SYS/{base}/r"  # Mosquitto refuses us: 0x87
+                props.ResponseTopic = f"denied/{base}/r"  # the ACL refuses us: 0x87
                 props.CorrelationData = b"bad-%d" % i
                 await client.publish(f"{base}/req/x", b"?", qos=1, properties=props)
             await until("the hostile requests sent",
@@ -175,18 +191,20 @@ async def test_requests_whose_response_topic_the_broker_refuses_do_not_stop_time
             assert isinstance(message.payload, bytes)
             assert json.loads(message.payload)["error"] == "timeout"
             assert getattr(message.properties, "CorrelationData", None) == b"honest"
-        took = await until("the hostile entries given up",
-                           lambda: rr_stats(port).get("undeliverable") == STUCK, 30)
+        took = await until(
+            "the hostile entries finished",
+            lambda: rr_stats(port).get("error_replies_undeliverable") == STUCK, 30)
         stats = rr_stats(port)
-        # every request timed out; all but the hostile ones got their error reply
+        # every request timed out; all but the hostile ones got their error reply, whose
+        # topics the broker refused (each once: a refusal, not a retry)
         assert stats["requester_open"] == 0
         assert stats["timeouts"] == stats["requests_sent"]
         assert stats["error_replies.timeout"] == stats["requests_sent"] - STUCK
         assert gw.terminate(timeout=30) == 0  # a clean stop writes the summaries
-    sweep_lines = lines_with(gw, "request/reply sweep")
+    sweep_lines = lines_with(gw, "request/reply sweep", "error reply to")
     assert len(sweep_lines) <= 6, sweep_lines
     print(f"honest timeout error reply after {waited:.2f} s (route timeout 1 s); "
-          f"{STUCK} hostile entries given up {took:.1f} s later; "
+          f"{STUCK} hostile entries finished {took:.1f} s later; "
           f"{len(sweep_lines)} sweep log lines")
 
 
