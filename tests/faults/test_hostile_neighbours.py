@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,7 +29,7 @@ from gateway.mq.embedded.topology import topology_from_dict
 from gateway.mq.port import Browse, GetOptions, MQError, OpenOption
 from gateway.pubsub.streams import DEFAULT_STREAM, INTER_BROKER_QUEUE
 from gateway.runtime.metrics import NeighbourCollector
-from gateway.runtime.neighbours.resend import RESEND_JITTER, RESEND_MAX
+from gateway.runtime.neighbours.resend import RESEND_AFTER, RESEND_JITTER, RESEND_MAX
 from gateway.runtime.neighbours.state import NeighbourState
 from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.neighbours.stream_support import stream_support_command
@@ -153,7 +154,8 @@ async def test_proxy_commands_for_a_neighbour_whose_channel_is_down_are_not_dupl
             assert g.qm.queue_depth("B") - base == n  # not one copy more
 
         # The channel delivered them (the queue empties) but B never answers: nothing
-        # came back, so nothing is sent again.
+        # came back, so nothing is sent again yet (only at the longest backoff: see
+        # the next test).
         await drain_queue(g.qm, "B")
         clock.advance(PAST_RESENDS)
         await g.links.tick()
@@ -165,6 +167,48 @@ async def test_proxy_commands_for_a_neighbour_whose_channel_is_down_are_not_dupl
         assert g.qm.queue_depth("B") == n
         await g.links.tick()
         assert g.qm.queue_depth("B") == n
+
+
+async def test_an_unanswered_command_to_a_silent_neighbour_is_sent_again_at_the_longest_backoff(
+    tmp_path: Path,
+) -> None:
+    """B's channel delivered GW's proxy commands but the answers were lost, and B sends
+    nothing else (it publishes nothing to GW until the proxies are registered): once
+    the backoff has reached RESEND_MAX and nothing waits for B, each is sent again
+    although B was not heard from: one copy, not more while it waits, and again at
+    the longest backoff after that copy went too."""
+    clock = FakeClock()
+    remember_active(tmp_path / "GW", gw("B"), [BULLETIN])
+    async with (
+        network(tmp_path, {"GW": mqsc("GW", ["A"], down=["B"]), "A": mqsc("A", ["GW"])}) as net,
+        broker(net["A"].qm, tmp_path / "A", [gw("GW")]) as a,
+        broker(net["GW"].qm, tmp_path / "GW", [gw("A"), gw("B")], clock=clock) as g,
+    ):
+        await wait_for(lambda: g.link_state("A") == a.link_state("GW") == "active", 20)
+        base = g.qm.queue_depth("B")
+        n = 10
+        await put_commands(g.qm, [regsub(f"silent/{i}", q_mgr="A") for i in range(n)])
+        await wait_for(lambda: g.qm.queue_depth("B") - base == n, 20)
+        await drain_queue(g.qm, "B")  # delivered; the answers never come back
+
+        # The backoff doubles from RESEND_AFTER at each look B stays silent, up to
+        # RESEND_MAX; the look after that sends them again.
+        looks_to_max = math.ceil(math.log2(RESEND_MAX / RESEND_AFTER)) + 1
+        looks = 0
+        while g.qm.queue_depth("B") == 0 and looks < looks_to_max:
+            clock.advance(PAST_RESENDS)
+            await g.links.tick()
+            looks += 1
+        assert g.qm.queue_depth("B") == n, f"not sent again after {looks} looks"
+        assert looks > 1  # not at once: B might still answer
+        for _ in range(3):
+            clock.advance(PAST_RESENDS)
+            await g.links.tick()
+            assert g.qm.queue_depth("B") == n  # one copy waits: not one more
+        await drain_queue(g.qm, "B")
+        clock.advance(PAST_RESENDS)
+        await g.links.tick()
+        assert g.qm.queue_depth("B") == n  # at the longest backoff, every time
 
 
 # ------------------------------------------------------------ forged StreamSupport ---

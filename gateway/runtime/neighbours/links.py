@@ -655,7 +655,8 @@ class NeighbourLinks:
             depths[q_mgr] = (
                 None if conn is None else await transmission_depth(self.qm, conn, q_mgr)
             )
-        return self._resends.due(q_mgr, msg_id, now, bool(depths[q_mgr]))
+        depth = depths[q_mgr]
+        return self._resends.due(q_mgr, msg_id, now, None if depth is None else depth > 0)
 
     def _admin_sub(
         self, n: Neighbour, topic: str, register: bool, msg_id: bytes | None = None
