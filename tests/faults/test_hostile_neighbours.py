@@ -206,11 +206,13 @@ async def test_an_unanswered_command_to_a_silent_neighbour_is_sent_again_at_the_
         broker(net["GW"].qm, tmp_path / "GW", [gw("A"), gw("B")], clock=clock) as g,
     ):
         await wait_for(lambda: g.link_state("A") == a.link_state("GW") == "active", 20)
-        base = g.qm.queue_depth("B")
+        sent = g.links.counters.commands[("B", "sent")]
         n = 10
         await put_commands(g.qm, [regsub(f"silent/{i}", q_mgr="A") for i in range(n)])
-        await wait_for(lambda: g.qm.queue_depth("B") - base == n, 20)
+        # counted once their unit is committed (the depth counts them before)
+        await wait_for(lambda: g.links.counters.commands[("B", "sent")] - sent == n, 20)
         await drain_queue(g.qm, "B")  # delivered; the answers never come back
+        assert g.qm.queue_depth("B") == 0
 
         # The backoff doubles from RESEND_AFTER at each look B stays silent, up to
         # RESEND_MAX; the look after that sends them again.
