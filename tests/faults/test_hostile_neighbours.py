@@ -320,6 +320,26 @@ async def test_a_stream_list_an_older_gateway_kept_is_screened_at_start(tmp_path
         state.close()
 
 
+async def test_a_remembered_list_longer_than_max_streams_is_forgotten_with_a_warning_saying_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade: neighbours.db remembers more valid, accepted streams of B than its
+    max_streams. They are forgotten (only the default stream is shared), and the
+    warning says why and what to set, not that they were invalid."""
+    caplog.set_level(logging.WARNING, logger="gateway.runtime.neighbours.links")
+    cfg = gw("B", streams=None, max_streams=3)
+    remember_active(tmp_path / "GW", cfg, [f"S{i}.STREAM" for i in range(5)])
+    async with (
+        network(tmp_path, {"GW": mqsc("GW", [], down=["B"])}) as net,
+        broker(net["GW"].qm, tmp_path / "GW", [cfg]) as g,
+    ):
+        row = g.state.neighbour("B")
+        assert row is not None and row.learnt_streams == ()
+        assert g.links.active["B"].streams == {DEFAULT_STREAM}
+    (line,) = [r.getMessage() for r in caplog.records if "remembered" in r.getMessage()]
+    assert "more than its max_streams (3)" in line and "Upgrading" in line, line
+
+
 # ------------------------------------------------------------ junk -------------------
 
 

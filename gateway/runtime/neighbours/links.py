@@ -333,16 +333,28 @@ class NeighbourLinks:
             if row.learnt_streams is None:
                 continue
             cfg = self._config_of(row.q_mgr)
-            kept = stored_streams(
+            limit = cfg.max_streams if cfg is not None else DEFAULT_MAX_STREAMS
+            allowed = stored_streams(
                 row.learnt_streams,
                 accept=cfg.accept_streams if cfg is not None else ACCEPT_ALL,
-                max_streams=cfg.max_streams if cfg is not None else DEFAULT_MAX_STREAMS,
+                max_streams=len(row.learnt_streams),
             )
-            if kept != row.learnt_streams:
-                self.state.set_learnt_streams(row.q_mgr, kept)
+            kept = allowed if len(allowed) <= limit else ()
+            if kept == row.learnt_streams:
+                continue
+            self.state.set_learnt_streams(row.q_mgr, kept)
+            if kept != allowed:
+                # An upgrade from a gateway without the limit: say what to set.
+                log.warning(
+                    "neighbour %s: the %d remembered stream(s) it may share are more than "
+                    "its max_streams (%d): forgotten, only the default stream is shared "
+                    "with it (raise its max_streams, docs/operations.md \"Upgrading\")",
+                    row.q_mgr, len(allowed), limit,
+                )
+            else:
                 log.warning(
                     "neighbour %s: %d of the %d remembered stream(s) are not valid or not "
-                    "accepted: forgotten", row.q_mgr,
+                    "accepted by its accept_streams: forgotten", row.q_mgr,
                     len(row.learnt_streams) - len(kept), len(row.learnt_streams),
                 )
 
