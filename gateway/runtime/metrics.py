@@ -275,9 +275,9 @@ class NeighbourCollector(Collector):
             commands.add_metric([q, result], n)
         refused = CounterMetricFamily(
             "mqgw_neighbour_refused_messages",
-            "Messages refused from the inter-broker queue (dead-lettered) and announced "
-            "streams not taken, per kind; neighbour \"\" when they name none "
-            "(docs/neighbours.md)",
+            "Messages refused from the inter-broker queue (dead-lettered; backed_out, "
+            "discarded: set aside at its BOTHRESH) and announced streams not taken, per "
+            "kind; neighbour \"\" when they name none (docs/neighbours.md)",
             labels=["neighbour", "kind"],
         )
         for (q, kind), n in sorted(self.links.counters.refused.items()):

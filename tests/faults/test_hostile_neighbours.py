@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,7 +29,8 @@ from gateway.mq.embedded.topology import topology_from_dict
 from gateway.mq.port import Browse, GetOptions, MQError, OpenOption
 from gateway.pubsub.streams import DEFAULT_STREAM, INTER_BROKER_QUEUE
 from gateway.runtime.metrics import NeighbourCollector
-from gateway.runtime.neighbours.resend import RESEND_JITTER, RESEND_MAX
+from gateway.runtime.neighbours.links import READ_RETRY_MAX, READ_RETRY_PAUSE
+from gateway.runtime.neighbours.resend import RESEND_AFTER, RESEND_JITTER, RESEND_MAX
 from gateway.runtime.neighbours.state import NeighbourState
 from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.neighbours.stream_support import stream_support_command
@@ -100,6 +102,19 @@ async def dead_letters(qm: EmbeddedQueueManager) -> list[int]:
                 out.append(dlh.reason)
 
 
+async def put_junk(qm: EmbeddedQueueManager, n: int) -> None:
+    """``n`` messages that are no pub/sub message on the inter-broker queue."""
+    async with await qm.connect() as conn:
+        for i in range(n):
+            await conn.put1(INTER_BROKER_QUEUE, MQMD(format=FMT_STRING), b"junk %d" % i)
+
+
+def stall_bound(threshold: int) -> float:
+    """The longest one message the DLQ cannot take holds up the inter-broker queue:
+    a failed unit per get until BOTHRESH, each followed by the reader's pause."""
+    return sum(min(READ_RETRY_MAX, READ_RETRY_PAUSE * 2**i) for i in range(threshold)) + 0.5
+
+
 async def drain_queue(qm: EmbeddedQueueManager, q: str) -> int:
     """Get everything on ``q`` (a channel that delivered it); returns the count."""
     n = 0
@@ -119,6 +134,13 @@ async def wait_dead_letters(qm: EmbeddedQueueManager, n: int, timeout: float) ->
         while len(found := await dead_letters(qm)) < n:
             await asyncio.sleep(0.05)
     return found
+
+
+async def counted(g: Broker, key: tuple[str, str], n: int) -> None:
+    """Assert ``g`` counted ``n`` refusals of ``key``: counted once its unit committed,
+    just after the DLQ shows it (polled, bounded)."""
+    await wait_for(lambda: g.links.counters.refused[key] >= n, 5)
+    assert g.links.counters.refused[key] == n
 
 
 def healthz_size(g: Broker) -> int:
@@ -153,7 +175,8 @@ async def test_proxy_commands_for_a_neighbour_whose_channel_is_down_are_not_dupl
             assert g.qm.queue_depth("B") - base == n  # not one copy more
 
         # The channel delivered them (the queue empties) but B never answers: nothing
-        # came back, so nothing is sent again.
+        # came back, so nothing is sent again yet (only at the longest backoff: see
+        # the next test).
         await drain_queue(g.qm, "B")
         clock.advance(PAST_RESENDS)
         await g.links.tick()
@@ -165,6 +188,50 @@ async def test_proxy_commands_for_a_neighbour_whose_channel_is_down_are_not_dupl
         assert g.qm.queue_depth("B") == n
         await g.links.tick()
         assert g.qm.queue_depth("B") == n
+
+
+async def test_an_unanswered_command_to_a_silent_neighbour_is_sent_again_at_the_longest_backoff(
+    tmp_path: Path,
+) -> None:
+    """B's channel delivered GW's proxy commands but the answers were lost, and B sends
+    nothing else (it publishes nothing to GW until the proxies are registered): once
+    the backoff has reached RESEND_MAX and nothing waits for B, each is sent again
+    although B was not heard from: one copy, not more while it waits, and again at
+    the longest backoff after that copy went too."""
+    clock = FakeClock()
+    remember_active(tmp_path / "GW", gw("B"), [BULLETIN])
+    async with (
+        network(tmp_path, {"GW": mqsc("GW", ["A"], down=["B"]), "A": mqsc("A", ["GW"])}) as net,
+        broker(net["A"].qm, tmp_path / "A", [gw("GW")]) as a,
+        broker(net["GW"].qm, tmp_path / "GW", [gw("A"), gw("B")], clock=clock) as g,
+    ):
+        await wait_for(lambda: g.link_state("A") == a.link_state("GW") == "active", 20)
+        sent = g.links.counters.commands[("B", "sent")]
+        n = 10
+        await put_commands(g.qm, [regsub(f"silent/{i}", q_mgr="A") for i in range(n)])
+        # counted once their unit is committed (the depth counts them before)
+        await wait_for(lambda: g.links.counters.commands[("B", "sent")] - sent == n, 20)
+        await drain_queue(g.qm, "B")  # delivered; the answers never come back
+        assert g.qm.queue_depth("B") == 0
+
+        # The backoff doubles from RESEND_AFTER at each look B stays silent, up to
+        # RESEND_MAX; the look after that sends them again.
+        looks_to_max = math.ceil(math.log2(RESEND_MAX / RESEND_AFTER)) + 1
+        looks = 0
+        while g.qm.queue_depth("B") == 0 and looks < looks_to_max:
+            clock.advance(PAST_RESENDS)
+            await g.links.tick()
+            looks += 1
+        assert g.qm.queue_depth("B") == n, f"not sent again after {looks} looks"
+        assert looks > 1  # not at once: B might still answer
+        for _ in range(3):
+            clock.advance(PAST_RESENDS)
+            await g.links.tick()
+            assert g.qm.queue_depth("B") == n  # one copy waits: not one more
+        await drain_queue(g.qm, "B")
+        clock.advance(PAST_RESENDS)
+        await g.links.tick()
+        assert g.qm.queue_depth("B") == n  # at the longest backoff, every time
 
 
 # ------------------------------------------------------------ forged StreamSupport ---
@@ -180,7 +247,7 @@ async def test_a_stream_support_of_a_queue_manager_that_is_no_neighbour_is_dead_
         md, body = forged_stream_support("EVIL", [BULLETIN, "EVIL.STREAM"])
         await put_at(g.qm, INTER_BROKER_QUEUE, md, body)
         assert await wait_dead_letters(g.qm, 1, 10) == [Reason.UNKNOWN_BROKER]
-        assert g.links.counters.refused[("", "unknown_broker")] == 1
+        await counted(g, ("", "unknown_broker"), 1)
         assert g.state.neighbour("EVIL") is None
         assert "EVIL.STREAM" not in g.links.supported_streams
 
@@ -207,8 +274,8 @@ async def test_a_forged_stream_support_of_a_neighbour_installs_nothing_invalid_o
             await put_at(g.qm, INTER_BROKER_QUEUE, md, body)
         refused = [Reason.CFSL_COUNT_ERROR, Reason.STREAM_ERROR]
         assert await wait_dead_letters(g.qm, 2, 10) == refused
-        assert g.links.counters.refused[("B", "stream_support_too_many")] == 1
-        assert g.links.counters.refused[("B", "stream_support_invalid")] == 1
+        await counted(g, ("B", "stream_support_too_many"), 1)
+        await counted(g, ("B", "stream_support_invalid"), 1)
         row = g.state.neighbour("B")
         assert row is not None and row.learnt_streams is None
         assert "B" not in g.links.active
@@ -225,7 +292,7 @@ async def test_a_forged_stream_support_of_a_neighbour_installs_nothing_invalid_o
         )
         row = g.state.neighbour("B")
         assert row is not None and row.learnt_streams == ("NEWS.STREAM", DEFAULT_STREAM)
-        assert g.links.counters.refused[("B", "stream_not_accepted")] == 2
+        await counted(g, ("B", "stream_not_accepted"), 2)
         assert len(await dead_letters(g.qm)) == 2  # a valid list is taken, not refused
         assert healthz_size(g) < before + 200
         # /metrics: the neighbour series are per known neighbour and per kind.
@@ -253,6 +320,26 @@ async def test_a_stream_list_an_older_gateway_kept_is_screened_at_start(tmp_path
         state.close()
 
 
+async def test_a_remembered_list_longer_than_max_streams_is_forgotten_with_a_warning_saying_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade: neighbours.db remembers more valid, accepted streams of B than its
+    max_streams. They are forgotten (only the default stream is shared), and the
+    warning says why and what to set, not that they were invalid."""
+    caplog.set_level(logging.WARNING, logger="gateway.runtime.neighbours.links")
+    cfg = gw("B", streams=None, max_streams=3)
+    remember_active(tmp_path / "GW", cfg, [f"S{i}.STREAM" for i in range(5)])
+    async with (
+        network(tmp_path, {"GW": mqsc("GW", [], down=["B"])}) as net,
+        broker(net["GW"].qm, tmp_path / "GW", [cfg]) as g,
+    ):
+        row = g.state.neighbour("B")
+        assert row is not None and row.learnt_streams == ()
+        assert g.links.active["B"].streams == {DEFAULT_STREAM}
+    (line,) = [r.getMessage() for r in caplog.records if "remembered" in r.getMessage()]
+    assert "more than its max_streams (3)" in line and "Upgrading" in line, line
+
+
 # ------------------------------------------------------------ junk -------------------
 
 
@@ -270,8 +357,88 @@ async def test_junk_on_the_inter_broker_queue_is_dead_lettered_and_logged_in_sum
                 fmt = FMT_STRING if i % 2 else FMT_RF_HEADER  # text, and a broken MQRFH
                 await conn.put1(INTER_BROKER_QUEUE, MQMD(format=fmt), b"junk %d" % i)
         assert await wait_dead_letters(g.qm, n, 30) == [Reason.FORMAT_ERROR] * n
-        assert g.links.counters.refused[("", "not_pubsub")] == n
+        await counted(g, ("", "not_pubsub"), n)
     lines = [r for r in caplog.records if "no pub/sub message" in r.getMessage()]
     # the first one whole, then (at stop at the latest) one line with the count
     assert 1 <= len(lines) <= 2, [r.getMessage() for r in lines]
     assert any(f"{n - 1} more like this" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------ a DLQ that takes nothing
+
+
+async def test_junk_the_dead_letter_queue_cannot_take_does_not_stall_the_links(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GW's dead-letter queue is put-inhibited and junk waits on its inter-broker queue
+    (BOTHRESH 3, no BOQNAME) when it joins the neighbour A. Each junk message is tried
+    up to BOTHRESH times, then discarded (counted once, logged in summary), and A's
+    answer behind it is handled: A becomes active within a bound derived from BOTHRESH."""
+    caplog.set_level(logging.INFO, logger="gateway.runtime.neighbours.links")
+    threshold, n = 3, 6
+    gw_mqsc = mqsc("GW", ["A"]) + f"DEFINE QLOCAL({INTER_BROKER_QUEUE}) BOTHRESH({threshold})\n"
+    async with network(tmp_path, {"GW": gw_mqsc, "A": mqsc("A", ["GW"])}) as net:
+        net["GW"].qm.run_mqsc(f"ALTER QLOCAL({DLQ}) PUT(DISABLED)", stop_on_error=True)
+        await put_junk(net["GW"].qm, n)
+        loop = asyncio.get_running_loop()
+        async with (
+            broker(net["A"].qm, tmp_path / "A", []),
+            broker(net["GW"].qm, tmp_path / "GW", [gw("A")]) as g,
+        ):
+            started = loop.time()
+            # the join and its answer take well under 20 s (the other tests' bound)
+            await wait_for(lambda: g.link_state("A") == "active", 20 + n * stall_bound(threshold))
+            took = loop.time() - started
+            assert g.links.counters.refused[("", "discarded")] == n  # the junk went first
+            assert g.links.counters.refused[("", "not_pubsub")] == 0  # never dead-lettered
+    print(f"{n} junk messages (BOTHRESH {threshold}) before A's answer: active after {took:.2f} s")
+    lines = [r.getMessage() for r in caplog.records if "discarded" in r.getMessage()]
+    assert 1 <= len(lines) <= 2, lines  # the first whole, then the count
+    assert any(f"{n - 1} more like this" in line for line in lines), lines
+
+
+async def test_junk_backed_out_to_bothresh_is_moved_to_the_backout_queue(tmp_path: Path) -> None:
+    """With a BOQNAME, junk the put-inhibited dead-letter queue cannot take is moved
+    there as is once backed out BOTHRESH times, and the queue moves on."""
+    threshold, n = 2, 3
+    gw_mqsc = (
+        mqsc("GW", [])
+        + "DEFINE QLOCAL(IBC.BACKOUT)\n"
+        + f"DEFINE QLOCAL({INTER_BROKER_QUEUE}) BOTHRESH({threshold}) BOQNAME(IBC.BACKOUT)\n"
+    )
+    async with network(tmp_path, {"GW": gw_mqsc}) as net:
+        net["GW"].qm.run_mqsc(f"ALTER QLOCAL({DLQ}) PUT(DISABLED)", stop_on_error=True)
+        await put_junk(net["GW"].qm, n)
+        async with broker(net["GW"].qm, tmp_path / "GW", []) as g:
+            await wait_for(
+                lambda: g.links.counters.refused[("", "backed_out")] == n,
+                5 + n * stall_bound(threshold),
+            )
+            assert g.qm.queue_depth("IBC.BACKOUT") == n
+            assert g.qm.queue_depth(INTER_BROKER_QUEUE) == 0
+            assert g.links.counters.refused[("", "not_pubsub")] == 0
+            assert g.links.counters.refused[("", "discarded")] == 0
+        async with await net["GW"].qm.connect() as conn:
+            h = await conn.open("IBC.BACKOUT", OpenOption.INPUT_SHARED)
+            bodies = {(await h.get(GetOptions())).body for _ in range(n)}
+        assert bodies == {b"junk %d" % i for i in range(n)}
+
+
+async def test_a_refusal_is_counted_once_however_often_its_dead_letter_failed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The DLQ refuses the first tries of a junk message's dead-letter put, then takes
+    it: the message is dead-lettered once and counted once, not once per get."""
+    caplog.set_level(logging.INFO, logger="gateway.runtime.neighbours.links")
+    gw_mqsc = mqsc("GW", []) + f"DEFINE QLOCAL({INTER_BROKER_QUEUE}) BOTHRESH(50)\n"
+    async with network(tmp_path, {"GW": gw_mqsc}) as net:
+        qm = net["GW"].qm
+        qm.run_mqsc(f"ALTER QLOCAL({DLQ}) PUT(DISABLED)", stop_on_error=True)
+        async with broker(qm, tmp_path / "GW", []) as g:
+            await put_junk(qm, 1)
+            await wait_for(lambda: "cannot dead-letter" in caplog.text, 10)
+            qm.run_mqsc(f"ALTER QLOCAL({DLQ}) PUT(ENABLED)", stop_on_error=True)
+            assert await wait_dead_letters(qm, 1, 10) == [Reason.FORMAT_ERROR]
+            await wait_for(lambda: g.links.counters.refused[("", "not_pubsub")] > 0, 5)
+            await g.links.tick()  # one more round of the links: nothing more counted
+            assert g.links.counters.refused == {("", "not_pubsub"): 1}

@@ -78,7 +78,9 @@ def screen_streams(
     """Screen the stream names of a StreamSupport (module docstring). The names are
     announced blank-padded by some brokers: trailing blanks are not part of a name."""
     if len(names) > max_streams:
-        return Screened((), "too_many", f"{len(names)} streams, more than {max_streams}")
+        return Screened(
+            (), "too_many", f"{len(names)} streams, more than its max_streams ({max_streams})"
+        )
     kept: list[str] = []
     not_allowed = 0
     globs = tuple(accept)

@@ -67,6 +67,7 @@ def links_for(
         sync_interval=sync_interval,
         clock=clock,
         dead_letter_queue=service.config.dead_letter_queue,
+        default_backout_threshold=service.config.default_backout_threshold,
     )
     service.after_commit.append(links.wake)
     return links

@@ -30,8 +30,11 @@ which this module defines (embedded queue manager) and services.
   never while a copy waits on the transmission queue). The diff runs only when the
   subscriptions, the active neighbours or the proxy rows changed.
 * **Reading** the inter-broker queue: each message under syncpoint, handled or
-  dead-lettered (junk; a StreamSupport refused by ``announced.py``), counted, logged
-  through a SummarisedLog.
+  dead-lettered (junk; a StreamSupport refused by ``announced.py``), counted once its
+  unit commits, logged through a SummarisedLog. One whose unit keeps failing (the
+  dead-letter queue full or put-inhibited) is set aside at the queue's BOTHRESH: to its
+  BOQNAME or the dead-letter queue, else discarded, so it never holds up the answers
+  behind it.
 * **StreamSupport**: our own retained ``MQ/<own>/StreamSupport`` (own serviced streams
   ∪ the streams shared with active neighbours) is published at start and whenever that
   union changes; a neighbour's narrows the common streams and counts as its answer.
@@ -69,6 +72,7 @@ from gateway.mq.port import (
     MQError,
     OpenOption,
     PutOptions,
+    QueueAttr,
     QueueHandle,
     QueueManager,
 )
@@ -109,8 +113,11 @@ from gateway.wire.errors import WireError
 from gateway.wire.reasons import Reason
 
 __all__ = [
+    "DEFAULT_BACKOUT_THRESHOLD",
     "HEARD_FLUSH_INTERVAL",
     "MIN_SYNC_SPACING",
+    "READ_RETRY_MAX",
+    "READ_RETRY_PAUSE",
     "LinkCounters",
     "NeighbourLinks",
     "Refusal",
@@ -125,13 +132,22 @@ SYNC_COST_FACTOR = 9.0
 MAX_SYNC_SPACING = 2.0
 #: Last-heard is written to the state on this timer only (seconds).
 HEARD_FLUSH_INTERVAL = 1.0
+#: The inter-broker queue's backout threshold when it has no BOTHRESH (the broker's
+#: ``default_backout_threshold`` when wired by ``attach.py``).
+DEFAULT_BACKOUT_THRESHOLD = 5
+#: After a failed unit of the reader: the pause (seconds), doubled per failure in a row
+#: up to READ_RETRY_MAX; a message fails at most BOTHRESH times in a row.
+READ_RETRY_PAUSE = 0.05
+READ_RETRY_MAX = 1.0
 
 
 @dataclass(slots=True)
 class LinkCounters:
     """Commands per (neighbour, result): ``sent``, ``put_failed``, ``ok``, ``failed``;
     messages refused from the inter-broker queue per (neighbour, kind), the neighbour
-    "" when it is none (a forger names what it likes: the labels stay bounded)."""
+    "" when it is none (a forger names what it likes: the labels stay bounded), each
+    counted once, when what was done with it is committed (``backed_out`` and
+    ``discarded``: set aside at BOTHRESH, see :meth:`NeighbourLinks._set_aside`)."""
 
     commands: Counter[tuple[str, str]] = field(default_factory=Counter)
     refused: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -144,6 +160,21 @@ class Refusal:
     reason: int
     kind: str
     text: str
+    #: the known neighbour it names ("" when none), the label it is counted under
+    q_mgr: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Note:
+    """A count (and summarised log line) of the message being read, made once its unit
+    of work commits: a message got again after a backout is not counted twice."""
+
+    q_mgr: str
+    kind: str
+    n: int
+    level: int
+    msg: str
+    args: tuple[object, ...]
 
 
 @dataclass(slots=True)
@@ -192,6 +223,7 @@ class NeighbourLinks:
         sync_interval: float = 1.0,
         wait_ms: int = 200,
         dead_letter_queue: str = "SYSTEM.DEAD.LETTER.QUEUE",
+        default_backout_threshold: int = DEFAULT_BACKOUT_THRESHOLD,
         log_interval: float = 60.0,
     ) -> None:
         self.qm = qm
@@ -216,8 +248,12 @@ class NeighbourLinks:
         self._wait_ms = wait_ms
         #: where refused messages go when the queue manager names no DEADQ
         self._dead_letter_queue = dead_letter_queue
+        #: the inter-broker queue's backout threshold when it has no BOTHRESH
+        self._default_backout_threshold = default_backout_threshold
         #: junk and refused announcements: one line per kind per interval
         self._log = SummarisedLog(log, interval=log_interval)
+        #: counts of the message being read, made once its unit commits
+        self._notes: list[_Note] = []
         self._joins: dict[str, _Join] = {}
         self._join_seq = 0
         #: pairs of neighbours one of whose joins was probed through the other
@@ -264,7 +300,9 @@ class NeighbourLinks:
             define(f"DEFINE QLOCAL('{INTER_BROKER_QUEUE}') DEFPSIST(YES)", stop_on_error=True)
         reader = await self.qm.connect()
         try:
-            handle = await reader.open(INTER_BROKER_QUEUE, OpenOption.INPUT_SHARED)
+            handle = await reader.open(
+                INTER_BROKER_QUEUE, OpenOption.INPUT_SHARED | OpenOption.INQUIRE
+            )
         except BaseException:
             await reader.disconnect()
             raise
@@ -295,16 +333,28 @@ class NeighbourLinks:
             if row.learnt_streams is None:
                 continue
             cfg = self._config_of(row.q_mgr)
-            kept = stored_streams(
+            limit = cfg.max_streams if cfg is not None else DEFAULT_MAX_STREAMS
+            allowed = stored_streams(
                 row.learnt_streams,
                 accept=cfg.accept_streams if cfg is not None else ACCEPT_ALL,
-                max_streams=cfg.max_streams if cfg is not None else DEFAULT_MAX_STREAMS,
+                max_streams=len(row.learnt_streams),
             )
-            if kept != row.learnt_streams:
-                self.state.set_learnt_streams(row.q_mgr, kept)
+            kept = allowed if len(allowed) <= limit else ()
+            if kept == row.learnt_streams:
+                continue
+            self.state.set_learnt_streams(row.q_mgr, kept)
+            if kept != allowed:
+                # An upgrade from a gateway without the limit: say what to set.
+                log.warning(
+                    "neighbour %s: the %d remembered stream(s) it may share are more than "
+                    "its max_streams (%d): forgotten, only the default stream is shared "
+                    "with it (raise its max_streams, docs/operations.md \"Upgrading\")",
+                    row.q_mgr, len(allowed), limit,
+                )
+            else:
                 log.warning(
                     "neighbour %s: %d of the %d remembered stream(s) are not valid or not "
-                    "accepted: forgotten", row.q_mgr,
+                    "accepted by its accept_streams: forgotten", row.q_mgr,
                     len(row.learnt_streams) - len(kept), len(row.learnt_streams),
                 )
 
@@ -655,7 +705,8 @@ class NeighbourLinks:
             depths[q_mgr] = (
                 None if conn is None else await transmission_depth(self.qm, conn, q_mgr)
             )
-        return self._resends.due(q_mgr, msg_id, now, bool(depths[q_mgr]))
+        depth = depths[q_mgr]
+        return self._resends.due(q_mgr, msg_id, now, None if depth is None else depth > 0)
 
     def _admin_sub(
         self, n: Neighbour, topic: str, register: bool, msg_id: bytes | None = None
@@ -736,8 +787,14 @@ class NeighbourLinks:
 
     async def _read_loop(self, conn: Connection, handle: QueueHandle) -> None:
         """Get each message under syncpoint: handled, or dead-lettered with the MQDLH
-        reason :meth:`received` gives, then committed (nothing is dropped)."""
+        reason :meth:`received` gives, then committed (nothing is dropped unless it can
+        be put nowhere). A message whose unit fails (its dead-letter put or the commit)
+        comes back with BackoutCount + 1, after a pause; at the queue's BOTHRESH it is
+        set aside unread (:meth:`_set_aside`), so one message that cannot be
+        dead-lettered holds up the answers behind it for a bounded time only."""
         dlq, _ = await dead_letter_queue_of(handle, self._dead_letter_queue)
+        threshold, boq = await self._backout_settings(handle)
+        failures = 0
         try:
             while not self._stop.is_set():
                 try:
@@ -747,32 +804,17 @@ class NeighbourLinks:
                         log.warning("reading %s: %s", INTER_BROKER_QUEUE, exc)
                         await asyncio.sleep(0.5)
                     continue
-                try:
-                    refusal = self.received(m)
-                except Exception as exc:  # a bug: the message is kept on the DLQ
-                    refusal = self._refuse_message(
-                        "", "unhandled", Reason.UNEXPECTED_ERROR,
-                        f"a message that could not be handled ({exc!r})",
-                    )
-                try:
-                    if refusal is not None:
-                        dl_md, dl_body = wrap_for_dlq(
-                            m.md, m.body, refusal.reason, INTER_BROKER_QUEUE,
-                            self.q_mgr[:48], self.q_mgr[:28],
-                        )
-                        await conn.put1(
-                            dlq, dl_md, dl_body, PutOptions(syncpoint=True, set_all_context=True)
-                        )
-                    await conn.commit()
-                except MQError as exc:
-                    with contextlib.suppress(MQError):
-                        await conn.backout()
-                    self._log.log(
-                        logging.ERROR, "dlq-failed",
-                        "cannot dead-letter a refused message from %s on %s: %s (kept on "
-                        "%s, tried again)", INTER_BROKER_QUEUE, dlq, exc, INTER_BROKER_QUEUE,
-                    )
-                    await asyncio.sleep(1.0)
+                if m.md.backout_count >= threshold:
+                    done = await self._set_aside(conn, m, dlq, boq)
+                else:
+                    done = await self._take(conn, m, dlq)
+                if done:
+                    failures = 0
+                    continue
+                failures += 1
+                pause = min(READ_RETRY_MAX, READ_RETRY_PAUSE * 2 ** min(failures - 1, 16))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=pause)
         finally:
             self._log.flush()
             with contextlib.suppress(MQError):
@@ -780,10 +822,124 @@ class NeighbourLinks:
             with contextlib.suppress(MQError):
                 await conn.disconnect()
 
+    async def _backout_settings(self, handle: QueueHandle) -> tuple[int, str]:
+        """The inter-broker queue's BOTHRESH (the default when it has none) and
+        BOQNAME, as the broker service reads its queues'."""
+        threshold, boq = 0, ""
+        try:
+            attrs = await handle.inquire(QueueAttr.BACKOUT_THRESHOLD, QueueAttr.BACKOUT_REQ_Q_NAME)
+            threshold = int(attrs.get(QueueAttr.BACKOUT_THRESHOLD, 0) or 0)
+            boq = str(attrs.get(QueueAttr.BACKOUT_REQ_Q_NAME, "")).strip()
+        except (MQError, ValueError, TypeError) as exc:
+            log.warning(
+                "cannot inquire BOTHRESH/BOQNAME of %s (%s): using defaults",
+                INTER_BROKER_QUEUE, exc,
+            )
+        return (threshold if threshold > 0 else self._default_backout_threshold), boq
+
+    async def _take(self, conn: Connection, m: Message, dlq: str) -> bool:
+        """Handle ``m`` (:meth:`received`), dead-letter it when refused, commit; count
+        it once committed. False when the unit failed (backed out: ``m`` comes back)."""
+        self._notes.clear()
+        try:
+            refusal = self.received(m)
+        except Exception as exc:  # a bug: the message is kept on the DLQ
+            self._notes.clear()
+            refusal = self._refuse_message(
+                "", "unhandled", Reason.UNEXPECTED_ERROR,
+                f"a message that could not be handled ({exc!r})",
+            )
+        try:
+            if refusal is not None:
+                dl_md, dl_body = wrap_for_dlq(
+                    m.md, m.body, refusal.reason, INTER_BROKER_QUEUE,
+                    self.q_mgr[:48], self.q_mgr[:28],
+                )
+                await conn.put1(
+                    dlq, dl_md, dl_body, PutOptions(syncpoint=True, set_all_context=True)
+                )
+            await conn.commit()
+        except MQError as exc:
+            self._notes.clear()
+            with contextlib.suppress(MQError):
+                await conn.backout()
+            if refusal is not None:
+                self._log.log(
+                    logging.ERROR, "dlq-failed",
+                    "cannot dead-letter a refused message from %s on %s: %s (kept on %s, "
+                    "tried again until backed out %d times)",
+                    INTER_BROKER_QUEUE, dlq, exc, INTER_BROKER_QUEUE, m.md.backout_count + 1,
+                )
+            else:
+                self._log.log(
+                    logging.ERROR, "commit-failed",
+                    "cannot commit a message taken from %s: %s (tried again)",
+                    INTER_BROKER_QUEUE, exc,
+                )
+            return False
+        notes, self._notes = self._notes, []
+        for note in notes:
+            self.counters.refused[(note.q_mgr, note.kind)] += note.n
+            self._log.log(note.level, note.kind, note.msg, *note.args)
+        return True
+
+    async def _set_aside(self, conn: Connection, m: Message, dlq: str, boq: str) -> bool:
+        """``m`` was backed out BOTHRESH times: not read again, but moved as is to the
+        queue's BOQNAME, else (or when that put fails) to the dead-letter queue behind
+        an MQDLH (MQRC_BACKED_OUT); when neither takes it (full, put-inhibited), it is
+        discarded, so the queue moves on (a lost answer is sent for again:
+        ``resend.py``). Counted (``backed_out``, ``discarded``) and logged in summary.
+        False when even the commit failed (``m`` comes back)."""
+        opts = PutOptions(syncpoint=True, set_all_context=True)
+        moved_to, errors = "", []
+        for target in dict.fromkeys(q for q in (boq, dlq) if q):
+            try:
+                if target == boq:
+                    await conn.put1(target, m.md, m.body, opts)
+                else:
+                    dl_md, dl_body = wrap_for_dlq(
+                        m.md, m.body, Reason.BACKED_OUT, INTER_BROKER_QUEUE,
+                        self.q_mgr[:48], self.q_mgr[:28],
+                    )
+                    await conn.put1(target, dl_md, dl_body, opts)
+            except MQError as exc:
+                errors.append(f"{target}: {exc}")
+                continue
+            moved_to = target
+            break
+        try:
+            await conn.commit()
+        except MQError as exc:
+            with contextlib.suppress(MQError):
+                await conn.backout()
+            self._log.log(
+                logging.ERROR, "commit-failed",
+                "cannot commit a message taken from %s: %s (tried again)",
+                INTER_BROKER_QUEUE, exc,
+            )
+            return False
+        if moved_to:
+            self.counters.refused[("", "backed_out")] += 1
+            self._log.log(
+                logging.WARNING, "backed_out",
+                "message on %s backed out %d times: moved to %s",
+                INTER_BROKER_QUEUE, m.md.backout_count, moved_to,
+            )
+        else:
+            self.counters.refused[("", "discarded")] += 1
+            self._log.log(
+                logging.ERROR, "discarded",
+                "message on %s (MsgId %s) backed out %d times and no queue takes it "
+                "(%s): discarded",
+                INTER_BROKER_QUEUE, m.md.msg_id.hex(), m.md.backout_count, "; ".join(errors),
+            )
+        return True
+
     def received(self, m: Message) -> Refusal | None:
         """Handle one message from the inter-broker queue: a response to one of our
         commands, a probe that came back, an admin publication. Returns why it is
-        refused (it goes to the dead-letter queue), None when it was taken."""
+        refused (it goes to the dead-letter queue), None when it was taken. What it
+        refuses is counted and logged once the read loop committed it (``_notes``)."""
         r = read_received(m.md, m.body)
         if r is None:
             return self._refuse_message(
@@ -812,15 +968,18 @@ class NeighbourLinks:
         return refusal
 
     def _refuse_message(self, q_mgr: str, kind: str, reason: int, what: str) -> Refusal:
-        """Count and log (summarised per kind) a message refused from the inter-broker
-        queue; the caller dead-letters it. ``q_mgr``: the neighbour it names when that
-        is a known one ("" otherwise: the counters' labels stay bounded)."""
-        self.counters.refused[(q_mgr, kind)] += 1
-        self._log.log(
-            logging.WARNING, kind, "%s%s refused: %s; dead-lettered with reason %d",
-            INTER_BROKER_QUEUE, f" (neighbour {q_mgr})" if q_mgr else "", what, reason,
+        """A message refused from the inter-broker queue; the caller dead-letters it,
+        and once that is committed it is counted and logged (summarised per kind).
+        ``q_mgr``: the neighbour it names when that is a known one ("" otherwise: the
+        counters' labels stay bounded)."""
+        self._notes.append(
+            _Note(
+                q_mgr, kind, 1, logging.WARNING,
+                "%s%s refused: %s; dead-lettered with reason %d",
+                (INTER_BROKER_QUEUE, f" (neighbour {q_mgr})" if q_mgr else "", what, reason),
+            )
         )
-        return Refusal(reason, kind, what)
+        return Refusal(reason, kind, what, q_mgr)
 
     def _on_response(self, correl_id: bytes, r: Received) -> None:
         q_mgr = self._admin.pop(correl_id, None)
@@ -883,11 +1042,12 @@ class NeighbourLinks:
                 f"a StreamSupport publication: {screened.detail}",
             )
         if screened.not_allowed:
-            self.counters.refused[(q_mgr, "stream_not_accepted")] += screened.not_allowed
-            self._log.log(
-                logging.INFO, "stream_not_accepted",
-                "neighbour %s supports %d stream(s) its accept_streams do not take "
-                "(not shared)", q_mgr, screened.not_allowed,
+            self._notes.append(
+                _Note(
+                    q_mgr, "stream_not_accepted", screened.not_allowed, logging.INFO,
+                    "neighbour %s supports %d stream(s) its accept_streams do not take "
+                    "(not shared)", (q_mgr, screened.not_allowed),
+                )
             )
         streams = screened.streams
         if self._fixed is not None:  # what we can share of it (`list` shows this too)

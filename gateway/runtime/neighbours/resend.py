@@ -9,7 +9,14 @@ transmission queue, and memory with it. Now a command is put again only
 * when nothing waits on the transmission queue towards the neighbour (the links look,
   :mod:`.transmission`), and
 * when the neighbour was heard from since the last put (something came back: the
-  channel and the neighbour work, yet this command went unanswered).
+  channel and the neighbour work, yet this command went unanswered), or, once the
+  backoff has reached its 10 min, even when it was not: the command or its answer may
+  have been lost (an answer dead-lettered on our full inter-broker queue), and a
+  neighbour that publishes nothing to us until its proxy is registered would never be
+  heard from. While the neighbour stays silent each look doubles the backoff, so such
+  a command goes again about 25 min after its put, then every 10 min; only when the
+  transmission queue is known to be empty (never while a copy waits there; when its
+  depth cannot be told, the neighbour must have been heard from).
 
 A command whose put failed is tried again after 5 s doubling to 10 min; one this
 process never put (sent before a restart) goes once nothing waits on the transmission
@@ -65,10 +72,11 @@ class Resends:
         f = self._sent.get(msg_id)
         return f is None or now >= f.next_at
 
-    def due(self, q_mgr: str, msg_id: bytes, now: float, waiting: bool) -> bool:
+    def due(self, q_mgr: str, msg_id: bytes, now: float, waiting: bool | None) -> bool:
         """May ``msg_id`` (to ``q_mgr``, its backoff passed) be put again now?
-        ``waiting``: messages wait on the transmission queue towards ``q_mgr``. When
-        not, it is looked at again after its backoff."""
+        ``waiting``: messages wait on the transmission queue towards ``q_mgr`` (None:
+        that cannot be told). When not, it is looked at again after its backoff, which
+        doubles while the neighbour stays silent (module docstring)."""
         f = self._sent.get(msg_id)
         if f is not None and not f.put_at:
             return True  # its put failed: nothing of it is on the way
@@ -76,8 +84,13 @@ class Resends:
             if not waiting:
                 return True
             self._sent[msg_id] = f = _InFlight(put_at=now)  # presumed on its way
-        elif not waiting and self._heard.get(q_mgr, 0.0) >= f.put_at:
-            return True
+        elif not waiting:
+            if self._heard.get(q_mgr, 0.0) >= f.put_at:
+                return True
+            if waiting is False:
+                if f.delay >= RESEND_MAX:
+                    return True  # silent for the longest backoff: lost, not waiting
+                f.delay = min(2 * f.delay, RESEND_MAX)
         f.next_at = now + _jittered(f.delay)
         return False
 

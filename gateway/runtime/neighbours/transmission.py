@@ -5,7 +5,8 @@ neighbour is down and the command waits on the transmission queue, or the neighb
 has not got to it yet. Sending it again then only adds a copy per resend (issue 29:
 the queue grew by one copy of every proxy per 30 s). The links resend only when the
 transmission queue towards the neighbour is empty (and the neighbour was heard from
-since the last put, :mod:`.links`).
+since the last put, or the backoff reached its longest: :mod:`.resend`); when its depth
+cannot be told, only when the neighbour was heard from.
 """
 
 from __future__ import annotations
