@@ -248,6 +248,9 @@ class BrokerService:
             return made
         async with self._lock:
             try:
+                # a key made by this start: what an older version left on the backlogs
+                # is sealed before the retained publications are put behind it
+                await self.sink_backlogs.seal_what_is_there()
                 sub, retained = self.engine.subscribe_sink(
                     sink, topic, scheme=scheme, reg_opts=reg_opts
                 )
@@ -319,10 +322,13 @@ class BrokerService:
         return queues
 
     async def start(self) -> None:
-        """Open every serviced queue (failing clearly if one is missing) and start."""
+        """Open every serviced queue (failing clearly if one is missing) and start.
+        First, if this start made the backlog key, what the sink backlogs hold is
+        sealed with it (``first_seal.py``): nothing is put there or forwarded before."""
         if self._tasks:
             return
         self._stop.clear()
+        await self.sink_backlogs.seal_what_is_there()
         opened: list[tuple[Connection, _InputQueue]] = []
         try:
             for name, isn in self.serviced_queues:
