@@ -419,7 +419,7 @@ class EmbeddedQueueHandle:
                 f"{qm.catalogue.qmgr.max_msg_length}",
             )
         if out.persistence == Persistence.PERSISTENT and qm.space.low:
-            qm.refuse_for_space(q.name, bool(self._conn._gets))
+            qm.refuse_for_space(q.name, self._conn)
         stored_md, stored_body = out, body
         if not res.is_local:
             # bind-not-fixed: the header leaves the queue manager blank so the receiving
@@ -526,7 +526,7 @@ class EmbeddedQueueHandle:
             )
         _check_room(cat, q, len(body))
         if persistence == _PERSISTENT and qm.space.low:
-            qm.refuse_for_space(q.name, bool(self._conn._gets))
+            qm.refuse_for_space(q.name, self._conn)
         before = _completed_of(md)
         md.persistence, md.priority = persistence, priority
         if opts.new_msg_id or md.msg_id == MI_NONE:
