@@ -437,7 +437,8 @@ async def test_a_backlog_filling_the_disk_stops_at_the_watermark_and_drains_by_i
     kafka, mqtt = outbound
     assert kafka.duplicated == 0, f"a batch was sent again to Kafka\n{table}"
     # MQTT stayed up: the batch that met the watermark first had already been handed to
-    # it directly, and its retry sends it again (docs/operations.md: at most a batch)
+    # it directly; its retries hand nothing over, but the one that commits puts its
+    # copies on the backlog, which are sent again (docs/operations.md: at most a batch)
     assert mqtt.duplicated <= BATCH, f"MQTT got more than a batch twice\n{table}"
     assert "Traceback" not in log, log[log.index("Traceback") - 2000:][:6000]
     assert "watermark" in log, gw.log_tail(40)

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,16 +209,40 @@ class SinkBacklogs:
             cache.put(msg_id, body, envelope)
         return Put("", self.queues[name], md, body, backpressure=True)
 
+    def backlogs_take(self, batch: Mapping[str, list[Delivery]]) -> bool:
+        """Whether the backlog puts of a batch delivering ``batch`` (per sink) will be
+        taken: False while the queue manager's disk is at its watermark (2056), or when
+        a sink's backlog lacks room for its deliveries (2053: depth plus deliveries past
+        MAXDEPTH, on a queue manager that tells both). Such a batch backs out and is
+        retried, so it hands nothing over: a hand-over would be sent again with every
+        retry (a duplicate each time). A forwarder freeing room meanwhile only sends a
+        batch through the backlog that could have been handed over."""
+        space = getattr(self.qm, "space", None)
+        if space is not None and space.low:
+            return False
+        depth_of = getattr(self.qm, "queue_depth", None)
+        catalogue = getattr(self.qm, "catalogue", None)
+        if depth_of is None or catalogue is None:
+            return True
+        for name, deliveries in batch.items():
+            queue = self.queues.get(name)
+            definition = catalogue.queues.get(queue) if queue is not None else None
+            if definition is None:
+                continue
+            try:
+                if depth_of(queue) + len(deliveries) > definition.max_depth:
+                    return False
+            except MQError:
+                continue
+        return True
+
     def hand_over(self, name: str, deliveries: list[Delivery]) -> HandOver | None:
         """Start sending ``deliveries`` to sink ``name`` directly if its forwarder is idle
         and its backlog queue empty (see module docstring); None: put them on the
-        backlog. The caller must :meth:`settle` every hand-over before its commit."""
+        backlog. The caller must :meth:`settle` every hand-over before its commit, and
+        hands nothing over in a batch whose backlog puts will not be taken
+        (:meth:`backlogs_take`)."""
         if self.direct_ack_timeout <= 0 or self._stop.is_set():
-            return None
-        space = getattr(self.qm, "space", None)
-        if space is not None and space.low:
-            # the batch's puts are refused (2056) and it backs out: a hand-over would be
-            # sent again with every retry
             return None
         fw = self.forwarders.get(name)
         depth_of = getattr(self.qm, "queue_depth", None)
