@@ -122,6 +122,11 @@ class EmbeddedConnection:
     def uncommitted(self) -> int:
         return len(self._puts) + len(self._gets)
 
+    def got_from(self, queue: LocalQueue) -> int:
+        """Messages this unit of work got from ``queue`` under syncpoint (a full queue's
+        MAXDEPTH check leaves them out, as IBM MQ's CURDEPTH does)."""
+        return sum(1 for g in self._gets if g.queue is queue)
+
     def _check(self) -> None:
         if self._qm.stopping:
             raise MQError(Reason.Q_MGR_STOPPING, f"queue manager {self._qm.name} is stopping")

@@ -12,8 +12,11 @@ kept: MQPMO_SET_ALL_CONTEXT) but for its Priority, which becomes 0 as every back
 message's is (``SinkBacklogs.put_of``): a message put back at its old, higher priority
 would be got again at once, and at one priority the queue is FIFO. Turning over exactly
 the queue's depth keeps the order. Units of work of :data:`CHUNK` messages keep within
-the queue manager's MaxUncommittedMsgs. Only port verbs are used (open, inquire, get,
-put, commit): the embedded queue manager and IBM MQ alike.
+the queue manager's MaxUncommittedMsgs; a full queue is turned over too (what a unit of
+work got does not count against MAXDEPTH for its own puts: IBM MQ's CURDEPTH drops a
+message at the get, the embedded queue manager leaves it out of the check). Only port
+verbs are used (open, inquire, get, browse, put, commit): the embedded queue manager
+and IBM MQ alike.
 
 A start cut short midway: the committed chunks are sealed and at the tail, the rest
 unsealed at the head, and the key is still the one the start made

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,11 +50,14 @@ STOCK = "STOCK.STREAM"
 SINK = "mem"
 BACKLOG = backlog_queue_name(SINK)
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
-#: The backlog queue as the release before the seal defined it.
-DEFINE_BACKLOG = (
-    f"DEFINE QLOCAL('{BACKLOG}') DEFPSIST(YES) USAGE(NORMAL) MAXDEPTH(100000) "
-    f"MAXMSGL(104857600) DESCR('mqgw backlog of sink {SINK}')"
-)
+
+
+def _define_backlog(max_depth: int = 100_000) -> str:
+    """The backlog queue as the release before the seal defined it."""
+    return (
+        f"DEFINE QLOCAL('{BACKLOG}') DEFPSIST(YES) USAGE(NORMAL) MAXDEPTH({max_depth}) "
+        f"MAXMSGL(104857600) DESCR('mqgw backlog of sink {SINK}') REPLACE"
+    )
 
 
 def _old_backlog_message(i: int) -> tuple[MQMD, bytes]:
@@ -90,11 +93,11 @@ async def _put_old(qm: QueueManager, messages: list[tuple[MQMD, bytes]]) -> None
 
 async def _old_data_dir(data_dir: Path, messages: list[tuple[MQMD, bytes]]) -> None:
     """A data directory the release before the seal left: the stream, the sink's backlog
-    holding ``messages`` (its target was down), no backlog key."""
+    full of ``messages`` (its target was down: MAXDEPTH reached), no backlog key."""
     qm = EmbeddedQueueManager("QM1", data_dir)
     try:
         qm.run_mqsc(f"DEFINE QLOCAL('{STOCK}') DEFPSIST(YES) REPLACE", stop_on_error=True)
-        qm.run_mqsc(DEFINE_BACKLOG, stop_on_error=True)
+        qm.run_mqsc(_define_backlog(len(messages)), stop_on_error=True)
         await _put_old(qm, messages)
     finally:
         await qm.close()
@@ -138,9 +141,10 @@ def buses() -> Iterator[None]:
 async def test_an_upgrade_delivers_what_an_older_version_left_on_a_backlog(
     tmp_path: Path, buses: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """250 unsealed messages (more than two units of work of the sealing) on the backlog
-    of a data directory without a key: all delivered in order, then a publication made
-    after the start; nothing dead-lettered; the key kept under its name."""
+    """250 unsealed messages (more than two units of work of the sealing) filling the
+    backlog of a data directory without a key: all delivered in order, then a
+    publication made after the start (held until the backlog has room); nothing
+    dead-lettered; the key kept under its name."""
     n = 2 * CHUNK + 50
     data_dir = tmp_path / "data" / "qm"
     await _old_data_dir(data_dir, [_old_backlog_message(i) for i in range(n)])
@@ -199,18 +203,22 @@ async def test_a_start_cut_short_while_sealing_is_finished_in_order(
 
 
 @pytest.fixture(params=["embedded", "ibmmq"])
-def port(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[QueueManager, object]]:
+async def port(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[QueueManager, EmbeddedQueueManager]]:
     """The sealing's queue manager: the embedded one, or the IBM MQ adapter over the
-    stand-in MQI (tests/support/mqi_standin.py), with the backlog queue defined."""
+    stand-in MQI (tests/support/mqi_standin.py); and the embedded queue manager that
+    runs its MQSC."""
     if request.param == "embedded":
         qm = EmbeddedQueueManager("QM1", tmp_path / "qm")
-        qm.run_mqsc(DEFINE_BACKLOG, stop_on_error=True)
-        yield qm, qm
+        try:
+            yield qm, qm
+        finally:
+            await qm.close()
         return
     standin = StandIn(tmp_path / "qm")
-    standin.qm.run_mqsc(DEFINE_BACKLOG, stop_on_error=True)
     try:
-        yield IBMMQQueueManager(IBMMQConfig(q_mgr_name="STANDIN"), mqi=standin.module), standin
+        yield IBMMQQueueManager(IBMMQConfig(q_mgr_name="STANDIN"), mqi=standin.module), standin.qm
     finally:
         standin.close()
 
@@ -235,10 +243,13 @@ async def _browse_all(qm: QueueManager) -> list[tuple[MQMD, bytes]]:
 
 @pytest.mark.parametrize("resuming", [False, True])
 async def test_sealing_keeps_order_ids_and_context_through_the_port(
-    port: tuple[QueueManager, object], resuming: bool
+    port: tuple[QueueManager, EmbeddedQueueManager], resuming: bool
 ) -> None:
-    qm, owner = port
+    """A full backlog (MAXDEPTH reached) turned over through the port: each message
+    got and put back sealed, in order, its ids and context kept."""
+    qm, mqsc = port
     n = CHUNK + 7
+    mqsc.run_mqsc(_define_backlog(n), stop_on_error=True)
     messages = [_old_backlog_message(i) for i in range(n)]
     seal = BacklogSeal(os.urandom(KEY_SIZE))
     done = 0
@@ -247,20 +258,16 @@ async def test_sealing_keeps_order_ids_and_context_through_the_port(
         for md, body in messages[:done]:
             md.accounting_token = seal.seal(body)
     await _put_old(qm, messages[done:] + messages[:done])
-    try:
-        sealed = await seal_in_place(qm, [BACKLOG, "SYSTEM.MQGW.SINK.GONE"], seal,
-                                     resuming=resuming)
-        assert sealed == {BACKLOG: n - done, "SYSTEM.MQGW.SINK.GONE": 0}
-        after = await _browse_all(qm)
-        assert len(after) == n
-        for (md, body), (old_md, old_body) in zip(after, messages, strict=True):
-            assert body == old_body
-            assert md.msg_id == old_md.msg_id and md.format == BACKLOG_FORMAT
-            assert seal.refusal(md, body) == 0
-            assert (md.user_identifier.strip(), md.put_appl_name.strip()) == (
-                "olduser", "old-publisher")
-            assert (md.put_date, md.put_time) == (old_md.put_date, old_md.put_time)
-            assert md.persistence == Persistence.PERSISTENT and md.priority == 0
-    finally:
-        if isinstance(owner, EmbeddedQueueManager):
-            await owner.close()
+    sealed = await seal_in_place(qm, [BACKLOG, "SYSTEM.MQGW.SINK.GONE"], seal,
+                                 resuming=resuming)
+    assert sealed == {BACKLOG: n - done, "SYSTEM.MQGW.SINK.GONE": 0}
+    after = await _browse_all(qm)
+    assert len(after) == n
+    for (md, body), (old_md, old_body) in zip(after, messages, strict=True):
+        assert body == old_body
+        assert md.msg_id == old_md.msg_id and md.format == BACKLOG_FORMAT
+        assert seal.refusal(md, body) == 0
+        assert (md.user_identifier.strip(), md.put_appl_name.strip()) == (
+            "olduser", "old-publisher")
+        assert (md.put_date, md.put_time) == (old_md.put_date, old_md.put_time)
+        assert md.persistence == Persistence.PERSISTENT and md.priority == 0
