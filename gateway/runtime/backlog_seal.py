@@ -130,6 +130,8 @@ def load_backlog_seal(directory: Path) -> BacklogSeal:
     except FileNotFoundError:
         path, new_in = directory / NEW_KEY_FILE, directory
         key, made = _read_or_make(path)
+    else:
+        _forget_kept(directory / NEW_KEY_FILE, key)
     if len(key) != KEY_SIZE:
         raise ValueError(f"{path} is not a backlog key ({len(key)} bytes, not {KEY_SIZE})")
     return BacklogSeal(key, new_in, interrupted=not made)
@@ -153,6 +155,14 @@ def keep_new_key(seal: BacklogSeal) -> None:
     os.unlink(new)
     _sync_directory(directory)
     seal.new_in = None
+
+
+def _forget_kept(new: Path, key: bytes) -> None:
+    """Remove ``new`` if it holds ``key``: a start stopped between keeping the new key
+    and removing its first name (:func:`keep_new_key`)."""
+    with contextlib.suppress(OSError):
+        if new.read_bytes() == key:
+            new.unlink()
 
 
 def _read_or_make(path: Path) -> tuple[bytes, bool]:

@@ -35,7 +35,14 @@ from gateway.runtime.backlog_format import (
     backlog_queue_name,
     encode_backlog_message,
 )
-from gateway.runtime.backlog_seal import KEY_FILE, KEY_SIZE, NEW_KEY_FILE, BacklogSeal
+from gateway.runtime.backlog_seal import (
+    KEY_FILE,
+    KEY_SIZE,
+    NEW_KEY_FILE,
+    BacklogSeal,
+    keep_new_key,
+    load_backlog_seal,
+)
 from gateway.runtime.config import parse_config
 from gateway.runtime.pubsub_service.first_seal import CHUNK, seal_in_place
 from gateway.runtime.registry import PluginRegistry
@@ -197,6 +204,23 @@ async def test_a_start_cut_short_while_sealing_is_finished_in_order(
         await app.shutdown()
     assert (data_dir / KEY_FILE).read_bytes() == key
     assert not (data_dir / NEW_KEY_FILE).exists()
+
+
+def test_a_new_key_is_kept_only_after_the_sealing(tmp_path: Path) -> None:
+    """Made as ``backlog.key.new`` (0600), found again by the next load until kept, then
+    ``backlog.key``; a first name left behind by a stop right after keeping it goes."""
+    made = load_backlog_seal(tmp_path)
+    new = tmp_path / NEW_KEY_FILE
+    assert made.new_in == tmp_path and not made.interrupted
+    assert (new.stat().st_mode & 0o777) == 0o600 and not (tmp_path / KEY_FILE).exists()
+    again = load_backlog_seal(tmp_path)
+    assert again.key == made.key and again.interrupted
+    keep_new_key(again)
+    assert again.new_in is None and not new.exists()
+    assert (tmp_path / KEY_FILE).read_bytes() == made.key
+    new.write_bytes(made.key)  # stopped between the link and the unlink
+    kept = load_backlog_seal(tmp_path)
+    assert kept.key == made.key and kept.new_in is None and not new.exists()
 
 
 # ------------------------------------------------ through the port, IBM MQ alike ----
