@@ -45,7 +45,7 @@ from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.errors import StoreError
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.authorisation import authoriser_for
-from gateway.runtime.backlog_seal import BacklogSeal, load_backlog_key
+from gateway.runtime.backlog_seal import BacklogSeal, load_backlog_seal
 from gateway.runtime.config import (
     EmbeddedQueueManagerConfig,
     GatewayConfig,
@@ -287,11 +287,13 @@ class GatewayApp:
     @staticmethod
     def _backlog_seal(qm: QueueManager, store_path: Path) -> BacklogSeal:
         """The sinks' backlog seal: its key is kept where the backlogs are, the embedded
-        queue manager's data directory, or beside the broker store on IBM MQ."""
+        queue manager's data directory, or beside the broker store on IBM MQ. A key made
+        now is kept once the service has sealed what the backlogs hold
+        (``SinkBacklogs.seal_what_is_there``, before any put to them)."""
         path = getattr(qm, "path", None)
         where = path if isinstance(path, Path) else store_path.parent
         try:
-            return BacklogSeal(load_backlog_key(where))
+            return load_backlog_seal(where)
         except (OSError, ValueError) as exc:
             raise GatewayRuntimeError(f"cannot use the backlog key in {where}: {exc}") from exc
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from gateway.devstack import KafkaBroker, MosquittoBroker
+from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+from gateway.mq.embedded.space import SpacePolicy
+from gateway.wire.constants import MsgType
 from tests.faults.clients import KafkaReader, MqttReader, SteadyFeeds
 from tests.faults.conftest import DISK_MB
 from tests.faults.ledger import Ledger, assert_nothing_lost, report
@@ -28,6 +32,9 @@ from tests.faults.scenario import (
     wait_ready,
     wait_until,
 )
+from tests.support.gateway import BULLETIN, STOCK, bridge_config, build_gateway
+from tests.support.pubsub_messages import CONTROL, rfh2_message
+from tests.support.service_client import drain, put, settle
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -39,6 +46,7 @@ FULL_S = 10.0
 #: already has (without it the store may fit the small messages in its own free space and
 #: never meet the full disk).
 FULL_PAD = 64 * 1024
+DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 #: What SQLite and the OS call a full disk; the log must name it.
 FULL_WORDS = ("disk is full", "No space left", "SQLITE_FULL", "disk full")
 
@@ -125,3 +133,63 @@ async def test_queue_manager_disk_full_then_space_back(
     assert running_after and resumed, (
         f"the gateway did not resume by itself once space was back\n{table}\n{gw.log_tail()}"
     )
+
+
+#: The watermark of the subscriber test's small disk, and the room its filler leaves.
+SUB_MIN_FREE_MB, SUB_LEFT_MB = 16, 8
+SUB_QUEUES = f"""
+DEFINE QLOCAL('{STOCK}') DEFPSIST(YES) REPLACE
+DEFINE QLOCAL('{BULLETIN}') DEFPSIST(YES) REPLACE
+DEFINE QLOCAL(SUB.OK) DEFPSIST(YES) REPLACE
+DEFINE QLOCAL(REPLY.Q) REPLACE
+"""
+
+
+async def test_a_subscriber_copy_at_the_watermark_waits_and_is_not_dead_lettered(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """The embedded queue manager's disk at its free-space watermark: a subscriber's
+    persistent copy meets 2056, which is the whole disk's, so the batch is held back
+    (not dead-lettered, the subscription not suspended) and delivered once space is
+    back. A subscriber queue's own 2056 on IBM MQ is dead-lettered instead
+    (tests/runtime/pubsub_service/test_service_subscriber_queues.py)."""
+    qm = EmbeddedQueueManager(
+        "QM1", small_disk / "qm",
+        space=SpacePolicy(min_free_bytes=SUB_MIN_FREE_MB * 2**20, reserve_bytes=0),
+    )
+    gw = build_gateway(tmp_path, mqsc=SUB_QUEUES, qm=qm,
+                       config=bridge_config(suspend_subscription_after=2))
+    filler = small_disk / "filler"
+    service = gw.service
+    try:
+        await service.start()
+        await put(qm, rfh2_message(  # type: ignore[arg-type]
+            CONTROL, [("Command", "RegSub"), ("Topic", "price/a"), ("QName", "SUB.OK")],
+            reply_to_q="REPLY.Q", msg_type=MsgType.REQUEST))
+        await settle(qm, service)
+        st = os.statvfs(small_disk)
+        with filler.open("wb") as out:
+            out.truncate(0)
+            os.posix_fallocate(out.fileno(), 0,
+                               st.f_bavail * st.f_frsize - SUB_LEFT_MB * 2**20)
+        # accepted (the room is measured after each write), and its commit finds the
+        # disk below the watermark
+        await put(qm, rfh2_message(  # type: ignore[arg-type]
+            CONTROL, [("Command", "Publish"), ("Topic", "price/a")], b"held", persistence=1))
+        async with asyncio.timeout(30):
+            while service.counters.backlog_full < 3:
+                await asyncio.sleep(0.02)
+        assert qm.space.low
+        assert qm.queue_depth("SUB.OK") == 0 and qm.queue_depth(CONTROL) == 1
+        assert qm.queue_depth(DLQ) == 0
+        assert service.engine.suspended_subscriptions == 0
+        filler.unlink()
+        async with asyncio.timeout(30):
+            while qm.queue_depth("SUB.OK") < 1:
+                await asyncio.sleep(0.02)
+        assert [r.payload for r in await drain(qm, "SUB.OK")] == [b"held"]
+        assert qm.queue_depth(DLQ) == 0
+        assert service.engine.suspended_subscriptions == 0
+    finally:
+        filler.unlink(missing_ok=True)
+        await gw.close()

@@ -75,6 +75,31 @@ async def test_maxdepth_gives_2053_counting_uncommitted(qm: EmbeddedQueueManager
         assert qm.queue_depth("SMALL") == 2
 
 
+async def test_a_full_queue_takes_back_what_the_unit_of_work_got_from_it(
+    qm: EmbeddedQueueManager,
+) -> None:
+    """IBM MQ takes a message got under syncpoint off CURDEPTH at the get, so a unit of
+    work may put back to a full queue as many messages as it got from it (a requeue),
+    and no more; another connection still finds the queue full."""
+    mqsc_ok(qm, "DEFINE QLOCAL(SMALL) MAXDEPTH(2)")
+    async with await qm.connect() as conn, await qm.connect() as other:
+        q = await conn.open("SMALL", IO)
+        await q.put(md(), b"1")
+        await q.put(md(), b"2")
+        got = await q.get(GetOptions(syncpoint=True))
+        await q.put(md(), got.body, PutOptions(syncpoint=True))
+        with pytest.raises(MQError) as err:
+            await q.put(md(), b"3", PutOptions(syncpoint=True))
+        assert err.value.reason == Reason.Q_FULL
+        with pytest.raises(MQError) as err:
+            await other.put1("SMALL", md(), b"4")
+        assert err.value.reason == Reason.Q_FULL
+        await conn.commit()
+        assert qm.queue_depth("SMALL") == 2
+        reader = await other.open("SMALL", OpenOption.INPUT_SHARED)
+        assert [(await reader.get(GetOptions())).body for _ in range(2)] == [b"2", b"1"]
+
+
 async def test_maxmsgl_gives_2030_and_qmgr_limit_2031(qm: EmbeddedQueueManager) -> None:
     mqsc_ok(qm, "DEFINE QLOCAL(TINY) MAXMSGL(10)")
     async with await qm.connect() as conn:

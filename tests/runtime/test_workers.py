@@ -367,3 +367,34 @@ async def test_kill_9_of_mqgw_run_leaves_no_worker_behind(tmp_path: Path) -> Non
         if worker and _alive(worker):
             os.kill(worker, signal.SIGKILL)
             pytest.fail("the worker outlived its main process")
+
+
+def _previous_release_spec_line() -> bytes:
+    """A spec line as the main process of the release before the backlog seal wrote it:
+    spec version 1, no ``backlog_key``."""
+    raw = {
+        "group": "w1", "socket": "qm.sock", "gateway_id": "gw", "dead_letter_queue": "DLQ",
+        "serviced_queues": [], "version": 1,
+        "plugins": [{"name": "mem0", "plugin": "memory", "config": {}, "backlog": "BL"}],
+    }
+    return json.dumps(raw).encode() + b"\n"
+
+
+def test_a_spec_of_the_release_before_the_backlog_key_is_refused_by_its_version() -> None:
+    """A worker started from a newer installation than its running main process (or
+    the other way round) says the versions differ, not that a key is missing."""
+    from gateway.runtime.workers.spec import SPEC_VERSION, WorkerSpec
+
+    with pytest.raises(ValueError, match=f"worker spec version 1 is not {SPEC_VERSION}"):
+        WorkerSpec.from_line(_previous_release_spec_line())
+
+
+def test_a_workers_spec_does_not_show_its_backlog_key() -> None:
+    from gateway.runtime.workers.spec import PluginSpec, WorkerSpec
+
+    key = "5a" * 32
+    spec = WorkerSpec("w1", "qm.sock", "gw", [PluginSpec("mem0", "memory",
+                                                         {"password": "hunter2"}, "BL")],
+                      "DLQ", [], backlog_key=key)
+    assert key not in repr(spec) and "hunter2" not in repr(spec)
+    assert WorkerSpec.from_line(spec.to_line()).backlog_key == key

@@ -151,6 +151,9 @@ class StandIn:
         self.calls: list[Call] = []
         self.connect_failures: list[int] = []  # reasons raised by the next connects
         self.break_next_call: int | None = None  # reason raised by the next MQI call
+        #: queue name -> reason every put to it fails with (IBM MQ's 2056 of a queue
+        #: whose file reached MAXFSIZE, which the embedded queue manager never gives)
+        self.put_failures: dict[str, int] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -173,6 +176,11 @@ class StandIn:
         self.calls.append(Call(call_name, threading.get_ident(), args))
         if self.break_next_call is not None and call_name != "connect_with_options":
             reason, self.break_next_call = self.break_next_call, None
+            raise MQMIError(2, reason)
+
+    def refuse_put(self, q_name: str) -> None:
+        reason = self.put_failures.get(q_name)
+        if reason is not None:
             raise MQMIError(2, reason)
 
     def mq(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -198,6 +206,7 @@ class StandIn:
 
             def put1(self, od: Any, body: bytes, md: Any, pmo: Any) -> None:
                 standin.record("put1", q=_text(od.ObjectName), options=pmo.Options)
+                standin.refuse_put(_text(od.ObjectName))
                 out = standin.mq(self.conn.put1(_text(od.ObjectName), md_from_block(md), body,
                                                 _put_options(pmo.Options),
                                                 _text(od.ObjectQMgrName)))
@@ -218,6 +227,7 @@ class StandIn:
         class Queue:
             def __init__(self, qmgr: QueueManager, od: Any, options: int) -> None:
                 standin.record("open", q=_text(od.ObjectName), options=options)
+                self.q_name = _text(od.ObjectName)
                 self.h = standin.mq(qmgr.conn.open(_text(od.ObjectName), OpenOption(options),
                                                    _text(od.ObjectQMgrName)))
                 od.ResolvedQName = self.h.resolved_q_name.encode()
@@ -248,6 +258,7 @@ class StandIn:
 
             def put(self, body: bytes, md: Any, pmo: Any) -> None:
                 standin.record("put", options=pmo.Options)
+                standin.refuse_put(self.q_name)
                 out = standin.mq(self.h.put(md_from_block(md), body, _put_options(pmo.Options)))
                 md_into_block(out, md)
 

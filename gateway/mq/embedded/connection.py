@@ -97,10 +97,22 @@ class EmbeddedConnection:
         self._exceptions: list[_Report] = []  # reports due at commit
         self._handles: set[EmbeddedQueueHandle] = set()
         self._open = True
+        #: a persistent put of this unit of work was refused for want of disk space
+        #: (2056: the watermark, :mod:`.space`); cleared by commit and backout
+        self.space_refused = False
 
     @property
     def q_mgr_name(self) -> str:
         return self._qm.name
+
+    @property
+    def space_low(self) -> bool:
+        """The queue manager's disk is at its free-space watermark, or was when it
+        refused a put of this unit of work: this queue manager's 2056 is the whole
+        disk's, never one queue's (IBM MQ's is one queue's file, at MAXFSIZE). The
+        publish/subscribe service holds a batch back for it instead of dead-lettering
+        a delivery (read with ``getattr``: other connections have no such attribute)."""
+        return self.space_refused or self._qm.space.low
 
     @property
     def queue_manager(self) -> EmbeddedQueueManager:
@@ -109,6 +121,11 @@ class EmbeddedConnection:
     @property
     def uncommitted(self) -> int:
         return len(self._puts) + len(self._gets)
+
+    def got_from(self, queue: LocalQueue) -> int:
+        """Messages this unit of work got from ``queue`` under syncpoint (a full queue's
+        MAXDEPTH check leaves them out, as IBM MQ's CURDEPTH does)."""
+        return sum(1 for g in self._gets if g.queue is queue)
 
     def _check(self) -> None:
         if self._qm.stopping:
@@ -285,6 +302,7 @@ class EmbeddedConnection:
         transaction as the unit of work, which is what makes channel delivery once-only.
         """
         self._check()
+        self.space_refused = False
         if not self._puts and not self._gets and sync is None:
             return
         written = self._write_unit(sync, at_once=False)
@@ -298,6 +316,7 @@ class EmbeddedConnection:
         :meth:`commit` does (backed out). Cancelling the future does not stop the
         commit."""
         self._check()
+        self.space_refused = False
         if not self._puts and not self._gets:
             nothing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             nothing.set_result(None)
@@ -365,6 +384,7 @@ class EmbeddedConnection:
     async def backout(self) -> None:
         """MQBACK: syncpoint puts vanish; syncpoint gets return with BackoutCount + 1."""
         self._check()
+        self.space_refused = False
         if not self._puts and not self._gets:
             return
         puts, gets = self._puts, self._gets

@@ -419,7 +419,7 @@ class EmbeddedQueueHandle:
                 f"{qm.catalogue.qmgr.max_msg_length}",
             )
         if out.persistence == Persistence.PERSISTENT and qm.space.low:
-            qm.refuse_for_space(q.name, bool(self._conn._gets))
+            qm.refuse_for_space(q.name, self._conn)
         stored_md, stored_body = out, body
         if not res.is_local:
             # bind-not-fixed: the header leaves the queue manager blank so the receiving
@@ -441,7 +441,7 @@ class EmbeddedQueueHandle:
                     waiting(hop, lane)
         else:
             stored_md = clone_md(out)
-        _check_room(qm.catalogue, q, len(stored_body))
+        _check_room(qm.catalogue, q, len(stored_body), self._conn)
         priority = min(max(stored_md.priority, 0), 9)
         expiry_at = now + out.expiry / 10 if out.expiry > 0 else None
         persistent = stored_md.persistence == Persistence.PERSISTENT
@@ -524,9 +524,9 @@ class EmbeddedQueueHandle:
                 f"message of {len(body)} bytes exceeds the queue manager's MAXMSGL "
                 f"{cat.qmgr.max_msg_length}",
             )
-        _check_room(cat, q, len(body))
+        _check_room(cat, q, len(body), self._conn)
         if persistence == _PERSISTENT and qm.space.low:
-            qm.refuse_for_space(q.name, bool(self._conn._gets))
+            qm.refuse_for_space(q.name, self._conn)
         before = _completed_of(md)
         md.persistence, md.priority = persistence, priority
         if opts.new_msg_id or md.msg_id == MI_NONE:
@@ -594,9 +594,16 @@ class EmbeddedQueueHandle:
 
 
 
-def _check_room(catalogue: ObjectCatalogue, q: LocalQueue, size: int) -> None:
-    """MAXMSGL and MAXDEPTH of the queue a put lands on (2030, 2053): one check for
-    put and put_owned, so the fan-out path refuses exactly what a single put does."""
+def _check_room(
+    catalogue: ObjectCatalogue, q: LocalQueue, size: int, conn: EmbeddedConnection
+) -> None:
+    """MAXMSGL and MAXDEPTH of the queue a put of ``conn`` lands on (2030, 2053): one
+    check for put and put_owned, so the fan-out path refuses exactly what a single put
+    does. The messages ``conn``'s unit of work got from that queue do not count: IBM MQ
+    takes a got message off CURDEPTH at the get, so a unit of work that puts back what
+    it got (a requeue; the sealing of a full backlog, runtime/pubsub_service/
+    first_seal.py) fits a full queue there. Here CURDEPTH keeps them until the commit;
+    they are counted only when the queue looks full."""
     qdef = catalogue.get(q.name)
     assert qdef is not None
     if size > qdef.max_msg_length:
@@ -604,7 +611,8 @@ def _check_room(catalogue: ObjectCatalogue, q: LocalQueue, size: int) -> None:
             Reason.MSG_TOO_BIG_FOR_Q,
             f"message of {size} bytes exceeds MAXMSGL {qdef.max_msg_length} of {q.name}",
         )
-    if q.depth >= qdef.max_depth:
+    depth = q.depth
+    if depth >= qdef.max_depth and depth - conn.got_from(q) >= qdef.max_depth:
         raise MQError(Reason.Q_FULL, f"queue {q.name} is full (MAXDEPTH {qdef.max_depth})")
 
 def _inquire_one(

@@ -259,15 +259,16 @@ class EmbeddedQueueManager:
 
     # ---------------------------------------------------------------- queries
 
-    def refuse_for_space(self, q_name: str, moving: bool) -> None:
-        """Called for a persistent put while ``space.low``: MQError 2056 unless space is
-        back or the put is a move to the dead-letter queue (``moving``: its unit of work
-        got messages) (:mod:`.space`)."""
+    def refuse_for_space(self, q_name: str, conn: EmbeddedConnection) -> None:
+        """Called for a persistent put of ``conn`` while ``space.low``: MQError 2056
+        unless space is back or the put is a move to the dead-letter queue (its unit of
+        work got messages) (:mod:`.space`); ``conn.space_refused`` records a refusal."""
         if not self.space.recheck():
             return
-        if moving and q_name == self._catalogue.qmgr.dead_letter_q_name:
+        if conn._gets and q_name == self._catalogue.qmgr.dead_letter_q_name:
             return
         self.stats.space_refusals += 1
+        conn.space_refused = True
         raise MQError(
             Reason.Q_SPACE_NOT_AVAILABLE,
             f"no space for {q_name} in {self.path}: the disk is full to its watermark "

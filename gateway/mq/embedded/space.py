@@ -22,10 +22,26 @@ So, per data directory:
   reserve and is tried again once, so the commits that free space still succeed; the
   reserve is made again once there is room for it above the watermark.
 
-The room is measured after every store transaction (one ``statvfs`` and SQLite's free-
-page count, on the writer thread) and, while puts are refused, again at most every
-:data:`RECHECK_S` on a refused put (space freed from outside is seen without a write).
-The state changes are logged once each way; the refused puts themselves are not.
+The room is measured (a ``statvfs`` and SQLite's free-page count, about 20 µs, then a
+check that the reserve is there: on the store's writer thread, under its lock) when it is
+due, not after every transaction (:meth:`StoreSpace.due`, :meth:`StoreSpace.wrote`):
+after every transaction while puts are refused; otherwise once the last measure is
+:data:`MEASURE_EVERY_S` old, once the transactions since wrote an estimated
+:data:`MEASURE_EVERY_BYTES`, or once the room last measured, less that estimate, is
+within :data:`MARGIN_BYTES` of the watermark. A transaction in between pays a clock read
+and, for its inserts, a sum of their body lengths (docs/embedded-qm.md has the figures).
+
+The guarantee is the one a measure after every transaction gives: a persistent put is
+accepted only while the room last measured was at least the watermark, so the room falls
+below it by at most a unit of work accepted just before the next measure. Far from the
+watermark the next measure comes before an estimated MEASURE_EVERY_BYTES is written,
+less than MARGIN_BYTES; within MARGIN_BYTES of it, after every transaction. The estimate
+counts each inserted body and row twice (the table and the write-ahead log); what other
+programs write meanwhile is seen within MEASURE_EVERY_S; what the estimate or they miss
+is what the reserve is for. While puts are refused, the room is also measured again at
+most every :data:`RECHECK_S` on a refused put (space freed from outside is seen without
+a write). The state changes are logged once each way; the refused puts themselves are
+not.
 """
 
 from __future__ import annotations
@@ -37,7 +53,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RECHECK_S", "RESERVE_FILE", "SpacePolicy", "StoreSpace"]
+__all__ = [
+    "MARGIN_BYTES",
+    "MEASURE_EVERY_BYTES",
+    "MEASURE_EVERY_S",
+    "RECHECK_S",
+    "RESERVE_FILE",
+    "SpacePolicy",
+    "StoreSpace",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +69,17 @@ log = logging.getLogger(__name__)
 RESERVE_FILE = "qmgr.reserve"
 #: While puts are refused, the room is measured again at most this often (seconds).
 RECHECK_S = 0.5
+#: Otherwise the room is measured after a store transaction at least this often
+#: (seconds) ...
+MEASURE_EVERY_S = 0.05
+#: ... and once the transactions since the last measure wrote this much (estimated).
+MEASURE_EVERY_BYTES = 1024 * 1024
+#: Within this much of the watermark (the room last measured less what was written
+#: since), after every transaction. At least MEASURE_EVERY_BYTES: the room cannot
+#: pass the watermark unmeasured (see module docstring).
+MARGIN_BYTES = 4 * MEASURE_EVERY_BYTES
+#: What a row costs on disk besides its body (MQMD, ids, index entry), estimated.
+ROW_BYTES = 512
 _MB = 1024 * 1024
 
 
@@ -60,12 +95,12 @@ class StoreSpace:
     """The room left in one data directory and whether persistent puts are refused.
 
     ``low`` is read on the event loop for every persistent put (one attribute); it is
-    set by :meth:`measure`, called on the store's writer thread after each transaction
-    and on the loop by :meth:`recheck` while low.
+    set by :meth:`measure`, called on the store's writer thread after a transaction
+    when :meth:`due` says so and on the loop by :meth:`recheck` while low.
     """
 
-    __slots__ = ("_checked", "_name", "directory", "low", "policy", "reserve_path", "room",
-                 "store_free")
+    __slots__ = ("_checked", "_name", "_unmeasured", "directory", "low", "policy",
+                 "reserve_path", "room", "store_free")
 
     def __init__(self, directory: Path, policy: SpacePolicy, name: str = "") -> None:
         self.directory = directory
@@ -78,10 +113,28 @@ class StoreSpace:
         self.room = 0
         self.low = False
         self._checked = 0.0
+        #: bytes written since the last measure (estimated: :meth:`due`)
+        self._unmeasured = 0
 
     @property
     def enabled(self) -> bool:
         return self.policy.min_free_bytes > 0
+
+    def due(self) -> bool:
+        """After a store transaction: whether the room must be measured now whatever it
+        wrote (puts are refused, or the last measure is MEASURE_EVERY_S old)."""
+        return self.low or time.monotonic() - self._checked >= MEASURE_EVERY_S
+
+    def wrote(self, body_bytes: int, rows: int) -> bool:
+        """After a store transaction that inserted ``rows`` rows with ``body_bytes`` of
+        bodies (when :meth:`due` said no): whether that makes a measure due (see module
+        docstring). Deletes and updates alone only free space: never."""
+        if not rows:
+            return False
+        written = self._unmeasured + 2 * (body_bytes + ROW_BYTES * rows)
+        self._unmeasured = written
+        return (written >= MEASURE_EVERY_BYTES
+                or self.room - written < self.policy.min_free_bytes + MARGIN_BYTES)
 
     def measure(self, store_free: int | None = None) -> None:
         """Measure the room (thread-safe enough: plain attribute writes) and log a
@@ -89,6 +142,7 @@ class StoreSpace:
         if store_free is not None:
             self.store_free = store_free
         self._checked = time.monotonic()
+        self._unmeasured = 0
         try:
             st = os.statvfs(self.directory)
         except OSError:

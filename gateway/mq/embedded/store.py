@@ -318,10 +318,13 @@ class MessageStore:
                 if inserts or not _disk_full(exc) or not self.space.release_reserve():
                     raise
                 self._apply_locked(inserts, deletes, backouts, syncs)
-            if self.space.enabled:
-                self.space.measure(self._free_pages_bytes())
-                if not self.space.low:
-                    self.space.make_reserve()
+            space = self.space
+            if space.enabled and (
+                space.due() or space.wrote(sum(len(m.body) for m in inserts), len(inserts))
+            ):
+                space.measure(self._free_pages_bytes())
+                if not space.low:
+                    space.make_reserve()
 
     def _free_pages_bytes(self) -> int:
         """Bytes of the store's free pages (reused by new rows before the file grows)."""

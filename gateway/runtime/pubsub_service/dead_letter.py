@@ -103,12 +103,16 @@ async def dead_letter_queue_of(handle: QueueHandle, fallback: str) -> tuple[str,
     return fallback, "broker setting dead_letter_queue"
 
 
-def _holds_back(p: Put, reason: int) -> bool:
-    """A failed delivery put that is back-pressure, not the message's fault: a full sink
-    backlog (2053), or no space on the queue manager's disk for any delivery (2056: the
-    embedded queue manager's watermark, IBM MQ's full queue file); the batch waits."""
+def _holds_back(p: Put, reason: int, conn: Connection) -> bool:
+    """A failed put that is back-pressure, not the message's fault, so the batch waits:
+    a sink-backlog put whose queue is full (2053) or has no space (2056: on IBM MQ its
+    queue file reached MAXFSIZE), or any delivery or response while the queue manager's
+    disk is at its free-space watermark (2056 on a connection whose ``space_low`` says
+    so: the embedded queue manager's). A subscriber queue's own 2056 (IBM MQ: that
+    queue's file is full) is not: it is dead-lettered and counts toward suspending the
+    subscription, like any failed delivery, so one full queue never stalls its stream."""
     if reason == Reason.Q_SPACE_NOT_AVAILABLE:
-        return not p.kind
+        return p.backpressure or (not p.kind and getattr(conn, "space_low", False) is True)
     return p.backpressure and reason == Reason.Q_FULL
 
 
@@ -195,7 +199,7 @@ async def put_all(
                     if isinstance(result, MQError):
                         if result.reason in CONNECTION_REASONS:
                             raise result
-                        if _holds_back(r, result.reason):
+                        if _holds_back(r, result.reason, conn):
                             raise BacklogFullError(r.queue, result) from result
                         await set_aside(r, result)
                     else:
@@ -227,9 +231,10 @@ async def put_all(
             except MQError as exc:
                 if exc.reason in CONNECTION_REASONS:
                     raise
-                if _holds_back(p, exc.reason):
+                if _holds_back(p, exc.reason, conn):
                     # a sink-backlog put on a connection whose puts are round trips, or
                     # any delivery while the queue manager's disk is at its watermark
+                    # (_holds_back)
                     raise BacklogFullError(p.queue, exc) from exc
                 if p.kind or not p.dead_letter_on_failure:
                     if p.kind:

@@ -33,10 +33,10 @@ class BrokerError(GatewayRuntimeError):
 
 
 class BacklogFullError(BrokerError):
-    """A sink's backlog queue is full (MQRC 2053), or the queue manager has no space for
-    a delivery (2056, its disk at the free-space watermark): the batch backs out
-    (back-pressure, not counted against BOTHRESH) and its stream waits until the sink
-    catches up."""
+    """A sink's backlog queue is full (MQRC 2053) or has no space (2056), or the queue
+    manager has no space for a delivery (2056, its disk at the free-space watermark):
+    the batch backs out (back-pressure, not counted against BOTHRESH) and its stream
+    waits until the sink catches up (``dead_letter._holds_back``)."""
 
     def __init__(self, queue: str, exc: MQError) -> None:
         what = "is full" if exc.reason == Reason.Q_FULL else f"has no space ({exc.detail})"

@@ -109,6 +109,9 @@ class _InputQueue:
     #: The last batch's MQ commit, still completing while the next batch is got and
     #: handled (``gateway.mq.port.start_commit``); None when there is none.
     committing: _Committing | None = None
+    #: The last batch was held back (BacklogFullError) and none has committed since:
+    #: its retry hands nothing over to a sink (each retry would send it again).
+    held_back: bool = False
 
 
 class _FrontCommitFailedError(MQError):
@@ -248,6 +251,9 @@ class BrokerService:
             return made
         async with self._lock:
             try:
+                # a key made by this start: what an older version left on the backlogs
+                # is sealed before the retained publications are put behind it
+                await self.sink_backlogs.seal_what_is_there()
                 sub, retained = self.engine.subscribe_sink(
                     sink, topic, scheme=scheme, reg_opts=reg_opts
                 )
@@ -319,10 +325,13 @@ class BrokerService:
         return queues
 
     async def start(self) -> None:
-        """Open every serviced queue (failing clearly if one is missing) and start."""
+        """Open every serviced queue (failing clearly if one is missing) and start.
+        First, if this start made the backlog key, what the sink backlogs hold is
+        sealed with it (``first_seal.py``): nothing is put there or forwarded before."""
         if self._tasks:
             return
         self._stop.clear()
+        await self.sink_backlogs.seal_what_is_there()
         opened: list[tuple[Connection, _InputQueue]] = []
         try:
             for name, isn in self.serviced_queues:
@@ -532,6 +541,7 @@ class BrokerService:
                 try:
                     if isinstance(exc, BacklogFullError | _FrontCommitFailedError):
                         # no fault of these messages: the backout does not count
+                        q.held_back = q.held_back or isinstance(exc, BacklogFullError)
                         self.forgiven.forgive(self._batch_ids)
                     else:
                         q.isolate = max(q.isolate - 1, self._batch_got)
@@ -617,6 +627,7 @@ class BrokerService:
         except Exception:  # committed already: a stale entry only forgives too much once
             log.exception("cannot clear the forgiven backouts of %s", q.name)
         q.isolate = max(q.isolate - 1, 0)
+        q.held_back = False
         self.counters.batches += 1
         self.counters.messages += batch.count
 
@@ -675,6 +686,11 @@ class BrokerService:
         if q.committing is not None:
             # nothing of this batch leaves before the last batch's commit has ended
             await self._end_commit(q)
+        # no hand-over in a batch that is backed out for back-pressure: its retries
+        # would send it again and again (sink_backlogs.backlogs_take)
+        handing = bool(to_sinks) and not q.held_back and self.sink_backlogs.backlogs_take(
+            {n: d for n, d in to_sinks.items() if n in self.sinks}
+        )
         for name, deliveries in to_sinks.items():
             if name not in self.sinks:
                 # No such sink in this process (plugin not loaded): keep the data on the DLQ.
@@ -692,7 +708,7 @@ class BrokerService:
                     )
             else:
                 self.counters.sink_deliveries += len(deliveries)
-                handover = self.sink_backlogs.hand_over(name, deliveries)
+                handover = self.sink_backlogs.hand_over(name, deliveries) if handing else None
                 if handover is not None:
                     handovers.append(handover)  # acknowledged before the commit, or backlog
                 else:

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,17 +44,19 @@ from gateway.plugin_api import Envelope, Sink
 from gateway.pubsub.outcome import Delivery
 from gateway.runtime.backlog_format import (
     BACKLOG_FORMAT,
+    BACKLOG_QUEUE_PREFIX,
     EnvelopeCache,
     backlog_msg_id,
     backlog_queue_name,
     encode_backlog_message,
 )
-from gateway.runtime.backlog_seal import KEY_SIZE, BacklogSeal, load_backlog_key
+from gateway.runtime.backlog_seal import KEY_SIZE, BacklogSeal, keep_new_key, load_backlog_seal
 from gateway.runtime.envelopes import envelope_of
 from gateway.runtime.pubsub_service.config import BrokerConfig
 from gateway.runtime.pubsub_service.counters import ServiceCounters
 from gateway.runtime.pubsub_service.dead_letter import Put
 from gateway.runtime.pubsub_service.errors import BrokerError
+from gateway.runtime.pubsub_service.first_seal import seal_in_place
 from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters, SinkForwarder
 from gateway.wire.constants import Persistence
 from gateway.wire.mqmd import MQMD
@@ -143,6 +145,8 @@ class SinkBacklogs:
         self.direct_pause = DIRECT_PAUSE
         #: at a stop, the wait for a hand-over still sending (take_back_acknowledged)
         self.stop_settle_timeout = STOP_SETTLE_TIMEOUT
+        #: one :meth:`seal_what_is_there` at a time (the start and a sink subscription)
+        self._sealing = asyncio.Lock()
 
     def _define_statement(self, queue: str, name: str) -> str:
         return (
@@ -205,16 +209,40 @@ class SinkBacklogs:
             cache.put(msg_id, body, envelope)
         return Put("", self.queues[name], md, body, backpressure=True)
 
+    def backlogs_take(self, batch: Mapping[str, list[Delivery]]) -> bool:
+        """Whether the backlog puts of a batch delivering ``batch`` (per sink) will be
+        taken: False while the queue manager's disk is at its watermark (2056), or when
+        a sink's backlog lacks room for its deliveries (2053: depth plus deliveries past
+        MAXDEPTH, on a queue manager that tells both). Such a batch backs out and is
+        retried, so it hands nothing over: a hand-over would be sent again with every
+        retry (a duplicate each time). A forwarder freeing room meanwhile only sends a
+        batch through the backlog that could have been handed over."""
+        space = getattr(self.qm, "space", None)
+        if space is not None and space.low:
+            return False
+        depth_of = getattr(self.qm, "queue_depth", None)
+        catalogue = getattr(self.qm, "catalogue", None)
+        if depth_of is None or catalogue is None:
+            return True
+        for name, deliveries in batch.items():
+            queue = self.queues.get(name)
+            definition = catalogue.queues.get(queue) if queue is not None else None
+            if definition is None:
+                continue
+            try:
+                if depth_of(queue) + len(deliveries) > definition.max_depth:
+                    return False
+            except MQError:
+                continue
+        return True
+
     def hand_over(self, name: str, deliveries: list[Delivery]) -> HandOver | None:
         """Start sending ``deliveries`` to sink ``name`` directly if its forwarder is idle
         and its backlog queue empty (see module docstring); None: put them on the
-        backlog. The caller must :meth:`settle` every hand-over before its commit."""
+        backlog. The caller must :meth:`settle` every hand-over before its commit, and
+        hands nothing over in a batch whose backlog puts will not be taken
+        (:meth:`backlogs_take`)."""
         if self.direct_ack_timeout <= 0 or self._stop.is_set():
-            return None
-        space = getattr(self.qm, "space", None)
-        if space is not None and space.low:
-            # the batch's puts are refused (2056) and it backs out: a hand-over would be
-            # sent again with every retry
             return None
         fw = self.forwarders.get(name)
         depth_of = getattr(self.qm, "queue_depth", None)
@@ -369,16 +397,59 @@ class SinkBacklogs:
         """Per sink: its forwarder's figures (metrics)."""
         return {name: fw.counters for name, fw in self.forwarders.items()}
 
+    async def seal_what_is_there(self) -> None:
+        """When this start made the backlog key (an upgrade from a version without the
+        seal, a new install, a backlog restored without its key): seal what the backlog
+        queues hold, in place, before anything is put there or forwarded, then keep the
+        key (``first_seal``; once: a no-op afterwards). The queues are those of the
+        registered sinks and, on the embedded queue manager, every defined
+        ``SYSTEM.MQGW.SINK.*`` (a sink configured again later). BrokerError when a
+        backlog cannot be sealed or the key kept: the start fails, nothing is lost."""
+        async with self._sealing:
+            await self._seal_what_is_there()
+
+    async def _seal_what_is_there(self) -> None:
+        seal = self.seal
+        if seal.new_in is None:
+            return
+        queues = set(self.queues.values())
+        catalogue = getattr(self.qm, "catalogue", None)
+        if catalogue is not None:
+            queues.update(q for q in catalogue.queues if q.startswith(BACKLOG_QUEUE_PREFIX))
+        try:
+            sealed = await seal_in_place(
+                self.qm, sorted(queues), seal, resuming=seal.interrupted
+            )
+            keep_new_key(seal)
+        except MQError as exc:
+            raise BrokerError(
+                f"cannot seal what the sink backlogs hold with the new backlog key: {exc}",
+                exc.reason,
+            ) from exc
+        except (OSError, ValueError) as exc:
+            raise BrokerError(f"cannot keep the new backlog key: {exc}") from exc
+        total = sum(sealed.values())
+        log.log(
+            logging.WARNING if total else logging.INFO,
+            "backlog key made: %d message(s) already on the sink backlogs sealed with it "
+            "in place%s (%s)",
+            total,
+            ", finishing a start cut short" if seal.interrupted else "",
+            ", ".join(f"{q} {n}" for q, n in sealed.items() if n) or "all empty",
+        )
+
 
 def _default_seal(qm: QueueManager) -> BacklogSeal:
     """The seal of a service given none: the key in the embedded queue manager's data
-    directory (where the backlogs are kept); a queue manager without one (IBM MQ, which
-    the app gives a key kept beside its store) gets a key of this process only, so its
-    backlog messages are dead-lettered after a restart (2035): said once in the log."""
+    directory (where the backlogs are kept; made there if missing, and what the backlogs
+    hold then is sealed at the start: :meth:`SinkBacklogs.seal_what_is_there`); a queue
+    manager without one (IBM MQ, which the app gives a key kept beside its store) gets a
+    key of this process only, so its backlog messages are dead-lettered after a restart
+    (2035): said once in the log."""
     path = getattr(qm, "path", None)
     if isinstance(path, Path):
         try:
-            return BacklogSeal(load_backlog_key(path))
+            return load_backlog_seal(path)
         except (OSError, ValueError) as exc:
             raise BrokerError(f"cannot use the backlog key in {path}: {exc}") from exc
     log.warning("no backlog key directory: the sink backlogs' seal lasts this process only")

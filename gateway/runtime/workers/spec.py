@@ -15,8 +15,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Version of the spec; a worker refuses another (a stale interpreter after an upgrade).
-SPEC_VERSION = 1
+#: Version of the spec; a worker refuses another (a stale interpreter after an upgrade:
+#: a worker restarted from a newer installation than its running main process). Bumped
+#: whenever a field is added or its meaning changes. 2: ``backlog_key`` (without it, a
+#: version-1 spec would be taken and fail later, saying the key is missing).
+SPEC_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -25,7 +28,8 @@ class PluginSpec:
 
     name: str
     plugin: str
-    config: dict[str, Any]
+    #: the raw ``config:`` section (may hold secrets: never in a repr)
+    config: dict[str, Any] = field(repr=False)
     #: the backlog queue its forwarder takes deliveries from
     backlog: str
     #: (topic, scheme) the main process subscribed for it (``DeclaresSubscriptions``)
@@ -59,8 +63,8 @@ class WorkerSpec:
     #: the ``gc:`` section (gateway/runtime/gc_policy.py), applied once the worker started
     gc: dict[str, Any] = field(default_factory=dict)
     #: the backlog key, hex (gateway/runtime/backlog_seal.py): the forwarders check the
-    #: seal of what they get with it
-    backlog_key: str = ""
+    #: seal of what they get with it (a secret: never in a repr, never logged)
+    backlog_key: str = field(default="", repr=False)
     version: int = SPEC_VERSION
 
     def to_line(self) -> bytes:

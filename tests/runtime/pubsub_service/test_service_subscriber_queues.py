@@ -3,6 +3,7 @@ keeps failing is suspended (through the real service on the embedded queue manag
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,16 +12,22 @@ from pathlib import Path
 
 import pytest
 
+from gateway.mq.ibmmq import IBMMQConfig, IBMMQQueueManager
+from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.records import Destination, SubFormat, Subscription
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.pubsub.store import UpsertSubscription
 from gateway.pubsub.topics import Scheme
+from gateway.runtime.backlog_seal import BacklogSeal
 from gateway.runtime.metrics import GatewayMetrics
+from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.constants import MsgType
+from gateway.wire.dlh import unwrap_from_dlq
 from gateway.wire.reasons import Reason
 from tests.support.gateway import STOCK, InProcessGateway, bridge_config, build_gateway
+from tests.support.mqi_standin import StandIn
 from tests.support.pubsub_messages import CONTROL, rfh2_message
-from tests.support.service_client import drain, put, settle
+from tests.support.service_client import drain, drain_raw, put, settle
 
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 QUEUES = f"""
@@ -197,3 +204,52 @@ async def test_mqgw_subscriptions_lists_the_suspended_one(tmp_path: Path) -> Non
     )
     assert missing.returncode == 2 and "no pub/sub store" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+async def test_a_subscriber_queue_full_on_ibm_mq_is_dead_lettered_not_holding_its_stream(
+    tmp_path: Path,
+) -> None:
+    """IBM MQ answers 2056 (MQRC_Q_SPACE_NOT_AVAILABLE) for one queue whose file reached
+    MAXFSIZE. That subscriber's copies go to the DLQ with 2056 and its subscription is
+    suspended after ``suspend_subscription_after`` of them; the other subscriber gets
+    every publication. (Before: every batch of the stream was backed out as if the disk
+    were full, for good, and suspension never came.) Through the ibmmq adapter over the
+    stand-in MQI, which refuses the puts to that queue."""
+    standin = StandIn(tmp_path / "qm", q_mgr_name="QM1")
+    standin.qm.run_mqsc(QUEUES + "DEFINE QLOCAL(SUB.FULL) REPLACE\n", stop_on_error=True)
+    standin.put_failures["SUB.FULL"] = Reason.Q_SPACE_NOT_AVAILABLE
+    qm = IBMMQQueueManager(IBMMQConfig(q_mgr_name="QM1"), mqi=standin.module)
+    config = bridge_config(suspend_subscription_after=3)
+    store = SqliteStore(tmp_path / "pubsub.db")
+    engine = PubSubEngine(qm.name, store, broker_queues=config.broker_queues,
+                          suspend_after=config.suspend_subscription_after)
+    service = BrokerService(qm, engine, config, backlog_seal=BacklogSeal(bytes(32)))
+    await service.start()
+
+    async def handled(count: int) -> None:
+        """Until ``count`` messages were handled and committed (one at a time, so the
+        suspension, decided after a batch, applies from the next one)."""
+        async with asyncio.timeout(30):
+            while service.counters.messages < count:
+                await asyncio.sleep(0.02)
+
+    try:
+        for queue in ("SUB.OK", "SUB.FULL"):
+            await put(qm, reg_sub(queue))  # type: ignore[arg-type]
+        await handled(2)
+        for i in range(6):
+            await put(qm, publish(payload=str(i).encode()))  # type: ignore[arg-type]
+            await handled(3 + i)
+        assert [r.payload for r in await drain(qm, "SUB.OK")] == [
+            str(i).encode() for i in range(6)
+        ]
+        letters = [unwrap_from_dlq(m.md, m.body)[0] for m in await drain_raw(qm, DLQ)]
+        assert [(d.reason, d.dest_q_name.strip()) for d in letters] == [
+            (Reason.Q_SPACE_NOT_AVAILABLE, "SUB.FULL")
+        ] * 3
+        assert service.engine.suspended_subscriptions == 1
+        assert service.counters.backlog_full == 0
+    finally:
+        await service.stop()
+        store.close()
+        standin.close()

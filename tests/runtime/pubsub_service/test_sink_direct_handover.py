@@ -682,3 +682,39 @@ async def test_a_crash_between_the_sink_ack_and_the_commit_loses_nothing(tmp_pat
     finally:
         await gw.close()
         reset_buses()
+
+
+async def test_a_batch_held_by_a_full_backlog_is_not_handed_over_again_and_again(
+    tmp_path: Path,
+) -> None:
+    """Sink ``down``'s target is down and its backlog full (MAXDEPTH 5): a batch for it
+    and for the idle sink ``up`` backs out (2053) and is retried until ``down``'s
+    backlog has room. ``up`` must not get that batch handed over on every retry: it
+    gets each publication once, through its backlog, when the batch finally commits."""
+    reset_buses()
+    gw = build_gateway(tmp_path, config=bridge_config(
+        retry_delay=0.01, sink_retry_max_delay=0.1, sink_backlog_max_depth=5))
+    get_bus("down").down = True
+    await gw.start(_memory("down"), _memory("up"))
+    try:
+        first = [f"a{i}".encode() for i in range(5)]
+        await _publish(gw, first)
+        async with asyncio.timeout(20):
+            while gw.qm.queue_depth(backlog_queue_name("down")) < 5:
+                await asyncio.sleep(0.01)
+        assert [r.payload for r in await get_bus("up").wait_for(5)] == first
+        more = [f"b{i}".encode() for i in range(3)]
+        await _publish(gw, more)
+        async with asyncio.timeout(20):  # held back (2053), retried four times
+            while gw.service.counters.backlog_full < 5:
+                await asyncio.sleep(0.01)
+        assert [r.payload for r in get_bus("up").records] == first
+        get_bus("down").down = False
+        assert [r.payload for r in await get_bus("down").wait_for(8)] == first + more
+        assert [r.payload for r in await get_bus("up").wait_for(8)] == first + more
+        await settle(gw.qm, gw.service)
+        assert [r.payload for r in get_bus("up").records] == first + more
+        assert gw.qm.queue_depth(STOCK) == 0
+    finally:
+        await gw.close()
+        reset_buses()
