@@ -292,7 +292,9 @@ def check_request_reply_queues(gateway: Any, source: str = "") -> list[ConfigErr
     ``destination`` or ``reply_to_q`` there hands an outsider's payload to the broker or
     the queue manager as a command. Refused naming the key: stream queues, the admin
     stream, the control and inter-broker queues, the dead-letter queue, sink backlogs
-    and every other ``SYSTEM.*`` queue; and two request/reply readers on one queue."""
+    and every other ``SYSTEM.*`` queue; two request/reply readers on one queue; and a
+    ``destination`` on a queue request/reply reads (``reply_queue``, a service
+    ``queue``), which the runtime keeps for itself as it does the broker's."""
     rr = gateway.request_reply
     if not rr.requests and not rr.services:
         return []
@@ -332,6 +334,18 @@ def check_request_reply_queues(gateway: Any, source: str = "") -> list[ConfigErr
                     key, f"{name} is also {readers[name]}: two request/reply readers would "
                     "take each other's messages", "give each its own queue", source=source))
             readers.setdefault(name, key)
+    # A request put where request/reply reads would come back as a reply or a service
+    # request: the runtime keeps those queues (authorisation.request_reply_queues) and
+    # refuses every such put with 2035, so the route could never carry a request.
+    for i, r in enumerate(rr.requests):
+        queue, _, q_mgr = r.destination.partition("@")
+        reader = readers.get(queue) if q_mgr in ("", own) else None
+        if reader is not None:
+            problems.append(ConfigError(
+                f"request_reply.requests[{i}].destination",
+                f"{r.destination} is {reader}, a queue request/reply reads: the gateway "
+                "keeps it and refuses every request put there (MQRC 2035)",
+                fix_put, source=source))
     return problems
 
 

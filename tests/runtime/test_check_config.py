@@ -161,6 +161,16 @@ QUEUE_CASES = {
     "reply_to_q_on_a_stream_queue": (
         rr_routes(reply_to_q="STOCK.STREAM"), "request_reply.reply_to_q",
         "a stream queue the broker services"),
+    # the runtime keeps the queues request/reply reads and refuses every put there (2035)
+    "destination_is_the_reply_queue": (
+        rr_routes(destination="MQGW.REPLY"), "request_reply.requests[0].destination",
+        "MQGW.REPLY is request_reply.reply_queue, a queue request/reply reads"),
+    "destination_is_the_reply_queue_on_the_own_queue_manager": (
+        rr_routes(destination="MQGW.REPLY@GW"), "request_reply.requests[0].destination",
+        "is request_reply.reply_queue, a queue request/reply reads"),
+    "destination_is_a_service_queue": (
+        rr_routes(destination="GW.SVC"), "request_reply.requests[0].destination",
+        "GW.SVC is request_reply.services[0].queue, a queue request/reply reads"),
 }
 CASES.update(QUEUE_CASES)
 
@@ -244,6 +254,14 @@ def test_check_and_start_refuse_a_read_only_directory(tmp_path: Path, key: str) 
             assert f"{config}: {key}: cannot be created: {tmp_path / 'ro'} is not " \
                 "writable" in done.stderr, done.stderr
         assert list((tmp_path / "ro").iterdir()) == []
+
+
+def test_a_destination_of_that_name_on_another_queue_manager_passes(tmp_path: Path) -> None:
+    """Only the gateway's own queue manager's reply and service queues are kept."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(rr_routes(destination="MQGW.REPLY@QM2"))
+    done = mqgw_run(config, "--check")
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_valid_config_with_every_check_still_passes(tmp_path: Path) -> None:
