@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Exchanges
+from gateway.plugin_api import Exchanges, OwnsEveryTopic
 from gateway.pubsub.streams import (
     ADMIN_STREAM,
     CONTROL_QUEUE,
@@ -40,6 +40,7 @@ __all__ = [
     "check_paths",
     "check_request_reply",
     "check_request_reply_queues",
+    "check_requester_reply_topics",
     "check_streams",
 ]
 
@@ -414,4 +415,40 @@ def check_request_reply(gateway: Any, registry: Any, source: str = "") -> list[C
                     source=source,
                 )
             )
+    return problems
+
+
+def check_requester_reply_topics(
+    gateway: Any, registry: Any, plugin_configs: dict[str, BaseModel], source: str = ""
+) -> list[ConfigError]:
+    """A requester route whose reply could never be written: an instance of its plugin
+    keeps every topic name for itself (``OwnsEveryTopic``; e.g. a Kafka template that
+    is ``{topic}`` alone). The runtime asks every instance of the route's plugin
+    (another instance may write the same cluster: ``app._own_topics``), so would refuse
+    every request; refuse the route naming the key instead. ``plugin_configs``: the
+    validated configs of the enabled instances."""
+    problems: list[ConfigError] = []
+    kinds = {p.name: p.plugin for p in gateway.plugins}
+    for i, route in enumerate(gateway.request_reply.requests):
+        kind = kinds.get(route.plugin)
+        if kind is None or route.plugin not in plugin_configs:
+            continue  # reported by check_request_reply
+        try:
+            plugin = registry.get(kind)
+        except PluginLoadError:
+            continue  # reported with the plugin section
+        if not isinstance(plugin, OwnsEveryTopic):
+            continue
+        for name, cfg in plugin_configs.items():
+            why = plugin.every_topic_own(name, cfg) if kinds.get(name) == kind else ""
+            if why:
+                problems.append(ConfigError(
+                    f"request_reply.requests[{i}].plugin",
+                    f"route {route.name}: no reply topic can ever be accepted: {why}, "
+                    "and the gateway writes no reply into a topic its instances keep",
+                    "give that template literal text of its own (e.g. 'mqgw.{topic}') "
+                    "or use a plugin instance on another cluster",
+                    source=source,
+                ))
+                break
     return problems

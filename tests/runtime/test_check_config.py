@@ -175,6 +175,33 @@ QUEUE_CASES = {
 CASES.update(QUEUE_CASES)
 
 
+def kafka_requester(template: str, *, route_on: str = "k") -> str:
+    """Kafka instance k with outbound ``topic_template``, a second instance k2, and a
+    requester route on ``route_on``."""
+    plugin = "    plugin: kafka\n    config:\n      bootstrap_servers: 127.0.0.1:1\n"
+    return (
+        "queue_manager:\n  data_dir: d/qm\n" + QUIET
+        + "plugins:\n  - name: k\n" + plugin
+        + f"      outbound: {{topic_template: '{template}'}}\n"
+        + "  - name: k2\n" + plugin
+        + "request_reply:\n"
+        f"  requests: [{{name: q, plugin: {route_on}, source: quotes, destination: SVC.Q}}]\n"
+    )
+
+
+#: A requester route whose reply topic could never be accepted: an instance of its
+#: plugin writes every topic name (the runtime asks all instances of the plugin).
+CASES.update({
+    "requester_on_a_kafka_instance_writing_every_topic": (
+        kafka_requester("{topic}"), "request_reply.requests[0].plugin",
+        "no reply topic can ever be accepted: every Kafka topic name is a topic of the "
+        "outbound publications"),
+    "requester_beside_a_kafka_instance_writing_every_topic": (
+        kafka_requester("{topic}", route_on="k2"), "request_reply.requests[0].plugin",
+        "of kafka instance 'k'"),
+})
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_check_refuses_what_would_crash_the_start(tmp_path: Path, case: str) -> None:
     text, key, problem = CASES[case]
@@ -254,6 +281,16 @@ def test_check_and_start_refuse_a_read_only_directory(tmp_path: Path, key: str) 
             assert f"{config}: {key}: cannot be created: {tmp_path / 'ro'} is not " \
                 "writable" in done.stderr, done.stderr
         assert list((tmp_path / "ro").iterdir()) == []
+
+
+@pytest.mark.parametrize("template", ["mqgw.{stream}", "{stream}.{topic}", "x{topic}"])
+def test_a_requester_beside_kafka_templates_with_room_for_replies_passes(
+    tmp_path: Path, template: str
+) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(kafka_requester(template))
+    done = mqgw_run(config, "--check")
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_destination_of_that_name_on_another_queue_manager_passes(tmp_path: Path) -> None:
