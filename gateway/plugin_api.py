@@ -81,6 +81,7 @@ __all__ = [
     "ExchangeHandler",
     "Exchanges",
     "InboundPublication",
+    "OwnsEveryTopic",
     "OwnsTopics",
     "Plugin",
     "PluginContext",
@@ -373,6 +374,19 @@ class OwnsTopics(Protocol):
     def own_topic(self, topic: str) -> str:
         """Why ``topic`` (a name the instance would publish to) is one of the instance's
         own, in one sentence for logs and dead letters; "" when it is not."""
+        ...
+
+
+@runtime_checkable
+class OwnsEveryTopic(Protocol):
+    """Optional for a :class:`Plugin`: whether an instance with ``config`` would keep
+    every name of its topic space for itself (its :meth:`OwnsTopics.own_topic` never
+    ""), from the configuration alone. Then no reply topic a request/reply requester
+    route names can ever be written through that plugin's instances: ``mqgw run
+    --check`` refuses such routes instead of every request being refused at run time."""
+
+    def every_topic_own(self, instance_name: str, config: BaseModel) -> str:
+        """Why every topic is the instance's own (one sentence), or "" when not."""
         ...
 
 

@@ -69,6 +69,9 @@ class PendingRequest:
     attempts: int = 0
     #: Epoch seconds of the sweeper's next try after a failed one (None: at the deadline).
     retry_at: float | None = None
+    #: Epoch seconds its destination (the reply topic) first refused the sweeper's try;
+    #: None while only outages failed it (``undeliverable_after`` counts from here).
+    refused_since: float | None = None
 
 
 @dataclass(slots=True)
@@ -96,6 +99,9 @@ class PendingService:
     attempts: int = 0
     #: Epoch seconds of the sweeper's next try after a failed one (None: at the deadline).
     retry_at: float | None = None
+    #: Epoch seconds its destination (the ReplyToQ) first refused the sweeper's try;
+    #: None while only outages failed it (``undeliverable_after`` counts from here).
+    refused_since: float | None = None
 
 
 def request_token(source_id: str) -> bytes:

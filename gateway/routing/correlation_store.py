@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS requests (
     reply_topic TEXT NOT NULL, correlation_data BLOB NOT NULL, msg_id BLOB NOT NULL,
     deadline REAL NOT NULL, state TEXT NOT NULL, outcome TEXT NOT NULL,
     sent INTEGER NOT NULL, finished_at REAL,
-    attempts INTEGER NOT NULL DEFAULT 0, retry_at REAL
+    attempts INTEGER NOT NULL DEFAULT 0, retry_at REAL, refused_since REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS requests_due ON requests (state, deadline);
 CREATE TABLE IF NOT EXISTS services (
@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS services (
     report INTEGER NOT NULL, persistence INTEGER NOT NULL, priority INTEGER NOT NULL,
     expiry_at REAL, deadline REAL NOT NULL, state TEXT NOT NULL, outcome TEXT NOT NULL,
     finished_at REAL, produced INTEGER NOT NULL DEFAULT 1,
-    attempts INTEGER NOT NULL DEFAULT 0, retry_at REAL
+    attempts INTEGER NOT NULL DEFAULT 0, retry_at REAL, refused_since REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS services_due ON services (state, deadline);
 """
@@ -59,13 +59,15 @@ CREATE INDEX IF NOT EXISTS services_due ON services (state, deadline);
 #: Columns added after the first files were written: (table, column, definition). A file
 #: without one gets it on open (``ALTER TABLE ... ADD COLUMN``); the default is what the
 #: entries of such a file mean (a service entry then was produced already; nothing had
-#: been retried).
+#: been retried; no destination had refused).
 _ADDED_COLUMNS = (
     ("services", "produced", "INTEGER NOT NULL DEFAULT 1"),
     ("requests", "attempts", "INTEGER NOT NULL DEFAULT 0"),
     ("requests", "retry_at", "REAL"),
     ("services", "attempts", "INTEGER NOT NULL DEFAULT 0"),
     ("services", "retry_at", "REAL"),
+    ("requests", "refused_since", "REAL"),
+    ("services", "refused_since", "REAL"),
 )
 
 #: When the sweeper next looks at an open entry: its deadline, or after a failed try the
@@ -78,11 +80,12 @@ _NEXT_INDEXES = (
 
 _REQUEST_COLUMNS = (
     "key, route, source_id, reply_topic, correlation_data, msg_id, deadline, state, outcome,"
-    " sent, attempts, retry_at"
+    " sent, attempts, retry_at, refused_since"
 )
 _SERVICE_COLUMNS = (
     "token, route, msg_id, correl_id, reply_to_q, reply_to_q_mgr, report, persistence,"
-    " priority, expiry_at, deadline, state, outcome, produced, attempts, retry_at"
+    " priority, expiry_at, deadline, state, outcome, produced, attempts, retry_at,"
+    " refused_since"
 )
 
 
@@ -107,7 +110,7 @@ class SchemaVersionError(CorrelationStoreError):
 
 
 _INSERT_REQUEST = (
-    f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+    f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT DO NOTHING"
 )
 
@@ -115,7 +118,8 @@ _INSERT_REQUEST = (
 def _request_row(p: PendingRequest) -> tuple[Any, ...]:
     """The ``requests`` row of ``p`` (``_REQUEST_COLUMNS`` order)."""
     return (p.key, p.route, p.source_id, p.reply_topic, p.correlation_data, p.msg_id,
-            p.deadline, str(p.state), p.outcome, int(p.sent), p.attempts, p.retry_at)
+            p.deadline, str(p.state), p.outcome, int(p.sent), p.attempts, p.retry_at,
+            p.refused_since)
 
 
 def _request_from(row: Any) -> PendingRequest:
@@ -132,6 +136,7 @@ def _request_from(row: Any) -> PendingRequest:
         sent=bool(row[9]),
         attempts=int(row[10]),
         retry_at=row[11],
+        refused_since=row[12],
     )
 
 
@@ -153,6 +158,7 @@ def _service_from(row: Any) -> PendingService:
         produced=bool(row[13]),
         attempts=int(row[14]),
         retry_at=row[15],
+        refused_since=row[16],
     )
 
 
@@ -323,7 +329,8 @@ class CorrelationStore:
     def add_service(self, p: PendingService) -> bool:
         """Record ``p``; False (and nothing written) when its token is already present."""
         changed = self._write(
-            f"INSERT INTO services ({_SERVICE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            f"INSERT INTO services ({_SERVICE_COLUMNS})"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT DO NOTHING",
             (
                 p.token,
@@ -342,6 +349,7 @@ class CorrelationStore:
                 int(p.produced),
                 p.attempts,
                 p.retry_at,
+                p.refused_since,
             ),
         )
         return changed == 1
@@ -391,19 +399,26 @@ class CorrelationStore:
         both.sort(key=_next_look)
         return both[:limit]
 
-    def postpone_request(self, key: bytes, retry_at: float) -> None:
+    def postpone_request(
+        self, key: bytes, retry_at: float, refused_at: float | None = None
+    ) -> None:
         """The sweeper could not finish the OPEN entry ``key``: one more attempt, the next
-        at ``retry_at``."""
+        at ``retry_at``. ``refused_at``: its destination refused (not an outage); the
+        first such time is kept as ``refused_since``."""
         self._write(
-            "UPDATE requests SET attempts=attempts+1, retry_at=? WHERE key=? AND state=?",
-            (retry_at, key, str(State.OPEN)),
+            "UPDATE requests SET attempts=attempts+1, retry_at=?,"
+            " refused_since=COALESCE(refused_since, ?) WHERE key=? AND state=?",
+            (retry_at, refused_at, key, str(State.OPEN)),
         )
 
-    def postpone_service(self, token: bytes, retry_at: float) -> None:
+    def postpone_service(
+        self, token: bytes, retry_at: float, refused_at: float | None = None
+    ) -> None:
         """:meth:`postpone_request` for the service entry ``token``."""
         self._write(
-            "UPDATE services SET attempts=attempts+1, retry_at=? WHERE token=? AND state=?",
-            (retry_at, token, str(State.OPEN)),
+            "UPDATE services SET attempts=attempts+1, retry_at=?,"
+            " refused_since=COALESCE(refused_since, ?) WHERE token=? AND state=?",
+            (retry_at, refused_at, token, str(State.OPEN)),
         )
 
     def purge(self, now: float, retention: float) -> int:

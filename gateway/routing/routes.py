@@ -156,10 +156,11 @@ class RequestReplyConfig(_Strict):
     retention: float = Field(default=600.0, ge=0)
     #: Seconds between timeout sweeps.
     sweep_interval: float = Field(default=0.5, gt=0)
-    #: Seconds past its deadline the sweeper keeps trying an entry's error reply or
-    #: expiration report (with a backoff) before it gives the entry up as
-    #: ``undeliverable``: a reply topic or ReplyToQ that keeps refusing (an outsider names
-    #: it) must not keep the entry, and its retries, for ever.
+    #: Seconds the sweeper keeps trying an entry's error reply or expiration report
+    #: (with a backoff) after its destination first refused it, before it gives the
+    #: entry up as ``undeliverable``: a reply topic or ReplyToQ that keeps refusing (an
+    #: outsider names it) must not keep the entry, and its retries, for ever. Outages of
+    #: the plugin or the queue manager do not count: they are retried until they end.
     undeliverable_after: float = Field(default=300.0, ge=0)
     requests: list[RequestRoute] = Field(default_factory=list)
     services: list[ServiceRoute] = Field(default_factory=list)

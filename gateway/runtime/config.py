@@ -37,6 +37,7 @@ from gateway.runtime.config_checks import (
     check_paths,
     check_request_reply,
     check_request_reply_queues,
+    check_requester_reply_topics,
     check_streams,
 )
 from gateway.runtime.errors import ConfigError, ConfigErrors, PluginLoadError
@@ -506,6 +507,7 @@ def parse_config(
         problems.extend(check_streams(serviced, sections, source))
         problems.extend(check_request_reply(gateway, registry, source))
         problems.extend(check_request_reply_queues(gateway, source))
+        problems.extend(check_requester_reply_topics(gateway, registry, plugin_configs, source))
         problems.extend(check_metrics_files(gateway.metrics, base_dir or Path.cwd(), source))
     if problems or gateway is None:
         raise ConfigErrors(problems)

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.plugin_api import Exchanges
+from gateway.plugin_api import Exchanges, OwnsEveryTopic
 from gateway.pubsub.streams import (
     ADMIN_STREAM,
     CONTROL_QUEUE,
@@ -40,6 +40,7 @@ __all__ = [
     "check_paths",
     "check_request_reply",
     "check_request_reply_queues",
+    "check_requester_reply_topics",
     "check_streams",
 ]
 
@@ -292,7 +293,9 @@ def check_request_reply_queues(gateway: Any, source: str = "") -> list[ConfigErr
     ``destination`` or ``reply_to_q`` there hands an outsider's payload to the broker or
     the queue manager as a command. Refused naming the key: stream queues, the admin
     stream, the control and inter-broker queues, the dead-letter queue, sink backlogs
-    and every other ``SYSTEM.*`` queue; and two request/reply readers on one queue."""
+    and every other ``SYSTEM.*`` queue; two request/reply readers on one queue; and a
+    ``destination`` on a queue request/reply reads (``reply_queue``, a service
+    ``queue``), which the runtime keeps for itself as it does the broker's."""
     rr = gateway.request_reply
     if not rr.requests and not rr.services:
         return []
@@ -332,6 +335,18 @@ def check_request_reply_queues(gateway: Any, source: str = "") -> list[ConfigErr
                     key, f"{name} is also {readers[name]}: two request/reply readers would "
                     "take each other's messages", "give each its own queue", source=source))
             readers.setdefault(name, key)
+    # A request put where request/reply reads would come back as a reply or a service
+    # request: the runtime keeps those queues (authorisation.request_reply_queues) and
+    # refuses every such put with 2035, so the route could never carry a request.
+    for i, r in enumerate(rr.requests):
+        queue, _, q_mgr = r.destination.partition("@")
+        reader = readers.get(queue) if q_mgr in ("", own) else None
+        if reader is not None:
+            problems.append(ConfigError(
+                f"request_reply.requests[{i}].destination",
+                f"{r.destination} is {reader}, a queue request/reply reads: the gateway "
+                "keeps it and refuses every request put there (MQRC 2035)",
+                fix_put, source=source))
     return problems
 
 
@@ -400,4 +415,40 @@ def check_request_reply(gateway: Any, registry: Any, source: str = "") -> list[C
                     source=source,
                 )
             )
+    return problems
+
+
+def check_requester_reply_topics(
+    gateway: Any, registry: Any, plugin_configs: dict[str, BaseModel], source: str = ""
+) -> list[ConfigError]:
+    """A requester route whose reply could never be written: an instance of its plugin
+    keeps every topic name for itself (``OwnsEveryTopic``; e.g. a Kafka template that
+    is ``{topic}`` alone). The runtime asks every instance of the route's plugin
+    (another instance may write the same cluster: ``app._own_topics``), so would refuse
+    every request; refuse the route naming the key instead. ``plugin_configs``: the
+    validated configs of the enabled instances."""
+    problems: list[ConfigError] = []
+    kinds = {p.name: p.plugin for p in gateway.plugins}
+    for i, route in enumerate(gateway.request_reply.requests):
+        kind = kinds.get(route.plugin)
+        if kind is None or route.plugin not in plugin_configs:
+            continue  # reported by check_request_reply
+        try:
+            plugin = registry.get(kind)
+        except PluginLoadError:
+            continue  # reported with the plugin section
+        if not isinstance(plugin, OwnsEveryTopic):
+            continue
+        for name, cfg in plugin_configs.items():
+            why = plugin.every_topic_own(name, cfg) if kinds.get(name) == kind else ""
+            if why:
+                problems.append(ConfigError(
+                    f"request_reply.requests[{i}].plugin",
+                    f"route {route.name}: no reply topic can ever be accepted: {why}, "
+                    "and the gateway writes no reply into a topic its instances keep",
+                    "give that template literal text of its own (e.g. 'mqgw.{topic}') "
+                    "or use a plugin instance on another cluster",
+                    source=source,
+                ))
+                break
     return problems

@@ -195,6 +195,13 @@ class KafkaPlugin:
     def config_model(self) -> type[BaseModel]:
         return KafkaPluginConfig
 
+    def every_topic_own(self, instance_name: str, config: BaseModel) -> str:
+        """Why an instance with ``config`` keeps every Kafka topic name for itself, or ""
+        (``OwnsEveryTopic``: a template that is ``{topic}`` alone writes any name)."""
+        if not isinstance(config, KafkaPluginConfig):
+            return ""
+        return KafkaNamespace(config, instance_name).every_topic_own()
+
     def create(self, instance_name: str, config: BaseModel) -> KafkaInstance:
         if not isinstance(config, KafkaPluginConfig):
             raise PluginError(

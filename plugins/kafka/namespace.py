@@ -5,14 +5,18 @@ Why: request/reply lets an outside party name the topic the gateway writes a rep
 overwrite a retained value, pose as a dead letter, or come back into MQ through an
 inbound route. The runtime asks :meth:`KafkaNamespace.own_topic` before it writes there.
 
-Own is conservative: every name an outbound route's topic or retained-topic template
-could render for any stream and MQ topic (a placeholder stands for any run of legal
-characters: non-empty for ``{stream}``, possibly empty for ``{topic}``), the inbound
-topics, the dead-letter topic, the exactly-once marker topic, and Kafka's internal
-topics (``__...``). Names are compared the way Kafka compares them for collisions
-(``.`` and ``_`` alike): a colliding topic an outsider had made the gateway create would
-stop it from creating its own. Pure and bounded: matching is linear in the name's length
-(no regular expression that could backtrack on a hostile name), nothing is remembered.
+Own: every name the outbound side can write -- for each configured route, the topic and
+retained-topic templates the router picks for the route's subscription (the route's own
+or, when the engine's subscription does not map back to it, the default templates), with
+``{stream}`` rendered as the router renders that stream and ``{topic}`` standing for any
+run of legal characters, possibly empty --, the inbound topics, the dead-letter topic,
+the exactly-once marker topic, and Kafka's internal topics (``__...``). Streams no route
+subscribes to are never written, so ``{stream}`` is no wildcard: with ``{stream}.{topic}``
+a name such as ``app.replies`` stays free. Names are compared the way Kafka compares them
+for collisions (``.`` and ``_`` alike): a colliding topic an outsider had made the gateway
+create would stop it from creating its own. Pure and bounded: matching is linear in the
+name's length (no regular expression that could backtrack on a hostile name), nothing is
+remembered.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from plugins.kafka.config import KafkaPluginConfig
+from gateway.plugin_api import split_unified_topic
+from plugins.kafka.config import KafkaPluginConfig, OutboundConfig
 from plugins.kafka.mapping import MAX_TOPIC_LENGTH, collision_key
 
 #: Kafka keeps names starting with this for itself (__consumer_offsets, ...).
@@ -36,9 +41,10 @@ class NamePattern:
 
     ``literals`` has one more element than ``gaps``; ``gaps[i]`` is the least number of
     characters between ``literals[i]`` and ``literals[i + 1]`` (adjacent placeholders
-    are one gap: their runs cannot be told apart). ``keys`` are the literals' collision
-    keys. ``what`` names the topic in the sentence :meth:`KafkaNamespace.own_topic`
-    returns."""
+    are one gap: their runs cannot be told apart). A ``{topic}`` placeholder may be
+    empty, any other (the gateway id of the default marker topic) is at least one
+    character. ``keys`` are the literals' collision keys. ``what`` names the topic in the
+    sentence :meth:`KafkaNamespace.own_topic` returns."""
 
     literals: tuple[str, ...]
     gaps: tuple[int, ...]
@@ -50,7 +56,8 @@ class NamePattern:
 
     @classmethod
     def of_template(cls, template: str, what: str) -> NamePattern:
-        """The pattern of a :class:`plugins.kafka.mapping.TopicTemplate` text."""
+        """The pattern of a template text (a :class:`plugins.kafka.mapping.TopicTemplate`
+        with ``{stream}`` rendered: :meth:`~plugins.kafka.mapping.TopicTemplate.shape`)."""
         literals: list[str] = [""]
         gaps: list[int] = []
         open_gap = False
@@ -62,7 +69,7 @@ class NamePattern:
                 literals[-1] += literal
             if field is None:
                 continue
-            least = 1 if field == "stream" else 0
+            least = 0 if field == "topic" else 1
             if open_gap:
                 gaps[-1] += least
             else:
@@ -75,6 +82,11 @@ class NamePattern:
     @classmethod
     def exact(cls, name: str, what: str) -> NamePattern:
         return cls((name,), (), what)
+
+    @property
+    def matches_every_name(self) -> bool:
+        """No literal text and room for a one-character name: every topic fits."""
+        return not any(self.literals) and sum(self.gaps) <= 1
 
     def matches(self, name: str, *, alike: bool = False) -> bool:
         """Does ``name`` fit (``alike``: ``name`` is a collision key, compared with the
@@ -105,21 +117,8 @@ class KafkaNamespace:
         topic of this instance under any gateway id is own."""
         self.instance = instance
         patterns: list[NamePattern] = []
-        outbound = config.outbound
-        if outbound.enabled:
-            templates = {
-                outbound.topic_template: "publications",
-                outbound.retained_topic_template: "retained publications",
-            }
-            for route in outbound.routes:
-                if route.kafka_topic:
-                    templates.setdefault(route.kafka_topic, "publications")
-                if route.retained_topic:
-                    templates.setdefault(route.retained_topic, "retained publications")
-            patterns += [
-                NamePattern.of_template(t, f"a topic of the outbound {kind} (template {t!r})")
-                for t, kind in templates.items()
-            ]
+        if config.outbound.enabled:
+            patterns += outbound_patterns(config.outbound)
         patterns += [
             NamePattern.exact(t.kafka_topic, f"the inbound topic of stream {t.stream!r}")
             for t in config.inbound.topics
@@ -132,9 +131,20 @@ class KafkaNamespace:
             name = config.exactly_once_topic(gateway_id, instance)
             patterns.append(NamePattern.exact(name, marker))
         else:
-            template = f"{EXACTLY_ONCE_PREFIX}{{stream}}.{instance}"
+            template = f"{EXACTLY_ONCE_PREFIX}{{gateway_id}}.{instance}"
             patterns.append(NamePattern.of_template(template, marker))
         self.patterns = tuple(patterns)
+
+    def every_topic_own(self) -> str:
+        """Why every Kafka topic name is this instance's own (a template that is
+        ``{topic}`` alone), or "" when some name is not: a requester's reply can then
+        never be written through any instance of the plugin (``mqgw run --check``)."""
+        for pattern in self.patterns:
+            if pattern.matches_every_name:
+                return f"every Kafka topic name is {pattern.what} of kafka instance " + repr(
+                    self.instance
+                )
+        return ""
 
     def own_topic(self, topic: str) -> str:
         """Why ``topic`` is this instance's own (one sentence), or "" when it is not.
@@ -151,3 +161,24 @@ class KafkaNamespace:
                     self.instance
                 )
         return ""
+
+
+def outbound_patterns(outbound: OutboundConfig) -> list[NamePattern]:
+    """The names the outbound side can write, as the router picks them: each configured
+    route subscribes to its unified topic; the engine's subscription is (stream, filter)
+    of that topic, and the router takes the route of that pair, or its default route
+    (the default templates) when none is configured for it, and renders ``{stream}``
+    with the subscription's stream (escaped). Only ``{topic}`` is left open."""
+    router = outbound.router()
+    shapes: dict[str, str] = {}
+    for configured in outbound.routes:
+        stream, topic_filter = split_unified_topic(configured.unified_topic)
+        route = router.route_for(stream, topic_filter)
+        for template, kind in ((route.topic, "publications"),
+                               (route.retained, "retained publications")):
+            shapes.setdefault(
+                template.shape(stream),
+                f"a topic of the outbound {kind} of stream {stream!r} "
+                f"(template {template.template!r})",
+            )
+    return [NamePattern.of_template(shape, what) for shape, what in shapes.items()]

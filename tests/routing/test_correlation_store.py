@@ -207,6 +207,50 @@ def test_an_entry_postponed_drops_behind_the_others_until_its_next_try(
     assert got is not None and got.attempts == 2 and got.outcome == "undeliverable"
 
 
+def test_the_first_refusal_of_an_entrys_destination_is_kept(store: CorrelationStore) -> None:
+    """``undeliverable_after`` counts from the first try its destination refused;
+    tries an outage failed leave that time as it is (None before any refusal)."""
+    store.add_request(_request(1, deadline=1.0))
+    store.add_service(_service(2, deadline=2.0))
+    key, token = bytes([1]) * 24, bytes([2]) * 24
+    store.postpone_request(key, retry_at=10.0)  # an outage
+    store.postpone_service(token, retry_at=10.0)
+    got = store.request(key)
+    assert got is not None and (got.attempts, got.refused_since) == (1, None)
+    store.postpone_request(key, retry_at=20.0, refused_at=15.0)
+    store.postpone_request(key, retry_at=30.0)  # an outage again
+    store.postpone_request(key, retry_at=40.0, refused_at=35.0)
+    store.postpone_service(token, retry_at=20.0, refused_at=16.0)
+    got = store.request(key)
+    assert got is not None and (got.attempts, got.retry_at, got.refused_since) == (
+        4, 40.0, 15.0)
+    service = store.service(token)
+    assert service is not None and (service.attempts, service.refused_since) == (2, 16.0)
+
+
+def test_a_file_without_the_refused_since_column_is_upgraded(tmp_path: Path) -> None:
+    """A store written before refused_since opens; no destination of its entries had
+    refused (what counted then is not known: the bound starts at the next refusal)."""
+    path = tmp_path / "request_reply.db"
+    s = CorrelationStore(path)
+    s.add_request(_request(1, deadline=5.0))
+    s.add_service(_service(2, deadline=6.0))
+    s.close()
+    db = sqlite3.connect(str(path))
+    for table in ("requests", "services"):
+        db.execute(f"ALTER TABLE {table} DROP COLUMN refused_since")
+    db.commit()
+    db.close()
+    s = CorrelationStore(path)
+    try:
+        assert [p.refused_since for p in s.due(10.0)] == [None, None]
+        s.postpone_request(bytes([1]) * 24, retry_at=20.0, refused_at=7.0)
+        got = s.request(bytes([1]) * 24)
+        assert got is not None and got.refused_since == 7.0
+    finally:
+        s.close()
+
+
 def test_a_file_without_the_retry_columns_is_upgraded(tmp_path: Path) -> None:
     """A store written before attempts/retry_at opens; its entries have not been tried."""
     path = tmp_path / "request_reply.db"
@@ -282,6 +326,7 @@ _requests = st.builds(
     state=st.sampled_from(State),
     outcome=_text,
     sent=st.booleans(),
+    refused_since=st.none() | _times,
 )
 _services = st.builds(
     PendingService,
@@ -299,6 +344,7 @@ _services = st.builds(
     state=st.sampled_from(State),
     outcome=_text,
     produced=st.booleans(),
+    refused_since=st.none() | _times,
 )
 
 

@@ -161,8 +161,45 @@ QUEUE_CASES = {
     "reply_to_q_on_a_stream_queue": (
         rr_routes(reply_to_q="STOCK.STREAM"), "request_reply.reply_to_q",
         "a stream queue the broker services"),
+    # the runtime keeps the queues request/reply reads and refuses every put there (2035)
+    "destination_is_the_reply_queue": (
+        rr_routes(destination="MQGW.REPLY"), "request_reply.requests[0].destination",
+        "MQGW.REPLY is request_reply.reply_queue, a queue request/reply reads"),
+    "destination_is_the_reply_queue_on_the_own_queue_manager": (
+        rr_routes(destination="MQGW.REPLY@GW"), "request_reply.requests[0].destination",
+        "is request_reply.reply_queue, a queue request/reply reads"),
+    "destination_is_a_service_queue": (
+        rr_routes(destination="GW.SVC"), "request_reply.requests[0].destination",
+        "GW.SVC is request_reply.services[0].queue, a queue request/reply reads"),
 }
 CASES.update(QUEUE_CASES)
+
+
+def kafka_requester(template: str, *, route_on: str = "k") -> str:
+    """Kafka instance k with outbound ``topic_template``, a second instance k2, and a
+    requester route on ``route_on``."""
+    plugin = "    plugin: kafka\n    config:\n      bootstrap_servers: 127.0.0.1:1\n"
+    return (
+        "queue_manager:\n  data_dir: d/qm\n" + QUIET
+        + "plugins:\n  - name: k\n" + plugin
+        + f"      outbound: {{topic_template: '{template}'}}\n"
+        + "  - name: k2\n" + plugin
+        + "request_reply:\n"
+        f"  requests: [{{name: q, plugin: {route_on}, source: quotes, destination: SVC.Q}}]\n"
+    )
+
+
+#: A requester route whose reply topic could never be accepted: an instance of its
+#: plugin writes every topic name (the runtime asks all instances of the plugin).
+CASES.update({
+    "requester_on_a_kafka_instance_writing_every_topic": (
+        kafka_requester("{topic}"), "request_reply.requests[0].plugin",
+        "no reply topic can ever be accepted: every Kafka topic name is a topic of the "
+        "outbound publications"),
+    "requester_beside_a_kafka_instance_writing_every_topic": (
+        kafka_requester("{topic}", route_on="k2"), "request_reply.requests[0].plugin",
+        "of kafka instance 'k'"),
+})
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -244,6 +281,24 @@ def test_check_and_start_refuse_a_read_only_directory(tmp_path: Path, key: str) 
             assert f"{config}: {key}: cannot be created: {tmp_path / 'ro'} is not " \
                 "writable" in done.stderr, done.stderr
         assert list((tmp_path / "ro").iterdir()) == []
+
+
+@pytest.mark.parametrize("template", ["mqgw.{stream}", "{stream}.{topic}", "x{topic}"])
+def test_a_requester_beside_kafka_templates_with_room_for_replies_passes(
+    tmp_path: Path, template: str
+) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(kafka_requester(template))
+    done = mqgw_run(config, "--check")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_destination_of_that_name_on_another_queue_manager_passes(tmp_path: Path) -> None:
+    """Only the gateway's own queue manager's reply and service queues are kept."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(rr_routes(destination="MQGW.REPLY@QM2"))
+    done = mqgw_run(config, "--check")
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_valid_config_with_every_check_still_passes(tmp_path: Path) -> None:

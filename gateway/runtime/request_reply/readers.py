@@ -44,7 +44,7 @@ from gateway.wire.rfh2 import decode_rfh2
 if TYPE_CHECKING:
     from gateway.runtime.request_reply.service import RequestReplyService
 
-from gateway.runtime.request_reply.errors import DeadLetterRefusedError
+from gateway.runtime.request_reply.errors import DeadLetterRefusedError, DestinationBusyError
 
 log = logging.getLogger(__name__)
 
@@ -419,8 +419,9 @@ async def sweep(svc: RequestReplyService) -> None:
 
 async def sweep_once(svc: RequestReplyService) -> None:
     """Each due entry on its own: one that cannot be finished now (its plugin down, its
-    reply topic or ReplyToQ refusing) is tried again after a backoff and given up after
-    ``undeliverable_after`` (:func:`_cannot_finish`), while the others go on. Every due
+    reply topic or ReplyToQ refusing) is tried again after a backoff -- given up only
+    once its destination has refused it for ``undeliverable_after`` seconds
+    (:func:`_cannot_finish`) --, while the others go on. Every due
     entry is looked at, in batches of :data:`SWEEP_BATCH`: an entry tried is finished
     or postponed past ``now``, so the next batch holds other entries."""
     now = svc.clock()
@@ -465,6 +466,24 @@ def retry_delay(sweep_interval: float, attempts: int) -> float:
     return min(RETRY_MAX, sweep_interval * 2.0 ** min(attempts + 1, 32))
 
 
+def belongs_to_destination(exc: MQError | PluginError) -> bool:
+    """Is ``exc`` about the entry's destination -- its reply topic or ReplyToQ refusing
+    -- rather than an outage of the plugin or the queue manager? Only such failures
+    count toward ``undeliverable_after``: an outsider names the destination, so a
+    refusal must not keep the entry for ever, while an outage is the gateway's own and
+    ends. About the destination: a refusal of the envelope (DeliveryRefusedError), a
+    ReplyToQ full or put-inhibited (DestinationBusyError), and any PluginError the
+    plugin does not call retriable. An outage: a retriable PluginError (the plugin or
+    its broker down, the queue manager unavailable or at its disk watermark, the
+    dead-letter queue full) and an MQError of the gateway's own connection (connect,
+    commit)."""
+    if isinstance(exc, (DeliveryRefusedError, DestinationBusyError)):
+        return True
+    if isinstance(exc, PluginError):
+        return not exc.retriable
+    return False
+
+
 async def _cannot_finish(
     svc: RequestReplyService,
     conn: Connection | None,
@@ -472,21 +491,28 @@ async def _cannot_finish(
     exc: MQError | PluginError,
 ) -> Connection | None:
     """The error reply or report of ``entry`` failed: try again after a backoff, or,
-    ``undeliverable_after`` seconds past its deadline, give it up. The connection to
-    use from here (None: connect again)."""
+    once its destination has refused it for ``undeliverable_after`` seconds
+    (:func:`belongs_to_destination`), give it up. Outages are retried without a limit,
+    each entry on its own backoff. The connection to use from here (None: connect
+    again)."""
     now = svc.clock()
     attempts = entry.attempts + 1
-    if now - entry.deadline < svc.config.undeliverable_after:
+    refused = belongs_to_destination(exc)
+    refused_since = entry.refused_since if entry.refused_since is not None else now
+    bound = svc.config.undeliverable_after
+    if not refused or now - refused_since < bound:
         delay = retry_delay(svc.config.sweep_interval, entry.attempts)
+        refused_at = now if refused else None
         if isinstance(entry, PendingRequest):
-            svc.store.postpone_request(entry.key, now + delay)
+            svc.store.postpone_request(entry.key, now + delay, refused_at)
         else:
-            svc.store.postpone_service(entry.token, now + delay)
+            svc.store.postpone_service(entry.token, now + delay, refused_at)
+        until = (f"for at most {bound:.0f} s after its destination first refused" if refused
+                 else "until the outage ends")
         svc.summarised.log(
             logging.WARNING, f"sweep retry {entry.route}",
-            "request/reply sweep: route %s: %s (attempt %d; trying again in %.1f s, "
-            "for at most %.0f s past the deadline)",
-            entry.route, exc, attempts, delay, svc.config.undeliverable_after,
+            "request/reply sweep: route %s: %s (attempt %d; trying again in %.1f s, %s)",
+            entry.route, exc, attempts, delay, until,
         )
         return conn
     if isinstance(entry, PendingRequest):
@@ -503,8 +529,9 @@ async def _cannot_finish(
     svc.summarised.log(
         logging.WARNING, f"undeliverable {entry.route}",
         "request/reply sweep: route %s: the %s of an entry could not be sent in %d "
-        "attempts over %.0f s (last: %s): given up as undeliverable",
-        entry.route, what, attempts, now - entry.deadline, exc,
+        "attempts; its destination refused it for %.0f s (last: %s): given up as "
+        "undeliverable",
+        entry.route, what, attempts, now - refused_since, exc,
     )
     return conn
 

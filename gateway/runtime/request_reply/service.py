@@ -59,7 +59,11 @@ from gateway.routing.routes import (
     ServiceRoute,
     split_destination,
 )
-from gateway.runtime.request_reply.errors import DeadLetterRefusedError
+from gateway.runtime.request_reply.errors import (
+    DESTINATION_REASONS,
+    DeadLetterRefusedError,
+    DestinationBusyError,
+)
 from gateway.runtime.request_reply.request_batches import (
     plan_request,
     reply_topic_of,
@@ -512,7 +516,8 @@ class RequestReplyService:
     ) -> str:
         """Put ``md``/``body`` to ``q``@``q_mgr`` and commit: "reply". A put MQ refuses
         for good goes to the DLQ with an MQDLH naming ``q``/``q_mgr``: "dead-lettered".
-        A retriable failure raises PluginError(retriable) (nothing committed)."""
+        A retriable failure raises PluginError(retriable) (nothing committed): a
+        DestinationBusyError when it is about ``q`` (full, put-inhibited)."""
         try:
             await self.put_checked(conn, route, q, q_mgr, QueueUse.REPLY, md, body)
             await conn.commit()
@@ -520,6 +525,9 @@ class RequestReplyService:
         except MQError as exc:
             with contextlib.suppress(MQError):
                 await conn.backout()
+            if exc.retriable and exc.reason in DESTINATION_REASONS:
+                raise DestinationBusyError(f"route {route}: put to {q}@{q_mgr}: {exc}",
+                                           reason=exc.reason) from exc
             if exc.retriable:
                 raise PluginError(f"route {route}: put to {q}@{q_mgr}: {exc}",
                                   retriable=True) from exc

@@ -13,7 +13,7 @@ import pytest
 
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.topology import topology_from_dict
-from gateway.mq.port import GetOptions, Message, OpenOption, PutOptions
+from gateway.mq.port import GetOptions, Message, OpenOption, PutOptions, QueueManager
 from gateway.routing import CorrelationStore, RequestReplyConfig
 from gateway.runtime.request_reply import RequestReplyService
 from gateway.wire.constants import MsgType, Report
@@ -80,10 +80,12 @@ class Gateway:
         self.config = config
         self.svc: RequestReplyService | None = None
         self.instances: dict[str, MemoryInstance] = {}
+        #: The queue manager the service connects to (a test may put a switch between).
+        self.qm: QueueManager = net["GW"].qm
 
     async def start(self, **memory: str) -> RequestReplyService:
         store = CorrelationStore(self.store_path)
-        self.svc = RequestReplyService(self.net["GW"].qm, self.config, store, wait_ms=50)
+        self.svc = RequestReplyService(self.qm, self.config, store, wait_ms=50)
         await self.svc.start()
         for name, bus in memory.items():
             inst = self.instances[name] = await started_memory(name, bus)
