@@ -83,11 +83,13 @@ class OwnQueues:
     named queue against them (module docstring).
 
     ``q_mgr_name`` is this queue manager (a blank queue manager means it);
-    ``kept`` are the queues it services or keeps under any name; ``is_transmission_queue``
-    asks the queue manager's definitions; ``resolve`` is MQ's name resolution.
+    ``kept`` are the queues it services or keeps under any name; ``is_kept`` asks about
+    the ones that can change at run time (the queue manager's DEADQ);
+    ``is_transmission_queue`` asks the queue manager's definitions; ``resolve`` is MQ's
+    name resolution.
     """
 
-    __slots__ = ("is_transmission_queue", "kept", "q_mgr_name", "resolve")
+    __slots__ = ("is_kept", "is_transmission_queue", "kept", "q_mgr_name", "resolve")
 
     def __init__(
         self,
@@ -96,11 +98,13 @@ class OwnQueues:
         *,
         is_transmission_queue: Callable[[str], bool] = lambda queue: False,
         resolve: QueueResolver = identity_resolver,
+        is_kept: Callable[[str], bool] = lambda queue: False,
     ) -> None:
         self.q_mgr_name = q_mgr_name.strip()
         self.kept = frozenset(q.strip() for q in kept if q.strip())
         self.is_transmission_queue = is_transmission_queue
         self.resolve = resolve
+        self.is_kept = is_kept
 
     def with_kept(self, more: Collection[str]) -> OwnQueues:
         """The same rule with more queues kept (the request/reply queues)."""
@@ -109,7 +113,14 @@ class OwnQueues:
             self.kept | {q.strip() for q in more},
             is_transmission_queue=self.is_transmission_queue,
             resolve=self.resolve,
+            is_kept=self.is_kept,
         )
+
+    @property
+    def resolves_names(self) -> bool:
+        """Whether :attr:`resolve` knows the queue manager's definitions (the embedded
+        queue manager's own resolution), not only names."""
+        return self.resolve is not identity_resolver
 
     def is_local(self, q_mgr: str) -> bool:
         q_mgr = q_mgr.strip()
@@ -153,7 +164,7 @@ class OwnQueues:
             ):
                 return None
             return SYSTEM_QUEUE
-        if local and name in self.kept:
+        if local and (name in self.kept or self.is_kept(name)):
             return KEPT_QUEUE
         if local and self.is_transmission_queue(name):
             return TRANSMISSION_QUEUE

@@ -56,8 +56,9 @@ from gateway.pubsub.topics import (
     uses_topic_wildcards,
 )
 from gateway.pubsub.working_set import WorkingSet
-from gateway.wire.constants import CI_NONE, MI_NONE, CompCode
+from gateway.wire.constants import CI_NONE, MI_NONE, Q_MGR_NAME_LENGTH, Q_NAME_LENGTH, CompCode
 from gateway.wire.mqmd import MQMD
+from gateway.wire.names import name_problem
 from gateway.wire.reasons import Reason
 
 __all__ = ["CommandHandlers"]
@@ -142,11 +143,24 @@ class CommandHandlers:
         """(q_mgr, queue, correl_id) of the subscriber or publisher a command names."""
         queue = cmd.q_name if cmd.q_name is not None else md.reply_to_q
         q_mgr = cmd.q_mgr_name if cmd.q_mgr_name is not None else md.reply_to_q_mgr
+        rfh = cmd.header is HeaderKind.RFH
         if not queue:
-            parm = "MQPSQName" if cmd.header is HeaderKind.RFH else "QName"
             raise CommandError(
-                Reason.Q_NAME_ERROR, "no subscriber queue (QName nor ReplyToQ)", parm_id=parm
+                Reason.Q_NAME_ERROR, "no subscriber queue (QName nor ReplyToQ)",
+                parm_id="MQPSQName" if rfh else "QName",
             )
+        # A name MQ cannot hold would be cut or refused where it is opened: the name
+        # checked against the gateway's own queues must be the name put to.
+        why = name_problem(queue, "subscriber queue name")
+        if why:
+            raise CommandError(Reason.Q_NAME_ERROR, why, parm_id="MQPSQName" if rfh else "QName",
+                               value=queue[:Q_NAME_LENGTH])
+        why = q_mgr and name_problem(q_mgr, "subscriber queue manager name", Q_MGR_NAME_LENGTH)
+        if why:
+            raise CommandError(Reason.CF_Q_MGR_NAME_ERROR, why,
+                               parm_id="MQPSQMgrName" if rfh else "QMgrName",
+                               value=q_mgr[:Q_MGR_NAME_LENGTH])
+        queue, q_mgr = queue.rstrip(" "), q_mgr.rstrip(" ")
         correl = b""
         if correl_as_id:
             correl = cmd.correl_id if cmd.correl_id is not None else md.correl_id

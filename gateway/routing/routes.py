@@ -195,19 +195,19 @@ class RequestReplyConfig(_Strict):
             seen.add(route.name)
         return self
 
-    def route_topic(self, plugin: str, topic: str) -> str:
-        """Why ``topic`` of plugin instance ``plugin`` belongs to one of its routes (a
-        requester route's source, a service route's target or replies topic), or "".
-        A reply written there would come back as a request, a request to a responder,
-        or a responder's reply. A source with MQTT wildcards (``+``, ``#``) owns what
-        it matches."""
+    def route_topic(self, topic: str) -> str:
+        """Why ``topic`` belongs to a route (a requester route's source, a service
+        route's target or replies topic), or "": a reply written there would come back
+        as a request, a request to a responder, or a responder's reply. Every route is
+        asked, whatever its plugin instance (two instances may share a cluster or a
+        broker). A source with MQTT wildcards (``+``, ``#``) owns what it matches."""
         for req in self.requests:
-            if req.plugin == plugin and _matches(req.source, topic):
+            if _matches(req.source, topic):
                 return f"it is the source of requester route {req.name!r}"
         for svc in self.services:
-            if svc.plugin == plugin and topic == svc.target:
+            if topic == svc.target:
                 return f"it is the target of service route {svc.name!r}"
-            if svc.plugin == plugin and _matches(svc.replies, topic):
+            if _matches(svc.replies, topic):
                 return f"it is the replies topic of service route {svc.name!r}"
         return ""
 

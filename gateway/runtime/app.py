@@ -248,11 +248,12 @@ class GatewayApp:
         return BrokerConfig.model_validate(section.model_dump(exclude={"store"}))
 
     def _definitions_changed(self, kind: str, name: str) -> None:
-        """A queue was defined, altered or deleted (MQSC on the running queue manager):
-        subscriptions whose queue now resolves to one of the gateway's own are removed
+        """A queue was defined, altered or deleted, or the queue manager altered (its
+        DEADQ) (MQSC on the running queue manager): subscriptions whose queue now is, or
+        resolves to, one of the gateway's own are removed
         (docs/security.md, "Destinations named from outside"). At most one re-check is
         pending at a time, so a long MQSC script costs one."""
-        if kind != "QUEUE" or self.service is None or self._recheck_pending:
+        if kind not in ("QUEUE", "QMGR") or self.service is None or self._recheck_pending:
             return
         self._recheck_pending = True
         service = self.service
@@ -261,8 +262,9 @@ class GatewayApp:
             self._recheck_pending = False
             removed = await service.drop_subscriptions_to_own_queues()
             if removed:
-                log.warning("%d subscription(s) removed: queue %s changed so that their "
-                            "queues resolve to the gateway's own", removed, name)
+                log.warning("%d subscription(s) removed: %s %s changed so that their "
+                            "queues are or resolve to the gateway's own", removed,
+                            kind.lower(), name)
 
         task = asyncio.create_task(recheck(), name="recheck-subscriber-queues")
         task.add_done_callback(_log_task_failure)

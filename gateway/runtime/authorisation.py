@@ -101,11 +101,17 @@ def authoriser_for(
         found = catalogue.queues.get(queue)
         return found is not None and bool(found.is_xmitq)
 
+    def is_dead_letter_queue(queue: str) -> bool:
+        """The embedded queue manager's DEADQ now (ALTER QMGR DEADQ may change it)."""
+        catalogue = getattr(qm, "catalogue", None)
+        return catalogue is not None and queue == catalogue.qmgr.dead_letter_q_name
+
     own = OwnQueues(
         qm.name,
         {*broker_queues, *request_reply_queues(config)},
         is_transmission_queue=is_transmission_queue,
         resolve=queue_resolver(qm),
+        is_kept=is_dead_letter_queue,
     )
     summary = SummarisedLog(log)
 

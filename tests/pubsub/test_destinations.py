@@ -273,3 +273,42 @@ def test_reply_topics_of_the_gateways_own_are_refused() -> None:
     assert a.may_use_topic(who, "other/1", "", ["app/replies/*"]).reason is (
         Refusal.TOPIC_NOT_LISTED
     )
+
+
+@pytest.mark.parametrize(
+    ("queue", "q_mgr", "reason"),
+    [
+        # a name longer than MQ's 48 would be cut to STOCK.STREAM where it is opened
+        ("STOCK.STREAM" + " " * 36 + "X", "", Reason.Q_NAME_ERROR),
+        ("APP" + "Q" * 60, "", Reason.Q_NAME_ERROR),
+        ("APP SUB", "", Reason.Q_NAME_ERROR),
+        ("APP.SUB", "QM 2", Reason.CF_Q_MGR_NAME_ERROR),
+        ("APP.SUB", "Q" * 49, Reason.CF_Q_MGR_NAME_ERROR),
+    ],
+)
+def test_a_subscriber_queue_that_is_no_mq_name_is_refused(
+    queue: str, q_mgr: str, reason: int
+) -> None:
+    e = engine(catalogue(), authorise=True)
+    out = e.handle(regsub(queue, q_mgr))
+    e.commit()
+    assert reason_of(out) == str(int(reason))
+    assert out.dead_letter is not None  # malformed: the command is set aside, with it
+    assert not e.store.load().subscriptions
+
+
+def test_trailing_blanks_are_mq_padding() -> None:
+    e = engine(catalogue(), authorise=True)
+    assert reason_of(e.handle(regsub("APP.SUB" + " " * 41))) == "0"
+    e.commit()
+    (sub,) = e.store.load().subscriptions
+    assert sub.destination.queue == "APP.SUB"
+
+
+def test_the_dead_letter_queue_is_asked_as_it_is_now() -> None:
+    deadq = {"name": DLQ}
+    own = OwnQueues("QM1", is_kept=lambda q: q == deadq["name"])
+    assert own.why_own("", "APP.DLQ2", QueueUse.SUBSCRIBER) is None
+    deadq["name"] = "APP.DLQ2"  # ALTER QMGR DEADQ(APP.DLQ2)
+    found = own.why_own("", "APP.DLQ2", QueueUse.SUBSCRIBER)
+    assert found is not None and found.kind == KEPT_QUEUE

@@ -231,17 +231,19 @@ async def _handle_reply(svc: RequestReplyService, conn: Connection, msg: Message
         env = reply_envelope(pending, md, msg.body)
     else:
         env = error_envelope(pending, kind.kind, feedback=kind.feedback)
+    refused = svc.reply_topic_refusal(route, pending.reply_topic)
     try:
-        refused = svc.reply_topic_refusal(route, pending.reply_topic)
         if refused is not None:
             raise refused  # the reply topic became one of the gateway's own meanwhile
         await svc.produce(route.plugin, [env])
     except DeliveryRefusedError as exc:
-        # The requester still hears of it: one (small) error reply "refused".
-        await svc.error_reply_or_give_up(
-            route, pending,
-            error_envelope(pending, "refused", feedback=exc.reason, text=str(exc)),
-        )
+        if exc is not refused:
+            # The plugin refused the reply: the requester still hears of it, with one
+            # (small) error reply "refused" (nothing goes to a refused topic).
+            await svc.error_reply_or_give_up(
+                route, pending,
+                error_envelope(pending, "refused", feedback=exc.reason, text=str(exc)),
+            )
         await svc.dead_letter(conn, md, msg.body, exc.reason, reply_queue, "")
         svc.store.finish_request(pending.key, "refused", svc.clock())
         await conn.commit()

@@ -428,7 +428,7 @@ class RequestReplyService:
         """May a requester on ``route`` have its reply written to ``topic``? Never to a
         topic the plugin instance or one of its routes keeps for itself; within the
         route's ``reply_topics`` when it lists any."""
-        own = self.own_topic(route.plugin, topic) or self.config.route_topic(route.plugin, topic)
+        own = self.own_topic(route.plugin, topic) or self.config.route_topic(topic)
         who = Principal(PrincipalKind.PLUGIN, route.plugin)
         return self.authoriser.may_use_topic(who, topic, own, route.reply_topics)
 
@@ -493,9 +493,19 @@ class RequestReplyService:
         md: MQMD,
         body: bytes,
     ) -> None:
-        """Put one message under syncpoint through :meth:`open_destination` (MQPUT1's
-        work, with the resolved names checked between the open and the put)."""
+        """Put one message under syncpoint where MQ resolves ``q``@``q_mgr``, refused
+        (MQRC_NOT_AUTHORIZED) when that is one of the gateway's own queues. Where the
+        gateway's resolver knows the queue manager's definitions (the embedded queue
+        manager) it checks first and puts with MQPUT1; elsewhere (IBM MQ) it opens the
+        queue (:meth:`open_destination`: MQOPEN's resolved names), puts, closes."""
         opts = PutOptions(syncpoint=True)
+        if self.authoriser.own_queues.resolves_names:
+            decision = self.authoriser.may_use_queue(_GATEWAY, q_mgr, q, use)
+            if not decision.allowed:
+                self.refuse(route, decision)
+                raise MQError(Reason.NOT_AUTHORIZED, decision.detail)
+            await conn.put1(q, md, body, opts, q_mgr_name=q_mgr)
+            return
         handle = await self.open_destination(conn, route, q, q_mgr, use, opts)
         try:
             await handle.put(md, body, opts)
