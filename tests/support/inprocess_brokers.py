@@ -20,7 +20,7 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.neighbours import NeighbourKind, ProxyKey
 from gateway.pubsub.store import MemoryStore
-from gateway.pubsub.streams import CONTROL_QUEUE
+from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
 from gateway.runtime.neighbours.attach import links_for, with_admin_stream
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.links import NeighbourLinks
@@ -72,6 +72,14 @@ class Broker:
     def proxies(self, q_mgr: str) -> list[ProxyKey]:
         return [p.key for p in self.state.proxies(q_mgr) if p.acknowledged]
 
+    def subscribers_from(self, q_mgr: str) -> list[tuple[str, str]]:
+        """(stream, topic) of the subscriptions ``q_mgr`` registered here (its proxies)."""
+        return [
+            (s.stream, s.topic)
+            for s in self.engine.subscriptions
+            if s.destination.q_mgr == q_mgr and s.stream != ADMIN_STREAM
+        ]
+
     def link_state(self, q_mgr: str) -> str:
         row = self.state.neighbour(q_mgr)
         return "" if row is None else row.state
@@ -105,12 +113,13 @@ async def broker(
     neighbours: list[NeighbourConfig],
     *,
     streams: tuple[str, ...] = (BULLETIN,),
+    supported_streams: frozenset[str] | None = None,
     clock: FakeClock | None = None,
     sync_interval: float = 0.1,
     **links_args: object,
 ) -> AsyncIterator[Broker]:
     """A broker on ``qm`` with its links; ``neighbours.db`` in ``directory``."""
-    engine = PubSubEngine(qm.name, MemoryStore())
+    engine = PubSubEngine(qm.name, MemoryStore(), supported_streams=supported_streams)
     config = BrokerConfig(
         streams=[StreamQueueConfig(name=s) for s in streams], wait_ms=50, retry_delay=0.01
     )

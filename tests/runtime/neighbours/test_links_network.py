@@ -7,101 +7,28 @@ clear withdraws everything; a redundant link is refused at join by the loop prob
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.pubsub.engine import PubSubEngine
-from gateway.pubsub.neighbours import NeighbourKind, ProxyKey, proxy_command
-from gateway.pubsub.store import MemoryStore
+from gateway.pubsub.neighbours import ProxyKey, proxy_command
 from gateway.pubsub.streams import ADMIN_STREAM, CONTROL_QUEUE
 from gateway.pubsub.topics import Scheme
-from gateway.runtime.neighbours.attach import links_for, with_admin_stream
 from gateway.runtime.neighbours.config import NeighbourConfig
-from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import NeighbourState
-from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
 from tests.network.network_helpers import NetworkFactory, drain, wait_for
+from tests.support.inprocess_brokers import BULLETIN, Broker, gw, mqsc
+from tests.support.inprocess_brokers import broker as inprocess_broker
 from tests.support.pubsub_messages import decode, rfh_message
 
-BULLETIN = "BULLETIN.STREAM"
 
-
-def mqsc(me: str, links: list[str]) -> str:
-    """Stream and subscriber queues, and a channel pair to each of ``links``."""
-    lines = [f"DEFINE QLOCAL({BULLETIN}) DEFPSIST(YES)", "DEFINE QLOCAL(SUB.Q)"]
-    for other in links:
-        lines += [
-            f"DEFINE QLOCAL({other}) USAGE(XMITQ)",
-            f"DEFINE CHANNEL({me}.TO.{other}) CHLTYPE(SDR) CONNAME('{other}') XMITQ({other})",
-            f"DEFINE CHANNEL({other}.TO.{me}) CHLTYPE(RCVR)",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-@dataclass
-class Broker:
-    qm: EmbeddedQueueManager
-    engine: PubSubEngine
-    service: BrokerService
-    links: NeighbourLinks
-    state: NeighbourState
-
-    def proxies(self, q_mgr: str) -> list[ProxyKey]:
-        return [p.key for p in self.state.proxies(q_mgr) if p.acknowledged]
-
-    def subscribers_from(self, q_mgr: str) -> list[tuple[str, str]]:
-        return [
-            (s.stream, s.topic)
-            for s in self.engine.subscriptions
-            if s.destination.q_mgr == q_mgr and s.stream != ADMIN_STREAM
-        ]
-
-    def link_state(self, q_mgr: str) -> str:
-        row = self.state.neighbour(q_mgr)
-        return "" if row is None else row.state
-
-
-@asynccontextmanager
-async def broker(
-    qm: EmbeddedQueueManager,
-    tmp_path: Path,
-    neighbours: list[NeighbourConfig],
-    *,
-    streams: tuple[str, ...] = (BULLETIN,),
-    supported_streams: frozenset[str] | None = None,
-) -> AsyncIterator[Broker]:
-    engine = PubSubEngine(qm.name, MemoryStore(), supported_streams=supported_streams)
-    config = BrokerConfig(
-        streams=[StreamQueueConfig(name=s) for s in streams], wait_ms=50, retry_delay=0.01
-    )
-    service = BrokerService(qm, engine, with_admin_stream(config))
-    (tmp_path / qm.name).mkdir(exist_ok=True)
-    links = links_for(service, tmp_path / qm.name / "pubsub.db", neighbours, sync_interval=0.1)
-    state = links.state
-    await service.start()
-    await links.start()
-    try:
-        yield Broker(qm, engine, service, links, state)
-    finally:
-        await links.stop()
-        await service.stop()
-        state.close()
-
-
-def gw(q_mgr: str, **kw: object) -> NeighbourConfig:
-    return NeighbourConfig.model_validate(
-        {
-            "q_mgr": q_mgr,
-            "kind": NeighbourKind.GATEWAY,
-            "streams": [BULLETIN],
-            "probe_timeout": 1.5,
-            **kw,
-        }
-    )
+def broker(
+    qm: EmbeddedQueueManager, tmp_path: Path, neighbours: list[NeighbourConfig], **kw: Any
+) -> AbstractAsyncContextManager[Broker]:
+    """The shared in-process broker with its links, its store under ``tmp_path/<QM>``."""
+    return inprocess_broker(qm, tmp_path / qm.name, neighbours, **kw)
 
 
 async def command(qm: EmbeddedQueueManager, pairs: list[tuple[str, str]]) -> None:
