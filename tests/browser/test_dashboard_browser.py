@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -29,6 +28,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from gateway.devstack.mosquitto import MosquittoBroker
+from gateway.devstack.ports import free_port
 from gateway.runtime import metrics
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
@@ -46,12 +46,6 @@ GW, NB = "GWDASH", "NBDASH"
 USER, PASSWORD = "viewer", "browser-test-password"
 AUTHORIZATION = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _channels(me: str, other: str) -> str:
@@ -112,7 +106,7 @@ def driver() -> Iterator[Any]:
 @pytest.fixture
 async def network(tmp_path: Path, mqtt_broker: MosquittoBroker) -> AsyncIterator[GatewayApp]:
     """GW (dashboard, MQTT plugin on Mosquitto) and its neighbour NB, linked by channels."""
-    ports = {GW: _free_port(), NB: _free_port()}
+    ports = {GW: free_port(), NB: free_port()}
     registry = PluginRegistry.from_entry_points()
     mqtt = {
         "name": "mqtt", "plugin": "mqtt",

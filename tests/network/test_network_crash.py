@@ -14,7 +14,6 @@ import os
 import random
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gateway.devstack.ports import free_port
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.constants import Persistence
@@ -35,12 +35,6 @@ PER_TRIAL = 2000  # long enough that a kill 0.02-0.2 s after start lands mid-tra
 DRAIN_ROUND_S = 2.0  # both queue managers up, per round of the final drain
 DRAIN_LIMIT_S = 300.0  # the whole final drain (about 50,000 messages at worst)
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_topology(path: Path) -> None:
