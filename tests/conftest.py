@@ -34,7 +34,11 @@ from gateway.devstack import (
     spark_session_conf,
 )
 from gateway.devstack.process import log_tail
-from tests.support import parallel
+
+try:
+    from tests.support import parallel
+except ImportError:  # this file run on its own (tests/devstack/test_devstack_fixtures.py)
+    parallel = None  # type: ignore[assignment]
 
 _SERVICE_MARKERS = {"kafka_broker": "kafka", "mqtt_broker": "mqtt", "spark_session": "spark"}
 
@@ -57,7 +61,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, marker in _SERVICE_MARKERS.items():
             if fixture in names and item.get_closest_marker(marker) is None:
                 item.add_marker(getattr(pytest.mark, marker))
-    parallel.plan(items, parallel.worker_count(config))
+    if parallel is not None:
+        parallel.mark_process_tests(items)
+        parallel.plan(items, parallel.worker_count(config))
 
 
 @pytest.hookimpl(trylast=True)  # after the slowest tests (--durations)

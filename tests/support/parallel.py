@@ -27,6 +27,7 @@ import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -100,6 +101,44 @@ def group_of(item: pytest.Item) -> str | None:
     return None
 
 
+#: Where a test module gets what starts a process of its own (a gateway, a queue manager,
+#: a command-line client); the session brokers (kafka_broker, mqtt_broker) do not count.
+_PROCESS_MODULES = frozenset({
+    "subprocess",
+    "multiprocessing",
+    "gateway.devstack.process",
+    "tests.support.gateway_process",
+    "tests.support.legacy_network",
+    "tests.support.rr_network",
+    "tests.support.neighbour_traffic",
+    "tests.faults.scenario",
+})
+
+
+def starts_processes(module: ModuleType) -> bool:
+    """True when ``module`` uses something that starts processes (``make test-quick``
+    leaves such tests out: the ``subprocess`` mark)."""
+    for value in vars(module).values():
+        name = value.__name__ if isinstance(value, ModuleType) else getattr(
+            value, "__module__", None)
+        if name in _PROCESS_MODULES:
+            return True
+    return False
+
+
+def mark_process_tests(items: list[pytest.Item]) -> None:
+    """Add the ``subprocess`` mark to the tests of modules that start processes."""
+    verdicts: dict[str, bool] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if module.__name__ not in verdicts:
+            verdicts[module.__name__] = starts_processes(module)
+        if verdicts[module.__name__] and item.get_closest_marker("subprocess") is None:
+            item.add_marker(pytest.mark.subprocess)
+
+
 def plan(items: list[pytest.Item], workers: int, known: dict[str, float] | None = None) -> None:
     """Mark the groups and put ``items`` in the order units should start (in place)."""
     estimate = Estimator(_load() if known is None else known)
@@ -135,6 +174,8 @@ def durations_from_junit(paths: Sequence[Path]) -> dict[str, float]:
     for path in paths:
         for case in ET.parse(path).getroot().iter("testcase"):
             classname, name = case.get("classname", ""), case.get("name", "")
+            if name.rfind("@") > name.rfind("]"):
+                name = name.rsplit("@", 1)[0]  # xdist's group suffix (--dist loadgroup)
             parts = classname.split(".")
             # tests.plugins.kafka.test_x[.Class] -> tests/plugins/kafka/test_x.py[::Class]
             for split in range(len(parts), 0, -1):
