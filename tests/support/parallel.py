@@ -13,6 +13,9 @@ cores well; but a worker left with a long test at the end makes everyone wait fo
   at the end; the first unit queued behind each worker's first one is a short one
   (xdist hands a worker its next test before the current one ends).
 
+- **The ``subprocess`` mark** goes on the tests of modules that use what starts processes
+  (subprocess, the gateway and network helpers): ``make test-quick`` leaves them out.
+
 The order is a pure function of the collection and the file, so every worker computes
 the same one (xdist checks). Refresh the file after adding slow tests:
 ``python -m tests.support.parallel JUNIT.xml`` (``make test`` writes the JUnit file to
