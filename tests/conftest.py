@@ -80,7 +80,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "wall time")
     terminalreporter.write_line(
         f"make {'test' if times.get('mode') == 'test' else 'test-quick'}: "
-        f"{int(total // 60)} min {total % 60:.0f} s wall = set-up {setup:.1f} s + lint "
+        f"{round(total) // 60} min {round(total) % 60} s wall = set-up {setup:.1f} s + lint "
         f"{lint:.1f} s + tests {total - setup - lint:.1f} s "
         f"({workers if workers != '0' else 'no'} pytest-xdist workers)"
     )
