@@ -5,19 +5,24 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup test demo bench fuzz lint devstack-up devstack-status devstack-down clean
+.PHONY: setup test test-quick demo bench fuzz lint devstack-up devstack-status devstack-down clean
 
 setup:
 	@bash tools/setup.sh
 
-# Lint and strict typing first (fast), then the whole suite against the real services
-# (Kafka, Mosquitto, Spark start on demand).
-test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+# Set-up, lint and strict typing first (fast), then the whole suite against the real
+# services (Kafka, Mosquitto, Spark start on demand) on 4 pytest-xdist workers
+# (MQGW_TEST_WORKERS=N to change; 0: one process). Ends with the 20 slowest tests and
+# the wall times of set-up, lint and tests (tools/run_tests.sh). CI runs exactly this.
+test:
+	@bash tools/run_tests.sh test $(PYTEST_ARGS)
+
+# The inner loop: unit and in-process tests only (tools/run_tests.sh says which), no lint.
+test-quick:
+	@bash tools/run_tests.sh quick $(PYTEST_ARGS)
 
 lint: setup
-	.venv/bin/ruff check gateway plugins analytics examples tests benchmarks
-	.venv/bin/mypy
+	@bash tools/run_tests.sh lint
 
 demo: setup
 	$(PY) -m examples.demo $(DEMO_ARGS)

@@ -21,6 +21,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,11 @@ from gateway.devstack import (
     spark_session_conf,
 )
 from gateway.devstack.process import log_tail
+
+try:
+    from tests.support import parallel
+except ImportError:  # this file run on its own (tests/devstack/test_devstack_fixtures.py)
+    parallel = None  # type: ignore[assignment]
 
 _SERVICE_MARKERS = {"kafka_broker": "kafka", "mqtt_broker": "mqtt", "spark_session": "spark"}
 
@@ -48,12 +54,36 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                     "(make setup does)", pytrace=False)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())
         for fixture, marker in _SERVICE_MARKERS.items():
             if fixture in names and item.get_closest_marker(marker) is None:
                 item.add_marker(getattr(pytest.mark, marker))
+    if parallel is not None:
+        parallel.mark_process_tests(items)
+        parallel.plan(items, parallel.worker_count(config))
+
+
+@pytest.hookimpl(trylast=True)  # after the slowest tests (--durations)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """``make test``'s wall time, set-up and lint measured apart (tools/run_tests.sh)."""
+    times = dict(
+        kv.split("=", 1) for kv in os.environ.get("MQGW_TEST_TIMES", "").split() if "=" in kv
+    )
+    if "start" not in times or hasattr(config, "workerinput"):
+        return
+    total = time.time() - float(times["start"])
+    setup, lint = float(times.get("setup", 0)), float(times.get("lint", 0))
+    workers = times.get("workers", "0")
+    terminalreporter.write_sep("=", "wall time")
+    terminalreporter.write_line(
+        f"make {'test' if times.get('mode') == 'test' else 'test-quick'}: "
+        f"{round(total) // 60} min {round(total) % 60} s wall = set-up {setup:.1f} s + lint "
+        f"{lint:.1f} s + tests {total - setup - lint:.1f} s "
+        f"({workers if workers != '0' else 'no'} pytest-xdist workers)"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -29,6 +28,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from gateway.devstack.mosquitto import MosquittoBroker
+from gateway.devstack.ports import free_port
 from gateway.runtime import metrics
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
@@ -46,12 +46,6 @@ GW, NB = "GWDASH", "NBDASH"
 USER, PASSWORD = "viewer", "browser-test-password"
 AUTHORIZATION = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _channels(me: str, other: str) -> str:
@@ -112,7 +106,7 @@ def driver() -> Iterator[Any]:
 @pytest.fixture
 async def network(tmp_path: Path, mqtt_broker: MosquittoBroker) -> AsyncIterator[GatewayApp]:
     """GW (dashboard, MQTT plugin on Mosquitto) and its neighbour NB, linked by channels."""
-    ports = {GW: _free_port(), NB: _free_port()}
+    ports = {GW: free_port(), NB: free_port()}
     registry = PluginRegistry.from_entry_points()
     mqtt = {
         "name": "mqtt", "plugin": "mqtt",
@@ -156,6 +150,20 @@ async def _until(check: Callable[[], T | None], what: str, timeout: float = 20.0
         if time.monotonic() > deadline:
             raise AssertionError(f"the dashboard never showed {what}")
         await asyncio.sleep(0.25)
+
+
+async def _new_snapshots(browser: Any, count: int) -> None:
+    """Until the page has drawn ``count`` more snapshots (each sets the body's
+    ``data-generated-at``): the redraws themselves, not the seconds they usually take."""
+    def newer_than(last: str) -> Callable[[], str | None]:
+        def check() -> str | None:
+            value = _attr(browser, "body", "data-generated-at")
+            return value if value != last else None
+        return check
+
+    seen = await _until(lambda: _attr(browser, "body", "data-generated-at"), "a snapshot")
+    for n in range(count):
+        seen = await _until(newer_than(seen), f"snapshot {n + 1} of {count} more")
 
 
 def _text(browser: Any, css: str) -> str | None:
@@ -217,7 +225,7 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     nb_row = f'#neighbours tr[data-neighbour="{NB}"]'
     await _until(lambda: _text(driver, nb_row + " td[data-status]") == "active",
                  "the neighbour active", timeout=30)
-    assert BULLETIN in (await asyncio.to_thread(_text, driver, nb_row) or "")
+    assert BULLETIN in await _until(lambda: _text(driver, nb_row), "the neighbour's row")
     # the network picture names the neighbour and the MQTT topics
     picture = await _until(lambda: _text(driver, "#network svg"), "the network picture")
     assert NB in picture and GW in picture and "active" in picture
@@ -227,7 +235,8 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     stream_text = await _until(lambda: _text(driver, row), "the stream")
     assert "→ mqtt mq/BULLETIN.STREAM/# (mqtt)" in stream_text
     assert "← mqtt sensors/# (mqtt)" in stream_text
-    assert await asyncio.to_thread(_attr, driver, row + " td[data-rate-in]", "data-rate-in") == "0"
+    assert await _until(lambda: _attr(driver, row + " td[data-rate-in]", "data-rate-in"),
+                        "the stream's rate in") == "0"
 
     # MQTT traffic into the stream: the rate moves; an MQTT 5 request nobody answers
     # yet is in flight on its route
@@ -272,14 +281,14 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     await put(app.node.qm, rfh_message(CONTROL, [("MQPSCommand", "Bogus")]))
     dead = '#dead-letters tr[data-dead-letter="broker|undeliverable"] td[data-count]'
     await _until(lambda: _text(driver, dead) == "1", "the dead-letter count")
-    assert (await asyncio.to_thread(_text, driver, "#dlq-summary")
+    assert (await _until(lambda: _text(driver, "#dlq-summary"), "the dead-letter summary")
             == "SYSTEM.DEAD.LETTER.QUEUE holds 1 message(s).")
-    assert (await asyncio.to_thread(_text, driver, '#plugins tr[data-plugin="mqtt"]')
-            == "mqtt mqtt healthy")
+    assert (await _until(lambda: _text(driver, '#plugins tr[data-plugin="mqtt"]'),
+                         "the plugin's row") == "mqtt mqtt healthy")
     await asyncio.to_thread(driver.save_screenshot, str(ARTIFACTS / "overview.png"))
     # the whole page in one picture (docs/dashboard.md), then back to 1280x800
     await asyncio.to_thread(driver.set_window_size, 1280, 1000)
-    await asyncio.sleep(1.2)  # the next snapshot redraws at the new size
+    await _new_snapshots(driver, 1)  # the next snapshot redraws at the new size
     await asyncio.to_thread(driver.save_screenshot, str(ARTIFACTS / "overview-full.png"))
     await asyncio.to_thread(driver.set_window_size, 1280, 800)
 
@@ -288,7 +297,7 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     await asyncio.to_thread(
         driver.execute_script,
         f"document.querySelector('a[data-stream-link=\"{BULLETIN}\"]').focus();")
-    await asyncio.sleep(2.2)  # two snapshots redraw the table
+    await _new_snapshots(driver, 2)  # two snapshots redraw the table
     assert await asyncio.to_thread(
         driver.execute_script,
         "return document.activeElement.getAttribute('data-stream-link')") == BULLETIN
@@ -297,10 +306,10 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     await asyncio.to_thread(ActionChains(driver).send_keys(Keys.ENTER).perform)
     await _until(lambda: _text(driver, "#h-stream") == f"Stream {BULLETIN}", "the stream view")
     assert (await asyncio.to_thread(lambda: driver.current_url)).endswith(f"#/stream/{BULLETIN}")
-    flows = await asyncio.to_thread(_text, driver, "#stream-flows") or ""
+    flows = await _until(lambda: _text(driver, "#stream-flows"), "the stream's flows")
     assert "feeds (out) mqtt mqtt mq/BULLETIN.STREAM/#" in flows
     assert "fed by (in) mqtt mqtt sensors/#" in flows
-    assert NB in (await asyncio.to_thread(_text, driver, "#stream-facts") or "")
+    assert NB in await _until(lambda: _text(driver, "#stream-facts"), "the stream's facts")
     await asyncio.to_thread(driver.save_screenshot, str(ARTIFACTS / "stream.png"))
     # every link and the skip link are reachable by keyboard and show a visible focus
     outline = await asyncio.to_thread(
@@ -322,7 +331,7 @@ async def test_dashboard_in_headless_chromium(network: GatewayApp, driver: Any,
     first = await _until(lambda: _attr(driver, "body", "data-generated-at"), "a first snapshot")
     await _until(lambda: (_attr(driver, "body", "data-generated-at") or first) != first,
                  "a second snapshot after a malformed hash")
-    assert await asyncio.to_thread(_text, driver, "#h-stream") == "Stream %E0"
+    assert await _until(lambda: _text(driver, "#h-stream"), "the heading") == "Stream %E0"
 
     # the event stream refused (here: no stream allowed; in use, the 17th viewer's 503):
     # the page falls back to polling the snapshot

@@ -14,7 +14,6 @@ import os
 import random
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gateway.devstack.ports import free_port
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.constants import Persistence
@@ -34,13 +34,12 @@ TRIALS = 24
 PER_TRIAL = 2000  # long enough that a kill 0.02-0.2 s after start lands mid-transfer
 DRAIN_ROUND_S = 2.0  # both queue managers up, per round of the final drain
 DRAIN_LIMIT_S = 300.0  # the whole final drain (about 50,000 messages at worst)
+#: pytest-timeout's limit for the whole test (the suite's 600 s is for one-shot tests):
+#: its steps are bounded one by one (a start 30 s, a stop 15 s, the drain DRAIN_LIMIT_S);
+#: a trial took 5 s on an idle machine, 8-13 s beside three other workers and up to 25 s
+#: beside seven on a busy machine, so 40 s a trial, plus the drain.
+TIMEOUT_S = 60 + 40 * TRIALS + DRAIN_LIMIT_S
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_topology(path: Path) -> None:
@@ -139,6 +138,7 @@ async def depth(data: Path, name: str, q_name: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_S)
 async def test_sigkill_sender_or_receiver_delivers_exactly_once(tmp_path: Path) -> None:
     topology = tmp_path / "topology.yaml"
     write_topology(topology)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
+from gateway.devstack.ports import free_port
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.embedded.topology import load_topology
@@ -20,12 +20,6 @@ from gateway.wire.mqmd import MQMD
 from tests.network.network_helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_cluster_across_processes(tmp_path: Path) -> None:

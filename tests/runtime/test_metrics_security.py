@@ -11,7 +11,6 @@ import asyncio
 import base64
 import http.client
 import logging
-import socket
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ import pytest
 import yaml
 
 from gateway.devstack.certs import DevCertificates, make_dev_certificates
+from gateway.devstack.ports import free_port
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.config import parse_config
 from gateway.runtime.errors import ConfigErrors, GatewayRuntimeError
@@ -219,12 +219,6 @@ async def test_bad_tls_files_are_refused_naming_the_key(
             pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize(
     ("secure", "warned"), [(False, True), (True, False)], ids=["open", "tls+auth"]
 )
@@ -233,7 +227,7 @@ async def test_warning_on_a_non_loopback_bind(
     secure: bool, warned: bool,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.runtime.metrics")
-    metrics: dict[str, Any] = {"host": "0.0.0.0", "port": _free_port()}
+    metrics: dict[str, Any] = {"host": "0.0.0.0", "port": free_port()}
     if secure:
         metrics["tls"] = {"cert_file": str(certs.server_cert), "key_file": str(certs.server_key)}
         metrics["auth"] = {"token": TOKEN}

@@ -17,7 +17,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from gateway import __version__
+from gateway.devstack.ports import free_port
 from gateway.mq.embedded.admin import open_admin
 from gateway.mq.embedded.qm_protocol import SOCKET_NAME
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
@@ -42,18 +42,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Gateway:
     """One gateway directory; ``ensure(mode)`` starts or stops its ``mqgw run``."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.config = root / "gateway.yaml"
         (root / "queues.mqsc").write_text(
             "DEFINE QLOCAL(SUB.Q) REPLACE\nDEFINE QLOCAL(CLI.STOPPED) REPLACE\n"

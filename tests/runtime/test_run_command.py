@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.devstack.ports import free_port
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.wire.reasons import Reason
@@ -29,12 +29,6 @@ from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 
 PYTHON = sys.executable
 N = 3000  # the stop must land while the stream is being worked off
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _write_config(tmp: Path, port: int) -> Path:
@@ -176,7 +170,7 @@ def _records(tmp: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_sigterm_mid_stream_then_restart_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     cfg = _write_config(tmp_path, port)
     log = tmp_path / "gateway.log"
     regsub = rfh2_message(

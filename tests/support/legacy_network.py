@@ -42,8 +42,6 @@ are a parameter too (``plugins``: the YAML list of instances).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -51,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.devstack import ports as devstack_ports
 from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.port import GetOptions, Message, MQError, OpenOption
 from gateway.wire.mqmd import MQMD
@@ -70,21 +69,15 @@ START_TIMEOUT = 60.0
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port reserved for this process (gateway.devstack.ports)."""
+    return devstack_ports.free_port()
 
 
 def free_ports(names: Sequence[str]) -> dict[str, int]:
-    """A distinct free port per name: each socket stays bound until all are chosen (one
-    :func:`free_port` after another may hand out the same port twice)."""
-    with contextlib.ExitStack() as stack:
-        ports: dict[str, int] = {}
-        for name in names:
-            s = stack.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
-            ports[name] = int(s.getsockname()[1])
-        return ports
+    """A distinct free port per name, each reserved for this process and out of the
+    kernel's ephemeral range, so no other queue manager, worker or suite gets it
+    (gateway.devstack.ports)."""
+    return dict(zip(names, devstack_ports.free_ports(len(names)), strict=True))
 
 
 def channel_pair_mqsc(local: str, remote: str, remote_port: int) -> str:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
+from gateway.devstack.ports import free_port
 from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.port import OpenOption, PutOptions
 from gateway.runtime.cli import main
@@ -23,16 +23,10 @@ from tests.support.pubsub_messages import rfh_message
 S = "STOCK.STREAM"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_migrate_copies_retained_publications(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    p_old, p_gw = _free_port(), _free_port()
+    p_old, p_gw = free_port(), free_port()
     (tmp_path / "channels.mqsc").write_text(
         "DEFINE QLOCAL(OLD) USAGE(XMITQ) REPLACE\n"
         f"DEFINE CHANNEL(GW.TO.OLD) CHLTYPE(SDR) CONNAME('127.0.0.1({p_old})') XMITQ(OLD) "

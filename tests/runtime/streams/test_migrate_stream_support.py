@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
+from gateway.devstack.ports import free_port
 from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.port import OpenOption, PutOptions
 from gateway.pubsub.streams import ADMIN_STREAM, DEFAULT_STREAM
@@ -24,12 +24,6 @@ from tests.support.gateway import build_gateway
 from tests.support.pubsub_messages import rfh_message
 
 S, T = "STOCK.STREAM", "BOND.STREAM"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _gateway_config(tmp: Path, p_old: int, streams: list[str]) -> Path:
@@ -52,7 +46,7 @@ def _gateway_config(tmp: Path, p_old: int, streams: list[str]) -> Path:
 def test_stream_set_read_from_the_brokers_stream_support(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    p_old, p_gw = _free_port(), _free_port()
+    p_old, p_gw = free_port(), free_port()
     cfg = _gateway_config(tmp_path, p_old, [S, T])
     old_mqsc = (
         "DEFINE QLOCAL(GW) USAGE(XMITQ)\n"
@@ -138,10 +132,10 @@ def test_stream_set_read_from_the_brokers_stream_support(
 def test_no_answer_names_the_channel_and_transmission_queue(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = _gateway_config(tmp_path, _free_port(), [S])  # nothing listens there
+    cfg = _gateway_config(tmp_path, free_port(), [S])  # nothing listens there
     args = [
         "migrate", "--config", str(cfg), "--from-broker", "OLD",
-        "--listen", str(_free_port()), "--timeout", "1",
+        "--listen", str(free_port()), "--timeout", "1",
     ]  # fmt: skip
     assert main(args) == 2
     err = capsys.readouterr().err

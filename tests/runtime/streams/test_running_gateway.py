@@ -4,12 +4,12 @@ the same report from its ``/healthz``, and ``/metrics`` carries the per-stream g
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from gateway.devstack.ports import free_port
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.cli import main
 from gateway.runtime.config import load_config
@@ -17,12 +17,6 @@ from gateway.runtime.registry import PluginRegistry
 from gateway.runtime.streams.migration import MigrationRecord, write_migration
 
 T, S = "STOCK.STREAM", "SPORTS.STREAM"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> str:
@@ -33,7 +27,7 @@ def _get(url: str) -> str:
 def test_check_reads_healthz_of_the_running_gateway(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    port = _free_port()
+    port = free_port()
     cfg = tmp_path / "gateway.yaml"
     cfg.write_text(
         "queue_manager: {name: GW, data_dir: qm}\n"
