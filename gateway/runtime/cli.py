@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -66,7 +67,39 @@ def build_parser() -> argparse.ArgumentParser:
             )
             continue
         module.register(sub)
+    _accept_verbose_everywhere(sub)
     return parser
+
+
+def _accept_verbose_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Let ``-v`` follow the command too (``mqgw run -v``), where users put it.
+
+    A command that gives ``-v`` a meaning of its own (``mqgw qm browse -v``) keeps it;
+    nested commands (``mqgw streams check -v``) get it as well.
+    """
+    for command in sub.choices.values():
+        taken = {s for action in command._actions for s in action.option_strings}
+        flags = [f for f in ("-v", "--verbose") if f not in taken]
+        if flags:
+            command.add_argument(
+                *flags, dest="verbose", action="count", default=argparse.SUPPRESS,
+                help="more log output (-vv for debug), as before the command",
+            )
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _accept_verbose_everywhere(action)
+
+
+def _quiet_on_closed_pipe() -> int:
+    """``mqgw ... | head``: the reader went away; stop without a traceback.
+
+    Python's advice (the signal module's docs): point stdout at /dev/null so the
+    interpreter's last flush does not raise again. 141 is what a shell reports for a
+    command killed by SIGPIPE, as most Unix tools end here.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,7 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    result: int = func(args)
+    try:
+        result: int = func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _quiet_on_closed_pipe()
     return result
 
 

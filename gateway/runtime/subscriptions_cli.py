@@ -25,8 +25,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "runs and when it is stopped. Exit status 1 with --suspended when any is."
         ),
     )
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--config", type=Path, help="the gateway's YAML (its broker.store)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--config", type=Path, default=Path("gateway.yaml"),
+        help="the gateway's YAML, for its broker.store (default: ./gateway.yaml)",
+    )
     where.add_argument("--store", type=Path, help="the pub/sub store file itself")
     p.add_argument("--suspended", action="store_true", help="only the suspended ones")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
