@@ -20,6 +20,7 @@ import json
 import logging
 import ssl
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +37,7 @@ from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerService
+from gateway.runtime.pubsub_service.sink_forwarder import OWN_DEAD_LETTER_REASONS
 from gateway.runtime.request_reply.service import RequestReplyService
 from gateway.runtime.streams.check import StreamReport
 from gateway.runtime.streams.health import stream_metric_families
@@ -198,7 +200,10 @@ class _Collector(Collector):
             "mqgw_sink_down", "1 while a sink's target refuses retriably (down)", labels=["plugin"]
         )
         for name, fc in self.service.forwarder_counters().items():
-            for code, n in fc.dead_lettered.items():
+            # the forwarder's own reasons from the start; a target's refusals once seen
+            by_reason = dict.fromkeys(map(int, OWN_DEAD_LETTER_REASONS), 0)
+            by_reason.update(fc.dead_lettered)
+            for code, n in sorted(by_reason.items()):
                 sink_dead.add_metric([name, str(code)], n)
             sink_down.add_metric([name], fc.down)
             errors.add_metric([name, "sink_retry"], fc.retries)
@@ -233,6 +238,10 @@ class _StreamCollector(Collector):
         yield from stream_metric_families(self.report())
 
 
+#: The ``result`` label of ``mqgw_neighbour_commands_total`` (LinkCounters.commands).
+COMMAND_RESULTS = ("sent", "put_failed", "ok", "failed")
+
+
 class NeighbourCollector(Collector):
     """Per neighbour: active, seconds since last heard, proxy subscriptions registered
     there, commands sent and answered, messages refused (docs/neighbours.md)."""
@@ -262,16 +271,20 @@ class NeighbourCollector(Collector):
             "Commands put to the neighbour (sent, put_failed) and its answers (ok, failed)",
             labels=["neighbour", "result"],
         )
+        names: list[str] = []
         try:
             for item in neighbour_status(self.links.state, self.clock()):
                 q = item["q_mgr"]
+                names.append(q)
                 active.add_metric([q], 1.0 if item["state"] == "active" else 0.0)
                 if item["last_heard_age"] is not None:
                     heard.add_metric([q], item["last_heard_age"])
                 proxies.add_metric([q], item["proxy_subscriptions"])
         except Exception:  # a scrape must not fail because the database is busy
             log.debug("neighbour status unavailable", exc_info=True)
-        for (q, result), n in sorted(self.links.counters.commands.items()):
+        known = Counter({(q, result): 0 for q in names for result in COMMAND_RESULTS})
+        known.update(self.links.counters.commands)
+        for (q, result), n in sorted(known.items()):
             commands.add_metric([q, result], n)
         refused = CounterMetricFamily(
             "mqgw_neighbour_refused_messages",
@@ -302,7 +315,9 @@ class RequestReplyCollector(Collector):
             "Request/reply events per route (docs/request-reply.md)",
             labels=["route", "event"],
         )
-        for (route, event), n in sorted(svc.events.items()):
+        totals = Counter({key: 0 for key in _known_request_reply_events(svc)})
+        totals.update(svc.events)
+        for (route, event), n in sorted(totals.items()):
             events.add_metric([route, event], n)
         open_entries = GaugeMetricFamily(
             "mqgw_request_reply_open",
@@ -318,6 +333,25 @@ class RequestReplyCollector(Collector):
             if name.endswith("_open"):
                 open_entries.add_metric([name.removesuffix("_open")], n)
         yield from (events, open_entries)
+
+
+#: Events every requester route / service route counts, shown as 0 from the start so a
+#: dashboard panel or an ``absent()`` alert has a series before the first event.
+REQUESTER_EVENTS = (
+    "requests_sent", "replies_delivered", "timeouts", "error_replies_undeliverable",
+    "replies_unmatched", "replies_late", "duplicates_filtered", "destinations_refused",
+)
+SERVICE_EVENTS = (
+    "service_requests", "service_requests_refused", "service_replies",
+    "replies_dead_lettered", "destinations_refused",
+)
+
+
+def _known_request_reply_events(svc: RequestReplyService) -> Iterator[tuple[str, str]]:
+    for name in svc.requests:
+        yield from ((name, event) for event in REQUESTER_EVENTS)
+    for name in svc.services:
+        yield from ((name, event) for event in SERVICE_EVENTS)
 
 
 class HealthServer:
@@ -720,6 +754,9 @@ def server_ssl_context(tls: MetricsTLSConfig, resolve: Callable[[Path], Path]) -
     return ctx
 
 
+#: The refusals the MQ entrance can count (every one but a plugin route's own).
+MQ_ENTRANCE_REFUSALS = tuple(r for r in Refusal if r is not Refusal.STREAM_NOT_IN_ROUTE)
+
 #: A plugin's own ``stats()`` entry counting records refused by its route's stream
 #: allow-list (the Kafka plugin's ``inbound_authorisation_refused``).
 PLUGIN_AUTHORISATION_STAT = "authorisation_refused"
@@ -743,6 +780,8 @@ class AuthorisationCollector(Collector):
         )
         counts: dict[tuple[str, str], int] = {}
         if self.authoriser is not None:
+            # every reason at the MQ entrance from the start (a series before the first)
+            counts.update({("mq", r.value): 0 for r in MQ_ENTRANCE_REFUSALS})
             counts.update(self.authoriser.refusals)
         for name, inst in self.host.instances.items():
             if not isinstance(inst, ReportsStats):
@@ -751,10 +790,10 @@ class AuthorisationCollector(Collector):
                 stats = inst.stats()
             except Exception:  # a scrape must not fail because one plugin cannot answer
                 continue
-            n = sum(v for k, v in stats.items() if k.endswith(PLUGIN_AUTHORISATION_STAT))
-            if n:
+            mine = [v for k, v in stats.items() if k.endswith(PLUGIN_AUTHORISATION_STAT)]
+            if mine:  # a plugin that counts refusals has its series from the start
                 key = (f"plugin:{name}", Refusal.STREAM_NOT_IN_ROUTE.value)
-                counts[key] = counts.get(key, 0) + n
+                counts[key] = counts.get(key, 0) + sum(mine)
         for (entrance, reason), n in sorted(counts.items()):
             family.add_metric([entrance, reason], n)
         yield family

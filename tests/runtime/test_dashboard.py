@@ -504,3 +504,48 @@ async def _eof_within(reader: asyncio.StreamReader, seconds: float) -> bool:
         return await asyncio.wait_for(reader.read(1), seconds) == b""
     except TimeoutError:
         return False
+
+
+async def test_a_sink_refusal_is_one_dead_letter_on_the_dashboard(tmp_path: Path) -> None:
+    """The sink refuses one publication for good: the DLQ holds one message and the
+    dashboard counts it once, as the plugin's (the broker's own row stays 0)."""
+    reset_buses()
+    config = _config(tmp_path)
+    config["plugins"][0]["config"]["refuse_larger_than"] = 100
+    registry = PluginRegistry.from_entry_points()
+    gw = GatewayApp(parse_config(config, registry, base_dir=tmp_path), registry)
+    await gw.start()
+    try:
+        await get_bus("feed").inject(Envelope(BULLETIN, "news", b"x" * 200))
+        port = _port(gw)
+        async with asyncio.timeout(15):
+            while True:
+                snap = await _snapshot(port)
+                dead = {(d.source, d.reason): d.count for d in snap.dead_letters}
+                if sum(n for (source, _), n in dead.items() if source == "plugin mem"):
+                    break
+                await asyncio.sleep(0.1)
+        assert snap.dead_letter_depth == 1
+        assert sum(dead.values()) == 1, dead
+        assert dead[("broker", "undeliverable")] == 0
+    finally:
+        await gw.shutdown()
+        reset_buses()
+
+
+async def test_labelled_counters_have_their_known_series_from_the_start(
+    app: GatewayApp,
+) -> None:
+    """Before any event: a series at 0 for every configured route's events, every
+    neighbour's command results and every refusal reason at the MQ entrance, so a
+    Grafana panel or an ``absent()`` alert does not read "No data"."""
+    assert app.http is not None
+    text = app.http.metrics.exposition().decode()
+    for line in (
+        'mqgw_request_reply_total{event="requests_sent",route="ask-svc"} 0.0',
+        'mqgw_request_reply_total{event="timeouts",route="ask-svc"} 0.0',
+        'mqgw_neighbour_commands_total{neighbour="BROKERA",result="failed"} 0.0',
+        'mqgw_authorisation_refused_total{entrance="mq",reason="queue_not_listed"} 0.0',
+        'mqgw_sink_dead_lettered_total{plugin="mem",reason="2003"} 0.0',
+    ):
+        assert line in text, line

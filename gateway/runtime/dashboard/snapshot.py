@@ -340,12 +340,17 @@ class DashboardSource:
 
     def _dead_letters(self) -> list[DeadLetterCount]:
         c = self.service.counters
+        forwarders = sorted(self.service.forwarder_counters().items())
+        # the service's totals include the sinks' dead letters: each is shown once, by who
+        by_sinks = sum(fc.to_dead_letter_queue for _, fc in forwarders)
+        by_sinks_aside = sum(fc.to_backout_queue for _, fc in forwarders)
         out = [
-            DeadLetterCount(source="broker", reason="undeliverable", count=c.dead_lettered),
+            DeadLetterCount(source="broker", reason="undeliverable",
+                            count=c.dead_lettered - by_sinks),
             DeadLetterCount(source="broker", reason="backout threshold",
-                            count=c.moved_to_backout_queue),
+                            count=c.moved_to_backout_queue - by_sinks_aside),
         ]
-        for name, fc in sorted(self.service.forwarder_counters().items()):
+        for name, fc in forwarders:
             out += [
                 DeadLetterCount(source=f"plugin {name}", reason=_reason_name(code), count=n)
                 for code, n in sorted(fc.dead_lettered.items())

@@ -81,6 +81,11 @@ log = logging.getLogger(__name__)
 MAX_UNSETTLED = 65536
 
 
+#: The reasons the forwarder itself dead-letters with (a target's refusal brings its own):
+#: not in the backlog format, not sealed by this gateway, poison at BOTHRESH.
+OWN_DEAD_LETTER_REASONS = (Reason.FORMAT_ERROR, Reason.NOT_AUTHORIZED, Reason.BACKED_OUT)
+
+
 @dataclass(slots=True)
 class ForwarderCounters:
     """One sink's forwarding figures (exported as metrics)."""
@@ -98,6 +103,10 @@ class ForwarderCounters:
     direct: int = 0
     #: backlog commits that failed after the sink's acknowledgement (not sent again)
     commit_failures: int = 0
+    #: of ``dead_lettered``, those put to the dead-letter queue and to a backout queue
+    #: (also in the service's totals, which count every dead letter of the gateway)
+    to_dead_letter_queue: int = 0
+    to_backout_queue: int = 0
 
 
 class SinkForwarder:
@@ -525,8 +534,10 @@ class SinkForwarder:
             self.counters.dead_lettered[reason] = self.counters.dead_lettered.get(reason, 0) + 1
             if p.kind == "backout_queue":
                 self.totals.moved_to_backout_queue += 1
+                self.counters.to_backout_queue += 1
             else:
                 self.totals.dead_lettered += 1
+                self.counters.to_dead_letter_queue += 1
         self._isolate = max(self._isolate - 1, 0)
         self.counters.batches += 1
         return len(msgs)
