@@ -84,3 +84,43 @@ def test_bad_listen_port_and_mqsc_errors_exit_2(
     assert "bad.mqsc" in err and "line 2" in err, err
     assert main([*base, "--mqsc", str(tmp_path / "missing.mqsc")]) == 2
     assert "missing.mqsc" in capsys.readouterr().err
+
+
+@pytest.mark.subprocess
+def test_a_running_stand_in_is_reachable_by_mqgw_qm(tmp_path: Path) -> None:
+    """``mqgw qm`` reaches a running ``mqgw broker`` over its local socket, as it reaches
+    ``mqgw run``: MQSC and a put/get while the stand-in holds its data directory."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[3]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    qm_dir = tmp_path / "qm"
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "gateway.runtime.cli", "broker", "--qmgr", "STANDIN",
+         "--qmgr-path", str(qm_dir), "--store", str(tmp_path / "s.db")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert broker.stdout is not None
+        line = broker.stdout.readline()  # READY once serving (or EOF when it failed)
+        err = broker.stderr.read() if broker.stderr and not line else ""
+        assert line.startswith("READY STANDIN"), (line, err)
+
+        def qm(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "gateway.runtime.cli", "qm", *args,
+                 "--data-dir", str(qm_dir), "-v"],
+                cwd=tmp_path, env=env, input=stdin, capture_output=True, text=True, timeout=60,
+            )
+
+        mqsc = qm("mqsc", stdin="DEFINE QLOCAL(APP.IN)\n")
+        assert mqsc.returncode == 0, mqsc.stderr
+        assert "running" in (mqsc.stdout + mqsc.stderr).lower(), mqsc.stderr
+        assert qm("put", "APP.IN", stdin="hello\n").returncode == 0
+        got = qm("get", "APP.IN")
+        assert got.returncode == 0 and "hello" in got.stdout, got
+    finally:
+        broker.terminate()
+        assert broker.wait(timeout=60) == 0
