@@ -188,13 +188,17 @@ class KafkaExchanges:
     async def consume(self, route: str, sources: Sequence[str], handler: ExchangeHandler) -> None:
         if route in self.consumers:
             return  # idempotent: the route's consumer runs already
+        group = exchange_group(self.gateway_id, route)
         consumer = KafkaSource(
             self.config,
             HandlerPublisher(handler),
             instance=self.instance,
             gateway_id=self.gateway_id,
             topics=list(dict.fromkeys(sources)),
-            group_id=exchange_group(self.gateway_id, route),
+            group_id=group,
+            # the group is this gateway's route's alone: as a static member, a restart
+            # after a crash consumes at once, not after the dead member's session timeout
+            group_instance_id=group,
             mapper=functools.partial(
                 exchange_envelope, origin=self.instance, gateway_id=self.gateway_id
             ),

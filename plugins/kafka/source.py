@@ -104,8 +104,11 @@ class KafkaSource:
         mapper: RecordMapper | None = None,
         auto_offset_reset: str | None = None,
         handled_before_refusal: bool = False,
+        group_instance_id: str | None = None,
     ) -> None:
         self.config = config
+        #: set: a static group member (the group is this gateway's alone)
+        self.group_instance_id = group_instance_id
         self.publisher = publisher
         self.instance = instance
         self.gateway_id = gateway_id
@@ -138,6 +141,7 @@ class KafkaSource:
             f"mqgw.{self.gateway_id}.{self.instance}",
             group_id=self.group_id,
             auto_offset_reset=self.auto_offset_reset,
+            group_instance_id=self.group_instance_id,
         )
         try:
             # A topic created after the consumer started would only be seen at the next
@@ -153,6 +157,12 @@ class KafkaSource:
                 f"{self.config.bootstrap_servers}: {exc}",
                 retriable=True,
             ) from exc
+        except BaseException:
+            # cancelled (the gateway stops while this start waits on Kafka): close what
+            # the start opened, or it is left behind ("Unclosed AIOKafkaConsumer")
+            with contextlib.suppress(Exception):
+                await asyncio.shield(consumer.stop())
+            raise
         self.consumer = consumer
         self._stop.clear()
         self._task = asyncio.create_task(

@@ -107,17 +107,22 @@ def new_consumer(
     *,
     group_id: str,
     auto_offset_reset: str,
+    group_instance_id: str | None = None,
 ) -> Consumer:
-    """The configured backend's consumer of ``topics`` in ``group_id`` (not started)."""
+    """The configured backend's consumer of ``topics`` in ``group_id`` (not started);
+    with ``group_instance_id`` a static member (KIP-345), which a restart after a crash
+    takes over at once instead of waiting out the dead member's session."""
     if config.backend == "confluent":
         from plugins.kafka.clients.confluent_client import ConfluentConsumer
 
         return ConfluentConsumer(
-            config, topics, client_id, group_id=group_id, auto_offset_reset=auto_offset_reset
+            config, topics, client_id, group_id=group_id, auto_offset_reset=auto_offset_reset,
+            group_instance_id=group_instance_id,
         )
     from plugins.kafka.clients.aiokafka_client import aiokafka_consumer
 
     consumer: Consumer = aiokafka_consumer(
-        config, topics, client_id, group_id=group_id, auto_offset_reset=auto_offset_reset
+        config, topics, client_id, group_id=group_id, auto_offset_reset=auto_offset_reset,
+        group_instance_id=group_instance_id,
     )
     return consumer

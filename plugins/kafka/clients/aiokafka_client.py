@@ -66,11 +66,13 @@ def aiokafka_consumer(
     *,
     group_id: str,
     auto_offset_reset: str,
+    group_instance_id: str | None = None,
 ) -> Any:
     return AIOKafkaConsumer(
         *topics,
         **client_args(config, client_id),
         group_id=group_id,
+        group_instance_id=group_instance_id,
         enable_auto_commit=False,
         auto_offset_reset=auto_offset_reset,
         isolation_level="read_committed",

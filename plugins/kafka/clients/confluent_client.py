@@ -321,8 +321,11 @@ class ConfluentConsumer:
         *,
         group_id: str,
         auto_offset_reset: str,
+        group_instance_id: str | None = None,
     ) -> None:
         props = _common(config, client_id)
+        if group_instance_id is not None:
+            props["group.instance.id"] = group_instance_id
         props.update(
             {
                 "group.id": group_id,
