@@ -1,0 +1,112 @@
+"""``mqgw network check [NODE ...] [--json]``: read every node given (gateway
+configurations and/or ``http(s)://`` addresses of their ``/healthz``) and report what is
+wrong with the network as a whole (docs/scaling.md "Checking the network").
+
+``mqgw network TOPOLOGY`` (gateway/mq/embedded/cli.py) runs a topology of embedded queue
+managers; this module adds the word ``check`` to the same command, so both live under
+``mqgw network``. Exit status as ``mqgw streams check``: 0 all well, 1 a problem (an
+unreadable node is one), 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+#: Nodes one check reads at most (a bigger network: raise --max-nodes).
+DEFAULT_MAX_NODES = 100
+
+DESCRIPTION = (
+    "Read each NODE's view of itself (its /healthz; NODE is a gateway YAML file, whose "
+    "metrics.host/port are used, or an http(s):// address) and check the network as a "
+    "whole: each stream owned by one node, sinks only on owners, a route from every node "
+    "to every owner, neighbour relations that agree on both sides, no loop. A neighbour "
+    "that is a gateway must be given too. Exit 0 all well, 1 a problem (an unreadable "
+    "node is one), 2 usage/config error."
+)
+
+
+def check_parser(prog: str = "mqgw network check") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    p.add_argument("nodes", nargs="*", metavar="NODE",
+                   help="gateway YAML file or http(s)://host:port address "
+                        "(default: gateway.yaml)")
+    p.add_argument("--json", action="store_true", help="the report as one JSON object")
+    p.add_argument("--timeout", type=float, default=5.0,
+                   help="seconds each node has to answer (default 5)")
+    p.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES,
+                   help=f"refuse to read more nodes than this (default {DEFAULT_MAX_NODES})")
+    p.add_argument("--max-bytes", type=int, default=None,
+                   help="largest answer read from one node (default 8 MiB)")
+    p.add_argument("--cafile", type=Path, default=None,
+                   help="CA certificates for https:// nodes (default: the system's)")
+    return p
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``check`` to ``mqgw network``: everything after ``check`` is this command's
+    (its own parser, so options and nodes may come in any order)."""
+    net = subparsers.choices.get("network")
+    if net is None:  # the topology runner is unavailable: ``network`` is the check alone
+        net = subparsers.add_parser("network", help="check a network of gateways",
+                                    description=DESCRIPTION)
+        net.add_argument("topology", choices=["check"], metavar="check")
+        run_topology = None
+    else:
+        run_topology = net.get_default("func")
+    net.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    net.epilog = ("mqgw network check [NODE ...] [--json]: check a network of gateways "
+                  "(mqgw network check --help)")
+
+    def dispatch(args: argparse.Namespace) -> int:
+        if str(args.topology) == "check":
+            return run_check(check_parser().parse_args(args.rest))
+        if args.rest:  # options after the topology: parse them as the runner's
+            again = net.parse_args([*args.rest, str(args.topology)])
+            if again.rest:
+                net.error(f"unrecognized arguments: {' '.join(again.rest)}")
+            args = again
+        assert run_topology is not None
+        result: int = run_topology(args)
+        return result
+
+    net.set_defaults(func=dispatch)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from gateway.runtime.network_check.check import Unreadable, check_network
+    from gateway.runtime.network_check.read import DEFAULT_MAX_BYTES, address_of, read_nodes
+    from gateway.runtime.streams.cli_support import OK, PROBLEM, err
+
+    given: list[str] = list(dict.fromkeys(args.nodes or ["gateway.yaml"]))
+    if args.max_nodes < 1 or args.timeout <= 0 or (args.max_bytes is not None
+                                                    and args.max_bytes < 1):
+        return err("network check", "--max-nodes, --timeout and --max-bytes must be positive")
+    if len(given) > args.max_nodes:
+        return err("network check", f"{len(given)} nodes given, more than --max-nodes "
+                   f"{args.max_nodes}: raise --max-nodes to check a network this large")
+    addresses = []
+    for g in given:
+        try:
+            addresses.append(address_of(g))
+        except ValueError as exc:
+            return err("network check", str(exc))
+    results = read_nodes(addresses, timeout=args.timeout,
+                         max_bytes=args.max_bytes or DEFAULT_MAX_BYTES, cafile=args.cafile)
+    views = []
+    unreadable = []
+    sources: dict[str, str] = {}
+    for address, got in results:
+        if isinstance(got, Unreadable):
+            unreadable.append(got)
+        else:
+            views.append(got)
+            sources.setdefault(got.q_mgr, address.source)
+    report = check_network(views, unreadable, sources=sources)
+    data: dict[str, Any] = report.to_json()
+    print(json.dumps(data) if args.json else report.text())
+    return OK if report.ok else PROBLEM
