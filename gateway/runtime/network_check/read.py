@@ -82,10 +82,11 @@ def _read_body(resp: Any, max_bytes: int, deadline: float) -> bytes:
     cannot hold the check longer than its timeout and one socket read)."""
     chunks: list[bytes] = []
     size = 0
+    read = getattr(resp, "read1", resp.read)  # what has arrived, not "wait for n bytes"
     while size <= max_bytes:
         if time.monotonic() > deadline:
             raise TimeoutError
-        chunk = resp.read(min(65536, max_bytes + 1 - size))
+        chunk = read(min(65536, max_bytes + 1 - size))
         if not chunk:
             break
         chunks.append(chunk)
