@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gateway.runtime.network_check.view import NodeView
 
-__all__ = ["MAX_HOPS", "Ended", "q_mgr_route", "resolve_put"]
+__all__ = ["MAX_HOPS", "Ended", "next_hop", "q_mgr_route", "resolve_put"]
 
 #: Definitions one resolution may follow across the network (a loop guard).
 MAX_HOPS = 16
@@ -44,33 +44,45 @@ class Ended:
         return not self.why and not self.unknown
 
 
-def q_mgr_route(
+def next_hop(
     view: NodeView, target: str, _seen: tuple[str, ...] = (), *, aliases: bool = True
-) -> str:
-    """How ``view``'s queue manager reaches queue manager ``target`` ("" when it cannot):
-    a queue-manager alias (not for a QREMOTE's RQMNAME, ``aliases=False``: MQ consults
-    no alias for a remote definition), a transmission queue named after it, the cluster,
-    or the default transmission queue."""
+) -> tuple[str, str] | None:
+    """(the queue manager a message for ``target`` goes to next from ``view``'s, how) or
+    None when there is no route: a queue-manager alias (not for a QREMOTE's RQMNAME,
+    ``aliases=False``: MQ consults no alias for a remote definition), a transmission
+    queue named after it, the cluster, or the default transmission queue. A
+    transmission queue is taken to lead to the queue manager it is named after, as the
+    channels of this project's networks are defined."""
     mq = view.mq
     if target == view.q_mgr:
-        return "local"
+        return view.q_mgr, "local"
     if mq is None:
-        return ""
+        return None
     alias = mq.remote_queues.get(target)
     if aliases and alias is not None and not alias.rname and target not in _seen:
         if alias.xmitq:
-            ok = alias.xmitq in mq.transmission_queues
-            return f"qmalias {target} via xmitq {alias.xmitq}" if ok else ""
+            if alias.xmitq not in mq.transmission_queues:
+                return None
+            return alias.xmitq, f"qmalias {target} via xmitq {alias.xmitq}"
         if alias.rqmname and alias.rqmname != target:
-            inner = q_mgr_route(view, alias.rqmname, (*_seen, target))
-            return f"qmalias {target} -> {alias.rqmname}, {inner}" if inner else ""
+            inner = next_hop(view, alias.rqmname, (*_seen, target))
+            if inner is None:
+                return None
+            return inner[0], f"qmalias {target} -> {alias.rqmname}, {inner[1]}"
     if target in mq.transmission_queues:
-        return f"xmitq {target}"
+        return target, f"xmitq {target}"
     if target in mq.cluster_q_mgrs:
-        return "cluster"
+        return target, "cluster"
     if mq.default_xmit_q and mq.default_xmit_q in mq.transmission_queues:
-        return f"defxmitq {mq.default_xmit_q}"
-    return ""
+        return mq.default_xmit_q, f"defxmitq {mq.default_xmit_q}"
+    return None
+
+
+def q_mgr_route(view: NodeView, target: str, *, aliases: bool = True) -> str:
+    """How ``view``'s queue manager reaches queue manager ``target`` ("" when it
+    cannot; :func:`next_hop`)."""
+    hop = next_hop(view, target, aliases=aliases)
+    return "" if hop is None else hop[1]
 
 
 def resolve_put(views: Mapping[str, NodeView], start: str, q_name: str) -> Ended:
@@ -78,6 +90,7 @@ def resolve_put(views: Mapping[str, NodeView], start: str, q_name: str) -> Ended
     manager)."""
     node, q, target = start, q_name, ""
     path: list[str] = []
+    hop: tuple[str, str] | None
     for _ in range(MAX_HOPS):
         view = views.get(node)
         if view is None or view.mq is None:
@@ -90,20 +103,19 @@ def resolve_put(views: Mapping[str, NodeView], start: str, q_name: str) -> Ended
             alias = mq.remote_queues.get(target)
             if alias is not None and not alias.rname and alias.rqmname:
                 path.append(f"{node}: qmalias {target} -> {alias.rqmname}")
-                if alias.rqmname == node:
-                    target = ""
-                    continue
-                if alias.xmitq:
-                    node, target = alias.rqmname, alias.rqmname
-                    continue
                 target = alias.rqmname
+                if alias.xmitq and target != node:
+                    if alias.xmitq not in mq.transmission_queues:
+                        return Ended(why=f"transmission queue {alias.xmitq} is not defined "
+                                     f"on {node} (2085)", path=tuple(path))
+                    node = alias.xmitq
                 continue
-            how = q_mgr_route(view, target)
-            if not how:
+            hop = next_hop(view, target, aliases=False)
+            if hop is None:
                 return Ended(why=f"{node} has no route to queue manager {target} (2087)",
                              path=tuple(path))
-            path.append(f"{node}: {how}")
-            node = target
+            path.append(f"{node}: {hop[1]}")
+            node = hop[0]
             continue
         if q in mq.local_queues:
             return Ended(q_mgr=node, q_name=q, path=(*path, f"{node}: local {q}"))
@@ -122,13 +134,17 @@ def resolve_put(views: Mapping[str, NodeView], start: str, q_name: str) -> Ended
                 return Ended(why=f"{q} on {node} is a queue-manager alias or has no RQMNAME",
                              path=tuple(path))
             path.append(f"{node}: qremote {q} -> {remote.rname}@{remote.rqmname}")
-            if remote.xmitq and remote.xmitq not in mq.transmission_queues:
-                return Ended(why=f"transmission queue {remote.xmitq} of {q} is not defined "
-                             f"on {node} (2085)", path=tuple(path))
-            if not remote.xmitq and not q_mgr_route(view, remote.rqmname, aliases=False):
+            if remote.xmitq:
+                if remote.xmitq not in mq.transmission_queues:
+                    return Ended(why=f"transmission queue {remote.xmitq} of {q} is not "
+                                 f"defined on {node} (2085)", path=tuple(path))
+                hop = (remote.xmitq, f"xmitq {remote.xmitq}")
+            else:
+                hop = next_hop(view, remote.rqmname, aliases=False)
+            if hop is None:
                 return Ended(why=f"{node} has no route to queue manager {remote.rqmname} "
                              f"for {q} (2087)", path=tuple(path))
-            node, q, target = remote.rqmname, remote.rname, ""
+            node, q, target = hop[0], remote.rname, remote.rqmname
             continue
         hosts = [h for h in mq.cluster_queues.get(q, []) if h != node]
         if hosts:

@@ -324,3 +324,34 @@ def test_a_view_breaking_a_rule_is_refused(bad: dict[str, Any]) -> None:
 
 def test_printable_escapes_control_characters() -> None:
     assert printable("a\x1b[31mb\u202e") == "a\\x1b[31mb\\u202e"
+
+
+def test_resolution_through_an_intermediate_queue_manager() -> None:
+    """C's QREMOTE sends S1@QMA over transmission queue HUB: the message goes to HUB,
+    which forwards it to QMA over its own transmission queue; without that queue at HUB
+    the put ends there (2087)."""
+    a = node("QMA", serviced=("S1",))
+    hub = node("HUB", mq={"transmission_queues": ["QMA"]})
+    c = node("QMC", mq={"remote_queues": {"S1": {"rname": "S1", "rqmname": "QMA",
+                                                 "xmitq": "HUB"}},
+                        "transmission_queues": ["HUB"]})
+    views = {v.q_mgr: v for v in (a, hub, c)}
+    ended = resolve_put(views, "QMC", "S1")
+    assert ended.arrived and ended.q_mgr == "QMA", ended
+    assert ended.path == ("QMC: qremote S1 -> S1@QMA", "HUB: xmitq QMA", "QMA: local S1")
+    views["HUB"] = node("HUB")
+    ended = resolve_put(views, "QMC", "S1")
+    assert not ended.arrived and "HUB has no route to queue manager QMA (2087)" in ended.why
+
+
+def test_a_receiving_queue_manager_alias_renames_the_target() -> None:
+    """A message for OLDQM arriving at HUB, where OLDQM is a queue-manager alias for QMA
+    (ROME -> PALERMO in docs/networks.md), goes on to QMA."""
+    a = node("QMA", serviced=("S1",))
+    hub = node("HUB", mq={"remote_queues": {"OLDQM": {"rname": "", "rqmname": "QMA"}},
+                          "transmission_queues": ["QMA"]})
+    c = node("QMC", mq={"remote_queues": {"S1": {"rname": "S1", "rqmname": "OLDQM",
+                                                 "xmitq": "HUB"}},
+                        "transmission_queues": ["HUB"]})
+    ended = resolve_put({v.q_mgr: v for v in (a, hub, c)}, "QMC", "S1")
+    assert ended.arrived and ended.q_mgr == "QMA", ended
