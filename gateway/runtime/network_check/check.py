@@ -323,12 +323,12 @@ def _stream_problems(
     table: list[StreamOwnership] = []
     for s in sorted(n for n in names if not n.startswith(_SEED_STREAMS)):
         holders = tuple(q for q, v in sorted(by_qm.items())
-                        if s in v.serviced and (v.mq is None or s in v.mq.local_queues))
+                        if s in v.serviced and (v.mq is None or s in v.mq.local_set))
         sinks = {q: tuple(v.sinks[s]) for q, v in sorted(by_qm.items()) if v.sinks.get(s)}
         puts: dict[str, Ended] = {}
         routed: set[str] = set()
         for q, v in sorted(by_qm.items()):
-            if v.mq is None or s in v.mq.local_queues:
+            if v.mq is None or s in v.mq.local_set:
                 continue
             ended = resolve_put(by_qm, q, s)
             puts[q] = ended

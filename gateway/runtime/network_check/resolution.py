@@ -61,7 +61,7 @@ def next_hop(
     alias = mq.remote_queues.get(target)
     if aliases and alias is not None and not alias.rname and target not in _seen:
         if alias.xmitq:
-            if alias.xmitq not in mq.transmission_queues:
+            if alias.xmitq not in mq.xmitq_set:
                 return None
             return alias.xmitq, f"qmalias {target} via xmitq {alias.xmitq}"
         if alias.rqmname and alias.rqmname != target:
@@ -69,11 +69,11 @@ def next_hop(
             if inner is None:
                 return None
             return inner[0], f"qmalias {target} -> {alias.rqmname}, {inner[1]}"
-    if target in mq.transmission_queues:
+    if target in mq.xmitq_set:
         return target, f"xmitq {target}"
-    if target in mq.cluster_q_mgrs:
+    if target in mq.cluster_q_mgr_set:
         return target, "cluster"
-    if mq.default_xmit_q and mq.default_xmit_q in mq.transmission_queues:
+    if mq.default_xmit_q and mq.default_xmit_q in mq.xmitq_set:
         return mq.default_xmit_q, f"defxmitq {mq.default_xmit_q}"
     return None
 
@@ -105,7 +105,7 @@ def resolve_put(views: Mapping[str, NodeView], start: str, q_name: str) -> Ended
                 path.append(f"{node}: qmalias {target} -> {alias.rqmname}")
                 target = alias.rqmname
                 if alias.xmitq and target != node:
-                    if alias.xmitq not in mq.transmission_queues:
+                    if alias.xmitq not in mq.xmitq_set:
                         return Ended(why=f"transmission queue {alias.xmitq} is not defined "
                                      f"on {node} (2085)", path=tuple(path))
                     node = alias.xmitq
@@ -117,9 +117,9 @@ def resolve_put(views: Mapping[str, NodeView], start: str, q_name: str) -> Ended
             path.append(f"{node}: {hop[1]}")
             node = hop[0]
             continue
-        if q in mq.local_queues:
+        if q in mq.local_set:
             return Ended(q_mgr=node, q_name=q, path=(*path, f"{node}: local {q}"))
-        if q in mq.transmission_queues:
+        if q in mq.xmitq_set:
             return Ended(why=f"{q} on {node} is a transmission queue", path=tuple(path))
         if q in mq.alias_queues:
             base = mq.alias_queues[q]
@@ -135,7 +135,7 @@ def resolve_put(views: Mapping[str, NodeView], start: str, q_name: str) -> Ended
                              path=tuple(path))
             path.append(f"{node}: qremote {q} -> {remote.rname}@{remote.rqmname}")
             if remote.xmitq:
-                if remote.xmitq not in mq.transmission_queues:
+                if remote.xmitq not in mq.xmitq_set:
                     return Ended(why=f"transmission queue {remote.xmitq} of {q} is not "
                                  f"defined on {node} (2085)", path=tuple(path))
                 hop = (remote.xmitq, f"xmitq {remote.xmitq}")

@@ -12,6 +12,7 @@ half-believed.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -98,6 +99,19 @@ class MQView(_Strict):
     ] = {}
     #: cluster queue managers (and queue-manager aliases) it can send to
     cluster_q_mgrs: Annotated[list[MQName], Field(max_length=MAX_ITEMS)] = []
+
+    # the lists as sets, for the lookups of a check (a node may list thousands)
+    @cached_property
+    def local_set(self) -> frozenset[str]:
+        return frozenset(self.local_queues)
+
+    @cached_property
+    def xmitq_set(self) -> frozenset[str]:
+        return frozenset(self.transmission_queues)
+
+    @cached_property
+    def cluster_q_mgr_set(self) -> frozenset[str]:
+        return frozenset(self.cluster_q_mgrs)
 
 
 class NodeView(_Strict):
