@@ -81,10 +81,10 @@ def test_a_three_node_tree_with_a_cluster_passes() -> None:
 
 
 def test_a_stream_owned_twice_by_routing() -> None:
+    """B routes S1 to A, D routes it to C, which services S1 too: two owners."""
     a, b = consistent()
     c = node("QMC", serviced=("S1",), neighbours=(), mq=to("QMB", "S2"))
-    # C routes S2 to B, but holds its own S1; B routes S1 to A: add D routing S1 to C
-    d = node("QMD", mq={**to("QMC", "S1"), **{"transmission_queues": ["QMC", "QMA", "QMB"]}})
+    d = node("QMD", mq={**to("QMC", "S1"), "transmission_queues": ["QMC", "QMA", "QMB"]})
     report = check_network([a, b, c, d])
     owned = [p for p in report.problems if p.code == "stream-owned-twice"]
     assert [p.subject for p in owned] == ["S1"] and owned[0].nodes == ("QMA", "QMC")
@@ -107,13 +107,13 @@ def test_a_stream_balanced_over_two_cluster_hosts_is_owned_twice() -> None:
 
 
 def test_a_sink_on_a_non_owner() -> None:
-    a, b = consistent()
+    """B services S1 on a local queue (for its own subscribers) and runs a sink on it;
+    C routes S1 to A, so A owns it and B's sink is on a non-owner."""
+    a, _ = consistent()
     b = node("QMB", serviced=("S2", "S1"), sinks={"S2": ["mqtt"], "S1": ["stray"]},
              neighbours=(("QMA", "parent", ("SYSTEM.BROKER.DEFAULT.STREAM",)),),
              mq={"transmission_queues": ["QMA"]})
-    # B holds S1 locally (for its subscribers) and runs a sink on it; A's QREMOTE? none:
-    # add C routing S1 to A so routing names A the owner
-    c = node("QMC", mq={**to("QMA", "S1"), "transmission_queues": ["QMA", "QMB"],
+    c = node("QMC", mq={"transmission_queues": ["QMA", "QMB"],
                         "remote_queues": {"S1": {"rname": "S1", "rqmname": "QMA"},
                                           "S2": {"rname": "S2", "rqmname": "QMB"}}})
     report = check_network([a, b, c])
@@ -149,14 +149,13 @@ def test_a_stream_not_defined_on_a_node_is_not_routed() -> None:
     assert "S1 is not defined on QMB (2085)" in report.problems[0].text
 
 
-def test_a_route_ending_at_the_wrong_node() -> None:
+def test_a_route_into_a_dead_end() -> None:
+    """A routes S3 to its owner C; B routes it to S3X at A, which A does not define."""
     a, b = consistent()
     c = node("QMC", serviced=("S3",), sinks={"S3": ["k"]}, no_mq=False,
              mq={"transmission_queues": ["QMA", "QMB"],
                  "remote_queues": {"S1": {"rname": "S1", "rqmname": "QMA"},
                                    "S2": {"rname": "S2", "rqmname": "QMB"}}})
-    # A routes S3 to C; B routes S3 to... B itself holds S3 unserviced -> local; make B
-    # route S3 to A, which has no S3: a dead end
     a = NodeView.model_validate({**a.model_dump(), "mq": {
         "local_queues": ["S1"], "transmission_queues": ["QMB", "QMC"],
         "remote_queues": {"S2": {"rname": "S2", "rqmname": "QMB"},
