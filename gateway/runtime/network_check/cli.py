@@ -58,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         run_topology = None
     else:
         run_topology = net.get_default("func")
+        for action in subparsers._choices_actions:  # the line `mqgw --help` shows
+            if action.dest == "network":
+                action.help = f"{action.help}; `network check`: check a network of gateways"
     net.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     net.epilog = ("mqgw network check [NODE ...] [--json]: check a network of gateways "
                   "(mqgw network check --help)")
