@@ -153,8 +153,9 @@ class GatewayApp:
         #: the stream union's health (docs/neighbours.md), sampled with the depths
         self.stream_report: StreamReport | None = None
         self._dead_letters = DeadLetterCache()
-        #: this node as ``mqgw network check`` reads it (/healthz ``network``), and the
-        #: check of its own neighbourhood (the dashboard), sampled with the depths
+        #: this node as ``mqgw network check`` reads it (``/network`` on the metrics
+        #: listener), and the check of its own neighbourhood (the dashboard and
+        #: ``mqgw_network_problems``), sampled with the depths
         self.network_view: NodeView | None = None
         self.network_report: NetworkReport | None = None
         self._sinks_seen: tuple[int, dict[str, list[str]]] = (-1, {})
@@ -380,6 +381,7 @@ class GatewayApp:
             neighbours=self.links,
             request_reply=lambda: self.request_reply,
             authoriser=self.authoriser,
+            network_report=lambda: self.network_report,
         )
         host.observer = self.metrics.observe
         await self._sample_depths()
@@ -414,6 +416,7 @@ class GatewayApp:
             self.http = HealthServer(
                 self.metrics, self.health, mc.host, mc.port, ssl_context=tls, auth=mc.auth,
                 dashboard=self._dashboard_source() if mc.dashboard else None,
+                network=lambda: self.network_view,
             )
             try:
                 await self.http.start()
@@ -807,7 +810,6 @@ class GatewayApp:
                 neighbour_status(self.links.state, time.time()) if self.links is not None else []
             ),
             "request_reply": self.request_reply.stats() if self.request_reply else None,
-            "network": self.network_view.model_dump() if self.network_view else None,
         }
 
 

@@ -25,6 +25,7 @@ from gateway.runtime.network_check.view import NodeView
 
 __all__ = [
     "CODES",
+    "OWN_VIEW_CODES",
     "NetworkReport",
     "Problem",
     "StreamOwnership",
@@ -52,6 +53,14 @@ CODES: dict[str, str] = {
     "owner-no-route": "a node's queue manager has no route to a stream owner's",
     "stream-not-routed": "a put of a stream's queue on a node does not reach its owner",
 }
+
+#: The codes a node's check of its own view alone (``neighbourhood``) can find: the rest
+#: need a second node's view, or come from reading nodes (the gauge
+#: ``mqgw_network_problems`` is zero-filled for these).
+OWN_VIEW_CODES: tuple[str, ...] = tuple(c for c in CODES if c not in {
+    "node-unreadable", "node-duplicate", "neighbour-not-read", "neighbour-one-sided",
+    "neighbour-role-mismatch", "neighbour-kind-mismatch", "neighbour-streams-differ",
+})
 
 _SEED_STREAMS = "SYSTEM.BROKER."
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")

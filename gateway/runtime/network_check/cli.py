@@ -1,6 +1,7 @@
 """``mqgw network check [NODE ...] [--json]``: read every node given (gateway
-configurations and/or ``http(s)://`` addresses of their ``/healthz``) and report what is
-wrong with the network as a whole (docs/scaling.md "Checking the network").
+configurations and/or ``http(s)://`` addresses of their metrics listener, whose
+``/network`` answers the node's view behind the ``/metrics`` credentials) and report what
+is wrong with the network as a whole (docs/scaling.md "Checking the network").
 
 ``mqgw network TOPOLOGY`` (gateway/mq/embedded/cli.py) runs a topology of embedded queue
 managers; this module adds the word ``check`` to the same command, so both live under
@@ -21,8 +22,11 @@ __all__ = ["register"]
 DEFAULT_MAX_NODES = 100
 
 DESCRIPTION = (
-    "Read each NODE's view of itself (its /healthz; NODE is a gateway YAML file, whose "
-    "metrics.host/port are used, or an http(s):// address) and check the network as a "
+    "Read each NODE's view of itself (GET /network on its metrics listener; NODE is a "
+    "gateway YAML file, whose metrics.host/port, metrics.tls and metrics.auth are used, "
+    "or an http(s):// address, read with the credentials of --token-file, "
+    "--user/--password-file or the environment variable MQGW_NETWORK_TOKEN) and check "
+    "the network as a "
     "whole: each stream owned by one node, sinks only on owners, a route from every node "
     "to every owner, neighbour relations that agree on both sides, no loop. A neighbour "
     "that is a gateway must be given too. Exit 0 all well, 1 a problem (an unreadable "
@@ -43,7 +47,16 @@ def check_parser(prog: str = "mqgw network check") -> argparse.ArgumentParser:
     p.add_argument("--max-bytes", type=int, default=None,
                    help="largest answer read from one node (default 8 MiB)")
     p.add_argument("--cafile", type=Path, default=None,
-                   help="CA certificates for https:// nodes (default: the system's)")
+                   help="CA certificates for https nodes (default: the system's, and for "
+                        "a YAML node its own metrics.tls.cert_file)")
+    p.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+                   help="bearer token for the nodes given as addresses (default: the "
+                        "environment variable MQGW_NETWORK_TOKEN); a YAML node uses its "
+                        "metrics.auth")
+    p.add_argument("--user", default=None, metavar="NAME",
+                   help="basic-auth user name for the nodes given as addresses")
+    p.add_argument("--password-file", type=Path, default=None, metavar="FILE",
+                   help="the password of --user")
     return p
 
 
@@ -82,7 +95,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_check(args: argparse.Namespace) -> int:
     from gateway.runtime.network_check.check import Unreadable, check_network
-    from gateway.runtime.network_check.read import DEFAULT_MAX_BYTES, address_of, read_nodes
+    from gateway.runtime.network_check.read import (
+        DEFAULT_MAX_BYTES,
+        address_credentials,
+        address_of,
+        read_nodes,
+    )
     from gateway.runtime.streams.cli_support import OK, PROBLEM, err
 
     given: list[str] = list(dict.fromkeys(args.nodes or ["gateway.yaml"]))
@@ -92,12 +110,17 @@ def run_check(args: argparse.Namespace) -> int:
     if len(given) > args.max_nodes:
         return err("network check", f"{len(given)} nodes given, more than --max-nodes "
                    f"{args.max_nodes}: raise --max-nodes to check a network this large")
+    if (args.user is None) != (args.password_file is None):
+        return err("network check", "--user and --password-file go together")
+    if args.token_file is not None and args.user is not None:
+        return err("network check", "give --token-file, or --user and --password-file")
     addresses = []
-    for g in given:
-        try:
-            addresses.append(address_of(g))
-        except ValueError as exc:
-            return err("network check", str(exc))
+    try:
+        authorization = address_credentials(args.token_file, args.user, args.password_file)
+        for g in given:
+            addresses.append(address_of(g, authorization))
+    except ValueError as exc:
+        return err("network check", str(exc))
     results = read_nodes(addresses, timeout=args.timeout,
                          max_bytes=args.max_bytes or DEFAULT_MAX_BYTES, cafile=args.cafile)
     views = []

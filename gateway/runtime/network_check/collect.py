@@ -1,5 +1,5 @@
 """A running gateway's :class:`~gateway.runtime.network_check.view.NodeView`: built from
-the live objects ``/healthz`` already reads (the broker's serviced queues and sink
+the live objects ``/healthz`` and ``/metrics`` already read (the broker's serviced queues and sink
 subscriptions, the neighbour links' state) and, on the embedded queue manager, its
 definitions and cluster repository as held in memory — no scan, no MQ traffic, so the
 housekeeping task can build it every sample.

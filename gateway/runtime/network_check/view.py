@@ -1,7 +1,7 @@
 """What one node says about itself for the network check: its queue manager, the
 streams its broker services, the sinks subscribed to each, its neighbours and the MQ
-definitions that route a put elsewhere (a running gateway's ``/healthz`` carries it
-under ``network``).
+definitions that route a put elsewhere (a running gateway answers it on ``/network``, behind
+its metrics credentials).
 
 Why pydantic: the check reads these from other processes, so every one is untrusted
 input — names are length- and character-checked, every list and map is bounded, and a
@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
     "MAX_ITEMS",
+    "NETWORK_PATH",
     "VIEW_VERSION",
     "MQView",
     "NeighbourView",
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 VIEW_VERSION = 1
+#: Where a gateway's metrics listener answers its view (behind the /metrics credentials).
+NETWORK_PATH = "/network"
 #: Most entries of any one list or map of a view (queues, streams, neighbours, ...); a
 #: node with more says ``truncated`` and the check says it judged a part.
 MAX_ITEMS = 5000

@@ -3,7 +3,8 @@ neighbours over MQ channels, each owning one stream (a memory sink) and routing 
 other's stream to its owner with a QREMOTE, check clean (exit 0); a third gateway that
 lists the first as its parent without being listed back, runs a sink on a stream the
 first owns and cannot route the second's stream makes the check exit 1 with those
-problems' codes in ``--json``."""
+problems' codes in ``--json``. Every gateway's metrics listener requires a bearer token:
+the check reads each ``/network`` with the credentials of the node's YAML."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gateway.runtime.network_check.check import check_network
+from gateway.runtime.network_check.check import Unreadable, check_network
 from gateway.runtime.network_check.read import address_of, read_nodes
 from gateway.runtime.network_check.view import NodeView
 from tests.support.gateway_process import GatewayProcess, write_config
@@ -54,7 +55,8 @@ def _config(root: Path, me: str, ports: dict[str, int], *, streams: list[str],
                           "listener_port": ports[me]},
         "broker": {"store": f"{me}/pubsub.db", "streams": [{"name": s} for s in streams],
                    "wait_ms": 50},
-        "metrics": {"port": ports[f"{me}.http"]},
+        "metrics": {"port": ports[f"{me}.http"],
+                    "auth": {"token": {"file": str(root / "metrics.token")}}},
         "neighbours": neighbours,
         "plugins": [{"name": f"sink-{me.lower()}", "plugin": "memory",
                      "config": {"bus": me, "subscribe": [f"$SYS/STREAM/{sink}/#"]}}],
@@ -102,6 +104,7 @@ def test_a_consistent_network_passes_and_a_broken_one_fails(
     tmp_path: Path, processes: list[GatewayProcess]
 ) -> None:
     ports = free_ports([GWA, GWB, GWC, f"{GWA}.http", f"{GWB}.http", f"{GWC}.http"])
+    (tmp_path / "metrics.token").write_text("token-of-the-network-check\n")
     route = "DEFINE QREMOTE({s}) RNAME({s}) RQMNAME({qm}) REPLACE\n"
     a = _config(tmp_path, GWA, ports, streams=[OWNED[GWA]], sink=OWNED[GWA],
                 mqsc=_mqsc(GWA, {GWB: ports[GWB]}) + route.format(s=OWNED[GWB], qm=GWB),
@@ -123,6 +126,10 @@ def test_a_consistent_network_passes_and_a_broken_one_fails(
     owners = {s["stream"]: (s["owners"], s["owned_by"]) for s in report["streams"]}
     assert owners == {OWNED[GWA]: ([GWA], "routing"), OWNED[GWB]: ([GWB], "routing")}
     assert {n["q_mgr"]: n["neighbours"] for n in report["nodes"]} == {GWA: [GWB], GWB: [GWA]}
+    # the view names routing definitions: without the token a node refuses it
+    ((_, refused),) = read_nodes([address_of(f"http://127.0.0.1:{ports[f'{GWA}.http']}")],
+                                 timeout=5.0)
+    assert isinstance(refused, Unreadable) and "HTTP 401" in refused.why, refused
 
     # GWC: lists GWA as its parent (GWA does not list it), services GWA's stream with a
     # sink of its own, and has no definition routing GWB's stream anywhere
