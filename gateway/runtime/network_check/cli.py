@@ -91,6 +91,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         return result
 
     net.set_defaults(func=dispatch)
+    from gateway.runtime.completion import COMPLETION_CHILDREN
+
+    setattr(net, COMPLETION_CHILDREN, {"check": check_parser()})
 
 
 def run_check(args: argparse.Namespace) -> int:
