@@ -12,11 +12,13 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.devstack.certs import make_dev_certificates
 from gateway.runtime.app import GatewayApp
 from gateway.runtime.cli import main
 from gateway.runtime.config import parse_config
@@ -309,10 +311,17 @@ TOKEN = "s3cret-token-for-the-check"
 @pytest.fixture
 async def authed(tmp_path: Path) -> AsyncIterator[GatewayApp]:
     """A running gateway whose metrics listener requires a bearer token (from a file)."""
+    async with _running(tmp_path, {}) as gw:
+        yield gw
+
+
+@asynccontextmanager
+async def _running(tmp_path: Path, metrics: dict[str, Any]) -> AsyncIterator[GatewayApp]:
     reset_buses()
     (tmp_path / "token").write_text(TOKEN + "\n")
     data = _config(tmp_path)
-    data["metrics"] = {"port": 0, "auth": {"token": {"file": str(tmp_path / "token")}}}
+    data["metrics"] = {"port": 0, "auth": {"token": {"file": str(tmp_path / "token")}},
+                       **metrics}
     registry = PluginRegistry.from_entry_points()
     gw = GatewayApp(parse_config(data, registry, base_dir=tmp_path), registry)
     await gw.start()
@@ -464,3 +473,32 @@ async def test_the_node_counts_its_own_network_problems(authed: GatewayApp) -> N
     assert 'mqgw_network_problems{code="neighbour-loop"} 0.0' in text
     assert 'mqgw_network_problems{code="stream-not-routed"} 0.0' in text
     assert 'code="node-duplicate"' not in text  # needs a second node's view
+
+
+async def test_an_https_node_is_read_with_its_own_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A YAML node with metrics.tls: https, its certificate trusted as its configuration
+    names it (a privately issued one, no CA given); an address is checked against
+    --cafile, and a certificate of another CA is refused."""
+    certs = await asyncio.to_thread(make_dev_certificates, tmp_path / "certs")
+    tls = {"cert_file": str(certs.server_cert), "key_file": str(certs.server_key)}
+    async with _running(tmp_path, {"tls": tls}) as gw:
+        assert gw.http is not None
+        port = gw.http.port
+        cfg = _yaml(tmp_path, port, f"{{token: {{file: {tmp_path / 'token'}}}}}, "
+                    f"tls: {{cert_file: {certs.server_cert}, key_file: {certs.server_key}}}")
+        assert address_of(str(cfg)).url == f"https://127.0.0.1:{port}/network"
+        await asyncio.to_thread(main, ["network", "check", "--json", str(cfg)])
+        data = json.loads(capsys.readouterr().out)
+        assert [n["q_mgr"] for n in data["nodes"]] == ["GWVIEW"], data
+        url = f"https://127.0.0.1:{port}"
+        token = ["--token-file", str(tmp_path / "token")]
+        await asyncio.to_thread(main, ["network", "check", "--json", "--cafile",
+                                       str(certs.ca_cert), *token, url])
+        data = json.loads(capsys.readouterr().out)
+        assert [n["q_mgr"] for n in data["nodes"]] == ["GWVIEW"], data
+        status = await asyncio.to_thread(main, ["network", "check", "--cafile",
+                                                str(certs.other_ca_cert), *token, url])
+        out = capsys.readouterr().out
+        assert status == 1 and "[node-unreadable]" in out and "CERTIFICATE_VERIFY_FAILED" in out
