@@ -114,6 +114,10 @@ def address_of(given: str, authorization: str | None = None) -> NodeAddress:
     it is neither or its credentials cannot be read."""
     if "://" in given:
         parts = urlsplit(given)
+        if "@" in parts.netloc:  # user:password@ would put a secret in argv and the report
+            raise ValueError(f"{parts.scheme}://...@{parts.netloc.rpartition('@')[2]}: "
+                             "credentials in an address are refused: give --token-file "
+                             f"or --user and --password-file (or {TOKEN_ENV})")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{given}: not an http:// or https:// address")
         try:

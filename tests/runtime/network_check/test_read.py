@@ -459,6 +459,9 @@ def test_credential_options_are_checked(
     assert "control character" in err and "a\nb" not in err
     assert main(["network", "check", "--token-file", str(tmp_path / "none"), url]) == 2
     assert "none" in capsys.readouterr().err
+    assert main(["network", "check", "http://probe:pa55@127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "credentials in an address are refused" in err and "pa55" not in err
 
 
 async def test_the_node_counts_its_own_network_problems(authed: GatewayApp) -> None:
