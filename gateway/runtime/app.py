@@ -60,6 +60,9 @@ from gateway.runtime.neighbours.attach import links_for, runs_neighbour_links, w
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.state import neighbours_db_of
 from gateway.runtime.neighbours.status import neighbour_status
+from gateway.runtime.network_check.check import NetworkReport, check_network
+from gateway.runtime.network_check.collect import node_view, sink_streams
+from gateway.runtime.network_check.view import NodeView
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import (
     DEAD_LETTER_QUEUE,
@@ -150,6 +153,13 @@ class GatewayApp:
         #: the stream union's health (docs/neighbours.md), sampled with the depths
         self.stream_report: StreamReport | None = None
         self._dead_letters = DeadLetterCache()
+        #: this node as ``mqgw network check`` reads it (``/network`` on the metrics
+        #: listener), and the check of its own neighbourhood (the dashboard and
+        #: ``mqgw_network_problems``), sampled with the depths
+        self.network_view: NodeView | None = None
+        self.network_report: NetworkReport | None = None
+        self._sinks_seen: tuple[int, dict[str, list[str]]] = (-1, {})
+        self._network_error = ""
         self._started = False
         self._recheck_pending = False
         #: Worker processes forwarding groups of plugin instances (gateway/runtime/workers/).
@@ -371,6 +381,7 @@ class GatewayApp:
             neighbours=self.links,
             request_reply=lambda: self.request_reply,
             authoriser=self.authoriser,
+            network_report=lambda: self.network_report,
         )
         host.observer = self.metrics.observe
         await self._sample_depths()
@@ -405,6 +416,7 @@ class GatewayApp:
             self.http = HealthServer(
                 self.metrics, self.health, mc.host, mc.port, ssl_context=tls, auth=mc.auth,
                 dashboard=self._dashboard_source() if mc.dashboard else None,
+                network=lambda: self.network_view,
             )
             try:
                 await self.http.start()
@@ -446,6 +458,7 @@ class GatewayApp:
             neighbours=self.links,
             request_reply=lambda: self.request_reply,
             dead_letter_queue=self.config.broker.dead_letter_queue or DEAD_LETTER_QUEUE,
+            network_report=lambda: self.network_report,
         )
 
     async def _serve_queue_manager(self, store_path: Path) -> None:
@@ -717,11 +730,38 @@ class GatewayApp:
             with contextlib.suppress(MQError):
                 await conn.disconnect()
 
+    def _sample_network(self) -> None:
+        """This node's view for ``mqgw network check`` and the check of what it alone
+        can see (its own definitions and links): memory only, no MQ traffic."""
+        service, qm = self.service, self.qm
+        if service is None or qm is None:
+            return
+        revision = service.engine.subscriptions_revision
+        if self._sinks_seen[0] != revision:
+            self._sinks_seen = (revision, sink_streams(service.engine.subscriptions))
+        try:
+            self.network_view = view = node_view(
+                q_mgr=qm.name,
+                gateway_id=self.config.gateway_id,
+                serviced=[q for q, _ in service.serviced_queues],
+                sinks=self._sinks_seen[1],
+                neighbours=self.links.state if self.links is not None else None,
+                qm=qm,
+            )
+            self.network_report = check_network([view], neighbourhood=True)
+        except Exception as exc:  # never the housekeeping task's end: the last view stays
+            if repr(exc) != self._network_error:  # once per distinct error, not every sample
+                log.warning("network view unavailable: %r", exc, exc_info=True)
+            self._network_error = repr(exc)
+        else:
+            self._network_error = ""
+
     async def _sample_depths(self) -> None:
         qm = self.qm
         if qm is None:
             return
         await self._sample_streams()
+        self._sample_network()
         depth_of = getattr(qm, "queue_depth", None)
         if depth_of is not None:  # embedded: in memory, no I/O
             for q in self._watched_queues():

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.runtime.run",
     "gateway.runtime.subscriptions_cli",
     "gateway.runtime.streams.cli",
+    "gateway.runtime.network_check.cli",  # after gateway.mq.embedded.cli: adds `network check`
     "gateway.runtime.qm_cli",
     "gateway.runtime.completion",
 )

@@ -17,7 +17,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-__all__ = ["CommandSpec", "bash_script", "collect", "register", "zsh_script"]
+__all__ = [
+    "COMPLETION_CHILDREN", "CommandSpec", "bash_script", "collect", "register", "zsh_script",
+]
 
 _WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")
 _OPTION = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -33,6 +35,11 @@ class CommandSpec:
     value_options: list[str] = field(default_factory=list)
     option_choices: dict[str, list[str]] = field(default_factory=dict)
     positional_choices: list[str] = field(default_factory=list)
+
+
+#: The attribute of an argparse parser holding ``{word: parser}`` of sub-commands it
+#: parses itself (not argparse sub-parsers), for completion only.
+COMPLETION_CHILDREN = "completion_children"
 
 
 def _choices(action: argparse.Action) -> list[str]:
@@ -62,6 +69,11 @@ def collect(parser: argparse.ArgumentParser, path: str = "mqgw") -> list[Command
                         spec.option_choices[s] = choices
         else:
             spec.positional_choices.extend(_choices(action))
+    # a command that parses its own sub-command from the words after it (``mqgw network
+    # check``) names it here, with its parser, to be completed like a sub-parser
+    for name, sub in getattr(parser, COMPLETION_CHILDREN, {}).items():
+        spec.subcommands.append(name)
+        children.append((name, sub))
     specs = [spec]
     for name, sub in children:
         specs.extend(collect(sub, f"{path} {name}"))

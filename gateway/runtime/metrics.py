@@ -1,11 +1,12 @@
-"""Prometheus metrics and ``/metrics`` + ``/healthz`` over HTTP.
+"""Prometheus metrics and ``/metrics`` + ``/healthz`` (+ ``/network``) over HTTP.
 
 Why a collector rather than counters bumped per message: the broker service, the plugin
 host and the publishers already keep plain integer counters; reading them at scrape
 time costs nothing on the message path. Only the end-to-end latency histogram is
 observed per delivery (one bucket increment). The HTTP endpoint is a small asyncio
 server (no thread), bound to 127.0.0.1 by default, with optional TLS and a bearer token
-or basic auth for ``/metrics`` (docs/security.md "The metrics and admin endpoint").
+or basic auth for ``/metrics``, ``/network`` and the dashboard (docs/security.md "The
+metrics and admin endpoint").
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from gateway.runtime.dashboard.assets import PAGE, asset
 from gateway.runtime.dashboard.snapshot import DashboardSource, stream_flow_counts
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.status import neighbour_status
+from gateway.runtime.network_check.check import OWN_VIEW_CODES, NetworkReport
+from gateway.runtime.network_check.view import NETWORK_PATH, NodeView
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerService
 from gateway.runtime.pubsub_service.sink_forwarder import OWN_DEAD_LETTER_REASONS
@@ -71,6 +74,7 @@ class GatewayMetrics:
         neighbours: NeighbourLinks | None = None,
         request_reply: Callable[[], RequestReplyService | None] = lambda: None,
         authoriser: Authoriser | None = None,
+        network_report: Callable[[], NetworkReport | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = Histogram(
@@ -86,6 +90,7 @@ class GatewayMetrics:
             self.registry.register(NeighbourCollector(neighbours))
         self.registry.register(RequestReplyCollector(request_reply))
         self.registry.register(AuthorisationCollector(authoriser, host))
+        self.registry.register(NetworkCollector(network_report))
 
     def observe(self, plugin: str, envelopes: Sequence[Envelope]) -> None:
         """Record end-to-end latency of acknowledged envelopes (sink observer)."""
@@ -354,17 +359,43 @@ def _known_request_reply_events(svc: RequestReplyService) -> Iterator[tuple[str,
         yield from ((name, event) for event in SERVICE_EVENTS)
 
 
+class NetworkCollector(Collector):
+    """``mqgw_network_problems{code}``: the problems the node's check of its own view
+    finds (docs/scaling.md "Checking the network"), zero for the other codes that check
+    can find; nothing before the first view."""
+
+    def __init__(self, report: Callable[[], NetworkReport | None]) -> None:
+        self.report = report
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        report = self.report()
+        family = GaugeMetricFamily(
+            "mqgw_network_problems",
+            "Problems of the network check this gateway finds from its own view (its "
+            "definitions and links), by code (docs/scaling.md)",
+            labels=["code"],
+        )
+        if report is not None:
+            counts = dict.fromkeys(OWN_VIEW_CODES, 0)
+            for p in report.problems:
+                counts[p.code] = counts.get(p.code, 0) + 1
+            for code, n in counts.items():
+                family.add_metric([code], n)
+        yield family
+
+
 class HealthServer:
-    """``GET /metrics`` (Prometheus text), ``GET /healthz`` (JSON; 503 when unhealthy) and,
-    with a ``dashboard`` source, the live dashboard under ``/dashboard`` (page, static
-    files, JSON snapshot, server-sent events; docs/dashboard.md) behind the same
-    credentials as ``/metrics``.
+    """``GET /metrics`` (Prometheus text), ``GET /healthz`` (JSON; 503 when unhealthy),
+    with a ``network`` source ``GET /network`` (the node's view for ``mqgw network
+    check``: JSON; 503 before the first one) and, with a ``dashboard`` source, the live
+    dashboard under ``/dashboard`` (page, static files, JSON snapshot, server-sent
+    events; docs/dashboard.md).
 
     All are read-only: the endpoint changes no state (the admin operations are
     ``mqgw qm`` over a local socket). ``ssl_context`` makes it HTTPS; ``auth`` requires a
-    bearer token or basic-auth credentials for ``/metrics`` and the dashboard
-    (``protect_metrics``), never for ``/healthz``, which liveness probes must reach
-    without credentials.
+    bearer token or basic-auth credentials for ``/metrics``, ``/network`` (it names the
+    queue manager's routing definitions) and the dashboard (``protect_metrics``), never
+    for ``/healthz``, which liveness probes must reach without credentials.
     """
 
     def __init__(
@@ -377,8 +408,11 @@ class HealthServer:
         ssl_context: ssl.SSLContext | None = None,
         auth: MetricsAuthConfig | None = None,
         dashboard: DashboardSource | None = None,
+        network: Callable[[], NodeView | None] | None = None,
     ) -> None:
         self.metrics = metrics
+        #: the node's network view (None: no /network route)
+        self.network = network
         #: the live dashboard's source (None: no /dashboard routes)
         self.dashboard = dashboard
         self._event_streams: set[asyncio.StreamWriter] = set()
@@ -478,11 +512,13 @@ class HealthServer:
                 ok, detail = self.health()
                 status = "200 OK" if ok else "503 Service Unavailable"
                 ctype, body = "application/json", json.dumps(detail).encode() + b"\n"
-            elif path == "/metrics" or self._is_dashboard(path):
+            elif path == "/metrics" or self._is_network(path) or self._is_dashboard(path):
                 refusal = self._refusal(authorization)
                 if refusal is None and path == "/metrics":
                     status, ctype = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
                     body = self.metrics.exposition()
+                elif refusal is None and path == NETWORK_PATH:
+                    status, ctype, body = self._network_view()
                 elif refusal is None and path == EVENTS_PATH and parts[0] == "GET":
                     await self._send_events(writer, authorization)
                     return
@@ -521,9 +557,21 @@ class HealthServer:
                 writer.transport.abort()
 
     def _not_found(self) -> bytes:
-        if self.dashboard is None:
-            return b"try /metrics or /healthz\n"
-        return b"try /metrics, /healthz or /dashboard\n"
+        paths = ["/metrics", "/healthz"]
+        paths += [NETWORK_PATH] if self.network is not None else []
+        paths += [DASHBOARD_PATH] if self.dashboard is not None else []
+        return f"try {', '.join(paths[:-1])} or {paths[-1]}\n".encode()
+
+    def _is_network(self, path: str) -> bool:
+        return self.network is not None and path == NETWORK_PATH
+
+    def _network_view(self) -> tuple[str, str, bytes]:
+        """(status, content type, body) of ``GET /network``."""
+        assert self.network is not None
+        view = self.network()
+        if view is None:  # until the first housekeeping sample (or without a queue manager)
+            return "503 Service Unavailable", "text/plain", b"no network view yet\n"
+        return "200 OK", "application/json", view.model_dump_json().encode() + b"\n"
 
     def _is_dashboard(self, path: str) -> bool:
         return self.dashboard is not None and (

@@ -102,3 +102,11 @@ def test_unknown_shell_is_a_usage_error() -> None:
     )
     assert done.returncode == 2
     assert "invalid choice" in done.stderr
+
+
+def test_network_offers_check_and_its_options(bash_file: Path) -> None:
+    """``check`` is parsed by ``mqgw network`` itself (after the topology runner's
+    words), and still completed as a sub-command with its own options."""
+    assert "check" in _complete(bash_file, "mqgw network ")
+    offered = _complete(bash_file, "mqgw network check --")
+    assert {"--json", "--token-file", "--cafile"} <= set(offered), offered

@@ -24,6 +24,7 @@ from gateway.plugin_api import DescribesRoutes, ReportsStats
 from gateway.runtime.dashboard.rates import RateWindow
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.status import neighbour_status
+from gateway.runtime.network_check.check import NetworkReport
 from gateway.runtime.plugin_host import PluginHost
 from gateway.runtime.pubsub_service import BrokerService
 from gateway.runtime.request_reply.service import RequestReplyService
@@ -36,6 +37,7 @@ __all__ = [
     "Flow",
     "GatewayInfo",
     "NeighbourInfo",
+    "NetworkProblemInfo",
     "PluginInfo",
     "RouteInfo",
     "Snapshot",
@@ -137,6 +139,15 @@ class PluginInfo(BaseModel):
     stats: dict[str, int]
 
 
+class NetworkProblemInfo(BaseModel):
+    """A problem of the network check this gateway sees on its own (its definitions and
+    links; docs/scaling.md "Checking the network")."""
+
+    code: str
+    subject: str
+    text: str
+
+
 class Snapshot(BaseModel):
     generated_at: float
     gateway: GatewayInfo
@@ -147,6 +158,15 @@ class Snapshot(BaseModel):
     dead_letter_depth: int | None
     dead_letters: list[DeadLetterCount]
     plugins: list[PluginInfo]
+    #: the network check of this gateway's neighbourhood (at most MAX_NETWORK_PROBLEMS)
+    network_problems: list[NetworkProblemInfo] = Field(default_factory=list)
+    #: how many there were in all (more than the list holds: the rest are left out)
+    network_problem_count: int = 0
+
+
+#: Network problems a snapshot carries (the rest are counted: `mqgw network check` lists
+#: them all).
+MAX_NETWORK_PROBLEMS = 50
 
 
 def stream_flow_counts(host: PluginHost) -> dict[tuple[str, str, Direction], int]:
@@ -187,6 +207,7 @@ class DashboardSource:
         neighbours: NeighbourLinks | None = None,
         request_reply: Callable[[], RequestReplyService | None] = lambda: None,
         dead_letter_queue: str = "SYSTEM.DEAD.LETTER.QUEUE",
+        network_report: Callable[[], NetworkReport | None] = lambda: None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         cache_s: float = SNAPSHOT_CACHE_S,
@@ -202,6 +223,7 @@ class DashboardSource:
         self.neighbours = neighbours
         self.request_reply = request_reply
         self.dead_letter_queue = dead_letter_queue
+        self.network_report = network_report
         self.clock = clock
         self.monotonic = monotonic
         self.started_at = clock()
@@ -390,6 +412,7 @@ class DashboardSource:
         neighbours = self._neighbours(now)
         report = self.stream_report()
         dlq = report.dead_letter_queue if report is not None else self.dead_letter_queue
+        network = self.network_report()
         depths: dict[str, Any]
         try:
             depths = self.depths()
@@ -405,6 +428,11 @@ class DashboardSource:
             dead_letter_depth=depths.get(dlq),
             dead_letters=self._dead_letters(),
             plugins=self._plugins(),
+            network_problems=[
+                NetworkProblemInfo(code=p.code, subject=p.subject, text=p.text)
+                for p in network.problems[:MAX_NETWORK_PROBLEMS]
+            ] if network is not None else [],
+            network_problem_count=len(network.problems) if network is not None else 0,
         )
 
     def snapshot_json(self) -> bytes:

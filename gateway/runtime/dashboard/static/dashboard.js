@@ -92,6 +92,18 @@
     )), "Nothing dead-lettered since the gateway started.", 3);
   }
 
+  function renderNetworkCheck(s) {
+    const problems = s.network_problems || [];
+    const count = s.network_problem_count || 0;
+    document.getElementById("network-check-summary").textContent =
+      "What this gateway sees of the network on its own (its definitions and links); " +
+      "mqgw network check with every node checks the whole network." +
+      (count > problems.length ? " Showing " + problems.length + " of " + count + " problems." : "");
+    fill("network-problems", problems.map((p) => el("tr", { "data-network-problem": p.code },
+      el("td", {}, badge(p.code, "bad")), el("td", {}, p.subject), el("td", {}, p.text),
+    )), "No network problems seen from here.", 3);
+  }
+
   function renderPlugins(s) {
     fill("plugins", s.plugins.map((p) => el("tr", { "data-plugin": p.name },
       el("td", {}, p.name), el("td", {}, p.kind),
@@ -189,7 +201,7 @@
       renderStreamView(s, name);
     } else {
       renderNetwork(s); renderNeighbours(s); renderStreams(s); renderRoutes(s);
-      renderDeadLetters(s); renderPlugins(s);
+      renderDeadLetters(s); renderPlugins(s); renderNetworkCheck(s);
     }
     document.getElementById("updated").textContent = new Date(s.generated_at * 1000).toLocaleTimeString();
     document.body.setAttribute("data-generated-at", String(s.generated_at));
