@@ -217,7 +217,7 @@ async def run_move(
             await before_step(step)
         try:
             why = await run_step(step, nodes, journal, drain_timeout=drain_timeout, poll=poll)
-        except MoveError as exc:
+        except (MoveError, MQError, OSError) as exc:  # a node went away mid-step
             why = f"{step}: {exc}"
         if why is not None:
             journal = journal.model_copy(update={"waiting": why})
