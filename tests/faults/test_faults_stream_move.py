@@ -52,7 +52,7 @@ KILL_AFTER = (0.0, 2.5)
 #: Bound of one trial: the kill, a restart, and the move run again to its end.
 TRIAL_TIMEOUT_S = 150.0
 #: Runs of the move command after a kill before the trial fails.
-RERUNS = 6
+RERUNS = 5
 
 
 async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing(
@@ -90,7 +90,7 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
                     await proc.wait()  # it stops: a node it needs went away
                     await net.restart(victim)
                 for _attempt in range(RERUNS):
-                    rc, out = await net.move(to, timeout=30)
+                    rc, out = await net.move(to, timeout=20)
                     reruns += 1
                     if rc == 0:
                         break

@@ -109,8 +109,8 @@ async def drained(nodes: Mapping[str, MoveNode], journal: MoveJournal) -> str | 
     """None when everything routed before the hold has been taken by its broker and
     forwarded; else what still waits. Looked at in the order a publication travels
     (other nodes' transmission queues, the old owner's stream queue, its transmission
-    queues, every stream queue, every transmission queue), so a message moving on
-    between two looks is seen at the later one."""
+    queues, then every stream queue and every transmission queue, once per node), so a
+    message moving on between two looks is seen at a later one."""
     stream, old = journal.stream, journal.from_q_mgr
     order = [n for n in nodes if n != old]
     for name in order:
@@ -121,12 +121,14 @@ async def drained(nodes: Mapping[str, MoveNode], journal: MoveJournal) -> str | 
         return f"{depth} publication(s) on {old}'s {stream}"
     if n := await nodes[old].in_transmission(stream):
         return f"{n} message(s) for {stream} on {old}'s transmission queues"
-    for name, node in nodes.items():
-        if depth := await _depth(node, stream):
-            return f"{depth} publication(s) on {name}'s {stream}"
-    for name, node in nodes.items():
-        if n := await node.in_transmission(stream):
-            return f"{n} message(s) for {stream} on {name}'s transmission queues"
+    # Forwarded publications may cross several nodes (a hierarchy): one round per hop.
+    for _ in range(len(nodes)):
+        for name, node in nodes.items():
+            if depth := await _depth(node, stream):
+                return f"{depth} publication(s) on {name}'s {stream}"
+        for name, node in nodes.items():
+            if n := await node.in_transmission(stream):
+                return f"{n} message(s) for {stream} on {name}'s transmission queues"
     return None
 
 
