@@ -91,16 +91,19 @@ async def read_route(node: MoveNode, stream: str, route: str) -> RouteState:
 
 
 async def hold(node: MoveNode, journal: MoveJournal) -> None:
-    """New publications routed on ``node`` wait in its holding queue."""
+    """New publications routed on ``node`` wait in its holding queue, which may hold as
+    many as the stream queue (its MAXDEPTH)."""
     qs = await node.queues()
     hq = journal.hold_queue
+    depth = qs.get(journal.stream, {}).get("MAXDEPTH", "")
+    maxdepth = f" MAXDEPTH({depth})" if depth.isdigit() else ""
     script = []
     if hq not in qs:  # never REPLACE: it may hold publications of an interrupted run
         script.append(
-            f"DEFINE QLOCAL({hq}) DEFPSIST(YES) DESCR('held by mqgw streams move "
-            f"{journal.stream}')"
+            f"DEFINE QLOCAL({hq}) DEFPSIST(YES){maxdepth} DESCR('held by mqgw streams "
+            f"move {journal.stream}')"
         )
-    script.append(f"ALTER QLOCAL({hq}) PUT(ENABLED) GET(ENABLED)")
+    script.append(f"ALTER QLOCAL({hq}) PUT(ENABLED) GET(ENABLED){maxdepth}")
     script.append(f"ALTER QALIAS({journal.route}) TARGET({hq})")
     await node.mqsc("\n".join(script))
 

@@ -24,9 +24,9 @@ from tests.support.served_qm import served_queue_manager
 
 S, ROUTE = "PRICES", "PRICES.PUB"
 OWNER_A = {
-    "QMA": f"DEFINE QLOCAL({S})\nDEFINE QLOCAL(QMB) USAGE(XMITQ)\n"
+    "QMA": f"DEFINE QLOCAL({S}) MAXDEPTH(20000)\nDEFINE QLOCAL(QMB) USAGE(XMITQ)\n"
            f"DEFINE QALIAS({ROUTE}) TARGET({S})",
-    "QMB": f"DEFINE QLOCAL({S})\nDEFINE QLOCAL(QMA) USAGE(XMITQ)\n"
+    "QMB": f"DEFINE QLOCAL({S}) MAXDEPTH(20000)\nDEFINE QLOCAL(QMA) USAGE(XMITQ)\n"
            f"DEFINE QREMOTE({ROUTE}.QMA) RNAME({S}) RQMNAME(QMA)\n"
            f"DEFINE QALIAS({ROUTE}) TARGET({ROUTE}.QMA)",
 }
@@ -107,6 +107,8 @@ async def test_held_publications_reach_the_new_owner_in_order_and_the_routes_fol
                     await put_route(qm, [f"{name}-{i}".encode() for i in range(5)])
                     assert await bodies(qm, "MQGW.MOVE.HOLD.PRICES") == [
                         f"{name}-{i}".encode() for i in range(5)]
+                    # it holds as many as the stream queue would
+                    assert qm.catalogue.queues["MQGW.MOVE.HOLD.PRICES"].max_depth == 20000
 
         try:
             j, why = await run_move(journal, nodes, saved.append, before_step=during, poll=0)
