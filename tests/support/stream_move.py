@@ -294,7 +294,7 @@ class Traffic:
             msg = rfh_message(
                 ROUTE,
                 [("MQPSCommand", "Publish"), ("MQPSStreamName", STREAM),
-                 ("MQPSTopic", f"T/{p.name}"), ("MQPSRegOpts", "NoReg")],
+                 ("MQPSTopic", f"T/{p.name}"), ("MQPSPubOpts", "NoReg")],
                 f"{p.name}-{seq}".encode(), reply_to_q_mgr="", persistence=1,
             )
             try:
