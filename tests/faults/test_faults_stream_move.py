@@ -118,6 +118,7 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
         move_runs_after_kills=reruns,
         refused_2051={p.name: p.refused for p in traffic.publishers.values()},
         uncertain_puts=len(traffic.uncertain()),
+        client_errors=len(traffic.errors), first_client_errors=traffic.errors[:5],
         seconds=round(time.monotonic() - started, 1),
     )
     assert_nothing_lost(ledger, f"{table}\n{logs}")

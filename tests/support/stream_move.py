@@ -126,18 +126,32 @@ class MoveNetwork:
 
 
 async def run_mqgw(*argv: str, timeout: float = 120.0) -> tuple[int, str]:
+    """``mqgw ARGV`` as a process; (exit status, output). AssertionError with what it
+    printed when it overran ``timeout``."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway.runtime.cli", *argv,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
+    assert proc.stdout is not None
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(4096):
+            chunks.append(chunk)
+
+    reader = asyncio.create_task(read())
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        await asyncio.wait_for(proc.wait(), timeout)
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        raise
+        await reader
+        said = b"".join(chunks).decode("utf-8", "replace")
+        raise AssertionError(f"mqgw {' '.join(argv)} overran {timeout} s:\n{said}") from None
+    await reader
     assert proc.returncode is not None
-    return proc.returncode, out.decode("utf-8", "replace")
+    return proc.returncode, b"".join(chunks).decode("utf-8", "replace")
 
 
 def gateway_yaml(name: str, port: int) -> dict[str, Any]:
@@ -261,6 +275,8 @@ class Traffic:
         self.subscribers = {n: Subscriber(n) for n in NODES}
         self._publishing = True
         self._reading = True
+        #: unexpected errors the clients met (they reconnect and go on)
+        self.errors: list[str] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -310,7 +326,8 @@ class Traffic:
                     await conn.disconnect()
                 conn = None
                 continue
-            except (OSError, ConnectionError):
+            except Exception as exc:  # the connection broke some other way
+                self.errors.append(f"publisher {p.name}: {exc!r}")
                 p.uncertain.add(seq)
                 seq += 1
                 conn = None
@@ -343,12 +360,15 @@ class Traffic:
                     await conn.commit()
                     self._count(s, got)
                     got = None
-            except (MQError, OSError, ConnectionError):
+            except Exception as exc:
+                if not isinstance(exc, MQError):
+                    self.errors.append(f"subscriber {s.node}: {exc!r}")
                 if got is not None:
                     s.unsure.add(got)
                 with contextlib.suppress(Exception):
                     await conn.disconnect()
                 conn = None
+                await asyncio.sleep(0.05)
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.disconnect()

@@ -158,8 +158,11 @@ async def release(node: MoveNode, journal: MoveJournal) -> None:
         )
     qs = await node.queues()
     if hq in qs:
-        while await node.move_batch(hq, target, BATCH):
-            pass
+        # What is held now moves first; publishers keep adding meanwhile, so this part
+        # is bounded by the depth at its start (else a fast publisher could keep it going)
+        left = int(qs[hq].get("CURDEPTH", "0") or 0)
+        while left > 0 and (moved := await node.move_batch(hq, target, min(BATCH, left))):
+            left -= moved
         await node.mqsc(f"ALTER QLOCAL({hq}) PUT(DISABLED)")
         while await node.move_batch(hq, target, BATCH):
             pass

@@ -228,9 +228,12 @@ async def _run(args: argparse.Namespace, conns: Any, path: Path, journal: Any) -
     def save(j: Any) -> None:
         write_journal(path, j)
 
+    async def starting(step: str) -> None:
+        print(f"running: {step}", flush=True)
+
     journal, why = await run_move(
         journal, conns, save, drain_timeout=args.timeout,
-        on_step=lambda step: print(f"done: {step}", flush=True),
+        on_step=lambda step: print(f"done: {step}", flush=True), before_step=starting,
     )
     if why is not None:
         print(f"mqgw streams move: stopped: {why}; run the same command again to continue")
