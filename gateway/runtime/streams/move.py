@@ -290,17 +290,23 @@ class SocketNode:
         return parse_display(lines)
 
     async def in_transmission(self, q_name: str) -> int:
+        """Counted from the headers of the messages a browse sees, plus every message
+        of the queue's depth it cannot see: one a channel has got in a batch not yet
+        committed (or a put not yet committed) may be for ``q_name`` too."""
         qs = await self.queues()
         count = 0
         for name, attrs in qs.items():
-            if attrs.get("USAGE") != "XMITQ" or attrs.get("CURDEPTH", "0") == "0":
+            depth = int(attrs.get("CURDEPTH", "0") or 0)
+            if attrs.get("USAGE") != "XMITQ" or not depth:
                 continue
-            count += await self._count_for(name, q_name)
+            seen, matching = await self._count_for(name, q_name)
+            count += matching + max(0, depth - seen)
         return count
 
-    async def _count_for(self, xmitq: str, q_name: str) -> int:
+    async def _count_for(self, xmitq: str, q_name: str) -> tuple[int, int]:
+        """(messages browsed, those whose header names ``q_name``)."""
         h = await self.conn.open(xmitq, OpenOption.BROWSE)
-        count = 0
+        count = seen = 0
         try:
             browse = Browse.FIRST
             while True:
@@ -308,8 +314,9 @@ class SocketNode:
                     msg = await h.get(GetOptions(browse=browse))
                 except MQError as exc:
                     if exc.reason == Reason.NO_MSG_AVAILABLE:
-                        return count
+                        return seen, count
                     raise
+                seen += 1
                 browse = Browse.NEXT
                 if msg.md.format != FMT_XMIT_Q_HEADER:
                     continue

@@ -192,3 +192,23 @@ async def test_an_unfinished_move_is_continued_and_another_refused(
         out = capsys.readouterr().out
         assert "continuing the move" in out and "\ndone: hold:QMA\n" not in out
         assert "done: hold:QMB" in out
+
+
+async def test_a_message_a_channel_has_got_but_not_committed_counts_as_in_transmission(
+    tmp_path: Path,
+) -> None:
+    """A sender channel gets a batch under syncpoint: a browse no longer sees those
+    messages, yet they may be publications still on their way. The drain must wait."""
+    configs(tmp_path)
+    async with served(tmp_path, OWNER_A) as qms:
+        await put_route(qms["QMB"], [b"on its way"])  # QMB -> xmitq QMA
+        nodes = await connect_nodes({n: tmp_path / n / "qm" for n in qms})
+        try:
+            assert await nodes["QMB"].in_transmission(S) == 1
+            async with await qms["QMB"].connect() as channel:
+                h = await channel.open("QMA", OpenOption.INPUT_SHARED)
+                await h.get(GetOptions(syncpoint=True))  # the batch, not committed
+                assert await nodes["QMB"].in_transmission(S) == 1
+                await channel.backout()
+        finally:
+            await close_nodes(nodes)
