@@ -329,8 +329,27 @@ class SocketNode:
         finally:
             await h.close()
 
+    #: Seconds a batch waits for the holding queue to be free (see move_batch).
+    exclusive_wait: float = 15.0
+
     async def move_batch(self, source: str, target: str, limit: int) -> int:
-        src = await self.conn.open(source, OpenOption.INPUT_SHARED)
+        """Opened for exclusive input: a move killed in the middle of a batch leaves its
+        gets uncommitted until its queue manager has backed them out, and moving the
+        messages behind them meanwhile would put those first."""
+        deadline = time.monotonic() + self.exclusive_wait
+        while True:
+            try:
+                src = await self.conn.open(source, OpenOption.INPUT_EXCLUSIVE)
+                break
+            except MQError as exc:
+                if exc.reason != Reason.OBJECT_IN_USE:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise MoveError(
+                        f"{self.name}: {source} stays open for input elsewhere (another "
+                        "move running?)"
+                    ) from None
+                await asyncio.sleep(0.1)
         dst = await self.conn.open(target, OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT)
         moved = 0
         try:

@@ -16,7 +16,12 @@ from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Browse, GetOptions, MQError, OpenOption
 from gateway.runtime.cli import main
 from gateway.runtime.streams.move import close_nodes, connect_nodes, read_route, run_move
-from gateway.runtime.streams.move_plan import MoveJournal, read_journal, write_journal
+from gateway.runtime.streams.move_plan import (
+    MoveJournal,
+    read_journal,
+    record_done,
+    write_journal,
+)
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from gateway.wire.xqh import unwrap_from_xmitq
@@ -212,3 +217,39 @@ async def test_a_message_a_channel_has_got_but_not_committed_counts_as_in_transm
                 await channel.backout()
         finally:
             await close_nodes(nodes)
+
+
+async def test_a_batch_left_uncommitted_by_a_killed_move_is_moved_first(
+    tmp_path: Path,
+) -> None:
+    """A move killed inside a batch leaves its gets uncommitted until its connection is
+    cleaned up; the move run again must not move the held messages behind them first."""
+    cfgs = configs(tmp_path)
+    hold = "MQGW.MOVE.HOLD.PRICES"
+    async with served(tmp_path, OWNER_A) as qms:
+        nodes = await connect_nodes({n: tmp_path / n / "qm" for n in qms})
+        journal = MoveJournal(stream=S, route=ROUTE, from_q_mgr="QMA", to_q_mgr="QMB",
+                              nodes={n: str(c) for n, c in cfgs.items()})
+        for step in ("hold:QMA", "hold:QMB", "drain"):
+            journal = record_done(journal, step)
+        qms["QMB"].run_mqsc(f"DEFINE QLOCAL({hold})", stop_on_error=True)
+        async with await qms["QMB"].connect() as conn:
+            for i in range(6):
+                await conn.put1(hold, MQMD(persistence=1), b"%d" % i)
+        killed = await qms["QMB"].connect()  # the killed move's batch: 0..2 got
+        h = await killed.open(hold, OpenOption.INPUT_SHARED)
+        for _ in range(3):
+            await h.get(GetOptions(syncpoint=True))
+
+        async def clean_up() -> None:
+            await asyncio.sleep(0.3)
+            await killed.disconnect()  # what the server does at the EOF: backs out
+
+        try:
+            cleaner = asyncio.create_task(clean_up())
+            j, why = await run_move(journal, nodes, lambda _: None, poll=0)
+            await cleaner
+            assert why is None and j.complete
+        finally:
+            await close_nodes(nodes)
+        assert await bodies(qms["QMB"], S) == [b"%d" % i for i in range(6)]
