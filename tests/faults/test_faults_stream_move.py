@@ -6,10 +6,12 @@ once, and each publisher's publications arrived in the order published.
 The network (tests/support/stream_move.py): gateways QMA and QMB as ``mqgw run``
 processes, neighbours on PRICES, publishers putting to the route PRICES.PUB on both
 (MQPUT1 per publication, a put refused with 2051 put again), a subscriber on each node
-getting under syncpoint. Each trial moves the stream to the other node: the move
-command starts as a process of its own, and after a random 0-2.5 s one of QMA, QMB or
-the command itself is SIGKILLed (a killed node is started again); then the same move
-command runs again until it reports the move complete (the journal continues it).
+getting under syncpoint. A first, clean move is timed; then each trial moves the
+stream to the other node: the move command starts as a process of its own, and at a
+random point of that span (uniform from 0 to the clean move's duration, Python's
+start-up included) one of QMA, QMB or the command itself is SIGKILLed (a killed node
+is started again); then the same move command runs again until it reports the move
+complete (the journal continues it).
 After the last trial the publishers stop and every sent publication must arrive.
 
 Trials: each restarts a gateway or reruns a move (~3-6 s), so it runs a fifth of the
@@ -48,7 +50,6 @@ from tests.support.stream_move import (
 pytestmark = [pytest.mark.faults, pytest.mark.subprocess, pytest.mark.slow]
 
 MIN_TRIALS = 20
-KILL_AFTER = (0.0, 2.5)
 #: Bound of one trial: the kill, a restart, and the move run again to its end.
 TRIAL_TIMEOUT_S = 150.0
 #: Runs of the move command after a kill before the trial fails.
@@ -71,13 +72,19 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
         traffic.start()
         await until(lambda: all(len(p.sent) >= 10 for p in traffic.publishers.values()),
                     30, net, "publishers never got going")
+        # A clean move first: its duration is the span the kills are drawn from.
+        t0 = time.monotonic()
+        rc, out = await net.move(other(owner))
+        assert rc == 0, out
+        move_s = time.monotonic() - t0
+        owner = other(owner)
         for _ in range(count):
             async with asyncio.timeout(TRIAL_TIMEOUT_S):
                 to = other(owner)
                 victim = rng.choice([*NODES, "move command"])
                 proc = await net.spawn_move(to)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(proc.wait(), rng.uniform(*KILL_AFTER))
+                    await asyncio.wait_for(proc.wait(), rng.uniform(0.0, move_s))
                 if proc.returncode is not None:
                     finished_before_kill += 1
                 kills[victim] += 1
@@ -114,7 +121,8 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
     table = report(
         tmp_path / "fault-suite-stream-move.json",
         f"fault suite: {count} stream moves with a SIGKILL each",
-        ledger, count, seed=seed, kills=kills, finished_before_kill=finished_before_kill,
+        ledger, count, seed=seed, clean_move_s=round(move_s, 2), kills=kills,
+        finished_before_kill=finished_before_kill,
         move_runs_after_kills=reruns,
         refused_2051={p.name: p.refused for p in traffic.publishers.values()},
         uncertain_puts=len(traffic.uncertain()),
