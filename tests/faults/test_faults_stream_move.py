@@ -9,9 +9,9 @@ processes, neighbours on PRICES, publishers putting to the route PRICES.PUB on b
 getting under syncpoint. A first, clean move is timed; then each trial moves the
 stream to the other node: the move command starts as a process of its own, and at a
 random point of that span (uniform from 0 to the clean move's duration, Python's
-start-up included) one of QMA, QMB or the command itself is SIGKILLed (a killed node
-is started again); then the same move command runs again until it reports the move
-complete (the journal continues it).
+start-up included; a move that ends before its kill sets the span) one of QMA, QMB
+or the command itself is SIGKILLed (a killed node is started again); then the same
+move command runs again until it reports the move complete (the journal continues it).
 After the last trial the publishers stop and every sent publication must arrive.
 
 Trials: each restarts a gateway or reruns a move (~3-6 s), so it runs a fifth of the
@@ -83,10 +83,12 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
                 to = other(owner)
                 victim = rng.choice([*NODES, "move command"])
                 proc = await net.spawn_move(to)
+                spawned = time.monotonic()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), rng.uniform(0.0, move_s))
                 if proc.returncode is not None:
                     finished_before_kill += 1
+                    move_s = time.monotonic() - spawned  # moves got quicker: draw less
                 kills[victim] += 1
                 if victim == "move command":
                     with contextlib.suppress(ProcessLookupError):
