@@ -1,5 +1,6 @@
-"""``mqgw streams check [--fix] [--replay-dlq] [--write-config] [--json]`` and
-``mqgw migrate`` (its parser and command: :mod:`gateway.runtime.streams.migrate_cli`).
+"""``mqgw streams check [--fix] [--replay-dlq] [--write-config] [--json]``,
+``mqgw streams move`` (:mod:`gateway.runtime.streams.move_cli`) and ``mqgw migrate``
+(its parser and command: :mod:`gateway.runtime.streams.migrate_cli`).
 
 ``streams check`` opens the gateway's embedded queue manager itself, so it works with the
 gateway stopped. While the gateway runs, its data directory is locked (one process owns
@@ -21,6 +22,7 @@ from typing import Any
 
 from gateway.runtime.streams.cli_support import OK, PROBLEM, err, load
 from gateway.runtime.streams.migrate_cli import register_migrate
+from gateway.runtime.streams.move_cli import register_move
 
 __all__ = ["register"]
 
@@ -62,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "terminal (on a terminal it is always shown)",
     )
     p.set_defaults(func=run_check)
+    register_move(sub)
     register_migrate(subparsers)
 
 

@@ -1,0 +1,405 @@
+"""Carrying out ``mqgw streams move`` (the plan: :mod:`gateway.runtime.streams.move_plan`).
+
+Every step changes the nodes only with MQ's own administration (MQSC through each
+running queue manager's local socket) and MQ messages moved under syncpoint, and is
+idempotent: run again after a crash, it ends in the same state without moving a message
+twice. The journal records a step after it completed; :func:`run_move` runs the steps
+still to do and stops early (returning why) when a node is not reachable or the drain
+does not finish within its bound: run the move again to continue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from gateway.mq.port import Browse, Connection, GetOptions, MQError, OpenOption, PutOptions
+from gateway.runtime.streams.move_plan import (
+    MoveJournal,
+    RouteState,
+    next_step,
+    record_done,
+    release_target,
+    route_state,
+)
+from gateway.wire.errors import WireError
+from gateway.wire.formats import FMT_XMIT_Q_HEADER
+from gateway.wire.reasons import Reason
+from gateway.wire.xqh import unwrap_from_xmitq
+
+__all__ = [
+    "MoveError",
+    "MoveNode",
+    "SocketNode",
+    "close_nodes",
+    "connect_nodes",
+    "drained",
+    "parse_display",
+    "read_route",
+    "run_move",
+    "run_step",
+]
+
+#: Messages moved from the holding queue per unit of work.
+BATCH = 100
+
+
+class MoveError(Exception):
+    """A step cannot go on now (a node unreachable, an MQSC command refused)."""
+
+
+class MoveNode(Protocol):
+    """What a move needs of one node's queue manager."""
+
+    @property
+    def q_mgr(self) -> str: ...
+
+    async def mqsc(self, script: str) -> None:
+        """Run MQSC; MoveError naming the failed command when one fails."""
+
+    async def queues(self) -> dict[str, dict[str, str]]:
+        """Every queue's DISPLAY attributes (``TYPE``, ``TARGET``, ``CURDEPTH``, ...)."""
+
+    async def in_transmission(self, q_name: str) -> int:
+        """Messages on any transmission queue whose header names queue ``q_name``."""
+
+    async def move_batch(self, source: str, target: str, limit: int) -> int:
+        """Move up to ``limit`` messages from ``source`` to ``target`` in one unit of
+        work (context kept); how many moved (0: ``source`` is empty)."""
+
+
+# ---------------------------------------------------------------- the steps --------
+
+
+async def read_route(node: MoveNode, stream: str, route: str) -> RouteState:
+    """Whom ``node``'s route of ``stream`` names."""
+    qs = await node.queues()
+    alias = qs.get(route)
+    target = alias.get("TARGET") if alias and alias.get("TYPE") == "QALIAS" else None
+    remote = None
+    if target is not None:
+        t = qs.get(target)
+        if t is not None and t.get("TYPE") == "QREMOTE":
+            remote = (t.get("RNAME", ""), t.get("RQMNAME", ""))
+    return route_state(node.q_mgr, stream, route, target, remote)
+
+
+async def hold(node: MoveNode, journal: MoveJournal) -> None:
+    """New publications routed on ``node`` wait in its holding queue, which may hold as
+    many as the stream queue (its MAXDEPTH)."""
+    qs = await node.queues()
+    hq = journal.hold_queue
+    depth = qs.get(journal.stream, {}).get("MAXDEPTH", "")
+    maxdepth = f" MAXDEPTH({depth})" if depth.isdigit() else ""
+    script = []
+    if hq not in qs:  # never REPLACE: it may hold publications of an interrupted run
+        script.append(
+            f"DEFINE QLOCAL({hq}) DEFPSIST(YES){maxdepth} DESCR('held by mqgw streams "
+            f"move {journal.stream}')"
+        )
+    script.append(f"ALTER QLOCAL({hq}) PUT(ENABLED) GET(ENABLED){maxdepth}")
+    script.append(f"ALTER QALIAS({journal.route}) TARGET({hq})")
+    await node.mqsc("\n".join(script))
+
+
+async def drained(nodes: Mapping[str, MoveNode], journal: MoveJournal) -> str | None:
+    """None when everything routed before the hold has been taken by its broker and
+    forwarded; else what still waits. Looked at in the order a publication travels
+    (other nodes' transmission queues, the old owner's stream queue, its transmission
+    queues, then every stream queue and every transmission queue, once per node), so a
+    message moving on between two looks is seen at a later one."""
+    stream, old = journal.stream, journal.from_q_mgr
+    order = [n for n in nodes if n != old]
+    for name in order:
+        if n := await nodes[name].in_transmission(stream):
+            return f"{n} message(s) for {stream} on {name}'s transmission queues"
+    depth = await _depth(nodes[old], stream)
+    if depth:
+        return f"{depth} publication(s) on {old}'s {stream}"
+    if n := await nodes[old].in_transmission(stream):
+        return f"{n} message(s) for {stream} on {old}'s transmission queues"
+    # Forwarded publications may cross several nodes (a hierarchy): one round per hop.
+    for _ in range(len(nodes)):
+        for name, node in nodes.items():
+            if depth := await _depth(node, stream):
+                return f"{depth} publication(s) on {name}'s {stream}"
+        for name, node in nodes.items():
+            if n := await node.in_transmission(stream):
+                return f"{n} message(s) for {stream} on {name}'s transmission queues"
+    return None
+
+
+async def _depth(node: MoveNode, q_name: str) -> int:
+    q = (await node.queues()).get(q_name)
+    if q is None:
+        raise MoveError(f"{node.q_mgr} has no queue {q_name}")
+    return int(q.get("CURDEPTH", "0") or 0)
+
+
+async def release(node: MoveNode, journal: MoveJournal) -> None:
+    """The held publications go to the new owner in their order, then the route.
+
+    Most of them move while the route still holds (nothing refused); then the holding
+    queue is put-inhibited for the moment the last ones move and the route changes, so
+    no publication put meanwhile can overtake a held one (publishers see MQRC 2051
+    PUT_INHIBITED meanwhile and put again)."""
+    target = release_target(journal, node.q_mgr)
+    hq = journal.hold_queue
+    if target != journal.stream:
+        await node.mqsc(
+            f"DEFINE QREMOTE({target}) RNAME({journal.stream}) RQMNAME({journal.to_q_mgr}) "
+            f"DEFPSIST(YES) REPLACE"
+        )
+    qs = await node.queues()
+    if hq in qs:
+        # What is held now moves first; publishers keep adding meanwhile, so this part
+        # is bounded by the depth at its start (else a fast publisher could keep it going)
+        left = int(qs[hq].get("CURDEPTH", "0") or 0)
+        while left > 0 and (moved := await node.move_batch(hq, target, min(BATCH, left))):
+            left -= moved
+        await node.mqsc(f"ALTER QLOCAL({hq}) PUT(DISABLED)")
+        while await node.move_batch(hq, target, BATCH):
+            pass
+    await node.mqsc(f"ALTER QALIAS({journal.route}) TARGET({target})")
+    if hq in qs:
+        # Left in place (put-inhibited) while a publisher still has it open.
+        with contextlib.suppress(MoveError):
+            await node.mqsc(f"DELETE QLOCAL({hq}) NOPURGE")
+
+
+async def run_step(
+    step: str,
+    nodes: Mapping[str, MoveNode],
+    journal: MoveJournal,
+    *,
+    drain_timeout: float = 60.0,
+    poll: float = 0.2,
+) -> str | None:
+    """Carry out ``step``; None when done, else why it must wait (run again)."""
+    kind, _, q_mgr = step.partition(":")
+    if kind == "hold":
+        await hold(_node(nodes, q_mgr), journal)
+        return None
+    if kind == "drain":
+        deadline = time.monotonic() + drain_timeout
+        while (why := await drained(nodes, journal)) is not None:
+            if time.monotonic() >= deadline:
+                return f"not drained after {drain_timeout:g} s: {why}"
+            await asyncio.sleep(poll)
+        return None
+    if kind == "release":
+        await release(_node(nodes, q_mgr), journal)
+        return None
+    if kind == "finish":
+        return None
+    raise MoveError(f"unknown step {step!r} in the journal")
+
+
+def _node(nodes: Mapping[str, MoveNode], q_mgr: str) -> MoveNode:
+    try:
+        return nodes[q_mgr]
+    except KeyError:
+        raise MoveError(f"node {q_mgr} is not reachable") from None
+
+
+async def run_move(
+    journal: MoveJournal,
+    nodes: Mapping[str, MoveNode],
+    save: Callable[[MoveJournal], None],
+    *,
+    drain_timeout: float = 60.0,
+    poll: float = 0.2,
+    on_step: Callable[[str], None] | None = None,
+    before_step: Callable[[str], Awaitable[None]] | None = None,
+) -> tuple[MoveJournal, str | None]:
+    """Run the steps still to do, saving the journal after each; (journal, None) when
+    the move is complete, else (journal, why it stopped)."""
+    while (step := next_step(journal)) is not None:
+        if before_step is not None:
+            await before_step(step)
+        try:
+            why = await run_step(step, nodes, journal, drain_timeout=drain_timeout, poll=poll)
+        except (MoveError, MQError, OSError) as exc:  # a node went away mid-step
+            why = f"{step}: {exc}"
+        if why is not None:
+            journal = journal.model_copy(update={"waiting": why})
+            save(journal)
+            return journal, why
+        journal = record_done(journal, step)
+        save(journal)
+        if on_step is not None:
+            on_step(step)
+    return journal, None
+
+
+# ------------------------------------------------------- a node over its socket ----
+
+
+_ATTR = re.compile(r"([A-Z][A-Z0-9]*)\(([^()]*(?:\([^()]*\)[^()]*)*)\)")
+
+
+def parse_display(lines: list[str]) -> dict[str, dict[str, str]]:
+    """``DISPLAY QUEUE(*) ALL`` output: queue name -> attributes."""
+    out: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in lines:
+        if line.startswith("AMQ8409I"):
+            current = None
+            continue
+        for key, value in _ATTR.findall(line):
+            if key == "QUEUE":
+                current = out.setdefault(value, {})
+            elif current is not None:
+                current[key] = value.strip("'")
+    return out
+
+
+@dataclass
+class SocketNode:
+    """A running node reached through its queue manager's local socket."""
+
+    name: str
+    conn: Connection
+
+    @property
+    def q_mgr(self) -> str:
+        return self.name
+
+    async def mqsc(self, script: str) -> None:
+        mqsc = getattr(self.conn, "mqsc", None)
+        if mqsc is None:
+            raise MoveError(f"{self.name}: this connection cannot run MQSC")
+        _, results = await mqsc(script)
+        for r in results:
+            if not r.get("ok"):
+                raise MoveError(
+                    f"{self.name}: {r.get('text', '?')}: " + " ".join(r.get("lines", []))
+                )
+
+    async def queues(self) -> dict[str, dict[str, str]]:
+        _, results = await self.conn.mqsc("DISPLAY QUEUE(*) ALL")  # type: ignore[attr-defined]
+        lines: list[str] = []
+        for r in results:
+            lines.extend(r.get("lines", []))
+        return parse_display(lines)
+
+    async def in_transmission(self, q_name: str) -> int:
+        """Counted from the headers of the messages a browse sees, plus every message
+        of the queue's depth it cannot see: one a channel has got in a batch not yet
+        committed (or a put not yet committed) may be for ``q_name`` too."""
+        qs = await self.queues()
+        count = 0
+        for name, attrs in qs.items():
+            depth = int(attrs.get("CURDEPTH", "0") or 0)
+            if attrs.get("USAGE") != "XMITQ" or not depth:
+                continue
+            seen, matching = await self._count_for(name, q_name)
+            count += matching + max(0, depth - seen)
+        return count
+
+    async def _count_for(self, xmitq: str, q_name: str) -> tuple[int, int]:
+        """(messages browsed, those whose header names ``q_name``)."""
+        h = await self.conn.open(xmitq, OpenOption.BROWSE)
+        count = seen = 0
+        try:
+            browse = Browse.FIRST
+            while True:
+                try:
+                    msg = await h.get(GetOptions(browse=browse))
+                except MQError as exc:
+                    if exc.reason == Reason.NO_MSG_AVAILABLE:
+                        return seen, count
+                    raise
+                seen += 1
+                browse = Browse.NEXT
+                if msg.md.format != FMT_XMIT_Q_HEADER:
+                    continue
+                try:
+                    x = unwrap_from_xmitq(msg.md, msg.body)
+                except WireError:
+                    continue
+                if x.remote_q_name == q_name:
+                    count += 1
+        finally:
+            await h.close()
+
+    #: Seconds a batch waits for the holding queue to be free (see move_batch).
+    exclusive_wait: float = 15.0
+
+    async def move_batch(self, source: str, target: str, limit: int) -> int:
+        """Opened for exclusive input: a move killed in the middle of a batch leaves its
+        gets uncommitted until its queue manager has backed them out, and moving the
+        messages behind them meanwhile would put those first."""
+        deadline = time.monotonic() + self.exclusive_wait
+        while True:
+            try:
+                src = await self.conn.open(source, OpenOption.INPUT_EXCLUSIVE)
+                break
+            except MQError as exc:
+                if exc.reason != Reason.OBJECT_IN_USE:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise MoveError(
+                        f"{self.name}: {source} stays open for input elsewhere (another "
+                        "move running?)"
+                    ) from None
+                await asyncio.sleep(0.1)
+        dst = await self.conn.open(target, OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT)
+        moved = 0
+        try:
+            while moved < limit:
+                try:
+                    msg = await src.get(GetOptions(syncpoint=True))
+                except MQError as exc:
+                    if exc.reason == Reason.NO_MSG_AVAILABLE:
+                        break
+                    raise
+                await dst.put(msg.md, msg.body, PutOptions(syncpoint=True, set_all_context=True))
+                moved += 1
+            await self.conn.commit()
+        except BaseException:
+            with contextlib.suppress(MQError):
+                await self.conn.backout()
+            raise
+        finally:
+            for h in (src, dst):
+                with contextlib.suppress(MQError):
+                    await h.close()
+        return moved
+
+
+async def connect_nodes(data_dirs: Mapping[str, Path]) -> dict[str, SocketNode]:
+    """Connect to every running node; MoveError naming the ones that do not answer."""
+    from gateway.mq.embedded.client import connect_local
+
+    nodes: dict[str, SocketNode] = {}
+    missing: list[str] = []
+    for name, d in data_dirs.items():
+        try:
+            conn = await connect_local(d, appl_name="mqgw streams move")
+        except MQError as exc:
+            missing.append(f"{name} ({exc})")
+            continue
+        if conn.q_mgr_name != name:
+            await conn.disconnect()
+            raise MoveError(f"{d} serves queue manager {conn.q_mgr_name}, not {name}")
+        nodes[name] = SocketNode(name, conn)
+    if missing:
+        await close_nodes(nodes)
+        raise MoveError(
+            "not running (a move needs every node's gateway running): " + ", ".join(missing)
+        )
+    return nodes
+
+
+async def close_nodes(nodes: Mapping[str, SocketNode]) -> None:
+    for node in nodes.values():
+        with contextlib.suppress(MQError):
+            await node.conn.disconnect()
+

@@ -1,0 +1,281 @@
+"""``mqgw streams move STREAM --to QM --node CONFIG ...``: give a stream another owner
+under load (docs/scaling.md, "Moving a stream"), and ``--status``.
+
+Exit status: 0 the move is complete (or there was nothing to move), 1 it stopped
+unfinished (a node not running, the drain not finished in ``--timeout``; the journal
+keeps its place: run the same command again), 2 usage, configuration or a refused
+change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.runtime.streams.cli_support import OK, PROBLEM, err, load
+
+__all__ = ["register_move"]
+
+HELP = """\
+Move STREAM's ownership to the node whose queue manager is QM, while publishers keep
+publishing: nothing lost, nothing twice, each publisher's order kept.
+
+Every node (one --node per gateway configuration, all running) services STREAM on its
+stream queue and shares it with the others as neighbours; publishers put to the
+stream's publishing route, QALIAS(ROUTE), on any node: TARGET(STREAM) on the owner,
+elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
+
+  hold:QM     on every node, ROUTE is pointed at a local holding queue
+              (MQGW.MOVE.HOLD.<stream>): new publications wait there, none is refused
+  drain       waits until everything published before the hold is taken and forwarded
+              (no transmission queue holds a message for STREAM, every node's STREAM is
+              empty); --timeout bounds the wait, the next run waits again
+  release:QM  the new owner first, then every other node: the held publications go, in
+              their order, to the new owner's STREAM, then ROUTE names it there (a
+              QREMOTE <ROUTE>.<QM> is defined on the other nodes). For the moment the
+              last held ones move, the holding queue is put-inhibited: a publisher
+              putting then gets MQRC 2051 and puts again
+  finish
+
+Each step is idempotent and recorded in a journal (--journal) once done: after a crash
+of the command or of a node, run the same command again and it continues where it
+stopped. --status shows the journal and every node's route.
+"""
+
+
+def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "move",
+        help="move a stream's ownership to another node, under load, crash-safe",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("stream", metavar="STREAM")
+    p.add_argument("--to", metavar="QM", help="the new owner's queue manager (not with "
+                   "--status)")
+    p.add_argument(
+        "--node",
+        dest="nodes",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="CONFIG",
+        required=True,
+        help="a node's gateway YAML; give every node of the network, the new owner too",
+    )
+    p.add_argument("--route", help="the publishing route's QALIAS (default STREAM.PUB)")
+    p.add_argument(
+        "--journal",
+        type=Path,
+        help="the move's journal (default move-STREAM.json beside the new owner's "
+        "configuration; the same file must be given to every run of one move)",
+    )
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds the drain may wait in this run (default 60)")
+    p.add_argument("--status", action="store_true", help="show the move's journal and "
+                   "each node's route; change nothing")
+    p.set_defaults(func=run_move_command)
+
+
+def _err(text: str) -> int:
+    return err("streams move", text)
+
+
+def _nodes(paths: list[Path]) -> dict[str, tuple[Path, Path]] | str:
+    """queue manager -> (configuration, data directory), or an error text."""
+    from gateway.runtime.config import EmbeddedQueueManagerConfig
+
+    out: dict[str, tuple[Path, Path]] = {}
+    for path in paths:
+        loaded = load(path)
+        if isinstance(loaded, str):
+            return loaded
+        qmc = loaded.gateway.queue_manager
+        if not isinstance(qmc, EmbeddedQueueManagerConfig):
+            return f"{path}: a move works on embedded queue managers only"
+        if qmc.name in out:
+            return f"{path}: queue manager {qmc.name} is given twice"
+        out[qmc.name] = (path.resolve(), loaded.path(qmc.data_dir))
+    return out
+
+
+def run_move_command(args: argparse.Namespace) -> int:
+    from gateway.runtime.streams.move_plan import journal_path, read_journal
+
+    nodes = _nodes(args.nodes)
+    if isinstance(nodes, str):
+        return _err(nodes)
+    if len(nodes) < 2 and not args.status:
+        return _err("give every node with --node (at least the old and the new owner)")
+    route = args.route or f"{args.stream}.PUB"
+    if args.journal is not None:
+        path = args.journal
+    elif args.to and args.to in nodes:
+        path = journal_path(nodes[args.to][0].parent, args.stream)
+    else:
+        return _err(
+            "give --journal, or --to QM naming one of the --node queue managers "
+            f"({', '.join(nodes)})"
+        )
+    try:
+        journal = read_journal(path)
+    except ValueError as exc:
+        return _err(str(exc))
+    if args.status:
+        return asyncio.run(_status(args, nodes, route, path, journal))
+    if not args.to:
+        return _err("give --to QM (the new owner)")
+    if journal is not None and not journal.complete:
+        if (journal.stream, journal.to_q_mgr) != (args.stream, args.to):
+            return _err(
+                f"{path} records an unfinished move of {journal.stream} to "
+                f"{journal.to_q_mgr}: finish it first (run it again)"
+            )
+        if set(journal.nodes) != set(nodes):
+            return _err(
+                f"{path} records the nodes {', '.join(journal.nodes)}; give the same "
+                "--node configurations"
+            )
+        print(f"continuing the move of {journal.stream} from {journal.from_q_mgr} to "
+              f"{journal.to_q_mgr} (done: {', '.join(journal.done) or 'nothing'})")
+        return asyncio.run(_continue(args, nodes, path, journal))
+    return asyncio.run(_start(args, nodes, route, path))
+
+
+async def _connect(nodes: dict[str, tuple[Path, Path]]) -> Any:
+    from gateway.runtime.streams.move import MoveError, connect_nodes
+
+    try:
+        return await connect_nodes({q: d for q, (_, d) in nodes.items()})
+    except MoveError as exc:
+        return str(exc)
+
+
+async def _start(
+    args: argparse.Namespace, nodes: dict[str, tuple[Path, Path]], route: str, path: Path
+) -> int:
+    from gateway.runtime.streams.move import close_nodes, read_route
+    from gateway.runtime.streams.move_plan import MoveJournal, write_journal
+
+    conns = await _connect(nodes)
+    if isinstance(conns, str):
+        print(f"mqgw streams move: {conns}")
+        return PROBLEM
+    try:
+        if args.to not in nodes:
+            return _err(f"--to {args.to} is not one of the nodes ({', '.join(nodes)})")
+        owners: dict[str, list[str]] = {}
+        for name, node in conns.items():
+            state = await read_route(node, args.stream, route)
+            if state.problem:
+                return _err(state.problem)
+            if state.held:
+                return _err(
+                    f"{name}'s route {route} holds {args.stream}'s publications but no "
+                    f"unfinished move is recorded in {path}: give the journal of that move"
+                )
+            if args.stream not in await node.queues():
+                return _err(f"{name} has no stream queue {args.stream}: every node must "
+                            "service the stream (`mqgw streams check --fix`)")
+            owners.setdefault(state.owner, []).append(name)
+        if len(owners) != 1:
+            detail = "; ".join(f"{o} by {', '.join(n)}" for o, n in sorted(owners.items()))
+            return _err(f"the nodes disagree on {args.stream}'s owner ({detail}): "
+                        f"correct the routes ({route}) first")
+        (old,) = owners
+        if old == args.to:
+            print(f"{args.stream} is owned by {old} already: nothing to move")
+            return OK
+        if old not in nodes:
+            return _err(f"{args.stream}'s owner {old} is not one of the nodes: give its "
+                        "configuration with --node")
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        journal = MoveJournal(
+            stream=args.stream, route=route, from_q_mgr=old, to_q_mgr=args.to,
+            nodes={q: str(c) for q, (c, _) in nodes.items()}, started=now, updated=now,
+        )
+        write_journal(path, journal)
+        print(f"moving {args.stream} from {old} to {args.to} (journal {path})")
+        return await _run(args, conns, path, journal)
+    finally:
+        await close_nodes(conns)
+
+
+async def _continue(
+    args: argparse.Namespace, nodes: dict[str, tuple[Path, Path]], path: Path, journal: Any
+) -> int:
+    from gateway.runtime.streams.move import close_nodes
+    from gateway.runtime.streams.move_plan import write_journal
+
+    conns = await _connect(nodes)
+    if isinstance(conns, str):
+        write_journal(path, journal.model_copy(update={"waiting": conns}))
+        print(f"mqgw streams move: {conns}; run again when they are")
+        return PROBLEM
+    try:
+        return await _run(args, conns, path, journal)
+    finally:
+        await close_nodes(conns)
+
+
+async def _run(args: argparse.Namespace, conns: Any, path: Path, journal: Any) -> int:
+    from gateway.runtime.streams.move import run_move
+    from gateway.runtime.streams.move_plan import write_journal
+
+    def save(j: Any) -> None:
+        write_journal(path, j)
+
+    async def starting(step: str) -> None:
+        print(f"running: {step}", flush=True)
+
+    journal, why = await run_move(
+        journal, conns, save, drain_timeout=args.timeout,
+        on_step=lambda step: print(f"done: {step}", flush=True), before_step=starting,
+    )
+    if why is not None:
+        print(f"mqgw streams move: stopped: {why}; run the same command again to continue")
+        return PROBLEM
+    print(f"{journal.stream} is now owned by {journal.to_q_mgr}")
+    return OK
+
+
+async def _status(
+    args: argparse.Namespace,
+    nodes: dict[str, tuple[Path, Path]],
+    route: str,
+    path: Path,
+    journal: Any,
+) -> int:
+    from gateway.mq.embedded.client import connect_local
+    from gateway.mq.port import MQError
+    from gateway.runtime.streams.move import SocketNode, read_route
+    from gateway.runtime.streams.move_plan import next_step
+
+    if journal is None:
+        print(f"no move of {args.stream} recorded in {path}")
+    else:
+        route = journal.route
+        nxt = next_step(journal)
+        print(f"move of {journal.stream} from {journal.from_q_mgr} to {journal.to_q_mgr}: "
+              + ("complete" if nxt is None else f"next step {nxt}"))
+        print(f"  started {journal.started}, updated {journal.updated}")
+        print(f"  done: {', '.join(journal.done) or 'nothing'}")
+        if journal.waiting:
+            print(f"  stopped: {journal.waiting}")
+    for name, (_, data_dir) in nodes.items():
+        try:
+            conn = await connect_local(data_dir, appl_name="mqgw streams move")
+        except MQError as exc:
+            print(f"  {name}: not reachable ({exc})")
+            continue
+        try:
+            state = await read_route(SocketNode(name, conn), args.stream, route)
+        finally:
+            await conn.disconnect()
+        said = state.problem or ("holding new publications" if state.held
+                                 else f"routes to {state.owner}")
+        print(f"  {name}: {route} {said}")
+    return OK if journal is None or journal.complete else PROBLEM

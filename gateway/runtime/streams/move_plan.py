@@ -1,0 +1,212 @@
+"""The plan of ``mqgw streams move STREAM --to QM``: its durable journal and, from it,
+the next step. Pure (no I/O): :mod:`gateway.runtime.streams.move` carries the steps out.
+
+Why a journal of completed steps: a move may be stopped at any point (SIGKILL of the
+command or of a node) and must continue where it stopped when run again. Every step is
+idempotent, so a step that ran but was not recorded runs again harmlessly; the journal
+only says which steps are certainly done, and the plan is a fixed sequence of steps
+decided when the move starts:
+
+1. ``hold:<QM>`` for every node: the stream's publishing route (``QALIAS(route)``) is
+   pointed at a local holding queue, so new publications wait there (MQ keeps them;
+   nothing is refused).
+2. ``drain``: wait until nothing routed before the hold is anywhere but delivered: no
+   transmission queue of any node holds a message for the stream's queue, every node's
+   stream queue is empty (committed), in causal order (see ``move.drained``).
+3. ``release:<QM>``, the new owner first: the held publications go to the new owner's
+   stream queue (in their order), then the route is pointed there.
+4. ``finish``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = [
+    "HOLD",
+    "JOURNAL_VERSION",
+    "MoveJournal",
+    "RouteState",
+    "hold_queue_name",
+    "journal_path",
+    "next_step",
+    "plan_steps",
+    "read_journal",
+    "record_done",
+    "release_target",
+    "remote_def_name",
+    "route_state",
+    "write_journal",
+]
+
+JOURNAL_VERSION = 1
+#: Prefix of the holding queue a move defines on every node (one per stream).
+HOLD = "MQGW.MOVE.HOLD."
+_MAX_NAME = 48
+
+
+class MoveJournal(BaseModel):
+    """A move in progress or done (JSON boundary, ``move-<stream>.json``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = JOURNAL_VERSION
+    stream: str
+    #: the QALIAS publishers put to, on every node
+    route: str
+    from_q_mgr: str
+    to_q_mgr: str
+    #: every node's queue manager, in the order given (the configuration file of each)
+    nodes: dict[str, str]
+    #: steps certainly done, in order
+    done: list[str] = []
+    started: str = ""
+    updated: str = ""
+    #: the last reason the move stopped unfinished (for ``--status``)
+    waiting: str = ""
+
+    @property
+    def hold_queue(self) -> str:
+        return hold_queue_name(self.stream)
+
+    @property
+    def complete(self) -> bool:
+        return next_step(self) is None
+
+
+def _fit(name: str, prefix: str) -> str:
+    """``prefix + name`` when it is a valid MQ name length, else a hashed stand-in."""
+    if len(prefix) + len(name) <= _MAX_NAME:
+        return prefix + name
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16].upper()
+    return prefix + digest
+
+
+def hold_queue_name(stream: str) -> str:
+    """The local queue that holds ``stream``'s new publications during a move."""
+    return _fit(stream, HOLD)
+
+
+def remote_def_name(route: str, q_mgr: str) -> str:
+    """The QREMOTE a non-owner's route aliases to: ``<route>.<owner QM>``."""
+    name = f"{route}.{q_mgr}"
+    return name if len(name) <= _MAX_NAME else _fit(name, "MQGW.ROUTE.")
+
+
+def plan_steps(journal: MoveJournal) -> list[str]:
+    """Every step of the move, in order."""
+    others = [n for n in journal.nodes if n != journal.to_q_mgr]
+    return (
+        [f"hold:{n}" for n in journal.nodes]
+        + ["drain"]
+        + [f"release:{journal.to_q_mgr}"]
+        + [f"release:{n}" for n in others]
+        + ["finish"]
+    )
+
+
+def next_step(journal: MoveJournal) -> str | None:
+    """The first step not certainly done (None: the move is complete)."""
+    done = set(journal.done)
+    for step in plan_steps(journal):
+        if step not in done:
+            return step
+    return None
+
+
+def record_done(journal: MoveJournal, step: str, now: datetime | None = None) -> MoveJournal:
+    """The journal with ``step`` recorded as done; only the next step may be recorded
+    (ValueError otherwise: a step out of order would skip a barrier)."""
+    expected = next_step(journal)
+    if step != expected:
+        raise ValueError(f"step {step!r} recorded out of order (next is {expected!r})")
+    stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+    return journal.model_copy(update={"done": [*journal.done, step], "updated": stamp,
+                                      "waiting": ""})
+
+
+def release_target(journal: MoveJournal, q_mgr: str) -> str:
+    """What the route on ``q_mgr`` names once released: the stream queue itself on the
+    new owner, elsewhere the remote definition of it at the new owner."""
+    if q_mgr == journal.to_q_mgr:
+        return journal.stream
+    return remote_def_name(journal.route, journal.to_q_mgr)
+
+
+class RouteState(BaseModel):
+    """What one node's route says (read from its definitions)."""
+
+    q_mgr: str
+    #: the queue manager that owns the stream by this node's route; "" when held or unknown
+    owner: str = ""
+    held: bool = False
+    problem: str = ""
+
+
+def route_state(
+    q_mgr: str,
+    stream: str,
+    route: str,
+    alias_target: str | None,
+    remote: tuple[str, str] | None,
+) -> RouteState:
+    """Decide whom ``q_mgr``'s route names. ``alias_target``: TARGET of ``QALIAS(route)``
+    (None: no such alias); ``remote``: (RNAME, RQMNAME) of that target when it is a
+    QREMOTE (None otherwise)."""
+    if alias_target is None:
+        return RouteState(q_mgr=q_mgr, problem=f"no QALIAS({route}) on {q_mgr}")
+    if alias_target == stream:
+        return RouteState(q_mgr=q_mgr, owner=q_mgr)
+    if alias_target == hold_queue_name(stream):
+        return RouteState(q_mgr=q_mgr, held=True)
+    if remote is not None and remote[0] == stream and remote[1]:
+        return RouteState(q_mgr=q_mgr, owner=remote[1])
+    return RouteState(
+        q_mgr=q_mgr,
+        problem=f"QALIAS({route}) on {q_mgr} names {alias_target}, which is neither "
+        f"{stream} nor a QREMOTE with RNAME({stream})",
+    )
+
+
+# ------------------------------------------------------------------ the file -------
+
+
+def journal_path(directory: Path, stream: str) -> Path:
+    """Where the journal of a move of ``stream`` lives in ``directory``."""
+    return directory / f"move-{stream}.json"
+
+
+def read_journal(path: Path) -> MoveJournal | None:
+    """The journal at ``path``; None when there is none. ValueError when unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return MoveJournal.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as exc:
+        raise ValueError(f"{path} is not a move journal: {exc}") from None
+
+
+def write_journal(path: Path, journal: MoveJournal) -> None:
+    """Write atomically and durably (a crash leaves the old journal or the new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(journal.model_dump_json(indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
