@@ -23,7 +23,9 @@ import contextlib
 import io
 import json
 import shutil
+import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from gateway.devstack import KafkaBroker, MosquittoBroker
+from gateway.devstack import KafkaBroker, MosquittoBroker, console_tool_command
 from gateway.devstack.ports import free_ports
 from gateway.mq.embedded.client import connect_local
 from gateway.mq.port import GetOptions, MQError, OpenOption
@@ -40,7 +42,6 @@ from gateway.wire.constants import MsgType
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from tests.support.gateway_process import ChildProcess, mqgw_argv
-from tests.support.kafka_console import console_records
 from tests.support.pubsub_messages import (
     CONTROL,
     decode,
@@ -65,6 +66,7 @@ PER_PUBLISHER = 25
 SETTLE_S = 90.0
 #: How long "nothing more arrives" waits for a late duplicate.
 QUIET_S = 2.0
+PROBE_PREFIX = "scale-out-probe/"
 
 
 class Node(ChildProcess):
@@ -225,15 +227,15 @@ async def subscriber_payloads(node: Node, count: int, timeout: float) -> list[by
 # ------------------------------------------------------------- outside clients -----
 
 
-async def mosquitto_sub(mqtt: MosquittoBroker, topics: list[str], count: int,
+async def mosquitto_sub(mqtt: MosquittoBroker, topics: list[str],
                         ) -> asyncio.subprocess.Process:
-    """``mosquitto_sub`` printing ``topic|payload`` for up to ``count`` messages,
-    returned once it is subscribed (a probe publication came back)."""
-    probe = f"scale-out-probe/{uuid.uuid4().hex}"
+    """``mosquitto_sub`` printing ``topic|payload`` per message, returned once it is
+    subscribed (a probe publication came back)."""
+    probe = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
     args = [a for t in [*topics, probe] for a in ("-t", t)]
     proc = await asyncio.create_subprocess_exec(
         "mosquitto_sub", "-h", mqtt.host, "-p", str(mqtt.port), "-V", "5", "-q", "1",
-        *args, "-F", "%t|%p", "-C", str(count + 1), stdout=asyncio.subprocess.PIPE)
+        *args, "-F", "%t|%p", stdout=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     async with asyncio.timeout(30):
         while True:
@@ -251,19 +253,50 @@ async def mosquitto_sub(mqtt: MosquittoBroker, topics: list[str], count: int,
 
 async def mqtt_lines(proc: asyncio.subprocess.Process, count: int, timeout: float,
                      ) -> list[str]:
+    """``count`` lines within ``timeout``, and whatever else comes within QUIET_S after
+    them (a duplicate would); then ``mosquitto_sub`` is stopped."""
     assert proc.stdout is not None
     out: list[str] = []
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            while len(out) < count:
-                line = await proc.stdout.readline()
-                if not line:
-                    break
-                out.append(line.decode().rstrip("\n"))
+    deadline = time.monotonic() + timeout
+    while True:
+        wait = QUIET_S if len(out) >= count else deadline - time.monotonic()
+        if wait <= 0:
+            break
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), wait)
+        except TimeoutError:
+            break
+        if not line:
+            break
+        if not line.startswith(PROBE_PREFIX.encode()):  # a late copy of the probe
+            out.append(line.decode().rstrip("\n"))
     if proc.returncode is None:
         proc.kill()
     await proc.wait()
     return out
+
+
+def kafka_acknowledged(env: dict[str, str], name: str) -> float:
+    """``mqgw_messages_out_total`` of ``name``'s kafka sink (its /metrics)."""
+    url = f"http://127.0.0.1:{env[f'MQGW_{name}_METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("mqgw_messages_out_total{") and 'plugin="kafka"' in line)
+
+
+def kafka_records(bootstrap: str, topic: str) -> list[tuple[str, str]]:
+    """(key, value) of every record of ``topic``, read by Kafka's console consumer from
+    the beginning until nothing more comes for 10 s (a late duplicate would)."""
+    proc = subprocess.run(
+        console_tool_command(
+            "kafka-console-consumer", "--bootstrap-server", bootstrap, "--topic", topic,
+            "--from-beginning", "--timeout-ms", "10000",
+            "--formatter-property", "print.key=true",
+            "--formatter-property", "key.separator=|"),
+        capture_output=True, timeout=120, check=False)
+    lines = proc.stdout.decode(errors="replace").splitlines()
+    return [(k, v) for k, _, v in (ln.partition("|") for ln in lines if ln)]
 
 
 def in_order_once(received: list[bytes], sent: dict[str, list[bytes]]) -> list[str]:
@@ -319,7 +352,7 @@ async def test_two_node_example_routes_to_owners_and_serves_both_nodes(
                     f"{run} {stream} {at} {i:04d}".encode() for i in range(PER_PUBLISHER)]
         total = 2 * 2 * PER_PUBLISHER
         mqtt_proc = await mosquitto_sub(
-            mqtt_broker, [f"scale-out/{s}/{topic}" for s in NODES.values()], total)
+            mqtt_broker, [f"scale-out/{s}/{topic}" for s in NODES.values()])
 
         # Every publisher at both nodes at once: 4 publishers, 2 per stream.
         await asyncio.gather(*(
@@ -345,12 +378,17 @@ async def test_two_node_example_routes_to_owners_and_serves_both_nodes(
             assert not problems, f"mosquitto_sub, {stream}: {problems}\n{logs(nodes)}"
         assert len(lines) == total, lines[total:]
 
-        # The owners' Kafka sinks (records keyed by the topic within the stream).
-        for stream in NODES.values():
-            records = await asyncio.to_thread(
-                console_records, kafka_broker.bootstrap, f"scale-out.{stream}",
-                10_000, 20.0)
-            got = [r.value.encode() for r in records if r.key == topic]
+        # The owners' Kafka sinks (records keyed by the topic within the stream), read
+        # once each owner's /metrics counts them acknowledged by Kafka.
+        await until(lambda: all(kafka_acknowledged(env, name) >= 2 * PER_PUBLISHER
+                                for name in nodes),
+                    "the owners' Kafka sinks never had everything acknowledged", nodes)
+        streams = list(NODES.values())
+        all_records = await asyncio.gather(*(
+            asyncio.to_thread(kafka_records, kafka_broker.bootstrap, f"scale-out.{stream}")
+            for stream in streams))
+        for stream, records in zip(streams, all_records, strict=True):
+            got = [value.encode() for key, value in records if key == topic]
             problems = in_order_once(got, sent[stream])
             assert not problems, f"Kafka console consumer, {stream}: {problems}\n{logs(nodes)}"
     finally:
