@@ -333,8 +333,12 @@ def run_config(gateways: int, stream_count: int, per_stream: int, batch: int, wo
         print(f"  {gateways} gateway(s), {stream_count} streams: {result.publications:,} "
               f"publications in {took:.2f} s = {result.rate:,.0f} msg/s (each to Kafka and "
               f"MQTT); publishers done after {put_s:.2f} s", flush=True)
+        cores = os.cpu_count() or 1
         print("    CPU s: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
-              + f"  (window {took:.1f} s x 2 cores = {2 * took:.1f})", flush=True)
+              + f"; total {sum(cpu.values()):.1f} of {cores} cores x {took:.1f} s = "
+              f"{sum(cpu.values()) / (cores * took):.0%} busy (our processes)", flush=True)
+        print("    CPU ms per 1,000 publications: " + ", ".join(
+            f"{k} {v / result.publications * 1e6:.0f}" for k, v in cpu.items()), flush=True)
         return result
     finally:
         stop_nodes(nodes)
