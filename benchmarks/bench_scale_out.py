@@ -119,7 +119,7 @@ def node_mqsc(node: Node, streams: list[str], depth: int) -> str:
 
 
 def node_config(node: Node, nodes: dict[str, Node], streams: list[str], batch: int,
-                kafka: str, mqtt: MosquittoBroker, run: str) -> dict[str, Any]:
+                kafka: str, mqtt: tuple[str, int], run: str) -> dict[str, Any]:
     config: dict[str, Any] = {
         "id": f"bench-{run}-{node.name.lower()}",
         "queue_manager": {
@@ -139,7 +139,7 @@ def node_config(node: Node, nodes: dict[str, Node], streams: list[str], batch: i
                 "outbound": {"topic_template": f"bench-{run}.{{stream}}",
                              "routes": [{"stream": s, "topic": "#"} for s in node.owns]}}},
             {"name": "mqtt", "plugin": "mqtt", "config": {
-                "host": mqtt.host, "port": mqtt.port,
+                "host": mqtt[0], "port": mqtt[1],
                 "outbound": {"prefix": f"bench-{run}",
                              "topics": [f"$SYS/STREAM/{s}/#" for s in node.owns]}}},
         ],
@@ -226,7 +226,7 @@ def start_nodes(nodes: dict[str, Node], streams: list[str], batch: int, depth: i
     for node in nodes.values():
         node.dir.mkdir(parents=True)
         (node.dir / "node.mqsc").write_text(node_mqsc(node, streams, depth))
-        config = node_config(node, nodes, streams, batch, kafka, mqtt, run)
+        config = node_config(node, nodes, streams, batch, kafka, (mqtt.host, mqtt.port), run)
         (node.dir / "gateway.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         with node.log.open("ab") as log:
             node.proc = subprocess.Popen(
