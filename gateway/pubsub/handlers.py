@@ -25,7 +25,7 @@ from gateway.pubsub.commands import STREAM_COMMANDS, Command, CommandName, Heade
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
 from gateway.pubsub.inbound import ParsedCommand
-from gateway.pubsub.neighbours import delete_forwards
+from gateway.pubsub.neighbours import NeighbourKind, delete_forwards
 from gateway.pubsub.options import DelOpt, PubOpt, RegOpt
 from gateway.pubsub.origin import split_origin
 from gateway.pubsub.outcome import Counters, InboundMessage, Outcome
@@ -41,6 +41,7 @@ from gateway.pubsub.records import (
 from gateway.pubsub.responses import ResponseDetail
 from gateway.pubsub.streams import (
     DEFAULT_STREAM,
+    INTER_BROKER_QUEUE,
     StreamTopic,
     prefixed_topic,
     resolve_stream,
@@ -243,7 +244,7 @@ class CommandHandlers:
         if authoriser is None:
             return
         cmd = parsed.command
-        source = self.source_neighbour(cmd.q_mgr_name, msg.md.reply_to_q_mgr)
+        source = self.source_neighbour(cmd.q_mgr_name, msg.md)
         who = self._principal(msg, parsed, source)
         rfh = cmd.header is HeaderKind.RFH
         if check_queue:
@@ -268,7 +269,7 @@ class CommandHandlers:
         cmd = parsed.command
         parm = _topic_parm(cmd)
         md = msg.md
-        source = self.source_neighbour(cmd.q_mgr_name, md.reply_to_q_mgr)
+        source = self.source_neighbour(cmd.q_mgr_name, md)
         pub_opts = int(cmd.pub_opts)  # int masks: enum flag arithmetic is slow per message
         reg_opts = int(cmd.reg_opts)
         flagged_retained = bool(pub_opts & _IS_RETAINED_PUBLICATION)
@@ -374,18 +375,32 @@ class CommandHandlers:
             self.fanout.publication_deliveries(pub, exclude, outcome.mutations, source)
         )
 
-    def source_neighbour(self, q_mgr_name: str | None, reply_to_q_mgr: str) -> str:
+    def source_neighbour(self, q_mgr_name: str | None, md: MQMD) -> str:
         """The neighbour broker a publication or DeletePub came from, or "": its
         MQPSQMgrName/QMgrName when that names a neighbour, else its MQMD ReplyToQMgr
         when that does (a broker forwarding a plain publication puts its own queue
-        manager there). It never gets the publication back, whatever the options."""
+        manager there). It never gets the publication back, whatever the options.
+
+        Except from a gateway neighbour with a ReplyToQ other than the inter-broker
+        queue: a gateway names itself in QMgrName in its forwards and commands, and its
+        anonymous loop probes carry no ReplyToQ, so such a message is an application's
+        on that gateway's queue manager (MQ filled ReplyToQMgr), routed here because
+        this broker owns the stream (docs/scaling.md); that gateway's subscribers get
+        it through their proxies like any other publication."""
         neighbours = self.fanout.neighbours
         if not neighbours:
             return ""
-        for name in (q_mgr_name, reply_to_q_mgr):
-            if name and name.strip() in neighbours:
-                return name.strip()
-        return ""
+        if q_mgr_name and q_mgr_name.strip() in neighbours:
+            return q_mgr_name.strip()
+        name = md.reply_to_q_mgr.strip()
+        neighbour = neighbours.get(name) if name else None
+        if neighbour is None:
+            return ""
+        reply_to_q = md.reply_to_q.strip()
+        if (neighbour.kind is NeighbourKind.GATEWAY and reply_to_q
+                and reply_to_q != INTER_BROKER_QUEUE):
+            return ""
+        return neighbour.q_mgr
 
     def _is_retained_replay(self, pub: Publication, source: str, flagged: bool) -> bool:
         """A neighbour's retained publication this broker already holds: same MsgId
@@ -422,7 +437,7 @@ class CommandHandlers:
         scheme, patterns = self._command_patterns(msg, cmd)
         origin, _ = split_origin(parsed.extra_folders)
         if self.authoriser is not None:
-            source = self.source_neighbour(cmd.q_mgr_name, msg.md.reply_to_q_mgr)
+            source = self.source_neighbour(cmd.q_mgr_name, msg.md)
             who = self._principal(msg, parsed, source)
             for raw, st in patterns:
                 self._require(
@@ -439,7 +454,7 @@ class CommandHandlers:
                 self.state.delete_retained(st.stream, topic, outcome.mutations)
                 outcome.deliveries.extend(self.fanout.deletion_deliveries(deleted, topic, origin))
             if self.fanout.neighbours and not cmd.del_opts & DelOpt.LOCAL:
-                came_from = self.source_neighbour(cmd.q_mgr_name, msg.md.reply_to_q_mgr)
+                came_from = self.source_neighbour(cmd.q_mgr_name, msg.md)
                 outcome.forwards.extend(
                     delete_forwards(
                         self.fanout.neighbours.values(),
