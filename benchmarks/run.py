@@ -45,6 +45,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "analytics": ["--records", "100000", "--produce-seconds", "30"],
     "request_reply": ["--requests", "60"],
     "neighbours": ["--messages", "300"],
+    "network_20": ["--quick"],
     "wire": ["--seconds", "0.5"],
 }
 
