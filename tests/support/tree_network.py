@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway.mq.embedded.network import QueueManagerNode
-from gateway.mq.port import GetOptions, Message, MQError, OpenOption, PutOptions
+from gateway.mq.port import (
+    Connection,
+    GetOptions,
+    Message,
+    MQError,
+    OpenOption,
+    PutOptions,
+    QueueHandle,
+)
 from gateway.wire.constants import MsgType, Report
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
@@ -389,7 +397,7 @@ class TreeNetwork:
 class Publisher:
     """An MQRFH publisher putting to one broker's default stream queue through TESTER."""
 
-    def __init__(self, conn: Any, handle: Any) -> None:
+    def __init__(self, conn: Connection, handle: QueueHandle) -> None:
         self._conn = conn
         self._handle = handle
 
@@ -403,7 +411,8 @@ class Publisher:
         await self._handle.put(md, msg.body, PutOptions())
 
     async def close(self) -> None:
-        await self._conn.close()
+        await self._handle.close()
+        await self._conn.disconnect()
 
 
 async def start_tree(root: Path, specs: Sequence[NodeSpec]) -> TreeNetwork:
