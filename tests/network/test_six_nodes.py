@@ -186,11 +186,11 @@ async def test_six_nodes_settle_carry_in_order_and_take_a_subtree_in_and_out(
               f"{len(sent)} publications")
 
         # ---- everything arrives: once, in order
-        for n, r in zip(("B1", "R"), readers, strict=True):
+        for n, r in zip(("B1", "R"), readers[:2], strict=True):
             await until(f"all {len(sent)} publications at {n}", r.has(len(sent)), net)
         for r in readers:
             await r.stop()
-        for n, r in zip(("B1", "R"), readers, strict=True):
+        for n, r in zip(("B1", "R"), readers[:2], strict=True):
             p = ledger(sent, r.seqs)
             assert (p.lost, p.duplicated) == ([], 0), (n, p.lost[:10], p.duplicated)
             assert r.seqs == sorted(r.seqs), f"{n}: out of order"
