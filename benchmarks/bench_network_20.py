@@ -352,7 +352,7 @@ class Traffic:
     sent: list[int] = field(default_factory=list)
     stopped: bool = False
 
-    async def start(self) -> None:
+    async def start(self, clock: Clock) -> None:
         net = self.net
         self.main = Reader(net, net.tester_queue(f"SUBTREE.{self.tag.decode()}.MAIN"))
         self.leaf = Reader(net, net.tester_queue(f"SUBTREE.{self.tag.decode()}.LEAF"))
@@ -361,6 +361,15 @@ class Traffic:
         await net.register(SUBTREE_LEAF, topic, self.leaf.queue)
         self.main.start()
         self.leaf.start()
+        # Publishing starts once FAR's proxies are in place along the whole path (and
+        # SUBTREE_LEAF's, when the subtree is joined): nothing is put before anyone
+        # could route it.
+        await clock.until(f"proxies towards {FAR}",
+                          in_place(net, FAR, topic, net.path(PUBLISHER, FAR)), 60.0)
+        if net.is_attached(SUBTREE_LEAF):
+            await clock.until(f"proxies towards {SUBTREE_LEAF}",
+                              in_place(net, SUBTREE_LEAF, topic,
+                                       net.path(PUBLISHER, SUBTREE_LEAF)), 60.0)
         self.pub = await net.publisher(PUBLISHER)
         self.task = asyncio.create_task(
             publish_at(self.pub, topic, self.tag, self.rate, lambda: self.stopped, self.sent))
@@ -371,11 +380,15 @@ class Traffic:
         return lambda: len(self.sent) >= mark
 
     async def stop(self, clock: Clock) -> None:
+        """Stop publishing; wait (bounded) for all to reach FAR; a shortfall is left to
+        the ledger to report."""
         self.stopped = True
         await self.task
         try:
             await clock.until(f"all publications at {FAR}",
                               lambda: len(set(self.main.seqs(self.tag))) >= len(self.sent), 60.0)
+        except OverTime as exc:
+            print(f"error: {exc}", file=sys.stderr)
         finally:
             await self.main.stop()
             await self.leaf.stop()
@@ -401,6 +414,7 @@ class Traffic:
                     f"lost {len(p.lost)}, duplicated {dup}, in order {in_order}")
             if p.lost or dup or not in_order:
                 res.ok = False
+                res.say(f"  error: lost {p.lost[:20]}")
         res.say(f"  {SUBTREE_LEAF} also received {len(leaf_seqs) - len(window.received)} "
                 "outside that window")
 
@@ -409,10 +423,8 @@ async def join_subtree(net: TreeNetwork, clock: Clock, res: Results, rate: float
                        topics: int) -> None:
     """Phase 4a: S joined under B3 while PUBLISHER publishes to FAR and SUBTREE_LEAF."""
     t = Traffic(net, rate, b"J")
-    await t.start()
+    await t.start(clock)
     try:
-        await clock.until(f"proxies towards {FAR}",
-                          in_place(net, FAR, "sub/J", net.path(PUBLISHER, FAR)), 60.0)
         await clock.until("2 s of traffic", t.more(2), 30.0)
         net.join(SUBTREE)
         joined = await clock.until(f"proxies towards {SUBTREE_LEAF}",
@@ -435,19 +447,23 @@ async def join_subtree(net: TreeNetwork, clock: Clock, res: Results, rate: float
 async def clear_subtree(net: TreeNetwork, clock: Clock, res: Results, rate: float) -> None:
     """Phase 4b: S cleared while PUBLISHER publishes to FAR and SUBTREE_LEAF."""
     t = Traffic(net, rate, b"C")
-    await t.start()
+    await t.start(clock)
     try:
-        await clock.until(f"proxies towards {SUBTREE_LEAF}",
-                          in_place(net, SUBTREE_LEAF, "sub/C",
-                                   net.path(PUBLISHER, SUBTREE_LEAF)), 60.0)
         first = len(t.sent)
         await clock.until("2 s of traffic", t.more(2), 30.0)
         last = len(t.sent)
+        before = (net.subscriptions_of("B3", SUBTREE), net.subscriptions_of(SUBTREE, "B3"))
         net.clear(SUBTREE)
-        cleared = await clock.until(
-            "proxies between B3 and S withdrawn",
-            lambda: net.subscriptions_of("B3", SUBTREE) == 0
-            and net.subscriptions_of(SUBTREE, "B3") == 0, 120.0)
+        try:
+            cleared = await clock.until(
+                "proxies between B3 and S withdrawn",
+                lambda: net.subscriptions_of("B3", SUBTREE) == 0
+                and net.subscriptions_of(SUBTREE, "B3") == 0, 120.0)
+        except OverTime:
+            res.say(f"  subscriptions of S at B3, of B3 at S: {before} before the clear, "
+                    f"{net.subscriptions_of('B3', SUBTREE), net.subscriptions_of(SUBTREE, 'B3')}"
+                    " now")
+            raise
         await clock.until("2 s of traffic", t.more(2), 30.0)
     finally:
         await t.stop(clock)
@@ -517,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=100.0, help="publications per second")
     p.add_argument("--seconds", type=float, default=20.0, help="each latency window")
     p.add_argument("--time-limit", type=float, default=1_200.0)
+    p.add_argument("--keep", action="store_true", help="keep the nodes' directories (logs)")
     args = p.parse_args(argv)
     if args.quick:
         args.subscriptions, args.topics, args.seconds = 10_000, 500, 5.0
@@ -526,7 +543,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = asyncio.run(run(work, args))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     for row in res.rows:
         record(row)
     return 0 if res.ok else 1
