@@ -254,6 +254,7 @@ async def burst(net: TreeNetwork, clock: Clock, res: Results, n: int, goal_s: fl
     errors = net.tester_queue("ERRORS.BURST")
     others = [x for x in net.attached_nodes() if x != PUBLISHER]
     seen: dict[str, float] = {}
+    cpu0 = {x: net.cpu_s(x) for x in net.specs}
     started = time.monotonic()
     put_task = asyncio.create_task(net.register_many(
         PUBLISHER, ((f"burst/{i}", "SUB.0") for i in range(n)), errors))
@@ -269,6 +270,7 @@ async def burst(net: TreeNetwork, clock: Clock, res: Results, n: int, goal_s: fl
         took = await clock.until(f"burst of {n} at {PUBLISHER} settled", settled, 120.0)
     finally:
         await put_task
+    cpu = {x: net.cpu_s(x) - cpu0[x] for x in net.specs}
     by_hops: dict[int, list[float]] = {}
     for x, t in seen.items():
         by_hops.setdefault(len(net.path(PUBLISHER, x)) - 1, []).append(t)
@@ -280,6 +282,9 @@ async def burst(net: TreeNetwork, clock: Clock, res: Results, n: int, goal_s: fl
         for h, ts in sorted(by_hops.items())))
     res.say("  each node: " + ", ".join(f"{x} {t:.2f}" for x, t in sorted(
         seen.items(), key=lambda kv: kv[1])))
+    res.say(f"  CPU seconds over those {took:.1f} s: " + ", ".join(
+        f"{x} {c:.2f}" for x, c in sorted(cpu.items(), key=lambda kv: -kv[1])[:8])
+        + f"; all 20: {sum(cpu.values()):.2f} (2 cores: {2 * took:.1f} available)")
     res.rows.append(Row(f"network 20: burst of {n:,} subscriptions at a leaf, all proxies "
                         "in place", took, 0.0, goal_s, kind="figure", unit="s"))
 
