@@ -384,14 +384,16 @@ class Traffic:
         mark = len(self.sent) + int(seconds * self.rate)
         return lambda: len(self.sent) >= mark
 
-    async def stop(self, clock: Clock) -> None:
-        """Stop publishing; wait (bounded) for all to reach FAR; a shortfall is left to
-        the ledger to report."""
+    async def stop(self, clock: Clock, *, leaf_too: bool = False) -> None:
+        """Stop publishing; wait (bounded) for all to reach FAR (and SUBTREE_LEAF); a
+        shortfall is left to the ledger to report."""
         self.stopped = True
         await self.task
+        readers = [self.main, self.leaf] if leaf_too else [self.main]
         try:
             await clock.until(f"all publications at {FAR}",
-                              lambda: len(set(self.main.seqs(self.tag))) >= len(self.sent), 60.0)
+                              lambda: all(self.sent and r.seqs(self.tag)[-1:] == self.sent[-1:]
+                                          for r in readers), 60.0)
         except OverTime as exc:
             print(f"error: {exc}", file=sys.stderr)
         finally:
@@ -399,29 +401,38 @@ class Traffic:
             await self.leaf.stop()
             await self.pub.close()
 
-    def ledger(self, res: Results, leaf_window: range, what: str) -> None:
-        """B1 must have every publication, SUBTREE_LEAF every one of ``leaf_window``:
-        once each, in order."""
+    def ledger(self, res: Results, owed: range, joined: bool) -> None:
+        """B1 must have every publication once, in order. SUBTREE_LEAF must have an
+        unbroken run, once each, in order: when joined, from at most ``owed.start`` (the
+        first put after its proxies were seen in place) to the last; when cleared, from
+        the first to at least ``owed.start``, the last it had when the clear was asked
+        for (what was still on its way to B3 when B3 left S is not owed to the
+        subtree)."""
         main = PathLedger(sent={str(s) for s in self.sent})
         main.receive(str(s) for s in self.main.seqs(self.tag))
-        window = PathLedger(sent={str(s) for s in leaf_window})
-        window.receive(str(s) for s in self.leaf.seqs(self.tag))
-        leaf_seqs = self.leaf.seqs(self.tag)
-        for who, p, seqs in (
-            (f"{FAR} (main tree, all)", main, self.main.seqs(self.tag)),
-            (f"{SUBTREE_LEAF} ({what}: #{leaf_window.start}-#{leaf_window.stop - 1})", window,
-             leaf_seqs),
-        ):
-            in_order = seqs == sorted(seqs)
-            dup = len(seqs) - len(set(seqs))
-            res.say(f"  {who}: sent {len(p.sent):,}, received "
-                    f"{sum(n for i, n in p.received.items() if i in p.sent):,}, "
-                    f"lost {len(p.lost)}, duplicated {dup}, in order {in_order}")
-            if p.lost or dup or not in_order:
-                res.ok = False
-                res.say(f"  error: lost {p.lost[:20]}")
-        res.say(f"  {SUBTREE_LEAF} also received {len(leaf_seqs) - len(window.received)} "
-                "outside that window")
+        seqs = self.main.seqs(self.tag)
+        in_order = seqs == sorted(seqs)
+        res.say(f"  {FAR} (main tree): sent {len(main.sent):,}, received "
+                f"{sum(n for i, n in main.received.items() if i in main.sent):,}, "
+                f"lost {len(main.lost)}, duplicated {main.duplicated}, in order {in_order}")
+        ok = not main.lost and not main.duplicated and in_order
+        leaf = self.leaf.seqs(self.tag)
+        lo, hi = (leaf[0], leaf[-1]) if leaf else (-1, -1)
+        unbroken = leaf == list(range(lo, hi + 1))
+        if joined:
+            covers = bool(leaf) and lo <= owed.start and hi == len(self.sent) - 1
+            what = (f"#{lo}-#{hi}, unbroken {unbroken}; owed #{owed.start} (first put after "
+                    f"its proxies were seen) to #{len(self.sent) - 1}")
+        else:
+            covers = bool(leaf) and lo == 0 and hi >= owed.start
+            what = (f"#{lo}-#{hi}, unbroken {unbroken}; it had #{owed.start} when the clear "
+                    f"was asked for, #{owed.stop - 1} was put last before it: "
+                    f"{owed.stop - 1 - hi} of those were still on their way to B3 when it "
+                    "left S")
+        res.say(f"  {SUBTREE_LEAF} (subtree): received {len(leaf):,}: {what}")
+        if not (ok and unbroken and covers):
+            res.ok = False
+            res.say(f"  error: lost {main.lost[:20]}; subtree run covers what is owed: {covers}")
 
 
 async def join_subtree(net: TreeNetwork, clock: Clock, res: Results, rate: float,
@@ -440,13 +451,13 @@ async def join_subtree(net: TreeNetwork, clock: Clock, res: Results, rate: float
                                  proxies_complete(net, "load/", topics), 120.0) + joined
         await clock.until("2 s of traffic", t.more(2), 30.0)
     finally:
-        await t.stop(clock)
+        await t.stop(clock, leaf_too=True)
     res.say(f"subtree {SUBTREE}+{SUBTREE_LEAF} joined under B3 (mqgw neighbours join, both "
             f"sides) under {rate:g} publications/s from {PUBLISHER}: {len(t.sent):,} sent; "
             f"the proxy towards {SUBTREE_LEAF} along {len(net.path(PUBLISHER, SUBTREE_LEAF)) - 1}"
             f" hops in place {joined:.2f} s after the join, the {topics:,} load topics' "
             f"proxies both ways after {full:.2f} s; {load_average()}")
-    t.ledger(res, range(first, len(t.sent)), "put after its proxies were seen")
+    t.ledger(res, range(first, len(t.sent)), joined=True)
 
 
 async def clear_subtree(net: TreeNetwork, clock: Clock, res: Results, rate: float) -> None:
@@ -454,8 +465,8 @@ async def clear_subtree(net: TreeNetwork, clock: Clock, res: Results, rate: floa
     t = Traffic(net, rate, b"C")
     await t.start(clock)
     try:
-        first = len(t.sent)
         await clock.until("2 s of traffic", t.more(2), 30.0)
+        had = (t.leaf.seqs(b"C") or [-1])[-1]  # the last SL1 had before the clear
         last = len(t.sent)
         before = (net.subscriptions_of("B3", SUBTREE), net.subscriptions_of(SUBTREE, "B3"))
         net.clear(SUBTREE)
@@ -475,7 +486,7 @@ async def clear_subtree(net: TreeNetwork, clock: Clock, res: Results, rate: floa
     res.say(f"subtree cleared (mqgw neighbours clear, both sides) under {rate:g} "
             f"publications/s: every proxy between B3 and {SUBTREE} withdrawn after "
             f"{cleared:.2f} s; {len(t.sent):,} sent; {load_average()}")
-    t.ledger(res, range(first, last), "put before the clear was asked for")
+    t.ledger(res, range(had, last), joined=False)
 
 
 def memory(net: TreeNetwork, res: Results, idle: dict[str, float], loaded: dict[str, float],
