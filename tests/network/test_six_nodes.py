@@ -62,7 +62,11 @@ async def until(what: str, predicate: Callable[[], bool], net: TreeNetwork,
     started = time.monotonic()
     while not predicate():
         if time.monotonic() - started > timeout:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s\n{net.log_tails()}")
+            states = {n: net.neighbour_states(n) for n in net.specs}
+            held = {n: {m: net.subscriptions_of(n, m) for m in net.specs if m != n}
+                    for n in net.specs}
+            raise AssertionError(f"{what}: not within {timeout:.0f} s\nlinks {states}\n"
+                                 f"subscriptions by destination {held}\n{net.log_tails()}")
         await asyncio.sleep(0.1)
     return time.monotonic() - started
 
