@@ -15,7 +15,7 @@ import pytest
 from gateway.pubsub import fanout
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.store import MemoryStore
-from gateway.pubsub.topics import Scheme, literal_topic
+from gateway.pubsub.topics import Scheme, literal_topic, match_pattern
 from tests.pubsub.test_pubsub_engine import publish, regsub
 from tests.support.pubsub_messages import decode
 
@@ -41,7 +41,7 @@ def test_a_literal_registration_looks_its_retained_publication_up(
     publish(engine, "odd/%*", b"star", "RetainPub")  # the topic odd/*
     engine.commit()
     matched: list[str] = []
-    real = fanout.match_pattern
+    real = match_pattern
 
     def counting(scheme: Scheme, pattern: str, topic: str) -> bool:
         matched.append(topic)
