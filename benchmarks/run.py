@@ -46,6 +46,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "request_reply": ["--requests", "60"],
     "neighbours": ["--messages", "300"],
     "scale_out": ["--quick"],
+    "network_20": ["--quick"],
     "wire": ["--seconds", "0.5"],
 }
 

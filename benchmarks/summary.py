@@ -7,8 +7,11 @@ at the end. Run alone, a benchmark records nothing (it prints its own figures).
 
 A row is either a *ratio* row (gateway and baseline rates measured in the same run;
 met when gateway/baseline >= goal), a *latency* row (p50/p99 in ms; met when
-p99 < goal) or an *info* row (a ratio with no goal in the issue). Pure: no brokers, no
-event loop; tests/test_bench_summary.py covers it.
+p99 < goal), an *info* row (a ratio with no goal in the issue) or a *figure* (one
+measured value in its unit, met when below the goal, if any: the 20-node network's
+settle time, latency, memory), listed in a table of its own after the others and not
+counted among their goals. Pure: no brokers, no event loop; tests/test_bench_summary.py
+covers it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Literal
 
 RESULTS_ENV = "MQGW_BENCH_RESULTS"
 
-Kind = Literal["ratio", "latency", "info"]
+Kind = Literal["ratio", "latency", "info", "figure"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +33,8 @@ class Row:
 
     ratio/info: ``gateway`` and ``baseline`` are rates (``unit``, msg/s by default) and
     ``goal`` is the least gateway/baseline ratio (None: no goal). latency: ``gateway``
-    is the p99 and ``baseline`` the p50 (ms), ``goal`` the p99 bound in ms.
+    is the p99 and ``baseline`` the p50 (ms), ``goal`` the p99 bound in ms. figure:
+    ``gateway`` is the value in ``unit``, ``goal`` its upper bound (``baseline`` unused).
     """
 
     path: str
@@ -43,7 +47,7 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
-        if self.kind == "latency" or self.baseline <= 0:
+        if self.kind in ("latency", "figure") or self.baseline <= 0:
             return None
         return self.gateway / self.baseline
 
@@ -52,7 +56,7 @@ class Row:
         """True/False against the goal; None when the row has none."""
         if self.goal is None:
             return None
-        if self.kind == "latency":
+        if self.kind in ("latency", "figure"):
             return self.gateway < self.goal
         ratio = self.ratio
         return ratio is not None and ratio >= self.goal
@@ -84,6 +88,9 @@ def _rate(value: float, unit: str) -> str:
 
 def cells(row: Row) -> tuple[str, str, str, str, str, str]:
     """(path, gateway, baseline, ratio, goal, verdict) as printed."""
+    if row.kind == "figure":
+        path, value, goal, verdict = figure_cells(row)
+        return path, value, "-", "-", goal, verdict
     if row.kind == "latency":
         gateway = f"p99 {row.gateway:.1f} ms"
         baseline = f"(p50 {row.baseline:.1f} ms)"
@@ -102,13 +109,20 @@ def cells(row: Row) -> tuple[str, str, str, str, str, str]:
 
 
 HEADERS = ("path", "gateway", "baseline", "ratio", "goal", "met")
+FIGURE_HEADERS = ("figure", "value", "goal", "met")
 
 
-def format_table(rows: list[Row], failed: list[str] | None = None) -> str:
-    """The summary table, then one line per benchmark that failed (its rows missing)."""
-    table = [HEADERS, *(cells(r) for r in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
-    right = {1, 2, 3}  # figures right-aligned
+def figure_cells(row: Row) -> tuple[str, str, str, str]:
+    """(figure, value, goal, verdict) of a figure row as printed."""
+    goal = f"< {row.goal:g} {row.unit}" if row.goal is not None else "-"
+    met = row.met
+    verdict = "info" if met is None else ("met" if met else "NOT MET")
+    path = row.path + (f" [{row.note}]" if row.note else "")
+    return path, f"{row.gateway:,.2f} {row.unit}", goal, verdict
+
+
+def _aligned(table: list[tuple[str, ...]], right: set[int]) -> list[str]:
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
 
     def fmt(line: tuple[str, ...]) -> str:
         return "  ".join(
@@ -116,13 +130,24 @@ def format_table(rows: list[Row], failed: list[str] | None = None) -> str:
             for i, cell in enumerate(line)
         ).rstrip()
 
-    out = ["summary (issue 16): goals are ratios measured in this run", fmt(HEADERS)]
-    out.append("  ".join("-" * w for w in widths))
-    out.extend(fmt(line) for line in table[1:])
+    return [fmt(table[0]), "  ".join("-" * w for w in widths), *map(fmt, table[1:])]
+
+
+def format_table(rows: list[Row], failed: list[str] | None = None) -> str:
+    """The summary table, then one line per benchmark that failed (its rows missing),
+    then the figures' table (when any was recorded)."""
+    figures = [r for r in rows if r.kind == "figure"]
+    rows = [r for r in rows if r.kind != "figure"]
+    table: list[tuple[str, ...]] = [HEADERS, *(cells(r) for r in rows)]
+    out = ["summary (issue 16): goals are ratios measured in this run"]
+    out.extend(_aligned(table, {1, 2, 3}))  # figures right-aligned
     if not rows:
         out.append("(no rows recorded)")
     goals = [r for r in rows if r.met is not None]
     out.append(f"{sum(1 for r in goals if r.met)} of {len(goals)} goals met")
     for name in failed or ():
         out.append(f"{name}: failed, its rows are missing")
+    if figures:
+        out += ["", "measured figures (info, not counted above)"]
+        out.extend(_aligned([FIGURE_HEADERS, *(figure_cells(r) for r in figures)], {1}))
     return "\n".join(out)

@@ -65,6 +65,27 @@ def test_table_has_one_line_per_row_with_its_verdict() -> None:
     assert len({len(line) - len(line.lstrip()) for line in lines[1:4]}) == 1
 
 
+def test_figures_go_to_an_info_table_of_their_own() -> None:
+    """A figure (a measured value with an upper bound from the issue, or none) is listed
+    after the ratio table, with its unit and verdict, and is not counted among its goals."""
+    rows = [
+        Row("MQ -> Kafka, batch 256", 7300.0, 9100.0, 0.8),
+        Row("network 20: burst settled", 3.21, 0.0, 5.0, kind="figure", unit="s"),
+        Row("network 20: 5 hops p99", 61.0, 0.0, 50.0, kind="figure", unit="ms"),
+        Row("network 20: per 10,000 subscriptions", 7.5, 0.0, None, kind="figure", unit="MB"),
+    ]
+    assert [r.met for r in rows[1:]] == [True, False, None]
+    lines = format_table(rows).splitlines()
+    assert "1 of 1 goals met" in lines
+    start = lines.index("measured figures (info, not counted above)")
+    assert lines[start + 1].split() == ["figure", "value", "goal", "met"]
+    assert all(not line.startswith("network 20") for line in lines[:start])
+    burst, hops, memory = lines[start + 3 : start + 6]
+    assert "3.21 s" in burst and "< 5 s" in burst and burst.endswith(" met")
+    assert "61.00 ms" in hops and hops.endswith("NOT MET")
+    assert "7.50 MB" in memory and memory.endswith("info")
+
+
 def test_empty_run_says_so() -> None:
     text = format_table([])
     assert "(no rows recorded)" in text and "0 of 0 goals met" in text

@@ -61,6 +61,7 @@ from gateway.pubsub.streams import (
     ADMIN_STREAM,
     CONTROL_QUEUE,
     DEFAULT_STREAM,
+    INTER_BROKER_QUEUE,
     split_subscription_topic,
 )
 from gateway.pubsub.topics import Scheme
@@ -209,10 +210,29 @@ class PubSubEngine:
         return MappingProxyType(self._fanout.neighbours)
 
     def set_neighbours(self, neighbours: Mapping[str, Neighbour]) -> None:
-        """Replace the neighbours (a join or clear). Subscriptions a cleared neighbour
-        registered stay until it deregisters them; its deliveries are then plain
-        publications, no longer forwarded Publish commands."""
+        """Replace the neighbours (a join or clear). A cleared neighbour's proxy
+        subscriptions are dropped by :meth:`drop_neighbour_subscriptions`."""
         self._fanout.neighbours = dict(neighbours)
+
+    def drop_neighbour_subscriptions(self, q_mgr: str) -> int:
+        """Remove (and commit) the subscriptions broker ``q_mgr`` registered here as a
+        neighbour: its proxies (identity ``q_mgr`` and the stream's own queue) and its
+        administrative ones (to the inter-broker queue). Called when it is cleared: left
+        in place, each would turn into an ordinary subscription until its DeregSub came,
+        and two brokers that cleared each other would send each publication back and
+        forth. Its other subscriptions (an application on its queue manager) stay.
+        Returns how many."""
+        out: list[Mutation] = []
+        for key, sub in list(self._state.subs.items()):
+            d = sub.destination
+            if d.is_sink or d.q_mgr != q_mgr:
+                continue
+            if d.queue.strip() in (sub.stream, INTER_BROKER_QUEUE):
+                self._state.delete_sub(key, out)
+        if out:
+            self._state.pending.extend(out)
+            self.commit()
+        return len(out)
 
     # ---------------------------------------------------------------- delivery fate --
 

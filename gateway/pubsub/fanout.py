@@ -21,7 +21,7 @@ from gateway.pubsub.outcome import Delivery
 from gateway.pubsub.records import Destination, Publication, SubFormat, SubKey, Subscription
 from gateway.pubsub.store import Mutation
 from gateway.pubsub.streams import prefixed_topic
-from gateway.pubsub.topics import Scheme, match_pattern
+from gateway.pubsub.topics import Scheme, literal_topic, match_pattern
 from gateway.pubsub.working_set import WorkingSet
 from gateway.wire.put_time import put_date_time
 
@@ -134,19 +134,25 @@ class Fanout:
         bucket = self.state.retained.get(sub.stream)
         if not bucket:
             return []
+        # A literal pattern is looked up: matching every retained topic made each
+        # registration (each proxy a neighbour registers) cost O(retained topics).
+        exact = literal_topic(sub.scheme, pattern)
+        if exact is not None:
+            topics = [exact] if exact in bucket else []
+        else:
+            topics = sorted(t for t in bucket if match_pattern(sub.scheme, pattern, t))
         now = self.clock()
         out: list[Delivery] = []
-        for topic in sorted(bucket):
-            if match_pattern(sub.scheme, pattern, topic):
-                ret = bucket[topic]
-                if sub.destination.sink and sub.destination.sink == ret.publication.origin:
-                    continue
-                if ret.publication.local and sub.destination.q_mgr in self.neighbours:
-                    continue
-                held = max(0.0, now - ret.stored_at)
-                if ret.publication.expiry > 0 and held * 10 >= ret.publication.expiry:
-                    continue  # expired while held
-                out.append(self.delivery(sub, ret.publication, topic, True, now, held))
+        for topic in topics:
+            ret = bucket[topic]
+            if sub.destination.sink and sub.destination.sink == ret.publication.origin:
+                continue
+            if ret.publication.local and sub.destination.q_mgr in self.neighbours:
+                continue
+            held = max(0.0, now - ret.stored_at)
+            if ret.publication.expiry > 0 and held * 10 >= ret.publication.expiry:
+                continue  # expired while held
+            out.append(self.delivery(sub, ret.publication, topic, True, now, held))
         return out
 
     def deletion_deliveries(self, pub: Publication, topic: str, origin: str) -> list[Delivery]:

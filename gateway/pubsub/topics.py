@@ -178,6 +178,14 @@ def _match_levels(pat: list[str], pi: int, top: list[str], ti: int) -> bool:
     return ti == len(top)
 
 
+def literal_topic(scheme: Scheme, pattern: str) -> str | None:
+    """The one topic ``pattern`` matches when it has no wildcard (a character-scheme
+    ``%`` escape unescaped), else None: a lookup then replaces matching every topic."""
+    if scheme is Scheme.TOPIC:
+        return None if uses_topic_wildcards(pattern) else pattern
+    return compile_char_pattern(pattern).literal
+
+
 def match_pattern(scheme: Scheme, pattern: str, topic: str) -> bool:
     """One pattern of either scheme against one literal topic (slow path: retained pubs)."""
     if scheme is Scheme.TOPIC:

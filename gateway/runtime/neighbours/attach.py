@@ -61,6 +61,7 @@ def links_for(
         subscriptions=lambda: engine.subscriptions,
         subscriptions_revision=lambda: engine.subscriptions_revision,
         set_neighbours=engine.set_neighbours,
+        drop_subscriptions=service.drop_neighbour_subscriptions,
         configured=configured,
         own_streams=[q for q, _ in service.serviced_queues if q != CONTROL_QUEUE],
         fixed_streams=engine.supported_streams,

@@ -40,8 +40,9 @@ which this module defines (embedded queue manager) and services.
   union changes; a neighbour's narrows the common streams and counts as its answer.
   A legacy-profile broker (``fixed_streams``) supports only its own streams, as a V6
   broker does: it publishes those and shares no other stream with any neighbour.
-* **Clear**: DeregSub every proxy and the admin subscription at N, forget N (only once
-  they are put: a clear that cannot reach N is tried again).
+* **Clear**: DeregSub every proxy and the admin subscription at N, drop N's proxy
+  subscriptions here, forget N (only once they are put: a clear that cannot reach N is
+  tried again).
 
 Over 500 lines on purpose: join, probe, sync, StreamSupport and the reading of answers
 share the in-memory joins (with the order and pairs the loop probes need), the active
@@ -61,7 +62,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.log_summary import SummarisedLog
@@ -202,7 +203,9 @@ class NeighbourLinks:
     """The gateway's links to its neighbours (see module docstring).
 
     ``subscriptions`` returns the engine's subscriptions; ``set_neighbours`` is told the
-    active neighbours (``engine.set_neighbours``) after each change; ``configured`` are
+    active neighbours (``engine.set_neighbours``) after each change;
+    ``drop_subscriptions`` removes a cleared neighbour's proxy subscriptions here
+    (``BrokerService.drop_neighbour_subscriptions``); ``configured`` are
     the neighbours of the configuration, joined at start unless already known;
     ``fixed_streams`` (legacy profile) are the only streams we support, instead of the
     union of our own and our neighbours'.
@@ -216,6 +219,7 @@ class NeighbourLinks:
         subscriptions: Callable[[], Iterable[Subscription]],
         subscriptions_revision: Callable[[], int] | None = None,
         set_neighbours: Callable[[Mapping[str, Neighbour]], None] | None = None,
+        drop_subscriptions: Callable[[str], Awaitable[int]] | None = None,
         configured: Sequence[NeighbourConfig] = (),
         own_streams: Collection[str] = (),
         fixed_streams: Collection[str] | None = None,
@@ -238,6 +242,7 @@ class NeighbourLinks:
         #: how long the last proxy diff took (seconds of the event loop: the pacing)
         self._diff_cost = 0.0
         self._set_neighbours = set_neighbours
+        self._drop_subscriptions = drop_subscriptions
         self._configured = list(configured)
         self._own_streams = frozenset(own_streams)
         self._fixed = None if fixed_streams is None else frozenset(fixed_streams)
@@ -776,11 +781,18 @@ class NeighbourLinks:
         msgs.append(self._admin_sub(n, admin_topic("StreamSupport", n.q_mgr), False))
         if await self._put(msgs):
             return  # cannot reach it now: the request stays, tried again next tick
+        # Its proxies here go before it stops being a neighbour: left until its
+        # DeregSubs came, each would be an ordinary subscription meanwhile, and two
+        # brokers that cleared each other would pass each publication back and forth.
+        dropped = 0
+        if self._drop_subscriptions is not None:
+            dropped = await self._drop_subscriptions(row.q_mgr)
         self.state.forget(row.q_mgr)
         self._active.pop(row.q_mgr, None)
         self._publish_neighbours()
         log.info(
-            "neighbour %s cleared (%d proxy subscriptions withdrawn)", row.q_mgr, len(msgs) - 1
+            "neighbour %s cleared (%d proxy subscriptions withdrawn, %d of its dropped here)",
+            row.q_mgr, len(msgs) - 1, dropped,
         )
 
     # ------------------------------------------------------------- reading -------

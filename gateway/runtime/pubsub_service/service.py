@@ -500,6 +500,19 @@ class BrokerService:
                 await self._pause(self.config.reconnect_delay)
         return conn, q
 
+    async def drop_neighbour_subscriptions(self, q_mgr: str) -> int:
+        """Between batches: remove, durably, the proxy subscriptions neighbour ``q_mgr``
+        registered here (it was cleared: engine.drop_neighbour_subscriptions). How many."""
+        async with self._lock:
+            try:
+                dropped = self.engine.drop_neighbour_subscriptions(q_mgr)
+            except BaseException:
+                self.engine.rollback()
+                raise
+        if dropped:
+            self._committed(())
+        return dropped
+
     async def drop_subscriptions_to_own_queues(self) -> int:
         """Between batches: remove the subscriptions whose queue now resolves to one of
         the gateway's own (the queue manager's definitions changed: an alias defined
