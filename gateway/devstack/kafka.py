@@ -148,6 +148,7 @@ async def _metadata_brokers(bootstrap: str, timeout_ms: int) -> list[int]:
 CONSOLE_TOOLS = {
     "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
 }
 
 
