@@ -8,9 +8,12 @@ light modules so ``mqgw --help`` stays fast; heavy work is imported inside ``fun
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -103,7 +106,18 @@ def _quiet_on_closed_pipe() -> int:
     return 141
 
 
+def _dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>``: every thread's Python stack to stderr, the process going on.
+
+    What an operator (or a test harness) needs when a stop or a wait hangs: where each
+    thread is, from outside, without a debugger (the JVM's thread dump on SIGQUIT).
+    """
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # no SIGUSR1 / no stderr
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _dump_stacks_on_sigusr1()
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)

@@ -290,3 +290,26 @@ def test_unreachable_ibmmq_queue_manager_exits_1_with_the_reason(tmp_path: Path)
     )
     assert run.returncode == 1, run.stderr
     assert "cannot start" in run.stderr and "MQRC" in run.stderr
+
+
+def test_sigusr1_dumps_every_thread_stack_and_the_gateway_goes_on(tmp_path: Path) -> None:
+    """``kill -USR1``: where each thread is, on stderr, for a stop or a wait that hangs;
+    the gateway keeps serving and still stops cleanly."""
+    port = free_port()
+    cfg = _write_config(tmp_path, port)
+    log = tmp_path / "gateway.log"
+    proc = _start(cfg, log)
+    try:
+        _wait_healthy(port, proc)
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 20
+        while "most recent call first" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dump = log.read_text()
+        assert "most recent call first" in dump, dump[-2000:]
+        assert "run_forever" in dump or "_run_once" in dump, dump[-2000:]  # the event loop
+        assert proc.poll() is None, "SIGUSR1 ended the gateway"
+        assert _get(port, "/healthz")[0] == 200
+    finally:
+        code = _stop(proc)
+    assert code == 0, log.read_text()[-2000:]

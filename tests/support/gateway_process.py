@@ -9,6 +9,7 @@ buffers, the MQTT session's in-flight window — which only the kernel can do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -19,6 +20,9 @@ from typing import Any
 import yaml
 
 from gateway.devstack.process import ServiceProcess, spawn
+
+#: Written into a child's log before the thread stacks of a stop that overran.
+_STACKS_MARKER = "---- SIGTERM not obeyed"
 
 
 def mqgw_argv(config: Path) -> list[str]:
@@ -91,14 +95,32 @@ class ChildProcess:
             return None
         if proc.alive():
             os.kill(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + (
-                self.terminate_timeout if timeout is None else timeout
-            )
+            limit = self.terminate_timeout if timeout is None else timeout
+            deadline = time.monotonic() + limit
             while proc.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
+            if proc.alive():
+                self._dump_stacks(proc.pid, limit)
         proc.stop(timeout=5)  # SIGKILLs it only when the stop overran the timeout
         self.process = None
         return proc.exit_code()
+
+    def _dump_stacks(self, pid: int, waited: float) -> None:
+        """A stop that overran: the child's thread stacks into its log before the SIGKILL
+        (``mqgw`` dumps them on SIGUSR1), so the failure says where it hung."""
+        with self.log_path.open("ab") as log:
+            log.write(f"{_STACKS_MARKER} in {waited:.0f} s: thread stacks ----\n".encode())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+        size, settled_at = -1, time.monotonic()
+        end = settled_at + 3.0
+        while time.monotonic() < end:  # the dump is written once the size stops growing
+            now = self.log_path.stat().st_size
+            if now != size:
+                size, settled_at = now, time.monotonic()
+            elif time.monotonic() - settled_at >= 0.3:
+                break
+            time.sleep(0.05)
 
     def log_since_start(self) -> str:
         """What the current (or last) run has logged so far."""
@@ -111,9 +133,16 @@ class ChildProcess:
         return text in self.log_since_start()
 
     def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` of the log; after a stop that overran, from ``lines`` before
+        the thread stacks to the end (the stacks are what explains the hang)."""
         from gateway.devstack.process import log_tail
 
-        return log_tail(self.log_path, lines)
+        text = self.log_since_start()
+        marker = text.rfind(_STACKS_MARKER)
+        if marker < 0:
+            return log_tail(self.log_path, lines)
+        before = text[:marker].splitlines()[-lines:]
+        return "\n".join([*before, text[marker:]])
 
 
 class GatewayProcess(ChildProcess):

@@ -438,10 +438,20 @@ class ConfluentConsumer:
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
         inflight = self._inflight
-        if inflight is not None:
-            with contextlib.suppress(BaseException):
-                await inflight  # a poll still in librdkafka: let it return first
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.get_running_loop().run_in_executor(self._worker, consumer.close)
-        self._worker.shutdown(wait=False)
+        try:
+            if inflight is not None:
+                # A poll still in librdkafka returns first (its own timeout bounds it).
+                # Its error does not matter now; a cancellation of this stop does: a
+                # caller's timeout must end the stop, not be swallowed here.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(inflight)
+            if consumer is not None:
+                closing = asyncio.get_running_loop().run_in_executor(self._worker, consumer.close)
+                consumer = None
+                with contextlib.suppress(Exception):
+                    await closing
+        finally:
+            if consumer is not None:  # cancelled first: closed after the poll, unawaited
+                with contextlib.suppress(RuntimeError):
+                    self._worker.submit(consumer.close)
+            self._worker.shutdown(wait=False)

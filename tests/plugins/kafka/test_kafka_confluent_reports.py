@@ -89,6 +89,47 @@ async def test_reports_served_by_commit_transaction_are_settled_without_the_poll
         await producer.stop()
 
 
+class _StuckConsumer:
+    """A stand-in librdkafka consumer whose ``close`` hangs until ``released`` (as
+    librdkafka's can while it leaves a group after a broker restart)."""
+
+    def __init__(self, props: dict[str, Any]) -> None:
+        self.released = threading.Event()
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.released.wait(30)
+        self.closed.set()
+
+
+async def test_a_timed_out_consumer_stop_ends_instead_of_swallowing_the_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gateway's shutdown bounds each plugin's stop with a timeout; a stop that
+    swallowed its cancellation (waiting for a poll still in librdkafka) went on into a
+    hanging ``close`` and the process never exited. The close still runs, afterwards."""
+    from plugins.kafka.clients.confluent_client import ConfluentConsumer
+
+    monkeypatch.setattr(confluent_client.confluent_kafka, "Consumer", _StuckConsumer)
+    config = KafkaPluginConfig.model_validate({"backend": "confluent"})
+    consumer = ConfluentConsumer(config, ["t"], "c", group_id="g", auto_offset_reset="earliest")
+    stuck = _StuckConsumer({})
+    consumer._consumer = stuck
+    poll_returns = threading.Event()  # a consume() still in librdkafka
+    consumer._inflight = asyncio.get_running_loop().run_in_executor(
+        consumer._worker, poll_returns.wait, 30
+    )
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await consumer.stop()
+    waited = time.monotonic() - began
+    poll_returns.set()
+    stuck.released.set()
+    assert waited < 5, f"the stop ignored its caller's timeout for {waited:.1f} s"
+    assert await asyncio.to_thread(stuck.closed.wait, 10), "the consumer was never closed"
+
+
 async def _read_committed(bootstrap: str, topic: str, count: int) -> list[Any]:
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
