@@ -16,6 +16,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+#: Seconds past ``shutdown_timeout`` a stopping gateway gets before it exits anyway.
+STOP_GRACE_S = 10.0
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
@@ -56,6 +59,7 @@ def run_command(args: argparse.Namespace) -> int:
     from gateway.runtime.errors import ConfigErrors, GatewayRuntimeError
     from gateway.runtime.logs import configure_logging
     from gateway.runtime.registry import PluginRegistry
+    from gateway.runtime.stop_watchdog import StopWatchdog
 
     registry = PluginRegistry.from_entry_points()
     try:
@@ -87,14 +91,26 @@ def run_command(args: argparse.Namespace) -> int:
     level = "debug" if verbose >= 2 else cfg.logging.level
     configure_logging(cfg.logging.format, level)
 
+    # The stop's own budget, then STOP_GRACE_S for what follows it (closing the stores,
+    # the interpreter joining threads): past that the watchdog ends the process.
+    watchdog = StopWatchdog(cfg.shutdown_timeout + STOP_GRACE_S)
+
     async def main() -> int:
         app = GatewayApp(loaded, registry)
         loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            watchdog.arm()
+            app.request_stop()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, app.request_stop)
+            loop.add_signal_handler(sig, stop)
         try:
-            return await app.run()
+            code = await app.run()
+            watchdog.finished(code)
+            return code
         finally:
+            watchdog.arm()  # a stop for another reason (a fatal plugin) is bounded too
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 

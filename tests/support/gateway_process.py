@@ -95,7 +95,7 @@ class ChildProcess:
             return None
         if proc.alive():
             os.kill(proc.pid, signal.SIGTERM)
-            limit = self.terminate_timeout if timeout is None else timeout
+            limit = self.stop_timeout() if timeout is None else timeout
             deadline = time.monotonic() + limit
             while proc.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -104,6 +104,10 @@ class ChildProcess:
         proc.stop(timeout=5)  # SIGKILLs it only when the stop overran the timeout
         self.process = None
         return proc.exit_code()
+
+    def stop_timeout(self) -> float:
+        """Seconds SIGTERM gets before the SIGKILL."""
+        return self.terminate_timeout
 
     def _dump_stacks(self, pid: int, waited: float) -> None:
         """A stop that overran: the child's thread stacks into its log before the SIGKILL
@@ -151,3 +155,14 @@ class GatewayProcess(ChildProcess):
     def __init__(self, config: Path, log_path: Path) -> None:
         super().__init__("mqgw", mqgw_argv(config), log_path, config.parent)
         self.config = config
+
+    def stop_timeout(self) -> float:
+        """The gateway's own bound on a stop (``shutdown_timeout`` plus the grace its
+        stop watchdog allows), then a little for the exit: a SIGKILL before that would
+        cut a stop the gateway is still entitled to finish."""
+        from gateway.runtime.config import GatewayConfig
+        from gateway.runtime.run import STOP_GRACE_S
+
+        raw = yaml.safe_load(self.config.read_text(encoding="utf-8")) or {}
+        budget = raw.get("shutdown_timeout", GatewayConfig.model_fields["shutdown_timeout"].default)
+        return float(budget) + STOP_GRACE_S + 5.0
