@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  ({rate * subs:10.0f} deliveries/s)"
         )
     # Same process, so the fair baseline for the fan-out row runs with the same GC
-    # setting as the service (docs/performance.md "Garbage-collector policy (issue 16)").
+    # setting as the service (docs/performance.md "Garbage-collector policy").
     engine_same_gc = bench_engine(1000, budget=budget, gc_who="bench_pubsub pure engine")
     print(
         f"  pure engine       1000 matching subscribers: {engine_same_gc:10.0f} publications/s"

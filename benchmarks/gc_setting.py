@@ -9,7 +9,7 @@ settings through the same functions at the same point (just before the service s
 ``GatewayApp`` get them from the app. Raw baselines keep Python's settings
 (a user of a raw client has them) unless the benchmark says otherwise.
 ``--python-gc`` keeps Python's collector settings on the gateway side too (the "before"
-of docs/performance.md "Garbage-collector policy (issue 16)"); the switch interval is
+of docs/performance.md "Garbage-collector policy"); the switch interval is
 applied either way.
 """
 

@@ -1,4 +1,4 @@
-"""cProfile of each bridge path's timed part: top-N tables for docs/performance.md.
+"""cProfile of each bridge path's timed part: top-N tables (docs/performance.md).
 
 Runs the gateway side of a benchmark (no raw baseline) with cProfile enabled only while
 the path is timed: from ``BrokerService.start`` (outbound and fan-out paths: the backlog

@@ -7,7 +7,7 @@ message (descriptors, queued messages, index entries, deliveries), so on a fan-o
 a bridge the collector ran thousands of times a second and each full pass walked the
 start-up objects too (modules, pydantic schemas, plugin clients: hundreds of thousands
 of objects that live as long as the process). Measured, it was about a sixth of the CPU
-per delivery (docs/performance.md "Garbage-collector policy (issue 16)"). A library must
+per delivery (docs/performance.md "Garbage-collector policy"). A library must
 not change process-wide settings; ``mqgw run`` (and its worker processes) is the
 application, so it does, once start-up is complete:
 

@@ -8,7 +8,7 @@ them to the sink. On the embedded queue manager a missing backlog queue is defin
 the sink is registered; on IBM MQ the administrator defines it and :meth:`check_defined`
 fails the start with the ``DEFINE`` to run.
 
-Direct hand-over (latency, docs/performance.md "Latency pass"): when a sink's forwarder
+Direct hand-over (docs/performance.md "Direct hand-over wait"): when a sink's forwarder
 is idle and its backlog queue is empty (on a queue manager that tells its depth), the
 stream batch hands its deliveries to the sink itself (:meth:`SinkBacklogs.hand_over`)
 while it puts its other deliveries, and waits for the acknowledgement before its commit:

@@ -212,9 +212,9 @@ class SinkForwarder:
         return self._direct is not None and not self._direct.done()
 
     def send_directly(self, envelopes: list[Envelope]) -> asyncio.Task[None]:
-        """Start ``sink.send(envelopes)`` for the service (fix 5 of docs/performance.md:
-        the idle forwarder's direct hand-over). The service commits its unit of work
-        without a backlog put only if this ends without error before the commit;
+        """Start ``sink.send(envelopes)`` for the service: the idle forwarder's direct
+        hand-over (docs/performance.md "Direct hand-over wait"). The service commits its
+        unit of work without a backlog put only if this ends without error before the commit;
         otherwise it puts the deliveries on the backlog as usual (:meth:`copies_of_direct`
         names them; they are sent only if this send fails). Until it ends, the
         forwarder waits."""

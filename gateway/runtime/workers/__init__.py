@@ -1,5 +1,5 @@
 """Worker processes: a multi-stream gateway on more than one core (docs/performance.md,
-"Worker processes (issue 16)"; configuration in docs/config-reference.md, ``workers``).
+"Worker processes"; configuration in docs/config-reference.md, ``workers``).
 
 The broker service (the engine, its subscription store) and the embedded queue manager
 (its SQLite store) stay in the main process. Each ``workers:`` group of plugin
