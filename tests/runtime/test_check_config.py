@@ -247,7 +247,8 @@ def unwritable(directory: Path) -> Iterator[None]:
     if chattr is None or subprocess.run(
         [chattr, "+i", str(directory)], capture_output=True, check=False
     ).returncode != 0:
-        pytest.skip("root, and no immutable attribute on this file system")
+        pytest.fail("root, and no immutable attribute (chattr +i) on this file system: "
+                    "nothing can make a directory read-only for this user")
     try:
         yield
     finally:
