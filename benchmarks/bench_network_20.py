@@ -63,8 +63,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.summary import Row, record
+from gateway.mq.port import Message
 from tests.faults.ledger import PathLedger
 from tests.support.pubsub_messages import decode
+from tests.support.queue_reader import QueueReader
 from tests.support.tree_network import NodeSpec, Publisher, TreeNetwork, start_tree
 
 PAYLOAD_SIZE = 1024
@@ -131,37 +133,24 @@ class Reader:
     net: TreeNetwork
     queue: str
     got: list[tuple[bytes, int, float]] = field(default_factory=list)
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
-    _task: asyncio.Task[None] | None = None
+    _reader: QueueReader | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._reader = QueueReader(self.net.tester.qm, self.queue, self._record)
+        self._reader.start()
 
-    async def _run(self) -> None:
-        from gateway.mq.port import GetOptions, MQError, OpenOption
-        from gateway.wire.reasons import Reason
-
-        async with await self.net.tester.qm.connect() as conn:
-            h = await conn.open(self.queue, OpenOption.INPUT_SHARED)
-            while not self._stop.is_set():
-                try:
-                    m = await h.get(GetOptions(wait_ms=200))
-                except MQError as exc:
-                    if exc.reason != Reason.NO_MSG_AVAILABLE:
-                        raise
-                    continue
-                now = time.perf_counter()
-                body = decode(m.md, m.body).payload
-                tag, seq, sent = body[:64].split(b" ")[:3]
-                self.got.append((tag, int(seq), now - float(sent)))
+    def _record(self, m: Message) -> None:
+        now = time.perf_counter()
+        body = decode(m.md, m.body).payload
+        tag, seq, sent = body[:64].split(b" ")[:3]
+        self.got.append((tag, int(seq), now - float(sent)))
 
     def seqs(self, tag: bytes) -> list[int]:
         return [s for t, s, _ in self.got if t == tag]
 
     async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
+        if self._reader is not None:
+            await self._reader.close()
 
 
 def payload(tag: bytes, seq: int) -> bytes:

@@ -462,24 +462,15 @@ class GatewayApp:
         )
 
     async def _serve_queue_manager(self, store_path: Path) -> None:
-        """The local socket of the embedded queue manager (docs/embedded-qm.md), with
-        DISPLAY SUB/PUBSUB answered from the broker's stores. A socket that cannot be
-        made is logged, not fatal: the gateway's own traffic does not need it."""
+        """The local socket of the embedded queue manager (docs/embedded-qm.md); the
+        gateway's own traffic does not need it, so one that cannot be made is logged."""
         if self.node is None:
             return
-        from gateway.mq.embedded.qm_server import QueueManagerServer
-        from gateway.runtime.qm_status import broker_status_reports
+        from gateway.runtime.qm_status import serve_local_socket
 
-        qm = self.node.qm
-        qm.status_reports.update(broker_status_reports(store_path))
-        server = QueueManagerServer(qm)
-        try:
-            await server.start()
-        except OSError as exc:
-            log.error("queue manager %s: no local socket (mqgw qm cannot reach it while the "
-                      "gateway runs): %s", qm.name, exc)
-            return
-        self.qm_server = server
+        self.qm_server = await serve_local_socket(
+            self.node.qm, store_path, runner="gateway", log=log
+        )
 
     async def _start_workers(self, instances: dict[str, PluginInstance]) -> None:
         """Spawn the ``workers:`` processes; they reach the queue manager over its local

@@ -79,9 +79,12 @@ def _accept_verbose_everywhere(sub: argparse._SubParsersAction[argparse.Argument
     """Let ``-v`` follow the command too (``mqgw run -v``), where users put it.
 
     A command that gives ``-v`` a meaning of its own (``mqgw qm browse -v``) keeps it;
-    nested commands (``mqgw streams check -v``) get it as well.
+    nested commands (``mqgw streams check -v``) get it as well, also those a command
+    parses with a parser of its own (``mqgw network check -v``: its completion children).
     """
-    for command in sub.choices.values():
+    from gateway.runtime.completion import COMPLETION_CHILDREN
+
+    def accept(command: argparse.ArgumentParser) -> None:
         taken = {s for action in command._actions for s in action.option_strings}
         flags = [f for f in ("-v", "--verbose") if f not in taken]
         if flags:
@@ -89,9 +92,14 @@ def _accept_verbose_everywhere(sub: argparse._SubParsersAction[argparse.Argument
                 *flags, dest="verbose", action="count", default=argparse.SUPPRESS,
                 help="more log output (-vv for debug), as before the command",
             )
+        for child in getattr(command, COMPLETION_CHILDREN, {}).values():
+            accept(child)
         for action in command._actions:
             if isinstance(action, argparse._SubParsersAction):
                 _accept_verbose_everywhere(action)
+
+    for command in sub.choices.values():
+        accept(command)
 
 
 def _quiet_on_closed_pipe() -> int:

@@ -5,15 +5,23 @@ Why here: the broker's subscriptions and neighbours live in the gateway's stores
 package does not know. The running gateway registers these providers on its queue
 manager; ``mqgw qm mqsc -c CONFIG`` registers them on a directly opened one. Both read
 the files (SQLite WAL: a reader beside the running gateway sees committed state).
+``serve_local_socket`` does that registration and opens the local socket, for ``mqgw run``
+and ``mqgw broker`` alike.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["broker_status_reports"]
+if TYPE_CHECKING:
+    from gateway.mq.embedded.qm_server import QueueManagerServer
+    from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+
+__all__ = ["broker_status_reports", "serve_local_socket"]
 
 Provider = Callable[[str], list[list[str]]]
 
@@ -26,6 +34,27 @@ def broker_status_reports(store_path: Path) -> dict[str, Provider]:
     """``{"SUB": ..., "PUBSUB": ...}`` reading the broker store ``store_path``."""
     return {"SUB": lambda pattern: display_sub(store_path, pattern),
             "PUBSUB": lambda pattern: display_pubsub(store_path, pattern)}
+
+
+async def serve_local_socket(
+    qm: EmbeddedQueueManager, store_path: Path, *, runner: str, log: logging.Logger
+) -> QueueManagerServer | None:
+    """The embedded queue manager's local socket (docs/embedded-qm.md), with DISPLAY
+    SUB/PUBSUB answered from the broker store ``store_path``: ``mqgw qm`` and separate MQ
+    programs reach the running ``runner`` (gateway or broker) through it. One that cannot
+    be made is logged on the runner's ``log``, not fatal: the runner's own traffic does
+    not need it."""
+    from gateway.mq.embedded.qm_server import QueueManagerServer
+
+    qm.status_reports.update(broker_status_reports(store_path))
+    server = QueueManagerServer(qm)
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("queue manager %s: no local socket (mqgw qm cannot reach it while the "
+                  "%s runs): %s", qm.name, runner, exc)
+        return None
+    return server
 
 
 def display_sub(store_path: Path, pattern: str) -> list[list[str]]:

@@ -86,22 +86,18 @@ def generated_rows(count: int, seed: int = 16) -> list[tuple[Any, ...]]:
     rng = random.Random(seed)
     rows: list[tuple[Any, ...]] = []
     for n in range(count):
-        headers: list[tuple[str, bytes | None]] | None = []
-        assert headers is not None
+        present: list[tuple[str, bytes | None]] = []
         for name in CONTRACT_HEADERS:
             if rng.random() < 0.15:
                 continue  # missing
-            headers.append((name, _value(rng, name, n)))
+            present.append((name, _value(rng, name, n)))
             if rng.random() < 0.08:
-                headers.append((name, _value(rng, name, n + 1)))  # duplicate: first wins
-        headers += [(f"x-app-{rng.randrange(3)}", b"other"), ("mq.stream ", b"not it"),
+                present.append((name, _value(rng, name, n + 1)))  # duplicate: first wins
+        present += [(f"x-app-{rng.randrange(3)}", b"other"), ("mq.stream ", b"not it"),
                     ("MQ.STREAM", b"case matters")][: rng.randrange(4)]
-        rng.shuffle(headers)
+        rng.shuffle(present)
         kind = rng.random()
-        if kind < 0.03:
-            headers = None
-        elif kind < 0.06:
-            headers = []
+        headers = None if kind < 0.03 else [] if kind < 0.06 else present
         value = None if rng.random() < 0.1 else b"v" * rng.randrange(0, 50)
         key = None if rng.random() < 0.05 else f"T/{n % 7}".encode()
         ts = datetime.fromtimestamp(1_700_000_000 + n, tz=UTC).replace(tzinfo=None)

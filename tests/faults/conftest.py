@@ -58,17 +58,18 @@ def trials(request: pytest.FixtureRequest) -> int:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A ``DISK_MB`` MB tmpfs at ``tmp_path/disk`` (root only; skipped otherwise)."""
+    """A ``DISK_MB`` MB tmpfs at ``tmp_path/disk``: root only, and a test that needs it
+    fails (never skips) where it cannot be mounted."""
     mount = tmp_path / "disk"
     mount.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("the disk-full test mounts a tmpfs: it needs root")
+        pytest.fail("the disk-full tests mount a tmpfs: run them as root")
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
         capture_output=True, text=True, check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        pytest.fail(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
         yield mount
     finally:

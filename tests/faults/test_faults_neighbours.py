@@ -33,8 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.mq.port import GetOptions, MQError, OpenOption
-from gateway.wire.reasons import Reason
+from gateway.mq.port import Message
 from tests.faults.ledger import (
     Ledger,
     PathLedger,
@@ -53,6 +52,7 @@ from tests.support.neighbour_traffic import (
     start_joined_network,
     until,
 )
+from tests.support.queue_reader import QueueReader
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -74,31 +74,21 @@ class SubscriberQueue:
     def __init__(self, net: LegacyNetwork, queue: str, ledger: PathLedger) -> None:
         self.net, self.queue, self.ledger = net, queue, ledger
         self.topics_ok = True
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._reader: QueueReader | None = None
 
     def start(self, prefix: str) -> None:
-        self._task = asyncio.create_task(self._run(prefix), name=f"reader:{self.queue}")
+        def receive(m: Message) -> None:
+            for r in publications([m]):
+                ident = r.payload.decode()
+                self.topics_ok &= r.topic == f"{prefix}/{ident}"
+                self.ledger.receive([ident])
 
-    async def _run(self, prefix: str) -> None:
-        async with await self.net.tester.qm.connect() as conn:
-            h = await conn.open(self.queue, OpenOption.INPUT_SHARED)
-            while not self._stop.is_set():
-                try:
-                    m = await h.get(GetOptions(wait_ms=200))
-                except MQError as exc:
-                    if exc.reason != Reason.NO_MSG_AVAILABLE:
-                        raise
-                    continue
-                for r in publications([m]):
-                    ident = r.payload.decode()
-                    self.topics_ok &= r.topic == f"{prefix}/{ident}"
-                    self.ledger.receive([ident])
+        self._reader = QueueReader(self.net.tester.qm, self.queue, receive)
+        self._reader.start()
 
     async def close(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task  # re-raises what stopped the reader
+        if self._reader is not None:
+            await self._reader.close()  # re-raises what stopped the reader
 
 
 async def _feed(net: LegacyNetwork, broker: str, prefix: str, ids: list[str],

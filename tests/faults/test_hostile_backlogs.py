@@ -213,7 +213,7 @@ async def test_a_hostile_local_client_cannot_feed_a_backlog(
     gateway's own user's script is not refused by the queue manager, but what it puts
     is not sealed by the gateway: dead-lettered (2035), never forwarded."""
     if os.getuid() != 0:
-        pytest.skip("becoming another OS user needs root")
+        pytest.fail("becoming another OS user needs root: run this test as root")
     gw = await _start(tmp_path)
     server = QueueManagerServer(gw.qm, public_dir / "qm.sock")
     await server.start()

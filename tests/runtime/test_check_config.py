@@ -116,62 +116,57 @@ def rr_routes(*, reply_queue: str = "MQGW.REPLY", service_queue: str = "GW.SVC",
     )
 
 
+#: The key each ``rr_routes`` keyword is checked under.
+RR_KEYS = {"reply_queue": "request_reply.reply_queue",
+           "service_queue": "request_reply.services[0].queue",
+           "destination": "request_reply.requests[0].destination",
+           "reply_to_q": "request_reply.reply_to_q"}
+STREAM_QUEUE = "a stream queue the broker services"
 #: Issue 29: request/reply queues that overlap the broker's own, each refused naming
-#: the key (a reply_queue on a stream queue took 25 of 50 publications).
-QUEUE_CASES = {
-    "reply_queue_on_a_stream_queue": (
-        rr_routes(reply_queue="STOCK.STREAM"), "request_reply.reply_queue",
-        "a stream queue the broker services"),
-    "service_queue_on_a_stream_queue": (
-        rr_routes(service_queue="STOCK.STREAM"), "request_reply.services[0].queue",
-        "a stream queue the broker services"),
+#: the key (a reply_queue on a stream queue took 25 of 50 publications): case ->
+#: (``rr_routes`` keyword, its value, the problem named, ``broker:`` keys added).
+QUEUE_OVERLAPS: dict[str, tuple[str, str, str, str]] = {
+    "reply_queue_on_a_stream_queue": ("reply_queue", "STOCK.STREAM", STREAM_QUEUE, ""),
+    "service_queue_on_a_stream_queue": ("service_queue", "STOCK.STREAM", STREAM_QUEUE, ""),
     "service_queue_on_the_default_stream": (
-        rr_routes(service_queue="SYSTEM.BROKER.DEFAULT.STREAM"),
-        "request_reply.services[0].queue", "a stream queue the broker services"),
+        "service_queue", "SYSTEM.BROKER.DEFAULT.STREAM", STREAM_QUEUE, ""),
     "reply_queue_on_the_admin_stream": (
-        rr_routes(reply_queue="SYSTEM.BROKER.ADMIN.STREAM"), "request_reply.reply_queue",
-        "the broker's admin stream"),
+        "reply_queue", "SYSTEM.BROKER.ADMIN.STREAM", "the broker's admin stream", ""),
     "reply_queue_on_the_control_queue": (
-        rr_routes(reply_queue="SYSTEM.BROKER.CONTROL.QUEUE"), "request_reply.reply_queue",
-        "the broker's control queue"),
+        "reply_queue", "SYSTEM.BROKER.CONTROL.QUEUE", "the broker's control queue", ""),
     "service_queue_on_the_inter_broker_queue": (
-        rr_routes(service_queue="SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS"),
-        "request_reply.services[0].queue", "the inter-broker queue"),
+        "service_queue", "SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS", "the inter-broker queue",
+        ""),
     "service_queue_on_the_dead_letter_queue": (
-        rr_routes(service_queue="GW.DLQ", extra="  dead_letter_queue: GW.DLQ\n"),
-        "request_reply.services[0].queue", "the dead-letter queue"),
+        "service_queue", "GW.DLQ", "the dead-letter queue", "  dead_letter_queue: GW.DLQ\n"),
     "reply_queue_on_a_sink_backlog": (
-        rr_routes(reply_queue="SYSTEM.MQGW.SINK.m"), "request_reply.reply_queue",
-        "a sink backlog queue"),
+        "reply_queue", "SYSTEM.MQGW.SINK.m", "a sink backlog queue", ""),
     "service_queue_on_a_system_queue": (
-        rr_routes(service_queue="SYSTEM.ADMIN.COMMAND.QUEUE"),
-        "request_reply.services[0].queue", "a system queue"),
+        "service_queue", "SYSTEM.ADMIN.COMMAND.QUEUE", "a system queue", ""),
     "service_queue_is_the_reply_queue": (
-        rr_routes(service_queue="MQGW.REPLY"), "request_reply.services[0].queue",
-        "also request_reply.reply_queue"),
+        "service_queue", "MQGW.REPLY", "also request_reply.reply_queue", ""),
     "destination_on_the_control_queue_of_another_broker": (
-        rr_routes(destination="SYSTEM.BROKER.CONTROL.QUEUE@QM2"),
-        "request_reply.requests[0].destination", "the broker's control queue"),
-    "destination_on_a_stream_queue": (
-        rr_routes(destination="STOCK.STREAM"), "request_reply.requests[0].destination",
-        "a stream queue the broker services"),
-    "reply_queue_on_a_neighbours_stream": (
-        rr_routes(reply_queue="BULLETIN") + "neighbours: [{q_mgr: QM2, streams: [BULLETIN]}]\n",
-        "request_reply.reply_queue", "a stream queue the broker services"),
-    "reply_to_q_on_a_stream_queue": (
-        rr_routes(reply_to_q="STOCK.STREAM"), "request_reply.reply_to_q",
-        "a stream queue the broker services"),
+        "destination", "SYSTEM.BROKER.CONTROL.QUEUE@QM2", "the broker's control queue", ""),
+    "destination_on_a_stream_queue": ("destination", "STOCK.STREAM", STREAM_QUEUE, ""),
+    "reply_to_q_on_a_stream_queue": ("reply_to_q", "STOCK.STREAM", STREAM_QUEUE, ""),
     # the runtime keeps the queues request/reply reads and refuses every put there (2035)
     "destination_is_the_reply_queue": (
-        rr_routes(destination="MQGW.REPLY"), "request_reply.requests[0].destination",
-        "MQGW.REPLY is request_reply.reply_queue, a queue request/reply reads"),
+        "destination", "MQGW.REPLY",
+        "MQGW.REPLY is request_reply.reply_queue, a queue request/reply reads", ""),
     "destination_is_the_reply_queue_on_the_own_queue_manager": (
-        rr_routes(destination="MQGW.REPLY@GW"), "request_reply.requests[0].destination",
-        "is request_reply.reply_queue, a queue request/reply reads"),
+        "destination", "MQGW.REPLY@GW", "is request_reply.reply_queue, a queue request/reply "
+        "reads", ""),
     "destination_is_a_service_queue": (
-        rr_routes(destination="GW.SVC"), "request_reply.requests[0].destination",
-        "GW.SVC is request_reply.services[0].queue, a queue request/reply reads"),
+        "destination", "GW.SVC",
+        "GW.SVC is request_reply.services[0].queue, a queue request/reply reads", ""),
 }
+QUEUE_CASES = {
+    case: (rr_routes(**{keyword: value}, extra=broker), RR_KEYS[keyword], problem)
+    for case, (keyword, value, problem, broker) in QUEUE_OVERLAPS.items()
+}
+QUEUE_CASES["reply_queue_on_a_neighbours_stream"] = (
+    rr_routes(reply_queue="BULLETIN") + "neighbours: [{q_mgr: QM2, streams: [BULLETIN]}]\n",
+    "request_reply.reply_queue", STREAM_QUEUE)
 CASES.update(QUEUE_CASES)
 
 
@@ -252,7 +247,8 @@ def unwritable(directory: Path) -> Iterator[None]:
     if chattr is None or subprocess.run(
         [chattr, "+i", str(directory)], capture_output=True, check=False
     ).returncode != 0:
-        pytest.skip("root, and no immutable attribute on this file system")
+        pytest.fail("root, and no immutable attribute (chattr +i) on this file system: "
+                    "nothing can make a directory read-only for this user")
     try:
         yield
     finally:

@@ -30,6 +30,21 @@ def test_verbose_is_accepted_after_the_command() -> None:
     assert parser.parse_args(["streams", "check", "--verbose"]).verbose == 1
 
 
+def test_verbose_is_accepted_after_network_check(tmp_path: Path) -> None:
+    """``network check`` has its own parser behind ``mqgw network``; ``-v`` after it
+    counts as before the command, and the check runs as without it."""
+    parser = build_parser()
+    assert parser.parse_args(["network", "check", "-v", "http://127.0.0.1:1"]).verbose == 1
+    assert parser.parse_args(["network", "check", "--json", "-vv"]).verbose == 2
+    assert parser.parse_args(["-v", "network", "check"]).verbose == 1
+    assert parser.parse_args(["network", "check"]).verbose == 0
+    after = _mqgw("network", "check", "-v", "http://127.0.0.1:1", cwd=tmp_path)
+    before = _mqgw("-v", "network", "check", "http://127.0.0.1:1", cwd=tmp_path)
+    assert after.returncode == before.returncode == 1, after.stderr
+    assert after.stdout == before.stdout
+    assert "[node-unreadable] http://127.0.0.1:1/network" in after.stdout, after.stdout
+
+
 def test_a_command_that_gives_v_its_own_meaning_keeps_it() -> None:
     args = build_parser().parse_args(["qm", "browse", "-v", "--data-dir", "d", "Q"])
     assert args.qm_verbose is True

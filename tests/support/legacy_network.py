@@ -41,9 +41,7 @@ are a parameter too (``plugins``: the YAML list of instances).
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,10 +49,10 @@ from typing import Any
 
 from gateway.devstack import ports as devstack_ports
 from gateway.mq.embedded.network import QueueManagerNode
-from gateway.mq.port import GetOptions, Message, MQError, OpenOption
+from gateway.mq.port import GetOptions, Message, OpenOption
 from gateway.wire.mqmd import MQMD
-from gateway.wire.reasons import Reason
 from tests.support.gateway_process import ChildProcess, GatewayProcess, write_config
+from tests.support.process_network import ProcessNetwork
 
 BROKERA, BROKERB, GW, TESTER = "BROKERA", "BROKERB", "GW", "TESTER"
 DEFAULT_STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
@@ -132,7 +130,7 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class LegacyNetwork:
+class LegacyNetwork(ProcessNetwork):
     """Handles on the three processes and the in-test TESTER node (module docstring)."""
 
     root: Path
@@ -141,6 +139,8 @@ class LegacyNetwork:
     gateway: GatewayProcess
     tester: QueueManagerNode
     mqsc: dict[str, str] = field(default_factory=dict)
+
+    start_timeout = START_TIMEOUT
 
     # ------------------------------------------------------------ processes
 
@@ -152,51 +152,12 @@ class LegacyNetwork:
             return f"gateway {GW} started"
         return f"READY {name} 127.0.0.1 {self.ports[name]}"
 
-    async def wait_ready(self, names: Sequence[str] = (BROKERA, BROKERB, GW),
-                         timeout: float = START_TIMEOUT) -> None:
-        """Each process logged readiness and TESTER's channel to it runs."""
-        deadline = time.monotonic() + timeout
-        for name in names:
-            proc = self.process(name)
-            while not proc.has_logged(self.ready_line(name)):
-                if not proc.running:
-                    raise RuntimeError(f"{name} exited:\n{proc.log_tail()}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} not ready:\n{proc.log_tail()}")
-                await asyncio.sleep(0.05)
-            while not self.tester.channel_running(name):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"channel TESTER.TO.{name} not running")
-                await asyncio.sleep(0.05)
-
-    def stop(self, name: str) -> int | None:
-        """SIGTERM ``name`` (clean stop)."""
-        return self.process(name).terminate()
-
-    def kill(self, name: str) -> None:
-        """SIGKILL ``name``."""
-        self.process(name).kill()
-
-    async def restart(self, name: str) -> None:
-        """Start ``name`` again (after stop or kill) and wait until it is ready."""
-        self.process(name).start()
-        await self.wait_ready([name])
-
-    def log_tail(self, name: str, lines: int = 40) -> str:
-        return self.process(name).log_tail(lines)
-
-    def log_tails(self, lines: int = 20) -> str:
-        """Every process's log tail (for assertion messages)."""
-        return "\n".join(
-            f"==== {n} ====\n{self.log_tail(n, lines)}" for n in (BROKERA, BROKERB, GW)
-        )
+    def names(self) -> Sequence[str]:
+        return (BROKERA, BROKERB, GW)
 
     async def close(self) -> None:
         """Stop the processes (SIGTERM, SIGKILL after a timeout) and the TESTER node."""
-        for name in (GW, BROKERA, BROKERB):
-            proc = self.process(name)
-            if proc.running:
-                proc.terminate(timeout=20)
+        self.stop_processes([self.gateway, *self.brokers.values()])
         await self.tester.stop()
 
     # ------------------------------------------------------------ TESTER node
@@ -218,19 +179,6 @@ class LegacyNetwork:
         async with await self.tester.qm.connect() as conn:
             h = await conn.open(queue, OpenOption.INPUT_SHARED)
             return await h.get(GetOptions(wait_ms=int(wait_s * 1000)))
-
-    async def drain(self, queue: str, wait_s: float = 0.5) -> list[Message]:
-        """Every message on TESTER's ``queue`` (waiting ``wait_s`` for late ones)."""
-        out: list[Message] = []
-        async with await self.tester.qm.connect() as conn:
-            h = await conn.open(queue, OpenOption.INPUT_SHARED)
-            while True:
-                try:
-                    out.append(await h.get(GetOptions(wait_ms=int(wait_s * 1000))))
-                except MQError as exc:
-                    if exc.reason != Reason.NO_MSG_AVAILABLE:
-                        raise
-                    return out
 
 
 def broker_argv(name: str, root: Path, port: int, streams: Sequence[str],

@@ -55,6 +55,7 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from tests.support.gateway_process import ChildProcess, GatewayProcess, write_config
 from tests.support.legacy_network import free_ports
+from tests.support.process_network import ProcessNetwork
 
 GW, QMA, QMB, QMC, TESTER = "GW", "QMA", "QMB", "QMC", "TESTER"
 QUEUE_MANAGERS = (GW, QMA, QMB, QMC, TESTER)
@@ -169,7 +170,7 @@ def gateway_yaml(ports: Mapping[str, int], *, plugins: Sequence[Mapping[str, Any
 
 
 @dataclass
-class RRNetwork:
+class RRNetwork(ProcessNetwork):
     """Handles on the processes and the in-test TESTER node (module docstring)."""
 
     root: Path
@@ -180,6 +181,10 @@ class RRNetwork:
     #: GW as a plain node in this process when there is no ``mqgw run``.
     gw_node: QueueManagerNode | None = None
     mqsc: dict[str, str] = field(default_factory=dict)
+
+    start_timeout = START_TIMEOUT
+    tester_channels = False  # TESTER reaches the nodes through the cluster
+    tail_lines = 25
 
     # ------------------------------------------------------------ processes
 
@@ -193,18 +198,8 @@ class RRNetwork:
     def ready_line(self, name: str) -> str:
         return f"gateway {GW} started" if name == GW else f"READY {name} 127.0.0.1"
 
-    async def wait_ready(self, names: Sequence[str], timeout: float = START_TIMEOUT) -> None:
-        """Each process logged readiness (GW: ``gateway GW started``)."""
-        deadline = time.monotonic() + timeout
-        for name in names:
-            proc = self.process(name)
-            while not proc.has_logged(self.ready_line(name)):
-                if not proc.running:
-                    raise RuntimeError(f"{name} exited:\n{proc.log_tail()}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} not ready within {timeout:.0f} s:\n"
-                                       f"{proc.log_tail()}")
-                await asyncio.sleep(0.05)
+    def names(self) -> Sequence[str]:
+        return (GW, QMA, QMB, QMC)
 
     async def wait_joined(self, timeout: float = START_TIMEOUT) -> None:
         """TESTER can open every name the tests address (``JOINED_NAMES``). TESTER's only
@@ -261,36 +256,10 @@ class RRNetwork:
                     out.append(f"{q}@{q_mgr}" if q_mgr else q)
         return out
 
-    def stop(self, name: str) -> int | None:
-        """SIGTERM ``name`` (a clean stop); its exit code."""
-        return self.process(name).terminate()
-
-    def kill(self, name: str) -> None:
-        self.process(name).kill()
-
-    async def restart(self, name: str) -> None:
-        """Start ``name`` again and wait until it is ready."""
-        self.process(name).start()
-        await self.wait_ready([name])
-
-    def log_tail(self, name: str, lines: int = 40) -> str:
-        try:
-            return self.process(name).log_tail(lines)
-        except RuntimeError:
-            return "(in this process)"
-
-    def log_tails(self, lines: int = 25) -> str:
-        """Every process's log tail (for assertion messages)."""
-        return "\n".join(f"==== {n} ====\n{self.log_tail(n, lines)}"
-                         for n in (GW, QMA, QMB, QMC))
-
     async def close(self) -> None:
         """Stop the processes (SIGTERM, SIGKILL after a timeout) and the local nodes."""
-        if self.gateway is not None and self.gateway.running:
-            self.gateway.terminate(timeout=20)
-        for proc in self.nodes.values():
-            if proc.running:
-                proc.terminate(timeout=20)
+        gateway = [self.gateway] if self.gateway is not None else []
+        self.stop_processes([*gateway, *self.nodes.values()])
         if self.gw_node is not None:
             await self.gw_node.stop()
         await self.tester.stop()
@@ -314,19 +283,6 @@ class RRNetwork:
                     raise
         raise AssertionError(f"{what}: nothing on {queue}@{TESTER} within {wait_s:.0f} s\n"
                              f"{self.log_tails()}")
-
-    async def drain(self, queue: str, wait_s: float = 0.5) -> list[Message]:
-        """Every message on TESTER's ``queue`` (waiting ``wait_s`` for late ones)."""
-        out: list[Message] = []
-        async with await self.tester.qm.connect() as conn:
-            h = await conn.open(queue, OpenOption.INPUT_SHARED)
-            while True:
-                try:
-                    out.append(await h.get(GetOptions(wait_ms=int(wait_s * 1000))))
-                except MQError as exc:
-                    if exc.reason != Reason.NO_MSG_AVAILABLE:
-                        raise
-                    return out
 
 
 def write_topology(root: Path, ports: Mapping[str, int], mqsc: Mapping[str, str]) -> Path:

@@ -33,15 +33,12 @@ from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.port import (
     Connection,
     GetOptions,
-    Message,
-    MQError,
     OpenOption,
     PutOptions,
     QueueHandle,
 )
 from gateway.wire.constants import MsgType, Report
 from gateway.wire.mqmd import MQMD
-from gateway.wire.reasons import Reason
 from tests.support.gateway_process import GatewayProcess, write_config
 from tests.support.legacy_network import (
     BrokerProcess,
@@ -50,6 +47,7 @@ from tests.support.legacy_network import (
     free_ports,
 )
 from tests.support.neighbour_traffic import mqgw
+from tests.support.process_network import ProcessNetwork
 from tests.support.pubsub_messages import CONTROL, DEFAULT, decode, rfh_message
 
 TESTER = "TESTER"
@@ -123,7 +121,7 @@ def legacy_args(spec: NodeSpec, specs: Mapping[str, NodeSpec]) -> list[str]:
 
 
 @dataclass
-class TreeNetwork:
+class TreeNetwork(ProcessNetwork):
     """The processes, the TESTER node and views of the nodes (module docstring)."""
 
     root: Path
@@ -133,6 +131,11 @@ class TreeNetwork:
     tester: QueueManagerNode
     #: Links joined at run time (child, parent), on top of the specs' attached ones.
     attached: set[tuple[str, str]] = field(default_factory=set)
+
+    start_timeout = START_TIMEOUT
+    poll_s = 0.1
+    tail_lines = 15
+    stop_together = True  # many nodes: they drain in parallel
 
     # ------------------------------------------------------------ topology
 
@@ -188,21 +191,11 @@ class TreeNetwork:
             return f"gateway {name} started"
         return f"READY {name} 127.0.0.1 {self.ports[name]}"
 
-    async def wait_ready(self, names: Iterable[str], timeout: float = START_TIMEOUT) -> None:
-        """Each process logged readiness and TESTER's channel to it runs."""
-        deadline = time.monotonic() + timeout
-        for name in names:
-            proc = self.processes[name]
-            while not proc.has_logged(self.ready_line(name)):
-                if not proc.running:
-                    raise RuntimeError(f"{name} exited:\n{proc.log_tail()}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} not ready:\n{proc.log_tail()}")
-                await asyncio.sleep(0.1)
-            while not self.tester.channel_running(name):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"channel TESTER.TO.{name} not running")
-                await asyncio.sleep(0.1)
+    def process(self, name: str) -> BrokerProcess | GatewayProcess:
+        return self.processes[name]
+
+    def names(self) -> Sequence[str]:
+        return list(self.processes)
 
     def neighbour_states(self, name: str) -> dict[str, str]:
         """``mqgw neighbours list --json`` of ``name``: neighbour -> state."""
@@ -261,20 +254,9 @@ class TreeNetwork:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def log_tails(self, lines: int = 15) -> str:
-        return "\n".join(
-            f"==== {n} ====\n{p.log_tail(lines)}" for n, p in self.processes.items()
-        )
-
     async def close(self) -> None:
         """Stop every process (SIGTERM, SIGKILL after a timeout) and the TESTER node."""
-        procs = [p for p in self.processes.values() if p.running]
-        for p in procs:  # signal them all first: they drain in parallel
-            proc = p.process
-            if proc is not None and proc.alive():
-                os.kill(proc.pid, 15)
-        for p in procs:
-            p.terminate(timeout=20)
+        self.stop_processes(self.processes.values())
         await self.tester.stop()
 
     # ------------------------------------------------------------ stores (read-only)
@@ -379,19 +361,6 @@ class TreeNetwork:
         conn = await self.tester.qm.connect()
         h = await conn.open(DEFAULT, OpenOption.OUTPUT, q_mgr_name=at)
         return Publisher(conn, h)
-
-    async def drain(self, queue: str, wait_s: float = 0.5) -> list[Message]:
-        """Every message on TESTER's ``queue`` (waiting ``wait_s`` for late ones)."""
-        out: list[Message] = []
-        async with await self.tester.qm.connect() as conn:
-            h = await conn.open(queue, OpenOption.INPUT_SHARED)
-            while True:
-                try:
-                    out.append(await h.get(GetOptions(wait_ms=int(wait_s * 1000))))
-                except MQError as exc:
-                    if exc.reason != Reason.NO_MSG_AVAILABLE:
-                        raise
-                    return out
 
 
 class Publisher:

@@ -60,6 +60,27 @@ def check_parser(prog: str = "mqgw network check") -> argparse.ArgumentParser:
     return p
 
 
+class _CheckArguments(argparse.Action):
+    """What follows the topology: after ``check``, parsed by the check's own parser in the
+    same parse as the whole command line, so ``-v`` there sets the log level as after any
+    other command (``mqgw network check -v``); otherwise kept for the topology runner."""
+
+    def __init__(self, *args: Any, check: argparse.ArgumentParser, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.check = check
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        rest = list(values or ())
+        if str(getattr(namespace, "topology", "")) == "check":
+            checked = self.check.parse_args(rest)
+            namespace.check = checked
+            if "verbose" in vars(checked):
+                namespace.verbose = checked.verbose
+            rest = []
+        setattr(namespace, self.dest, rest)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``check`` to ``mqgw network``: everything after ``check`` is this command's
     (its own parser, so options and nodes may come in any order)."""
@@ -74,13 +95,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         for action in subparsers._choices_actions:  # the line `mqgw --help` shows
             if action.dest == "network":
                 action.help = f"{action.help}; `network check`: check a network of gateways"
-    net.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    check = check_parser()
+    net.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS,
+                     action=_CheckArguments, check=check)
     net.epilog = ("mqgw network check [NODE ...] [--json]: check a network of gateways "
                   "(mqgw network check --help)")
 
     def dispatch(args: argparse.Namespace) -> int:
         if str(args.topology) == "check":
-            return run_check(check_parser().parse_args(args.rest))
+            return run_check(args.check)
         if args.rest:  # options after the topology: parse them as the runner's
             again = net.parse_args([*args.rest, str(args.topology)])
             if again.rest:
@@ -93,7 +116,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     net.set_defaults(func=dispatch)
     from gateway.runtime.completion import COMPLETION_CHILDREN
 
-    setattr(net, COMPLETION_CHILDREN, {"check": check_parser()})
+    # The CLI's walk (gateway/runtime/cli.py) reaches ``check`` through this attribute.
+    setattr(net, COMPLETION_CHILDREN, {"check": check})
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -35,7 +35,6 @@ from gateway.runtime.pubsub_service.service import BrokerService
 from gateway.runtime.switch_interval import apply_switch_interval
 
 if TYPE_CHECKING:
-    from gateway.mq.embedded.qm_server import QueueManagerServer
     from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 
 log = logging.getLogger(__name__)
@@ -144,24 +143,6 @@ def legacy_queues(config: BrokerConfig) -> Callable[[EmbeddedQueueManager], None
     return define
 
 
-async def _serve_local_socket(qm: EmbeddedQueueManager, store: Path) -> QueueManagerServer | None:
-    """The queue manager's local socket, as ``mqgw run`` offers it: ``mqgw qm`` and
-    separate MQ programs reach the running stand-in (DISPLAY SUB from its store). One
-    that cannot be made is logged; the broker works without it."""
-    from gateway.mq.embedded.qm_server import QueueManagerServer
-    from gateway.runtime.qm_status import broker_status_reports
-
-    qm.status_reports.update(broker_status_reports(store))
-    server = QueueManagerServer(qm)
-    try:
-        await server.start()
-    except OSError as exc:
-        log.error("queue manager %s: no local socket (mqgw qm cannot reach it while the "
-                  "broker runs): %s", qm.name, exc)
-        return None
-    return server
-
-
 def run_command(args: argparse.Namespace) -> int:
     from gateway.mq.embedded.mqsc import MQSCError
     from gateway.pubsub.sqlite_store import SqliteStore
@@ -182,6 +163,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         from gateway.runtime.neighbours.attach import links_for, with_admin_stream
+        from gateway.runtime.qm_status import serve_local_socket
 
         node = await start_node(
             args.qmgr,
@@ -191,7 +173,7 @@ def run_command(args: argparse.Namespace) -> int:
             before_channels=legacy_queues(config) if streams is not None else None,
         )
         qm = node.qm
-        server = await _serve_local_socket(qm, args.store)
+        server = await serve_local_socket(qm, args.store, runner="broker", log=log)
         store = SqliteStore(args.store)
         engine = PubSubEngine(
             qm.name,
