@@ -39,8 +39,8 @@ class ServiceStatus(TypedDict):
 
 @with_config(ConfigDict(use_attribute_docstrings=True))
 class StackStatus(TypedDict):
-    """``mqgw devstack status --json``: one object (``{"running": false, "services": []}``
-    when nothing was started)."""
+    """What ``mqgw devstack up`` started and whether it answers (``{"running": false,
+    "services": []}`` when nothing was started)."""
 
     running: bool
     """Every service runs and answers."""

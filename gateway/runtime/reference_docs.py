@@ -78,12 +78,12 @@ def slug(heading: str) -> str:
 def _escape(text: str) -> str:
     """Plain text made safe for Markdown (outside code spans)."""
     text = text.replace("\\", "\\\\")
-    for char in "*_[]<>|":
+    for char in "*_[]|":
         text = text.replace(char, "\\" + char)
-    return text
+    return text.replace("<", "&lt;").replace(">", "&gt;")
 
 
-def md(text: str | None, *, table: bool = False) -> str:
+def md(text: str | None) -> str:
     """``text`` (a docstring or help text: reST's double backticks, roles) as Markdown:
     one paragraph, code spans kept, the rest escaped."""
     if not text:
@@ -95,8 +95,6 @@ def md(text: str | None, *, table: bool = False) -> str:
     for m in _CODE_SPAN.finditer(text):
         out.append(_escape(text[pos:m.start()]))
         code = m.group(2).strip()
-        if table:
-            code = code.replace("|", "\\|")
         fence = "``" if "`" in code else "`"
         out.append(f"{fence}{code}{fence}")
         pos = m.end()
@@ -105,7 +103,6 @@ def md(text: str | None, *, table: bool = False) -> str:
 
 
 def _code(value: str) -> str:
-    value = value.replace("|", "\\|")
     return f"`` {value} ``" if "`" in value else f"`{value}`"
 
 
@@ -248,7 +245,7 @@ def cli_page() -> str:
         out.append("```text\n" + _usage(p) + "\n```\n\n")
         subs = list(_children(p))
         if subs:
-            rows = [[f"[{name}](#{slug(c.name + ' ' + name)})", md(h, table=True)]
+            rows = [[f"[{name}](#{slug(c.name + ' ' + name)})", md(h)]
                     for name, _, h in subs]
             out.append(_table(["sub-command", "what it does"], rows) + "\n")
         rows = []
@@ -262,7 +259,7 @@ def cli_page() -> str:
             help_text = _help_of(p, action)
             if action.required and action.option_strings:
                 help_text = f"(required) {help_text}"
-            rows.append([_code(_invocation(action)), md(help_text, table=True),
+            rows.append([_code(_invocation(action)), md(help_text),
                          _shown_default(action, help_text)])
         if rows and any(row[2] for row in rows):
             out.append(_table(["argument", "meaning", "default"], rows) + "\n")
@@ -272,7 +269,7 @@ def cli_page() -> str:
         if codes:
             out.append("Exit status:\n\n")
             out.append(_table(["status", "meaning"],
-                              [[str(code), md(meaning, table=True)] for code, meaning in codes]))
+                              [[str(code), md(meaning)] for code, meaning in codes]))
             out.append("\n")
         elif subs:
             out.append("Exit status: see its sub-commands.\n\n")
@@ -458,7 +455,7 @@ def configuration_page() -> str:
         rows = [
             [_code(key), _type_name(field.annotation, links, field.metadata),
              _default(field, links),
-             md(field.description, table=True)]
+             md(field.description)]
             for key, field in s.model.model_fields.items()
         ]
         out.append(_table(["key", "type", "default", "meaning"], rows))
@@ -538,7 +535,7 @@ def metrics_page() -> str:
         "`_bucket`, `_sum` and `_count` series.\n\n"
     )
     rows = [[_code(f.series), f.type, ", ".join(_code(label) for label in f.labels),
-             md(f.help, table=True)] for f in metric_families()]
+             md(f.help)] for f in metric_families()]
     out.append(_table(["series", "type", "labels", "meaning"], rows))
     return "".join(out)
 
@@ -627,7 +624,7 @@ def _object_table(schema: dict[str, Any], anchors: dict[str, str],
     for key, prop in schema.get("properties", {}).items():
         note = "" if key in required else " (absent at times)"
         rows.append([_code(key), _schema_type(prop, anchors, defs),
-                     md(prop.get("description", ""), table=True) + note])
+                     md(prop.get("description", "")) + note])
     return _table(["field", "type", "meaning"], rows)
 
 
@@ -665,7 +662,7 @@ def json_output_page() -> str:
         if o.command == "mqgw network check":
             out.append(f"### {o.command} problem codes\n\n")
             out.append(_table(["code", "meaning"],
-                              [[_code(c), md(t, table=True)] for c, t in CODES.items()]) + "\n")
+                              [[_code(c), md(t)] for c, t in CODES.items()]) + "\n")
     return "".join(out).rstrip("\n") + "\n"
 
 

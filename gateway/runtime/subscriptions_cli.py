@@ -22,7 +22,7 @@ __all__ = ["SubscriptionJson", "register"]
 
 @with_config(ConfigDict(use_attribute_docstrings=True))
 class SubscriptionJson(TypedDict):
-    """One subscription: one JSON object per line of ``mqgw subscriptions --json``."""
+    """One subscription as ``mqgw subscriptions --json`` prints it."""
 
     stream: str
     """The stream it subscribes on."""

@@ -7,6 +7,7 @@ serves and every command's ``--json`` output, whose fields are what the commands
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import re
 import typing
@@ -38,7 +39,7 @@ def _sections(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     parts = re.split(r"^(#{2,3}) (.+)$", text, flags=re.M)
     for i in range(1, len(parts), 3):
-        out[re.sub(r"\\(.)", r"\1", parts[i + 1])] = parts[i + 2]
+        out[html.unescape(re.sub(r"\\(.)", r"\1", parts[i + 1]))] = parts[i + 2]
     return out
 
 
@@ -165,8 +166,9 @@ def test_every_configuration_key_is_in_the_reference(generated: dict[str, str]) 
     assert len(wanted) > 30
     for model in wanted:
         text = sections[by_model[model]]
-        for key in model.model_fields:
+        for key, field in model.model_fields.items():
             assert f"\n| `{key}` | " in text, f"{by_model[model]}: {key} not in the reference"
+            assert field.description, f"{by_model[model]}: {key} has no description"
 
 
 def test_the_configuration_reference_renders_types_defaults_and_descriptions(
@@ -305,7 +307,7 @@ def test_every_link_of_the_pages_reaches_a_heading(generated: dict[str, str]) ->
     """In-page anchors are the slugs MkDocs gives the page's headings (``mkdocs build
     --strict`` with anchor validation fails on the others)."""
     for name, text in generated.items():
-        headings = {reference_docs.slug(re.sub(r"\\(.)", r"\1", h))
+        headings = {reference_docs.slug(html.unescape(re.sub(r"\\(.)", r"\1", h)))
                     for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
         for anchor in re.findall(r"\]\(#([^)]+)\)", text):
             assert anchor in headings, f"{name}: link to #{anchor}, which no heading has"

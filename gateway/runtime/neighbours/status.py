@@ -30,7 +30,8 @@ class RefusedProxy(TypedDict):
 
 @with_config(ConfigDict(use_attribute_docstrings=True))
 class NeighbourStatus(TypedDict):
-    """One neighbour: one JSON object per line of ``mqgw neighbours list --json``."""
+    """One neighbour as ``mqgw neighbours list --json`` prints it (and ``/healthz``
+    carries it)."""
 
     q_mgr: str
     """The neighbour's queue manager."""

@@ -132,7 +132,7 @@ class StreamOwnershipJson(TypedDict):
 
 @with_config(_DOCUMENTED)
 class NetworkReportJson(TypedDict):
-    """``mqgw network check --json``: the report, as one JSON object."""
+    """The network check's report (``mqgw network check --json``)."""
 
     ok: bool
     """No problem found (an unreadable node is one)."""

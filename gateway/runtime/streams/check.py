@@ -76,7 +76,8 @@ class StreamReportJson(TypedDict):
 
 @with_config(_DOCUMENTED)
 class StreamCheckJson(StreamReportJson):
-    """``mqgw streams check --json``: the report, as one JSON object."""
+    """The stream check's report (``mqgw streams check --json``) and what its options
+    did."""
 
     actions: list[str]
     """What ``--fix``, ``--write-config`` and ``--replay-dlq`` did or advise, one
