@@ -80,7 +80,7 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.set_defaults(func=run_move_command, exit_codes=(
         (0, "moved (with --status: the move is complete or none was started)"),
         (1, "stopped before the end (a node unreachable, the drain timed out): run the "
-            "same command again to continue"),
+            "same command again to continue; with --status: the move is not complete"),
         (2, "usage, configuration or a node's state refuses the move"),
     ))
 
