@@ -47,7 +47,8 @@ def _common(p: argparse.ArgumentParser, job: str) -> None:
     kind, value = DEFAULT_INPUT[job]
     p.add_argument("--bootstrap", default=os.environ.get("MQGW_KAFKA_BOOTSTRAP",
                                                          DEFAULT_BOOTSTRAP),
-                   help="Kafka bootstrap servers (default $MQGW_KAFKA_BOOTSTRAP or %(default)s)")
+                   help="Kafka bootstrap servers (default $MQGW_KAFKA_BOOTSTRAP or "
+                   f"{DEFAULT_BOOTSTRAP})")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--topics", help="comma-separated Kafka topics "
                      + (f"(default {value})" if kind == "topics" else ""))
@@ -106,7 +107,11 @@ def register(subparsers: Any) -> None:
                            help="mq.stream of the produced bars")
             p.add_argument("--bars-mq-topic", default="OHLC/1m/{symbol}",
                            help="mq.topic template of the produced bars")
-        p.set_defaults(func=run_local)
+        p.set_defaults(func=run_local, exit_codes=(
+            (0, "done (--once) or stopped"),
+            (1, "the job could not run (Spark, Kafka or its options)"),
+            (130, "interrupted (Ctrl-C)"),
+        ))
 
 
 def _extra(args: argparse.Namespace) -> dict[str, str]:

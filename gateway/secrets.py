@@ -25,11 +25,15 @@ class SecretError(Exception):
 class Secret(BaseModel):
     """Where one secret value comes from: exactly one of ``env``, ``file``, ``value``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
     env: str | None = Field(default=None, min_length=1)
+    """The name of the environment variable holding the value."""
     file: Path | None = None
+    """A file holding the value, trailing newline stripped (a Docker or Kubernetes
+    secret)."""
     value: SecretStr | None = None
+    """The value itself, for local trials; a plain string in YAML is this."""
 
     @model_validator(mode="before")
     @classmethod

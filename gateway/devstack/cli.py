@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from gateway.devstack.certs import DevCertificates
     from gateway.devstack.kafka import SecureListeners
     from gateway.devstack.mosquitto import MosquittoOptions
-    from gateway.devstack.state import StackState
+    from gateway.devstack.state import ServiceStatus, StackState, StackStatus
 
 
 def _default_state_dir() -> Path:
@@ -57,17 +57,27 @@ def register(subparsers: Any) -> None:
         "TLS listeners (password, client certificate) with throw-away certificates and users "
         "(written to kafka-secure.txt and mqtt-secure.txt in the stack's directory)",
     )
-    up.set_defaults(func=_up)
+    up.set_defaults(func=_up, exit_codes=(
+        (0, "started (or already up): addresses printed"),
+        (1, "a service did not start (logs kept) or the state file is unreadable"),
+    ))
 
     status = actions.add_parser("status", help="show what `up` started and whether it answers")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.set_defaults(func=_status)
+    status.set_defaults(func=_status, exit_codes=(
+        (0, "every service runs and answers"),
+        (1, "a service is dead or not answering, or the state file is unreadable"),
+        (3, "not running (no state file)"),
+    ))
 
     down = actions.add_parser("down", help="stop what `up` started (by pid) and clean up")
     down.add_argument(
         "--keep-logs", action="store_true", help="keep the temporary directory with the logs"
     )
-    down.set_defaults(func=_down)
+    down.set_defaults(func=_down, exit_codes=(
+        (0, "stopped (or nothing to stop)"),
+        (1, "a process did not stop (state file kept) or the state file is unreadable"),
+    ))
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -227,11 +237,12 @@ def _status(args: argparse.Namespace) -> int:
         return 1
     if state is None:
         if args.json:
-            print(json.dumps({"running": False, "services": []}))
+            nothing: StackStatus = {"running": False, "services": []}
+            print(json.dumps(nothing))
         else:
             print(f"devstack: not running (no {state_dir / 'state.json'})")
         return 3
-    rows = []
+    rows: list[ServiceStatus] = []
     for svc in state.services:
         running = svc.running()
         rows.append(
@@ -246,7 +257,8 @@ def _status(args: argparse.Namespace) -> int:
         )
     healthy = all(r["running"] and r["answering"] for r in rows)
     if args.json:
-        print(json.dumps({"running": healthy, "work_dir": state.work_dir, "services": rows}))
+        status: StackStatus = {"running": healthy, "work_dir": state.work_dir, "services": rows}
+        print(json.dumps(status))
     else:
         for r in rows:
             word = "up" if r["answering"] else "running, not answering" if r["running"] else "dead"

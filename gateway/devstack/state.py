@@ -8,13 +8,46 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NotRequired
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, with_config
+from typing_extensions import TypedDict
 
 from gateway.devstack.errors import StateError
 from gateway.devstack.process import ServiceProcess, adopt, pid_alive
 
 STATE_FILE = "state.json"
+
+
+@with_config(ConfigDict(use_attribute_docstrings=True))
+class ServiceStatus(TypedDict):
+    """One service of ``mqgw devstack status --json``."""
+
+    name: str
+    """``kafka`` or ``mqtt``."""
+    address: str
+    """Where it listens: ``host:port`` on 127.0.0.1."""
+    pid: int
+    """Its process id."""
+    running: bool
+    """The recorded process still runs (the same pid and start time)."""
+    answering: bool
+    """It answers a protocol handshake (Kafka metadata, an MQTT CONNECT)."""
+    log: str
+    """Its log file."""
+
+
+@with_config(ConfigDict(use_attribute_docstrings=True))
+class StackStatus(TypedDict):
+    """What ``mqgw devstack up`` started and whether it answers (``{"running": false,
+    "services": []}`` when nothing was started)."""
+
+    running: bool
+    """Every service runs and answers."""
+    work_dir: NotRequired[str]
+    """The stack's directory (logs, data, certificates); absent when nothing was started."""
+    services: list[ServiceStatus]
+    """The services ``up`` started."""
 
 
 class ServiceRecord(BaseModel):

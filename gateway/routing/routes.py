@@ -66,34 +66,38 @@ def _matches(source: str, topic: str) -> bool:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class RequestRoute(_Strict):
     """Gateway as requester: requests consumed from a plugin are put to an MQ service."""
 
     name: str = Field(pattern=ROUTE_NAME)
-    #: Plugin instance name (its plugin must implement Exchanges).
+    """The route's name, unique over requests and services; also its durable consumer's name."""
     plugin: str = Field(min_length=1)
-    #: Kafka topic / MQTT topic filter the requests arrive on.
+    """Plugin instance name (its plugin must implement Exchanges)."""
     source: str = Field(min_length=1)
-    #: "Q" or "Q@QMGR", resolved by the gateway's queue manager.
+    """Kafka topic / MQTT topic filter the requests arrive on."""
     destination: str
-    #: Seconds without a reply before the requester gets the error reply "timeout".
+    """"Q" or "Q@QMGR", resolved by the gateway's queue manager."""
     timeout: float = Field(default=30.0, gt=0)
-    #: Seconds put as MQMD Expiry when the request names none (None: unlimited).
+    """Seconds without a reply before the requester gets the error reply "timeout"."""
     expiry: float | None = Field(default=None, gt=0)
+    """Seconds put as MQMD Expiry when the request names none (None: unlimited)."""
     report: list[ReportOption] = Field(default_factory=lambda: _default_report())
-    #: msg_id: the service copies our MsgId into the reply's CorrelId (MQ's default);
-    #: correl_id: we ask PASS_CORREL_ID and send our token as CorrelId.
+    """Report options asked for in each request: ``exception``, ``expiration``, ``coa``,
+    ``cod``."""
     correlation: Literal["msg_id", "correl_id"] = "msg_id"
-    #: Reply topic when a request carries none (MQTT 3.1.1); "{topic}" = request's topic.
-    #: None: :meth:`default_reply_topic` picks one valid for the request's kind.
+    """msg_id: the service copies our MsgId into the reply's CorrelId (MQ's default);
+    correl_id: we ask PASS_CORREL_ID and send our token as CorrelId."""
     reply_topic: str | None = Field(default=None, min_length=1)
-    #: Globs a reply topic a requester names must match (``*`` any characters, ``/``
-    #: included); empty: any topic that is not the gateway's own (docs/security.md).
+    """Reply topic when a request carries none (MQTT 3.1.1); "{topic}" = request's topic.
+    None: :meth:`default_reply_topic` picks one valid for the request's kind."""
     reply_topics: list[str] = Field(default_factory=list)
+    """Globs a reply topic a requester names must match (``*`` any characters, ``/``
+    included); empty: any topic that is not the gateway's own (docs/security.md)."""
     persistent: bool = True
+    """MQMD Persistence of the requests."""
 
     @field_validator("destination")
     @classmethod
@@ -124,16 +128,18 @@ class ServiceRoute(_Strict):
     """Gateway as service: MQ requests on ``queue`` are answered by a plugin responder."""
 
     name: str = Field(pattern=ROUTE_NAME)
-    #: Queue on the gateway's queue manager the requests are got from.
+    """The route's name, unique over requests and services."""
     queue: str
+    """Queue on the gateway's queue manager the requests are got from."""
     plugin: str = Field(min_length=1)
-    #: Kafka topic / MQTT topic the requests are produced to.
+    """The plugin instance requests are produced through."""
     target: str = Field(min_length=1)
-    #: Kafka topic / MQTT topic the responders answer on.
+    """Kafka topic / MQTT topic the requests are produced to."""
     replies: str = Field(min_length=1)
-    #: Seconds without a reply (or the request's own expiry, if sooner) before the
-    #: requester gets an expiration report (when it asked for one).
+    """Kafka topic / MQTT topic the responders answer on."""
     timeout: float = Field(default=30.0, gt=0)
+    """Seconds without a reply (or the request's own expiry, if sooner) before the
+    requester gets an expiration report (when it asked for one)."""
 
     @field_validator("queue")
     @classmethod
@@ -145,25 +151,28 @@ class ServiceRoute(_Strict):
 class RequestReplyConfig(_Strict):
     """Request/reply across MQ and the plugins' brokers (docs/request-reply.md)."""
 
-    #: Local queue replies and reports arrive on (the embedded QM defines it if missing).
     reply_queue: str = "MQGW.REPLY"
-    #: ReplyToQ put in requests ("" = reply_queue); may name a reply-to queue alias.
+    """Local queue replies and reports arrive on (the embedded QM defines it if missing)."""
     reply_to_q: str = ""
-    #: ReplyToQMgr put in requests ("" = the queue manager fills in its own name).
+    """ReplyToQ put in requests ("" = reply_queue); may name a reply-to queue alias."""
     reply_to_q_mgr: str = ""
+    """ReplyToQMgr put in requests ("" = the queue manager fills in its own name)."""
     store: Path = Path("data/request_reply.db")
-    #: Seconds finished entries are kept to filter duplicates.
+    """The correlation store (SQLite, one process at a time), relative to the config file."""
     retention: float = Field(default=600.0, ge=0)
-    #: Seconds between timeout sweeps.
+    """Seconds finished entries are kept to filter duplicates."""
     sweep_interval: float = Field(default=0.5, gt=0)
-    #: Seconds the sweeper keeps trying an entry's error reply or expiration report
-    #: (with a backoff) after its destination first refused it, before it gives the
-    #: entry up as ``undeliverable``: a reply topic or ReplyToQ that keeps refusing (an
-    #: outsider names it) must not keep the entry, and its retries, for ever. Outages of
-    #: the plugin or the queue manager do not count: they are retried until they end.
+    """Seconds between timeout sweeps."""
     undeliverable_after: float = Field(default=300.0, ge=0)
+    """Seconds the sweeper keeps trying an entry's error reply or expiration report
+    (with a backoff) after its destination first refused it, before it gives the
+    entry up as ``undeliverable``: a reply topic or ReplyToQ that keeps refusing (an
+    outsider names it) must not keep the entry, and its retries, for ever. Outages of
+    the plugin or the queue manager do not count: they are retried until they end."""
     requests: list[RequestRoute] = Field(default_factory=list)
+    """Requester routes: requests from a plugin's broker to an MQ service."""
     services: list[ServiceRoute] = Field(default_factory=list)
+    """Service routes: MQ requests to a responder on a plugin's broker."""
 
     @field_validator("reply_queue")
     @classmethod

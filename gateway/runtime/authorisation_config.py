@@ -26,7 +26,7 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 _ActionName = Literal["publish", "subscribe"]
@@ -41,12 +41,17 @@ class RuleConfig(_Strict):
     """One rule: ``users`` (MQMD UserIdentifier globs) may (``allow: true``) or may not
     ``publish``/``subscribe`` on ``streams`` (globs) within ``topics`` (MQ patterns)."""
 
-    #: User identifiers (``*`` any, ``?`` one character); ignored in a plugin's rules.
     users: str | list[str] = "*"
+    """User identifiers (``*`` any, ``?`` one character); ignored in a plugin's rules."""
     actions: list[_ActionName] = Field(default_factory=lambda: [*_BOTH], min_length=1)
+    """``publish`` (Publish, DeletePub) and/or ``subscribe`` (RegSub, DeregSub, ReqUpdate)."""
     streams: str | list[str] = "*"
+    """Stream name(s), globs."""
     topics: str | list[str] = "#"
+    """MQ topic pattern(s) (``#``, ``+``): a published topic must match one; a subscription's
+    pattern must stay within one."""
     allow: bool = True
+    """``false`` makes it a deny rule (reason ``denied_by_rule``)."""
 
     @field_validator("users", "streams", "topics")
     @classmethod
@@ -70,51 +75,55 @@ class PluginAuthorisation(_Strict):
     """What one plugin instance may publish (its inbound side)."""
 
     rules: list[RuleConfig] = Field(default_factory=list)
-    #: Without a matching rule: allow (true) or refuse.
+    """What the instance's inbound publications may be, read top to bottom (``users`` ignored)."""
     default_allow: bool = True
+    """Without a matching rule: allow (true) or refuse."""
 
 
 class SubscriberQueuesConfig(_Strict):
     """Queues MQ applications may name as subscriber queues, beyond the fixed rules
     (never SYSTEM.*, a broker-serviced queue or a transmission queue)."""
 
-    #: Globs on ``QUEUE`` or ``QMGR/QUEUE``: a match is refused.
     deny: list[str] = Field(default_factory=list)
-    #: When not empty, only a matching queue is accepted.
+    """Globs on ``QUEUE`` or ``QMGR/QUEUE``: a match is refused."""
     allow: list[str] = Field(default_factory=list)
+    """When not empty, only a matching queue is accepted."""
 
 
 class ReplyQueuesConfig(_Strict):
     """Queues MQ requesters of a service route may name as ReplyToQ, beyond the fixed
     rule (never one of the gateway's own queues, nor a SYSTEM. queue anywhere)."""
 
-    #: Globs on ``QUEUE`` or ``QMGR/QUEUE``: a match is refused.
     deny: list[str] = Field(default_factory=list)
-    #: When not empty, only a matching queue is accepted.
+    """Globs on ``QUEUE`` or ``QMGR/QUEUE``: a match is refused."""
     allow: list[str] = Field(default_factory=list)
+    """When not empty, only a matching queue is accepted."""
 
 
 class AuthorisationConfig(_Strict):
     """The ``authorisation:`` section (the defaults are the safe policy of a new
     install: see docs/security.md)."""
 
-    #: false: everything allowed (the behaviour before issue 15); not for production.
     enabled: bool = True
-    #: Streams (globs) only neighbour brokers may publish on (the default stream never is).
+    """false: everything allowed (the behaviour before issue 15); not for production."""
     protected_streams: list[str] = Field(default_factory=lambda: ["SYSTEM.*"])
-    #: MQ applications: the first rule naming the user, the action, the stream and
-    #: covering the topic decides; with none, ``default_allow``.
+    """Streams (globs) only neighbour brokers may publish on (the default stream never is)."""
     rules: list[RuleConfig] = Field(default_factory=list)
+    """MQ applications: the first rule naming the user, the action, the stream and
+    covering the topic decides; with none, ``default_allow``."""
     default_allow: bool = True
-    #: Plugin instance name -> what it may publish (instances not listed: allowed).
+    """Without a matching rule: allow (``true``) or refuse (reason ``no_rule``)."""
     plugins: dict[str, PluginAuthorisation] = Field(default_factory=dict)
+    """Plugin instance name -> what it may publish (instances not listed: allowed)."""
     subscriber_queues: SubscriberQueuesConfig = Field(default_factory=SubscriberQueuesConfig)
+    """Which queues MQ applications may name as subscriber queues."""
     reply_queues: ReplyQueuesConfig = Field(default_factory=ReplyQueuesConfig)
-    #: Neighbour brokers (configured or joined) may publish and subscribe anywhere.
+    """Which reply-to queues a request a service route forwards may name."""
     trust_neighbours: bool = True
-    #: User identifiers the queue manager gives the gateway's own connections, besides
-    #: the embedded queue manager's (the process user) and queue_manager.user.
+    """Neighbour brokers (configured or joined) may publish and subscribe anywhere."""
     gateway_user_ids: list[str] = Field(default_factory=list)
+    """User identifiers the queue manager gives the gateway's own connections, besides
+    the embedded queue manager's (the process user) and queue_manager.user."""
 
     def policy(self) -> Policy:
         return Policy(

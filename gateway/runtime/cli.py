@@ -17,6 +17,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from gateway.runtime.exit_codes import add_exit_status
+
 COMMAND_MODULES: tuple[str, ...] = (
     "gateway.devstack.cli",
     "gateway.mq.embedded.cli",
@@ -72,7 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.register(sub)
     _accept_verbose_everywhere(sub)
+    _show_exit_statuses(parser)
     return parser
+
+
+def _show_exit_statuses(parser: argparse.ArgumentParser) -> None:
+    """Every command's ``--help`` ends with the exit statuses it states
+    (gateway/runtime/exit_codes.py; the CLI reference lists the same)."""
+    add_exit_status(parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                _show_exit_statuses(command)
 
 
 def _accept_verbose_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

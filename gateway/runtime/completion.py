@@ -21,6 +21,17 @@ __all__ = [
     "COMPLETION_CHILDREN", "CommandSpec", "bash_script", "collect", "register", "zsh_script",
 ]
 
+DESCRIPTION = """\
+Print a shell completion script for mqgw, generated from its real parser: every
+sub-command and option is offered without a list kept by hand. Install
+(docs/operations.md):
+
+    source <(mqgw completion bash)          # bash, e.g. in ~/.bashrc
+    source <(mqgw completion zsh)           # zsh, e.g. in ~/.zshrc
+
+The zsh script loads zsh's bashcompinit and uses the same completion function.
+"""
+
 _WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")
 _OPTION = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_-]*$")
 
@@ -167,11 +178,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser(
         "completion",
         help="print a shell completion script for mqgw (bash or zsh)",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
-    p.set_defaults(func=_completion)
+    p.set_defaults(func=_completion, exit_codes=(
+        (0, "the script printed"), (2, "the parser is not available"),
+    ))
 
 
 def _completion(args: argparse.Namespace) -> int:

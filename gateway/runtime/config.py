@@ -54,33 +54,35 @@ _INSTANCE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]{0,47}$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class EmbeddedQueueManagerConfig(_Strict):
     """The gateway's own embedded queue manager (the default)."""
 
     type: Literal["embedded"] = "embedded"
+    """``embedded``: the gateway's own queue manager."""
     name: str = Field(default="QM1", min_length=1, max_length=48)
-    #: Where its queues and messages are stored (relative to the config file).
+    """Queue manager name; must match what ``data_dir`` holds."""
     data_dir: Path = Path("data/qm")
-    #: MQSC script run at every start (use REPLACE to make it idempotent).
+    """Where its queues and messages are stored (relative to the config file)."""
     mqsc_file: Path | None = None
-    #: Define missing serviced stream queues as local queues at start-up.
+    """MQSC script run at every start (use REPLACE to make it idempotent)."""
     define_stream_queues: bool = True
-    #: Channel listener on 127.0.0.1 (docs/networks.md): None = no listener, 0 = any
-    #: free port (logged). The mqsc_file's channels, transmission queues, QM aliases and
-    #: cluster definitions take effect whether or not the gateway listens.
+    """Define missing serviced stream queues as local queues at start-up."""
     listener_port: int | None = Field(default=None, ge=0, le=65535)
-    #: Queue manager name -> "host:port" for CONNAME('<QM name>') in the mqsc_file.
+    """Channel listener on 127.0.0.1 (docs/networks.md): None = no listener, 0 = any
+    free port (logged). The mqsc_file's channels, transmission queues, QM aliases and
+    cluster definitions take effect whether or not the gateway listens."""
     address_book: dict[str, str] = Field(default_factory=dict)
-    #: Free-space watermark of the data directory's disk (MB; 0: none): below it,
-    #: persistent puts are refused with MQRC 2056 (retriable back-pressure) while gets
-    #: and commits go on, so a backlog never fills the disk (docs/embedded-qm.md).
+    """Queue manager name -> "host:port" for CONNAME('<QM name>') in the mqsc_file."""
     min_free_mb: int = Field(default=64, ge=0)
-    #: A file of this size (MB) kept in the data directory and released when the disk
-    #: is full anyway, so commits that free space still complete (0: none).
+    """Free-space watermark of the data directory's disk (MB; 0: none): below it,
+    persistent puts are refused with MQRC 2056 (retriable back-pressure) while gets
+    and commits go on, so a backlog never fills the disk (docs/embedded-qm.md)."""
     store_reserve_mb: int = Field(default=16, ge=0)
+    """A file of this size (MB) kept in the data directory and released when the disk
+    is full anyway, so commits that free space still complete (0: none)."""
 
     @field_validator("address_book")
     @classmethod
@@ -98,23 +100,29 @@ class IBMMQQueueManagerConfig(_Strict):
     """A real IBM MQ queue manager reached as an MQ client (needs the ``mq`` extra)."""
 
     type: Literal["ibmmq"]
+    """``ibmmq``: a real IBM MQ queue manager (docs/ibmmq.md)."""
     name: str = Field(min_length=1, max_length=48)
+    """Queue manager name."""
     host: str = "127.0.0.1"
+    """Host of its listener."""
     port: int = Field(default=1414, ge=1, le=65535)
+    """Port of its listener."""
     channel: str = Field(default="DEV.APP.SVRCONN", min_length=1, max_length=20)
+    """The SVRCONN channel."""
     user: str | None = None
-    #: The MQCSP password: ``{env: NAME}``, ``{file: PATH}`` or a literal (docs/security.md).
+    """User id for connection authentication (MQCSP)."""
     password: Secret | None = None
-    #: Older form of ``password: {env: NAME}`` (kept working; not both).
+    """The MQCSP password: ``{env: NAME}``, ``{file: PATH}`` or a literal (docs/security.md)."""
     password_env: str | None = None
-    #: MQCD SSLCipherSpec (e.g. ANY_TLS12_OR_HIGHER): set = TLS on the channel.
+    """Older form of ``password: {env: NAME}`` (kept working; not both)."""
     tls_cipher_spec: str | None = None
-    #: MQSCO KeyRepository: the key database stem, e.g. /var/mqm/ssl/key (key.kdb + key.sth).
+    """MQCD SSLCipherSpec (e.g. ANY_TLS12_OR_HIGHER): set = TLS on the channel."""
     key_repository: str | None = None
-    #: MQSCO KeyRepoPassword (MQ 9.3+): password of a PKCS#12 key repository, a Secret.
+    """MQSCO KeyRepository: the key database stem, e.g. /var/mqm/ssl/key (key.kdb + key.sth)."""
     key_repository_password: Secret | None = None
-    #: MQSCO CertificateLabel: the client certificate's label in the key repository.
+    """MQSCO KeyRepoPassword (MQ 9.3+): password of a PKCS#12 key repository, a Secret."""
     cert_label: str | None = None
+    """MQSCO CertificateLabel: the client certificate's label in the key repository."""
 
     @model_validator(mode="after")
     def _one_password(self) -> IBMMQQueueManagerConfig:
@@ -138,32 +146,37 @@ QueueManagerSection = Annotated[
 class BrokerSection(BrokerConfig):
     """The publish/subscribe broker: serviced stream queues and batching."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    #: The subscription/retained-publication store (SQLite; relative to the config file).
     store: Path = Path("data/pubsub.db")
+    """The subscription/retained-publication store (SQLite; relative to the config file)."""
 
 
 class MetricsTLSConfig(_Strict):
     """HTTPS for the metrics endpoint (PEM files, relative to the config file)."""
 
     cert_file: Path
+    """PEM certificate (chain)."""
     key_file: Path
-    #: Passphrase of an encrypted ``key_file``.
+    """PEM private key of ``cert_file``."""
     key_password: Secret | None = None
-    #: Set: clients must present a certificate signed by this CA (mutual TLS).
+    """Passphrase of an encrypted ``key_file``."""
     client_ca_file: Path | None = None
+    """Set: clients must present a certificate signed by this CA (mutual TLS)."""
 
 
 class MetricsAuthConfig(_Strict):
     """Who may read the metrics endpoint: a bearer token, or a user name and password."""
 
     token: Secret | None = None
+    """Bearer token: clients send ``Authorization: Bearer <token>``."""
     username: str | None = Field(default=None, min_length=1, pattern=r"^[^:]+$")
+    """HTTP basic auth user name (no ``:``), with ``password``."""
     password: Secret | None = None
-    #: Require the credentials for ``/metrics`` too (``/healthz`` stays open for probes).
-    #: The endpoint changes no state today, so this is what ``auth`` protects.
+    """HTTP basic auth password, with ``username``."""
     protect_metrics: bool = True
+    """Require the credentials for ``/metrics`` too (``/healthz`` stays open for probes).
+    The endpoint changes no state today, so this is what ``auth`` protects."""
 
     @model_validator(mode="after")
     def _one_scheme(self) -> MetricsAuthConfig:
@@ -181,12 +194,19 @@ class MetricsConfig(_Strict):
     """Prometheus ``/metrics`` and ``/healthz`` over HTTP(S) (docs/security.md)."""
 
     enabled: bool = True
+    """Serve ``/metrics`` and ``/healthz``."""
     host: str = "127.0.0.1"
+    """Bind address; a non-loopback address without ``tls`` or ``auth`` is logged as a warning
+    at start."""
     port: int = Field(default=9464, ge=0, le=65535)
+    """Port; ``0`` picks a free one (logged at start)."""
     tls: MetricsTLSConfig | None = None
+    """HTTPS (TLS 1.2+); none: plain HTTP."""
     auth: MetricsAuthConfig | None = None
-    #: The live dashboard on the same listener and credentials (docs/dashboard.md).
+    """Credentials for ``/metrics``, ``/network`` and the dashboard; ``/healthz`` stays open for
+    probes."""
     dashboard: bool = True
+    """The live dashboard on the same listener and credentials (docs/dashboard.md)."""
 
 
 def check_metrics_files(metrics: MetricsConfig, base_dir: Path, source: str) -> list[ConfigError]:
@@ -210,16 +230,26 @@ def check_metrics_files(metrics: MetricsConfig, base_dir: Path, source: str) -> 
 
 class LoggingConfig(_Strict):
     format: Literal["json", "text"] = "json"
+    """``json``: one object per line (``ts``, ``level``, ``logger``, ``msg``, extra fields);
+    ``text``: classic lines."""
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The log level; ``mqgw run -vv`` forces ``debug``, in the worker processes too."""
 
 
 class PluginInstanceConfig(_Strict):
     """One plugin instance: ``plugin`` names the plugin, ``config`` is its own section."""
 
     name: str = Field(pattern=_INSTANCE_NAME)
+    """The instance's name, unique; also its subscriber name in the broker: renaming an instance
+    orphans its durable subscriptions."""
     plugin: str = Field(min_length=1)
+    """Which plugin: an entry point of the ``mqgw.plugins`` group (shipped: ``kafka``, ``mqtt``,
+    ``memory``)."""
     enabled: bool = True
+    """``false`` keeps the entry without starting it (and without validating its ``config``)."""
     config: dict[str, Any] = Field(default_factory=dict)
+    """The plugin's own section, validated by the plugin (the ``plugins[].config`` sections of
+    this page)."""
 
 
 class WorkerGroupConfig(_Strict):
@@ -228,40 +258,50 @@ class WorkerGroupConfig(_Strict):
     local socket; the broker service and the queue manager stay in the main process."""
 
     name: str = Field(pattern=_INSTANCE_NAME)
-    #: Plugin instances (names under ``plugins:``) whose sinks this worker forwards.
+    """The worker's name, unique: logs and the ``worker`` label of its metrics."""
     plugins: list[str] = Field(min_length=1)
-    #: Longest pause between restarts of a worker that keeps exiting (seconds).
+    """Plugin instances (names under ``plugins:``) whose sinks this worker forwards."""
     restart_max_delay: float = Field(default=30.0, gt=0.0, le=3600.0)
+    """Longest pause between restarts of a worker that keeps exiting (seconds)."""
 
 
 class GatewayConfig(_Strict):
     """The whole ``gateway.yaml``."""
 
-    #: Stable identity of this gateway (client ids, record origins); default
-    #: ``mqgw-<queue manager name>``.
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """Stable identity of this gateway (client ids, record origins); default
+    ``mqgw-<queue manager name>``."""
     queue_manager: QueueManagerSection = Field(default_factory=EmbeddedQueueManagerConfig)
+    """The queue manager the gateway works on: its own embedded one (``type: embedded``, the
+    default when ``type`` is omitted) or a real IBM MQ queue manager reached as a client
+    (``type: ibmmq``)."""
     broker: BrokerSection = Field(default_factory=BrokerSection)
+    """The publish/subscribe broker: serviced stream queues, batching, backout and retry
+    (docs/pubsub.md)."""
     plugins: list[PluginInstanceConfig] = Field(default_factory=list)
+    """Plugin instances, each bridging streams to one target (Kafka, MQTT, memory)."""
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    """The ``/metrics``, ``/healthz`` and dashboard endpoint (enabled on 127.0.0.1:9464 by
+    default)."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    #: Seconds between sweeps of expired messages on the embedded queue manager.
+    """Log format and level."""
     expiry_sweep_interval: float = Field(default=5.0, gt=0.0)
-    #: Seconds a SIGTERM waits for in-flight work before giving up.
+    """Seconds between sweeps of expired messages on the embedded queue manager."""
     shutdown_timeout: float = Field(default=30.0, gt=0.0)
-    #: Neighbour brokers (docs/neighbours.md); ``broker.neighbours`` is accepted too,
-    #: but not both.
+    """Seconds a SIGTERM waits for in-flight work before giving up."""
     neighbours: list[NeighbourConfig] = Field(default_factory=list)
-    #: Request/reply routes between MQ and the plugins (docs/request-reply.md).
+    """Neighbour brokers (docs/neighbours.md); ``broker.neighbours`` is accepted too,
+    but not both."""
     request_reply: RequestReplyConfig = Field(default_factory=RequestReplyConfig)
-    #: Who may publish/subscribe where, which subscriber queues (docs/security.md).
+    """Request/reply routes between MQ and the plugins (docs/request-reply.md)."""
     authorisation: AuthorisationConfig = Field(default_factory=AuthorisationConfig)
-    #: Worker processes, each forwarding a group of plugin instances' sinks (default
-    #: none: everything in one process). Embedded queue manager only.
+    """Who may publish/subscribe where, which subscriber queues (docs/security.md)."""
     workers: list[WorkerGroupConfig] = Field(default_factory=list)
-    #: The process's garbage-collector policy, applied once start-up is complete
-    #: (gateway/runtime/gc_policy.py); ``gc: {tune: false}`` keeps Python's settings.
+    """Worker processes, each forwarding a group of plugin instances' sinks (default
+    none: everything in one process). Embedded queue manager only."""
     gc: GcConfig = Field(default_factory=GcConfig)
+    """The process's garbage-collector policy, applied once start-up is complete
+    (gateway/runtime/gc_policy.py); ``gc: {tune: false}`` keeps Python's settings."""
 
     @field_validator("neighbours")
     @classmethod

@@ -54,14 +54,14 @@ MAX_GEN0_THRESHOLD = 1_000_000
 class GcConfig(BaseModel):
     """``gc:`` (docs/config-reference.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    #: false: leave the collector exactly as Python set it (the other keys are ignored).
     tune: bool = True
-    #: ``gc.freeze()`` once start-up is complete.
+    """false: leave the collector exactly as Python set it (the other keys are ignored)."""
     freeze_after_start: bool = True
-    #: Allocations between generation-0 collections (Python's default is 700).
+    """``gc.freeze()`` once start-up is complete."""
     gen0_threshold: int = DEFAULT_GEN0_THRESHOLD
+    """Allocations between generation-0 collections (Python's default is 700)."""
 
     @field_validator("gen0_threshold")
     @classmethod

@@ -5,8 +5,7 @@ Every sub-command works on a running gateway (through the queue manager's local 
 docs/embedded-qm.md) and on a stopped data directory (opening it), choosing by itself;
 ``-v`` says which. The queue manager is named by the gateway's configuration (``-c``,
 default ./gateway.yaml: its ``queue_manager.data_dir``) or by ``--data-dir`` directly.
-Exit status: 0 done, 10 some MQSC commands failed (runmqsc's), 1 an MQ call failed,
-2 usage or the queue manager cannot be reached.
+The help text is :data:`DESCRIPTION`; the exit statuses are stated per sub-command.
 """
 
 from __future__ import annotations
@@ -25,13 +24,27 @@ __all__ = ["register"]
 
 Provider = Callable[[str], list[list[str]]]
 
+DESCRIPTION = """\
+IBM MQ's administration programs for the embedded queue manager: runmqsc, amqsput,
+amqsget, amqsbcg and runmqdlq as mqgw qm mqsc, put, get, browse and dlq.
+
+Every sub-command works on a running gateway (through the queue manager's local socket,
+docs/embedded-qm.md) and on a stopped data directory (opening it), choosing by itself;
+-v says which. The queue manager is named by the gateway's configuration (-c, default
+./gateway.yaml: its queue_manager.data_dir) or by --data-dir directly.
+"""
+
+#: What every ``mqgw qm`` sub-command may end with besides its own statuses.
+UNREACHABLE = (2, "usage, or the queue manager cannot be reached")
+MQ_CALL_FAILED = (1, "an MQ call failed")
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "qm",
         help="administer the embedded queue manager, running or stopped "
         "(runmqsc, amqsput, amqsget, amqsbcg, dead-letter handler)",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="qm_command", metavar="SUBCOMMAND", required=True)
@@ -50,28 +63,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     m = common("mqsc", "run MQSC commands (runmqsc) from FILE or stdin")
     m.add_argument("file", nargs="?", default="-", metavar="FILE",
                    help="MQSC script (default - : stdin)")
-    m.set_defaults(func=_run(_mqsc))
+    m.set_defaults(func=_run(_mqsc), exit_codes=(
+        (0, "every command processed"), MQ_CALL_FAILED, UNREACHABLE,
+        (10, "some MQSC commands failed (as runmqsc)"),
+    ))
 
     put = common("put", "put each line of stdin as one message (amqsput)")
-    put.add_argument("queue", metavar="QUEUE")
+    put.add_argument("queue", metavar="QUEUE", help="the queue to put to")
     put.add_argument("--non-persistent", action="store_true",
                      help="non-persistent messages (default persistent: on a stopped queue "
                      "manager non-persistent messages end with the command)")
     put.add_argument("--format", default="MQSTR", help="MQMD Format (default MQSTR)")
-    put.set_defaults(func=_run(_put))
+    put.set_defaults(func=_run(_put), exit_codes=((0, "put"), MQ_CALL_FAILED, UNREACHABLE))
 
     get = common("get", "get (destructively) and print messages (amqsget)")
-    get.add_argument("queue", metavar="QUEUE")
+    get.add_argument("queue", metavar="QUEUE", help="the queue to get from")
     get.add_argument("--wait", type=float, default=0.0,
                      help="seconds to wait for a further message (default 0)")
     get.add_argument("--max", type=int, default=0, help="at most N messages (default all)")
-    get.set_defaults(func=_run(_get))
+    get.set_defaults(func=_run(_get), exit_codes=(
+        (0, "got (none waiting is no error)"), MQ_CALL_FAILED, UNREACHABLE,
+    ))
 
     browse = common("browse", "print messages with their MQMD and every header decoded "
                     "(amqsbcg); the queue is not changed")
-    browse.add_argument("queue", metavar="QUEUE")
+    browse.add_argument("queue", metavar="QUEUE", help="the queue to browse")
     browse.add_argument("--max", type=int, default=0, help="at most N messages (default all)")
-    browse.set_defaults(func=_run(_browse))
+    browse.set_defaults(func=_run(_browse), exit_codes=(
+        (0, "browsed"), MQ_CALL_FAILED, UNREACHABLE,
+    ))
 
     dlq = common("dlq", "run the dead-letter handler with a rules table (runmqdlq)")
     dlq.add_argument("--rules", type=Path, required=True, help="the rules table file")
@@ -82,7 +102,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dlq.add_argument("--progress", action="store_true",
                      help="show messages handled as they go on stderr even when it is not "
                      "a terminal (a final count is always written)")
-    dlq.set_defaults(func=_run(_dlq))
+    dlq.set_defaults(func=_run(_dlq), exit_codes=(
+        (0, "done"), (1, "an MQ call failed, or a rule's action failed for some messages"),
+        (2, "usage, an unreadable or invalid rules table, or the queue manager cannot be "
+            "reached"),
+    ))
 
 
 # ---------------------------------------------------------------- locating --------

@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser(
         "run",
         help="run the gateway (queue manager, broker, plugins) from a config file",
-        description="Run the gateway as configured in a YAML file "
-        "(see examples/gateway.yaml and docs/config-reference.md). SIGTERM stops it cleanly.",
+        description="Run the gateway as configured in a YAML file (see examples/gateway.yaml "
+        "and docs/reference/configuration.md). SIGTERM stops it cleanly.",
     )
     p.add_argument(
         "--config",
@@ -37,7 +37,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--check", action="store_true", help="validate the configuration, print a summary, exit"
     )
-    p.set_defaults(func=run_command)
+    p.set_defaults(func=run_command, exit_codes=(
+        (0, "stopped cleanly (SIGTERM, SIGINT), or --check found the configuration valid"),
+        (1, "could not start, or stopped by a failure (a plugin instance that cannot start)"),
+        (2, "the configuration is invalid (every problem listed)"),
+    ))
 
 
 def _endpoint(plugin_config: object) -> str:

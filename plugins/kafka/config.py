@@ -100,15 +100,16 @@ def _check_template(value: str | None) -> str | None:
 class OutboundRoute(BaseModel):
     """One MQ subscription of the plugin and where its publications go in Kafka."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     stream: str = Field(default=DEFAULT_STREAM, min_length=1, max_length=48)
-    #: MQ topic-scheme filter within the stream (``#`` all, ``+`` one level).
+    """The stream to forward."""
     topic: str = Field(default="#", min_length=1)
-    #: Template of the Kafka topic ({stream}, {topic}); default: outbound.topic_template.
+    """MQ topic-scheme filter within the stream (``#`` all, ``+`` one level)."""
     kafka_topic: str | None = None
-    #: Template of the compacted retained topic; default: outbound.retained_topic_template.
+    """Template of the Kafka topic ({stream}, {topic}); default: outbound.topic_template."""
     retained_topic: str | None = None
+    """Template of the compacted retained topic; default: outbound.retained_topic_template."""
 
     _templates = field_validator("kafka_topic", "retained_topic")(_check_template)
 
@@ -136,12 +137,17 @@ class OutboundRoute(BaseModel):
 class OutboundConfig(BaseModel):
     """MQ -> Kafka."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     enabled: bool = True
+    """Forward MQ publications to Kafka."""
     topic_template: str = DEFAULT_TOPIC_TEMPLATE
+    """Kafka topic of a publication: ``{stream}`` and ``{topic}`` are replaced (docs/kafka-
+    contract.md)."""
     retained_topic_template: str = DEFAULT_RETAINED_TEMPLATE
+    """Compacted Kafka topic of retained publications (keyed by MQ topic)."""
     routes: list[OutboundRoute] = Field(default_factory=lambda: [OutboundRoute()])
+    """Which streams and MQ topics are forwarded; default: every topic of the default stream."""
 
     _templates = field_validator("topic_template", "retained_topic_template")(_check_template)
 
@@ -177,19 +183,22 @@ class InboundTopic(BaseModel):
     """One consumed Kafka topic and the MQ stream/topic its records are published on
     when the record itself does not say (headers ``mq.stream``/``mq.topic``, key)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     kafka_topic: str = Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$")
+    """The Kafka topic consumed."""
     stream: str = Field(default=DEFAULT_STREAM, min_length=1, max_length=48)
-    #: MQ topic for records with neither an ``mq.topic`` header nor a key.
+    """The stream its records are published on when a record has no ``mq.stream`` header."""
     topic: str = ""
-    #: Publish as retained publications; a tombstone then deletes the retained one.
+    """MQ topic for records with neither an ``mq.topic`` header nor a key."""
     retain: bool = False
+    """Publish as retained publications; a tombstone then deletes the retained one."""
     persistent: bool = True
-    #: Streams a record of this topic may choose (``mq.stream`` header or a
-    #: ``$SYS/STREAM/<stream>/`` topic); default: only ``stream``. Any other is refused
-    #: (dead-letter topic, reason 3081 MQRCCF_NOT_AUTHORIZED; docs/security.md).
+    """Publish as persistent MQ messages."""
     allowed_streams: list[str] | None = None
+    """Streams a record of this topic may choose (``mq.stream`` header or a
+    ``$SYS/STREAM/<stream>/`` topic); default: only ``stream``. Any other is refused
+    (dead-letter topic, reason 3081 MQRCCF_NOT_AUTHORIZED; docs/security.md)."""
 
     @field_validator("allowed_streams")
     @classmethod
@@ -214,23 +223,28 @@ class InboundTopic(BaseModel):
 class InboundConfig(BaseModel):
     """Kafka -> MQ."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     topics: list[InboundTopic] = Field(default_factory=list)
-    #: Consumer group; default ``mqgw.<gateway id>.<instance>``.
+    """The Kafka topics consumed and published into MQ."""
     group_id: str | None = None
+    """Consumer group; default ``mqgw.<gateway id>.<instance>``."""
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
-    #: Records per MQ unit of work.
+    """Where a new consumer group starts: ``earliest`` loses nothing."""
     max_batch: int = Field(default=200, ge=1, le=10_000)
+    """Records per MQ unit of work."""
     poll_timeout_ms: int = Field(default=200, ge=1, le=60_000)
-    #: Back-off after a failed publish (doubles, with jitter, up to retry_max_s).
+    """Longest wait of one poll for records (milliseconds)."""
     retry_initial_s: float = Field(default=0.2, gt=0)
+    """Back-off after a failed publish (doubles, with jitter, up to retry_max_s)."""
     retry_max_s: float = Field(default=10.0, gt=0)
-    #: Where a record MQ can never take goes (docs/kafka-contract.md "Dead-letter
-    #: records"), before its offset is committed; "" logs and skips it instead.
+    """Longest back-off (seconds, with jitter) between attempts to publish a batch MQ refused
+    for now."""
     dead_letter_topic: str = Field(
         default="mqgw-deadletter", max_length=249, pattern=r"^[A-Za-z0-9._-]*$"
     )
+    """Where a record MQ can never take goes (docs/kafka-contract.md "Dead-letter
+    records"), before its offset is committed; "" logs and skips it instead."""
 
     @model_validator(mode="after")
     def _unique_topics(self) -> InboundConfig:
@@ -244,57 +258,65 @@ class InboundConfig(BaseModel):
 class KafkaPluginConfig(BaseModel):
     """One ``kafka`` plugin instance (see docs/kafka-plugin.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     bootstrap_servers: str | list[str] = "127.0.0.1:9092"
+    """The Kafka cluster's bootstrap servers: ``host:port`` or a list of them."""
     client_id: str | None = None
-    #: Create absent topics at start-up/first use (retained ones with cleanup.policy=compact).
+    """Kafka client id; default ``mqgw.<gateway id>.<instance>``."""
     create_topics: bool = True
+    """Create absent topics at start-up/first use (retained ones with cleanup.policy=compact)."""
     partitions: int = Field(default=1, ge=1)
+    """Partitions of the topics the plugin creates."""
     replication_factor: int = Field(default=1, ge=1)
-    #: Extra topic configs for topics the plugin creates (e.g. retention.ms).
+    """Replication factor of the topics the plugin creates (3 on a production cluster)."""
     topic_configs: dict[str, str] = Field(default_factory=dict)
-    #: 0: the sink hands Kafka a whole MQ unit of work at once and waits for its acks,
-    #: so lingering would only add latency to every unit of work. With backend
-    #: confluent the default is CONFLUENT_LINGER_MS instead (librdkafka wakes its
-    #: broker thread per record at 0: about twice the CPU per record, measured).
+    """Extra topic configs for topics the plugin creates (e.g. retention.ms)."""
     linger_ms: int = Field(default=0, ge=0)
+    """0: the sink hands Kafka a whole MQ unit of work at once and waits for its acks,
+    so lingering would only add latency to every unit of work. With backend
+    confluent the default is CONFLUENT_LINGER_MS instead (librdkafka wakes its
+    broker thread per record at 0: about twice the CPU per record, measured)."""
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = None
-    #: Largest produce request (bytes); a bigger MQ publication is refused by Kafka
-    #: (raise it together with the broker's message.max.bytes).
+    """Producer compression; none: uncompressed."""
     max_request_size: int = Field(default=1_048_576, ge=1024)
-    #: Largest record batch per partition the producer builds (bytes; aiokafka's
-    #: ``max_batch_size``, librdkafka's ``batch.size``). Default: 262,144 with aiokafka,
-    #: whose own 16 KiB made an MQ unit of work of 256 × 1 KiB wait for 16 produce
-    #: round trips before it could commit (aiokafka keeps one request in flight per
-    #: broker, with one batch per partition); 1,000,000 (librdkafka's) with confluent.
-    #: Never above max_request_size, nor above the smallest max.message.bytes of the
-    #: topics the plugin writes (the sink reads them: docs/kafka-plugin.md, "Batches").
+    """Largest produce request (bytes); a bigger MQ publication is refused by Kafka
+    (raise it together with the broker's message.max.bytes)."""
     max_batch_size: int | None = Field(default=None, ge=1024)
+    """Largest record batch per partition the producer builds (bytes; aiokafka's
+    ``max_batch_size``, librdkafka's ``batch.size``). Default: 262,144 with aiokafka,
+    whose own 16 KiB made an MQ unit of work of 256 × 1 KiB wait for 16 produce
+    round trips before it could commit (aiokafka keeps one request in flight per
+    broker, with one batch per partition); 1,000,000 (librdkafka's) with confluent.
+    Never above max_request_size, nor above the smallest max.message.bytes of the
+    topics the plugin writes (the sink reads them: docs/kafka-plugin.md, "Batches")."""
     request_timeout_ms: int = Field(default=30_000, ge=1000)
-    #: Longest a batch may wait for acks before the MQ unit of work backs out.
+    """Kafka client request timeout (milliseconds)."""
     send_timeout_s: float = Field(default=60.0, gt=0)
-    #: ``exactly_once``: each MQ unit of work is one Kafka transaction that also records
-    #: its envelopes as committed (docs/kafka-plugin.md, "Exactly-once"); readers need
-    #: isolation.level=read_committed. Default at-least-once.
+    """Longest a batch may wait for acks before the MQ unit of work backs out."""
     delivery: Literal["at_least_once", "exactly_once"] = "at_least_once"
-    #: Compacted topic of the committed-envelope markers; default
-    #: ``mqgw-eos.<gateway id>.<instance>``.
+    """``exactly_once``: each MQ unit of work is one Kafka transaction that also records
+    its envelopes as committed (docs/kafka-plugin.md, "Exactly-once"); readers need
+    isolation.level=read_committed. Default at-least-once."""
     exactly_once_topic_name: str | None = Field(
         default=None, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
     )
-    #: TLS and SASL of every client (docs/security.md, "Kafka: TLS and SASL").
+    """Compacted topic of the committed-envelope markers; default
+    ``mqgw-eos.<gateway id>.<instance>``."""
     security: KafkaSecurityConfig = Field(default_factory=KafkaSecurityConfig)
-    #: The Kafka client library: ``aiokafka`` (default) or ``confluent`` (librdkafka via
-    #: confluent-kafka, the optional ``rdkafka`` extra; docs/kafka-backends.md). Same
-    #: configuration, records and guarantees.
+    """TLS and SASL of every client (docs/security.md, "Kafka: TLS and SASL")."""
     backend: Literal["aiokafka", "confluent"] = "aiokafka"
-    #: Passed to the client as is: aiokafka arguments (backend aiokafka) or librdkafka
-    #: properties (backend confluent); never security_protocol, ssl_context, sasl_*,
-    #: ssl.*, sasl.*: those are ``security``.
+    """The Kafka client library: ``aiokafka`` (default) or ``confluent`` (librdkafka via
+    confluent-kafka, the optional ``rdkafka`` extra; docs/kafka-backends.md). Same
+    configuration, records and guarantees."""
     client_options: dict[str, Any] = Field(default_factory=dict)
+    """Passed to the client as is: aiokafka arguments (backend aiokafka) or librdkafka
+    properties (backend confluent); never security_protocol, ssl_context, sasl_*,
+    ssl.*, sasl.*: those are ``security``."""
     outbound: OutboundConfig = Field(default_factory=OutboundConfig)
+    """MQ to Kafka: which streams and topics go to which Kafka topics."""
     inbound: InboundConfig = Field(default_factory=InboundConfig)
+    """Kafka to MQ: which Kafka topics are published into which streams."""
 
     def producer_batch_bytes(self) -> int:
         """The producer's batch size before any topic's limit is known: max_batch_size

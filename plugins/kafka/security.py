@@ -65,18 +65,18 @@ def _existing_file(value: Path | None) -> Path | None:
 class KafkaTlsConfig(BaseModel):
     """``security.tls``: how the client checks the broker and proves who it is."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    #: PEM file of the CA(s) that signed the broker's certificate; none: the system CAs.
     ca_file: Path | None = None
-    #: PEM client certificate (chain) for brokers with ssl.client.auth=required.
+    """PEM file of the CA(s) that signed the broker's certificate; none: the system CAs."""
     cert_file: Path | None = None
-    #: PEM private key of cert_file (may be in cert_file itself).
+    """PEM client certificate (chain) for brokers with ssl.client.auth=required."""
     key_file: Path | None = None
-    #: Passphrase of an encrypted key_file.
+    """PEM private key of cert_file (may be in cert_file itself)."""
     key_password: Secret | None = None
-    #: Check that the broker's certificate names the host connected to.
+    """Passphrase of an encrypted key_file."""
     check_hostname: bool = True
+    """Check that the broker's certificate names the host connected to."""
 
     _files = field_validator("ca_file", "cert_file", "key_file")(_existing_file)
 
@@ -92,21 +92,28 @@ class KafkaTlsConfig(BaseModel):
 class KafkaSaslConfig(BaseModel):
     """``security.sasl``: the login for SASL_PLAINTEXT / SASL_SSL listeners."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     mechanism: SaslMechanism = "PLAIN"
+    """``PLAIN``, ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``."""
     username: str = Field(min_length=1)
+    """The SASL user."""
     password: Secret
+    """The SASL password, read at each connect."""
 
 
 class KafkaSecurityConfig(BaseModel):
     """``security:`` of a kafka instance (docs/security.md, "Kafka: TLS and SASL")."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     protocol: SecurityProtocol = "PLAINTEXT"
+    """The broker listener's protocol: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or
+    ``SASL_SSL``; ``SASL_*`` needs ``sasl``, ``tls`` goes only with ``SSL``/``SASL_SSL``."""
     tls: KafkaTlsConfig | None = None
+    """TLS settings (``SSL``, ``SASL_SSL``); none: the system's CAs, hostname checked."""
     sasl: KafkaSaslConfig | None = None
+    """SASL credentials (``SASL_PLAINTEXT``, ``SASL_SSL``)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSecurityConfig:

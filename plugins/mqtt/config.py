@@ -32,29 +32,32 @@ def _check_topic_name(value: str, what: str) -> str:
 class OutboundConfig(BaseModel):
     """MQ → MQTT: which MQ topics are forwarded and how they are named on MQTT."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    #: MQ topics the instance subscribes to, in unified form (``$SYS/STREAM/<s>/...``
-    #: for a named stream). ``#`` is every topic of the default stream.
     topics: list[str] = Field(default_factory=lambda: ["#"])
-    #: Leading MQTT topic levels of every forwarded publication (may be empty).
+    """MQ topics the instance subscribes to, in unified form (``$SYS/STREAM/<s>/...``
+    for a named stream). ``#`` is every topic of the default stream."""
     prefix: str = "mq"
-    #: Stream name → MQTT level used instead of the stream name (``""``: no level).
+    """Leading MQTT topic levels of every forwarded publication (may be empty)."""
     stream_levels: dict[str, str] = Field(default_factory=dict)
-    #: MQTT level for the default stream (empty: ``<prefix>/a/b``).
+    """Stream name → MQTT level used instead of the stream name (``""``: no level)."""
     default_stream_level: str = ""
+    """MQTT level for the default stream (empty: ``<prefix>/a/b``)."""
     qos_persistent: Qos = 1
+    """QoS of persistent MQ publications (and of retained deletions)."""
     qos_non_persistent: Qos = 0
-    #: MQTT 5 only: forward MQRFH2 ``usr`` properties and MQRFH user name/value pairs as
-    #: user properties, and MQMD Expiry as the message expiry interval.
+    """QoS of non-persistent MQ publications."""
     user_properties: bool = True
+    """MQTT 5 only: forward MQRFH2 ``usr`` properties and MQRFH user name/value pairs as
+    user properties, and MQMD Expiry as the message expiry interval."""
     message_expiry: bool = True
-    #: Convert MQSTR payloads from their CCSID (EBCDIC, Latin-1, ...) to UTF-8, since
-    #: MQTT consumers have no CCSID to go by; payloads already in UTF-8 pass unchanged.
+    """MQTT 5: an MQMD Expiry becomes the Message Expiry Interval."""
     convert_text: bool = True
-    #: How long ``send`` waits for PUBACK/PUBCOMP of one unit of work before failing it
-    #: (the MQ unit of work is then backed out and offered again).
+    """Convert MQSTR payloads from their CCSID (EBCDIC, Latin-1, ...) to UTF-8, since
+    MQTT consumers have no CCSID to go by; payloads already in UTF-8 pass unchanged."""
     ack_timeout: float = Field(default=30.0, gt=0)
+    """How long ``send`` waits for PUBACK/PUBCOMP of one unit of work before failing it
+    (the MQ unit of work is then backed out and offered again)."""
 
     @field_validator("prefix")
     @classmethod
@@ -90,23 +93,25 @@ class OutboundConfig(BaseModel):
 class InboundFilter(BaseModel):
     """MQTT → MQ: one MQTT subscription and where its messages are published in MQ."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     filter: str = Field(min_length=1)
-    #: QoS of the MQTT subscription. At 1 (default) an unacknowledged message is
-    #: redelivered after a gateway crash; at 2 MQTT hands ownership over at PUBREC.
+    """MQTT topic filter (``+``, ``#``)."""
     qos: Qos = 1
-    #: MQ stream the messages are published on.
+    """QoS of the MQTT subscription. At 1 (default) an unacknowledged message is
+    redelivered after a gateway crash; at 2 MQTT hands ownership over at PUBREC."""
     stream: str = DEFAULT_STREAM
-    #: Leading MQTT levels removed before the topic enters MQ (e.g. ``"sensors/"``).
+    """MQ stream the messages are published on."""
     strip_prefix: str = ""
-    #: Prepended to the (stripped) topic in MQ (e.g. ``"from-mqtt/"``).
+    """Leading MQTT levels removed before the topic enters MQ (e.g. ``"sensors/"``)."""
     topic_prefix: str = ""
-    #: Undo the outbound escaping (``%2B`` → ``+`` ...), so a round trip is lossless.
+    """Prepended to the (stripped) topic in MQ (e.g. ``"from-mqtt/"``)."""
     unescape: bool = True
-    #: MQ format of payloads not flagged UTF-8 by MQTT 5's payload format indicator.
+    """Undo the outbound escaping (``%2B`` → ``+`` ...), so a round trip is lossless."""
     payload_format: str = Field(default="MQSTR", max_length=8)
+    """MQ format of payloads not flagged UTF-8 by MQTT 5's payload format indicator."""
     ccsid: int = 1208
+    """CCSID of the MQ message when MQTT 5's payload format indicator is not set."""
 
     @field_validator("stream")
     @classmethod
@@ -132,17 +137,18 @@ class InboundFilter(BaseModel):
 
 
 class InboundConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     filters: list[InboundFilter] = Field(default_factory=list)
-    #: Most MQTT messages published into MQ under one unit of work.
+    """The MQTT topic filters subscribed to, each with where its messages go."""
     batch_size: int = Field(default=64, ge=1, le=5000)
-    #: MQTT 5 Receive Maximum: unacknowledged QoS 1/2 messages the broker may send us.
+    """Most MQTT messages published into MQ under one unit of work."""
     receive_maximum: int = Field(default=256, ge=1, le=65535)
-    #: Where a message MQ can never accept (e.g. an invalid stream) is republished (QoS
-    #: 1, the reason in user property ``mqgw-error``) before it is acknowledged; empty:
-    #: it is logged and dropped.
+    """MQTT 5 Receive Maximum: unacknowledged QoS 1/2 messages the broker may send us."""
     dead_letter_topic: str = "mqgw/dead-letter"
+    """Where a message MQ can never accept (e.g. an invalid stream) is republished (QoS
+    1, the reason in user property ``mqgw-error``) before it is acknowledged; empty:
+    it is logged and dropped."""
 
     @field_validator("dead_letter_topic")
     @classmethod
@@ -154,21 +160,21 @@ class TlsConfig(BaseModel):
     """``tls:`` of an instance: how the broker's certificate is checked and, optionally,
     the client certificate presented (docs/security.md, "MQTT: TLS and passwords")."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    #: PEM file of the CA(s) that signed the broker's certificate; none: the system's.
     ca_file: str | None = None
-    #: PEM client certificate (and its chain) for brokers that require one.
+    """PEM file of the CA(s) that signed the broker's certificate; none: the system's."""
     cert_file: str | None = None
-    #: PEM private key of ``cert_file`` (omit when the key is in ``cert_file``).
+    """PEM client certificate (and its chain) for brokers that require one."""
     key_file: str | None = None
-    #: Passphrase of an encrypted ``key_file``.
+    """PEM private key of ``cert_file`` (omit when the key is in ``cert_file``)."""
     key_password: Secret | None = None
-    #: Check that the certificate names ``host``. Turning it off lets anyone with a
-    #: certificate from the same CA impersonate the broker: testing only.
+    """Passphrase of an encrypted ``key_file``."""
     check_hostname: bool = True
-    #: Lowest TLS version accepted.
+    """Check that the certificate names ``host``. Turning it off lets anyone with a
+    certificate from the same CA impersonate the broker: testing only."""
     tls_version: Literal["1.2", "1.3"] = "1.2"
+    """Lowest TLS version accepted."""
 
     @model_validator(mode="after")
     def _pairs(self) -> TlsConfig:
@@ -180,34 +186,44 @@ class TlsConfig(BaseModel):
 class MqttConfig(BaseModel):
     """One MQTT plugin instance: a broker connection, outbound and inbound mappings."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     host: str = "127.0.0.1"
+    """The MQTT broker's host."""
     port: int = Field(default=1883, ge=1, le=65535)
+    """The MQTT broker's port."""
     protocol: Literal["5", "3.1.1"] = "5"
-    #: Stable across restarts so the broker keeps our session; default
-    #: ``mqgw-<gateway id>-<instance name>``.
+    """MQTT protocol version: ``5`` or ``3.1.1``."""
     client_id: str = ""
-    #: MQTT user name and password (CONNECT); the password is a secret
-    #: (``{env: NAME}``, ``{file: PATH}``), read at every connect.
+    """Stable across restarts so the broker keeps our session; default
+    ``mqgw-<gateway id>-<instance name>``."""
     username: str | None = None
+    """MQTT user name and password (CONNECT); the password is a secret
+    (``{env: NAME}``, ``{file: PATH}``), read at every connect."""
     password: Secret | None = None
-    #: TLS to the broker (``tls: {}`` or ``tls: true``: system CAs, hostname checked).
+    """The MQTT password; needs ``username``."""
     tls: TlsConfig | None = None
+    """TLS to the broker (``tls: {}`` or ``tls: true``: system CAs, hostname checked)."""
     keepalive: int = Field(default=30, ge=5, le=65535)
-    #: MQTT 5 Session Expiry Interval (seconds) of our persistent session.
+    """MQTT keep-alive interval (seconds)."""
     session_expiry: int = Field(default=86_400, ge=0)
-    #: Unacknowledged outgoing QoS 1/2 publishes in flight (MQTT 5: capped by the
-    #: broker's Receive Maximum).
+    """MQTT 5 Session Expiry Interval (seconds) of our persistent session."""
     max_inflight: int = Field(default=1000, ge=1, le=65535)
+    """Unacknowledged outgoing QoS 1/2 publishes in flight (MQTT 5: capped by the
+    broker's Receive Maximum)."""
     connect_timeout: float = Field(default=10.0, gt=0)
+    """Longest wait for the broker's CONNACK and SUBACKs (seconds)."""
     reconnect_min_delay: float = Field(default=0.5, gt=0)
+    """First pause before reconnecting after a lost connection (seconds, doubling)."""
     reconnect_max_delay: float = Field(default=30.0, gt=0)
+    """Longest pause between reconnection attempts (seconds)."""
     outbound: OutboundConfig = Field(default_factory=OutboundConfig)
+    """MQ to MQTT: which MQ topics are forwarded, and how."""
     inbound: InboundConfig = Field(default_factory=InboundConfig)
-    #: Accept inbound filters that match our own outbound topics under MQTT 3.1.1 (which
-    #: has no No Local option, so each forwarded publication would come back once).
+    """MQTT to MQ: which MQTT topic filters are published into which streams."""
     allow_echo: bool = False
+    """Accept inbound filters that match our own outbound topics under MQTT 3.1.1 (which
+    has no No Local option, so each forwarded publication would come back once)."""
 
     @model_validator(mode="before")
     @classmethod

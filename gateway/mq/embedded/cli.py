@@ -1,14 +1,8 @@
-"""``mqgw mqsc QM``: run MQSC commands from stdin against an embedded queue manager.
+"""``mqgw mqsc QM`` and ``mqgw network``: MQSC and networks of embedded queue managers.
 
-``--data-dir`` holds queue managers (``DIR/QM``) or is one queue manager's own directory
-(``mqgw run``'s ``queue_manager.data_dir``). A queue manager a running process owns is
-reached through its local socket (docs/embedded-qm.md); ``mqgw qm mqsc`` does the same
-from the gateway's configuration.
-
-Like ``runmqsc QM < script.mqsc``: echoes each command with its number, prints the
-AMQ messages, ends with the summary, and exits 0 (all processed), 10 (some commands
-failed) or 20 (the queue manager could not be used). A queue manager that does not exist
-is only created with ``--create``, so a typo in its name does not make a new one.
+``mqgw mqsc`` is ``runmqsc QM < script.mqsc`` for the embedded queue manager; ``mqgw
+network`` runs the queue managers of a topology file (docs/networks.md). The help texts
+are :data:`MQSC_DESCRIPTION` and the ``network`` parser's description.
 """
 
 from __future__ import annotations
@@ -18,6 +12,19 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+
+MQSC_DESCRIPTION = """\
+Run MQSC commands from stdin against an embedded queue manager.
+
+--data-dir holds queue managers (DIR/QM) or is one queue manager's own directory
+(the queue_manager.data_dir of mqgw run). A queue manager a running process owns is
+reached through its local socket (docs/embedded-qm.md); mqgw qm mqsc does the same
+from the gateway's configuration.
+
+Like runmqsc QM < script.mqsc: echoes each command with its number, prints the AMQ
+messages and ends with the summary. A queue manager that does not exist is only
+created with --create, so a typo in its name does not make a new one.
+"""
 
 DEFAULT_DATA_DIR_ENV = "MQGW_DATA_DIR"
 DEFAULT_DATA_DIR = "data/qmgrs"
@@ -31,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "mqsc",
         help="run MQSC commands (stdin) against an embedded queue manager",
-        description=__doc__,
+        description=MQSC_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("qmgr", metavar="QM", help="queue manager name")
@@ -45,7 +52,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--create", action="store_true", help="create the queue manager if it does not exist"
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, exit_codes=(
+        (0, "every command processed"),
+        (10, "some commands failed"),
+        (20, "the queue manager could not be used (or does not exist and no --create)"),
+    ))
 
     net = subparsers.add_parser(
         "network",
@@ -58,7 +69,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     net.add_argument("--qm", action="append", default=[], help="run only this queue manager")
     net.add_argument("--data-dir", type=Path, default=None,
                      help="default: the topology's data_dir")
-    net.set_defaults(func=run_network)
+    net.set_defaults(func=run_network, exit_codes=(
+        (0, "stopped when interrupted"),
+        (2, "the topology file is invalid or a data directory cannot be used"),
+    ))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -37,9 +37,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     join = sub.add_parser("join", help="join neighbour QM (picked up by the running gateway)")
-    join.add_argument("q_mgr", metavar="QM")
-    join.add_argument("--kind", choices=KINDS, default="mqpubsub")
-    join.add_argument("--role", choices=ROLES, default="child")
+    join.add_argument("q_mgr", metavar="QM", help="the neighbour's queue manager")
+    join.add_argument("--kind", choices=KINDS, default="mqpubsub",
+                      help="mqpubsub: a legacy MQ Publish/Subscribe broker; mqv7: an MQ V7+ "
+                      "queue manager's queued pub/sub; gateway: another gateway "
+                      "(default mqpubsub)")
+    join.add_argument("--role", choices=ROLES, default="child",
+                      help="the neighbour's role: at most one parent (default child)")
     join.add_argument("--streams", help="comma-separated streams to share (default: its own)")
     join.add_argument("--probe-timeout", type=float, default=5.0, help="loop probe window (s)")
     lst = sub.add_parser("list", help="list the neighbours")
@@ -52,9 +56,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "mqgw broker --neighbour) is cleared only until the next start, which joins it "
         "again: remove it from the configuration too to leave it for good.",
     )
-    clear.add_argument("q_mgr", metavar="QM")
+    clear.add_argument("q_mgr", metavar="QM", help="the neighbour's queue manager")
     mqsc = sub.add_parser("mqsc", help="print the MQSC for an MQ V7+ neighbour QM")
-    mqsc.add_argument("q_mgr", metavar="QM")
+    mqsc.add_argument("q_mgr", metavar="QM", help="the neighbour's queue manager")
     mqsc.add_argument("--self-qmgr", help="our queue manager (default: from --config)")
     mqsc.add_argument(
         "--conname", default="127.0.0.1(1414)", help="our listener as the neighbour sees it"
@@ -66,6 +70,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         where = q.add_mutually_exclusive_group(required=True)
         where.add_argument("--config", type=Path, help="the gateway's YAML (broker.store dir)")
         where.add_argument("--data-dir", type=Path, help="the directory of neighbours.db")
+    failed = (2, "no usable configuration or data directory, or an invalid option")
+    join.set_defaults(exit_codes=((0, "join requested"), failed))
+    lst.set_defaults(exit_codes=((0, "listed"), failed))
+    clear.set_defaults(exit_codes=((0, "clear requested"), (1, "no such neighbour"), failed))
+    mqsc.set_defaults(exit_codes=(
+        (0, "printed"), (1, "no such neighbour"),
+        (2, "no usable configuration or data directory, or no --self-qmgr"),
+    ))
     p.set_defaults(func=run_command)
 
 

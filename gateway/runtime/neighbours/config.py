@@ -27,24 +27,32 @@ class NeighbourConfig(BaseModel):
     """One neighbour: its queue manager, what kind of broker it is, its role and,
     optionally, the streams to share with it (None: whatever it says it supports)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     q_mgr: str = Field(pattern=MQ_NAME)
+    """The neighbour's queue manager; one entry per queue manager."""
     kind: NeighbourKind = NeighbourKind.MQPUBSUB
+    """``mqpubsub``: a legacy MQ Publish/Subscribe broker (MQRFH commands); ``mqv7``: an MQ V7+
+    queue manager's queued pub/sub (``mqgw neighbours mqsc QM`` prints its MQSC);
+    ``gateway``: another gateway (MQRFH2)."""
     role: NeighbourRole = NeighbourRole.CHILD
+    """The neighbour's role: ``parent`` or ``child``; at most one neighbour is the parent."""
     streams: list[str] | None = None
-    #: ``subscribed``: forward a publication only for the neighbour's subscriptions
-    #: registered here (a gateway, or a broker that registers its interest with RegSub);
-    #: ``all``: every publication on a shared stream, registered or not — for a real
-    #: legacy broker, which propagates its subscriptions only with its own protocol.
+    """Streams to share. None: whatever the neighbour says it supports (its StreamSupport
+    publication); given: only these, of those it supports. The default stream is always
+    shared."""
     publish: Literal["subscribed", "all"] = "subscribed"
-    #: How long a loop probe may take to come back before the join is accepted (s).
+    """``subscribed``: forward a publication only for the neighbour's subscriptions
+    registered here (a gateway, or a broker that registers its interest with RegSub);
+    ``all``: every publication on a shared stream, registered or not — for a real
+    legacy broker, which propagates its subscriptions only with its own protocol."""
     probe_timeout: float = Field(default=5.0, gt=0.0, le=300.0)
-    #: Which streams of the neighbour's StreamSupport are taken (globs; ``*`` takes
-    #: every stream except MQ's own ``SYSTEM.`` queues, docs/security.md).
+    """How long a loop probe may take to come back before the join is accepted (s)."""
     accept_streams: list[str] = Field(default_factory=lambda: list(ACCEPT_ALL), min_length=1)
-    #: A StreamSupport naming more streams than this is refused whole.
+    """Which streams of the neighbour's StreamSupport are taken (globs; ``*`` takes
+    every stream except MQ's own ``SYSTEM.`` queues, docs/security.md)."""
     max_streams: int = Field(default=DEFAULT_MAX_STREAMS, ge=1, le=10_000)
+    """A StreamSupport naming more streams than this is refused whole."""
 
     @field_validator("streams")
     @classmethod

@@ -20,6 +20,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict
+
 from gateway.runtime.network_check.resolution import Ended, q_mgr_route, resolve_put
 from gateway.runtime.network_check.view import NodeView
 
@@ -27,7 +30,9 @@ __all__ = [
     "CODES",
     "OWN_VIEW_CODES",
     "NetworkReport",
+    "NetworkReportJson",
     "Problem",
+    "ProblemJson",
     "StreamOwnership",
     "Unreadable",
     "check_network",
@@ -62,6 +67,88 @@ OWN_VIEW_CODES: tuple[str, ...] = tuple(c for c in CODES if c not in {
     "neighbour-role-mismatch", "neighbour-kind-mismatch", "neighbour-streams-differ",
 })
 
+_DOCUMENTED = ConfigDict(use_attribute_docstrings=True)
+
+
+@with_config(_DOCUMENTED)
+class ProblemJson(TypedDict):
+    """One problem of the network."""
+
+    code: str
+    """Its stable code (the table below)."""
+    subject: str
+    """What it is about: a stream, a queue manager, or ``A-B`` for a relation."""
+    nodes: list[str]
+    """The nodes (queue managers) involved."""
+    text: str
+    """The problem in words."""
+
+
+@with_config(_DOCUMENTED)
+class NodeJson(TypedDict):
+    """One node read."""
+
+    q_mgr: str
+    """Its queue manager."""
+    gateway: str
+    """The gateway's id."""
+    source: str
+    """Where it was read: the YAML file or the address given."""
+    mq_definitions: bool
+    """Its view carries its queue manager's definitions (routes can be checked)."""
+    truncated: bool
+    """Its view was cut at the node's limits (some items left out)."""
+    neighbours: list[str]
+    """Its neighbours' queue managers."""
+
+
+@with_config(_DOCUMENTED)
+class UnreadableJson(TypedDict):
+    """A node given that could not be read."""
+
+    source: str
+    """The YAML file or address given."""
+    why: str
+    """Why it could not be read."""
+
+
+@with_config(_DOCUMENTED)
+class StreamOwnershipJson(TypedDict):
+    """Who owns one stream."""
+
+    stream: str
+    """The stream."""
+    owners: list[str]
+    """The nodes that own it (one when all is well; none for a stream shared the seed's
+    way)."""
+    owned_by: str
+    """How the owner was found: ``routing``, ``sinks``, ``only holder``, or empty (no
+    owner)."""
+    holders: list[str]
+    """The nodes whose broker services the stream on a local queue."""
+    sinks: dict[str, list[str]]
+    """Node -> the sink (plugin) instances subscribed to the stream there."""
+
+
+@with_config(_DOCUMENTED)
+class NetworkReportJson(TypedDict):
+    """The network check's report (``mqgw network check --json``)."""
+
+    ok: bool
+    """No problem found (an unreadable node is one)."""
+    nodes: list[NodeJson]
+    """The nodes read."""
+    unreadable: list[UnreadableJson]
+    """The nodes that could not be read."""
+    streams: list[StreamOwnershipJson]
+    """Every stream's owners."""
+    problems: list[ProblemJson]
+    """Every problem found."""
+    notes: list[str]
+    """What the check could not judge, and why (for instance a node without its MQ
+    definitions)."""
+
+
 _SEED_STREAMS = "SYSTEM.BROKER."
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
 
@@ -81,7 +168,7 @@ class Problem:
     text: str
     nodes: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> ProblemJson:
         return {"code": self.code, "subject": self.subject, "nodes": list(self.nodes),
                 "text": self.text}
 
@@ -119,7 +206,7 @@ class NetworkReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> NetworkReportJson:
         return {
             "ok": self.ok,
             "nodes": [

@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+
+from gateway.runtime.exit_codes import add_exit_status
 
 __all__ = ["register"]
 
 #: Nodes one check reads at most (a bigger network: raise --max-nodes).
 DEFAULT_MAX_NODES = 100
+
+SUMMARY = "check a network of gateways: stream owners, routes, neighbour relations"
 
 DESCRIPTION = (
     "Read each NODE's view of itself (GET /network on its metrics listener; NODE is a "
@@ -29,13 +32,14 @@ DESCRIPTION = (
     "the network as a "
     "whole: each stream owned by one node, sinks only on owners, a route from every node "
     "to every owner, neighbour relations that agree on both sides, no loop. A neighbour "
-    "that is a gateway must be given too. Exit 0 all well, 1 a problem (an unreadable "
-    "node is one), 2 usage/config error."
+    "that is a gateway must be given too."
 )
 
 
 def check_parser(prog: str = "mqgw network check") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    # its line in the CLI reference (it is no sub-parser, which would carry a help)
+    setattr(p, "summary", SUMMARY)  # noqa: B010  (not an attribute argparse declares)
     p.add_argument("nodes", nargs="*", metavar="NODE",
                    help="gateway YAML file or http(s)://host:port address "
                         "(default: gateway.yaml)")
@@ -57,6 +61,11 @@ def check_parser(prog: str = "mqgw network check") -> argparse.ArgumentParser:
                    help="basic-auth user name for the nodes given as addresses")
     p.add_argument("--password-file", type=Path, default=None, metavar="FILE",
                    help="the password of --user")
+    p.set_defaults(exit_codes=(
+        (0, "all well"), (1, "a problem (an unreadable node is one)"),
+        (2, "usage or configuration error"),
+    ))
+    add_exit_status(p)
     return p
 
 
@@ -94,12 +103,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         run_topology = net.get_default("func")
         for action in subparsers._choices_actions:  # the line `mqgw --help` shows
             if action.dest == "network":
-                action.help = f"{action.help}; `network check`: check a network of gateways"
+                action.help = f"{action.help}; network check: check a network of gateways"
     check = check_parser()
     net.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS,
                      action=_CheckArguments, check=check)
     net.epilog = ("mqgw network check [NODE ...] [--json]: check a network of gateways "
-                  "(mqgw network check --help)")
+                  "(mqgw network check --help).")
 
     def dispatch(args: argparse.Namespace) -> int:
         if str(args.topology) == "check":
@@ -160,6 +169,5 @@ def run_check(args: argparse.Namespace) -> int:
             views.append(got)
             sources.setdefault(got.q_mgr, address.source)
     report = check_network(views, unreadable, sources=sources)
-    data: dict[str, Any] = report.to_json()
-    print(json.dumps(data) if args.json else report.text())
+    print(json.dumps(report.to_json()) if args.json else report.text())
     return OK if report.ok else PROBLEM

@@ -52,7 +52,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "the given stream queues of an embedded queue manager.",
     )
     add_arguments(p)
-    p.set_defaults(func=run_command)
+    p.set_defaults(func=run_command, exit_codes=(
+        (0, "stopped by SIGINT or SIGTERM"),
+        (1, "the broker failed while running"),
+        (2, "an invalid setting, an unreadable or failing --mqsc file, or a --listen port "
+            "that cannot be bound"),
+    ))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="QUEUE[:noimplicit]",
         help="serviced stream queue; ':noimplicit' turns Implicit Stream Naming off",
     )
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="most messages got under one unit of work (default 32)")
     p.add_argument(
         "--neighbour",
         action="append",

@@ -15,54 +15,64 @@ DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
 class StreamQueueConfig(BaseModel):
     """A serviced stream queue and its Implicit Stream Naming property."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    #: A queue name that is also a stream name: no '/', which would put the stream's
-    #: publications into another stream's topic space ($SYS/STREAM/<name>/...).
     name: str = Field(min_length=1, max_length=48, pattern=r"^[A-Za-z0-9._%]{1,48}$")
+    """A queue name that is also a stream name: no '/', which would put the stream's
+    publications into another stream's topic space ($SYS/STREAM/<name>/...)."""
     implicit_stream_naming: bool = True
+    """An MQRFH publication put on this queue without ``MQPSStreamName`` belongs to this stream;
+    ``false``: to the default stream."""
 
 
 class BrokerConfig(BaseModel):
     """Settings of the broker service (YAML/CLI boundary)."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     streams: list[StreamQueueConfig] = Field(default_factory=list)
-    #: Implicit Stream Naming of SYSTEM.BROKER.DEFAULT.STREAM itself.
+    """The serviced stream queues besides SYSTEM.BROKER.DEFAULT.STREAM (always serviced, with
+    SYSTEM.BROKER.CONTROL.QUEUE); one asyncio task and one MQ connection serve each."""
     default_stream_implicit_naming: bool = True
+    """Implicit Stream Naming of SYSTEM.BROKER.DEFAULT.STREAM itself."""
     batch_size: int = Field(default=32, ge=1, le=5000)
-    #: A batch stops growing once its unit of work holds this many messages: gets,
-    #: puts due and sink deliveries (MQ's MaxUncommittedMsgs counts gets and puts, and
-    #: report and trigger messages, and is 10,000 by default; one publication with more
-    #: matching subscribers than that cannot be delivered in one unit of work and ends
-    #: on the backout queue). It can end a batch before ``batch_size``.
+    """Most messages got under one MQ unit of work; ``max_puts_per_unit`` may end a batch
+    sooner. Bigger batches drain a backlog faster (one commit and one sink acknowledgement
+    per batch) but hold the service's turn longer and back out more messages together
+    (docs/performance.md)."""
     max_puts_per_unit: int = Field(default=2000, ge=1)
-    #: Longest wait for a message per get (0 would make the service poll without rest).
+    """A batch stops growing once its unit of work holds this many messages: gets,
+    puts due and sink deliveries (MQ's MaxUncommittedMsgs counts gets and puts, and
+    report and trigger messages, and is 10,000 by default; one publication with more
+    matching subscribers than that cannot be delivered in one unit of work and ends
+    on the backout queue). It can end a batch before ``batch_size``."""
     wait_ms: int = Field(default=500, ge=1, le=60_000)
-    #: Used when a queue's BOTHRESH is 0 (MQ's "no backout processing"), so a poison
-    #: message can never block its queue.
+    """Longest wait for a message per get (0 would make the service poll without rest)."""
     default_backout_threshold: int = Field(default=5, ge=1)
-    #: Dead-letter queue when the queue manager cannot be asked for its DEADQ.
+    """Used when a queue's BOTHRESH is 0 (MQ's "no backout processing"), so a poison
+    message can never block its queue."""
     dead_letter_queue: str = DEAD_LETTER_QUEUE
-    #: Pause after a backed-out batch before the next get (seconds, doubles up to 10 s).
+    """Dead-letter queue when the queue manager cannot be asked for its DEADQ."""
     retry_delay: float = Field(default=0.2, ge=0.0)
-    #: Longest pause between attempts to hand a batch to a sink that is down (seconds).
-    #: While a sink is down its deliveries wait on its backlog queue
-    #: (``SYSTEM.MQGW.SINK.<instance>``) and their BackoutCount does not grow.
+    """Pause after a backed-out batch before the next get (seconds, doubles up to 10 s)."""
     sink_retry_max_delay: float = Field(default=5.0, gt=0.0)
-    #: MAXDEPTH of each sink's backlog queue when the gateway defines it (embedded queue
-    #: manager). A full backlog holds the streams routed to that sink (back-pressure),
-    #: and with them those streams' MQ subscribers and other sinks, until the sink
-    #: catches up; streams not routed to it are not held.
+    """Longest pause between attempts to hand a batch to a sink that is down (seconds).
+    While a sink is down its deliveries wait on its backlog queue
+    (``SYSTEM.MQGW.SINK.<instance>``) and their BackoutCount does not grow."""
     sink_backlog_max_depth: int = Field(default=100_000, ge=1, le=999_999_999)
-    #: Pause between attempts to reconnect a serviced queue after its connection broke
-    #: (seconds).
+    """MAXDEPTH of each sink's backlog queue when the gateway defines it (embedded queue
+    manager). A full backlog holds the streams routed to that sink (back-pressure),
+    and with them those streams' MQ subscribers and other sinks, until the sink
+    catches up; streams not routed to it are not held."""
     reconnect_delay: float = Field(default=2.0, ge=0.0)
-    #: Consecutive failed puts to a subscriber queue (unknown, put inhibited, ...) after
-    #: which its subscriptions are suspended until registered again (docs/pubsub.md).
+    """Pause between attempts to reconnect a serviced queue after its connection broke
+    (seconds)."""
     suspend_subscription_after: int = Field(default=10, ge=1)
-    #: Neighbour brokers joined at start (docs/neighbours.md); ``mqgw broker
-    #: --neighbour``. The gateway's YAML names them at the top level (``neighbours:``).
+    """Consecutive failed puts to a subscriber queue (unknown, put inhibited, ...) after
+    which its subscriptions are suspended until registered again (docs/pubsub.md)."""
     neighbours: list[NeighbourConfig] = Field(default_factory=list)
+    """Neighbour brokers joined at start (docs/neighbours.md); ``mqgw broker
+    --neighbour``. The gateway's YAML names them at the top level (``neighbours:``)."""
 
     @field_validator("neighbours")
     @classmethod

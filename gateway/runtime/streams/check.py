@@ -8,10 +8,80 @@ Why pure: the same facts feed the command's table and JSON, ``/healthz`` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-__all__ = ["QueueState", "StreamFacts", "StreamReport", "build_report"]
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict
+
+__all__ = [
+    "QueueState", "StreamCheckJson", "StreamFacts", "StreamFactsJson", "StreamReport",
+    "StreamReportJson", "build_report",
+]
+
+_DOCUMENTED = ConfigDict(use_attribute_docstrings=True)
+
+
+@with_config(_DOCUMENTED)
+class StreamFactsJson(TypedDict):
+    """One stream of the union."""
+
+    stream: str
+    """The stream (its queue's name)."""
+    wanted_by: list[str]
+    """Who needs it: ``gateway`` (it services it), ``neighbour <QM>``, ``migration <QM>``."""
+    queue_exists: bool
+    """The stream queue is defined."""
+    serviced: bool
+    """The broker services the queue."""
+    depth: int
+    """Messages on the queue."""
+    oldest_age_s: float | None
+    """Age of the oldest message on the queue in seconds; null when it is empty."""
+    dead_lettered: int
+    """Messages on the dead-letter queue with MQDLH reason 2085 whose destination is
+    this stream queue."""
+    problems: list[str]
+    """What is wrong with the stream; empty when all is well."""
+
+
+#: The recorded migration of a legacy broker (``mqgw migrate``); the functional form
+#: because ``from`` is a Python keyword.
+MigrationJson = TypedDict("MigrationJson", {
+    "from": Annotated[str, Field(description="The legacy broker's queue manager.")],
+    "complete": Annotated[bool, Field(description="Every migrated stream is serviced.")],
+    "pending": Annotated[list[str], Field(
+        description="The migrated streams not serviced yet (the migration is incomplete "
+        "while any is).")],
+})
+
+
+class StreamReportJson(TypedDict):
+    """The stream union against the stream queues and what the broker services (the
+    ``streams`` report of ``/healthz`` too). Descriptions as ``Field`` (not attribute
+    docstrings) so that :class:`StreamCheckJson` inherits them."""
+
+    ok: Annotated[bool, Field(description="No problem anywhere.")]
+    dead_letter_queue: Annotated[str, Field(
+        description="The dead-letter queue the counts were taken from.")]
+    dead_letter_note: Annotated[str, Field(
+        description="Why the dead-letter counts may be stale; empty when just counted.")]
+    migration: Annotated[MigrationJson | None, Field(
+        description="The recorded migration; null when none is recorded.")]
+    streams: Annotated[list[StreamFactsJson], Field(description="Every stream of the union.")]
+    problems: Annotated[list[str], Field(
+        description="Every problem, as ``<stream>: <problem>`` (and the incomplete "
+        "migration).")]
+
+
+@with_config(_DOCUMENTED)
+class StreamCheckJson(StreamReportJson):
+    """The stream check's report (``mqgw streams check --json``) and what its options
+    did."""
+
+    actions: list[str]
+    """What ``--fix``, ``--write-config`` and ``--replay-dlq`` did or advise, one
+    sentence each; empty without them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,20 +140,30 @@ class StreamReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> StreamReportJson:
+        migration: MigrationJson | None = None
+        if self.migrated_from is not None:
+            migration = {
+                "from": self.migrated_from,
+                "complete": not self.migration_pending,
+                "pending": list(self.migration_pending),
+            }
         return {
             "ok": self.ok,
             "dead_letter_queue": self.dead_letter_queue,
             "dead_letter_note": self.dead_letter_note,
-            "migration": None
-            if self.migrated_from is None
-            else {
-                "from": self.migrated_from,
-                "complete": not self.migration_pending,
-                "pending": list(self.migration_pending),
-            },
+            "migration": migration,
             "streams": [
-                {**asdict(f), "wanted_by": list(f.wanted_by), "problems": list(f.problems)}
+                {
+                    "stream": f.stream,
+                    "wanted_by": list(f.wanted_by),
+                    "queue_exists": f.queue_exists,
+                    "serviced": f.serviced,
+                    "depth": f.depth,
+                    "oldest_age_s": f.oldest_age_s,
+                    "dead_lettered": f.dead_lettered,
+                    "problems": list(f.problems),
+                }
                 for f in self.streams
             ],
             "problems": self.problems,

@@ -18,11 +18,14 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.runtime.streams.cli_support import OK, PROBLEM, err, load
 from gateway.runtime.streams.migrate_cli import register_migrate
 from gateway.runtime.streams.move_cli import register_move
+
+if TYPE_CHECKING:
+    from gateway.runtime.streams.check import StreamCheckJson, StreamReportJson
 
 __all__ = ["register"]
 
@@ -41,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "For every stream of the union (serviced streams, neighbours' streams, a "
             "migrated broker's streams): does its queue exist, is it serviced, its depth "
             "and oldest message, and how many of its publications are on the dead-letter "
-            "queue with reason 2085. Exit 0 all well, 1 a problem, 2 usage/config error."
+            "queue with reason 2085."
         ),
     )
     p.add_argument("--config", type=Path, default=Path("gateway.yaml"), help="gateway YAML")
@@ -63,7 +66,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --fix/--replay-dlq: show progress on stderr even when it is not a "
         "terminal (on a terminal it is always shown)",
     )
-    p.set_defaults(func=run_check)
+    p.set_defaults(func=run_check, exit_codes=(
+        (0, "every stream is well"), (1, "a problem (listed)"),
+        (2, "usage or configuration error"),
+    ))
     register_move(sub)
     register_migrate(subparsers)
 
@@ -212,9 +218,12 @@ async def _check_open(args: argparse.Namespace, loaded: Any, qm: Any) -> int:
     return OK if report.ok else PROBLEM
 
 
-def _print(args: argparse.Namespace, data: dict[str, Any], text: str, notes: list[str]) -> None:
+def _print(
+    args: argparse.Namespace, data: StreamReportJson, text: str, notes: list[str]
+) -> None:
     if args.json:
-        print(json.dumps({**data, "actions": notes}))
+        out: StreamCheckJson = {**data, "actions": notes}
+        print(json.dumps(out))
     else:
         for n in notes:
             print(n)

@@ -30,8 +30,8 @@ def register_migrate(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         description=(
             "Record the stream set of the legacy broker the gateway takes over (given with "
             "--from-streams, or read from the broker's MQ/<QM>/StreamSupport publication "
-            "with --from-broker alone; exit 2 naming the channels to check when the broker "
-            "does not answer within --timeout). The set is "
+            "with --from-broker alone; naming the channels to check when the broker does "
+            "not answer within --timeout). The set is "
             "fixed afterwards: a configuration adding or removing a stream is refused until "
             "`mqgw migrate --restart` starts a new migration. `mqgw streams check` reports "
             "the migration incomplete until every migrated stream is serviced."
@@ -71,7 +71,11 @@ def register_migrate(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="with --copy-retained: show progress (streams copied) on stderr even when it "
         "is not a terminal (on a terminal it is always shown)",
     )
-    m.set_defaults(func=run_migrate)
+    m.set_defaults(func=run_migrate, exit_codes=(
+        (0, "recorded, and every migrated stream is serviced"),
+        (1, "recorded, but the migration is incomplete (streams to add are printed)"),
+        (2, "usage or configuration error, or the broker did not answer"),
+    ))
 
 
 def run_migrate(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("stream", metavar="STREAM")
+    p.add_argument("stream", metavar="STREAM", help="the stream (its queue's name) to move")
     p.add_argument("--to", metavar="QM", help="the new owner's queue manager (not with "
                    "--status)")
     p.add_argument(
@@ -77,7 +77,12 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="seconds the drain may wait in this run (default 60)")
     p.add_argument("--status", action="store_true", help="show the move's journal and "
                    "each node's route; change nothing")
-    p.set_defaults(func=run_move_command)
+    p.set_defaults(func=run_move_command, exit_codes=(
+        (0, "moved (with --status: the move is complete or none was started)"),
+        (1, "stopped before the end (a node unreachable, the drain timed out): run the "
+            "same command again to continue; with --status: the move is not complete"),
+        (2, "usage, configuration or a node's state refuses the move"),
+    ))
 
 
 def _err(text: str) -> int:
