@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup test test-quick demo bench fuzz lint devstack-up devstack-status devstack-down clean
+.PHONY: setup test test-quick docs demo bench fuzz lint devstack-up devstack-status devstack-down clean
 
 setup:
 	@bash tools/setup.sh
@@ -23,6 +23,11 @@ test-quick:
 
 lint: setup
 	@bash tools/run_tests.sh lint
+
+# The documentation site (mkdocs.yml, Material theme) into site/, in strict mode: a broken
+# link or anchor, or a page missing from the nav, fails it (make test builds it too).
+docs: setup
+	.venv/bin/mkdocs build --strict --site-dir site
 
 demo: setup
 	$(PY) -m examples.demo $(DEMO_ARGS)
@@ -44,4 +49,4 @@ devstack-down:
 	.venv/bin/mqgw devstack down
 
 clean:
-	rm -rf .venv .cache .devstack .pytest_cache .mypy_cache .ruff_cache fuzz-out
+	rm -rf .venv .cache .devstack .pytest_cache .mypy_cache .ruff_cache fuzz-out site
