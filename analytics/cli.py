@@ -74,7 +74,8 @@ def _common(p: argparse.ArgumentParser, job: str) -> None:
                    help="fail when Kafka already deleted offsets to read (default %(default)s)")
     p.add_argument("--console", action="store_true", help="also print each batch's results")
     p.add_argument("--master", default=os.environ.get("MQGW_SPARK_MASTER", "local[2]"),
-                   help="Spark master for the local session (default %(default)s)")
+                   help="Spark master for the local session (default: $MQGW_SPARK_MASTER, "
+                   "else local[2])")
     p.add_argument("--progress-interval", type=float, default=1.0,
                    help="seconds between progress checks (default %(default)s)")
 

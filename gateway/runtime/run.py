@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.set_defaults(func=run_command, exit_codes=(
         (0, "stopped cleanly (SIGTERM, SIGINT), or --check found the configuration valid"),
-        (1, "could not start, or stopped by a failure (a plugin instance that cannot start)"),
+        (1, "could not start, stopped by a failure (a plugin instance that cannot start), "
+            "or the stop overran shutdown_timeout + 10 s and was cut short"),
         (2, "the configuration is invalid (every problem listed)"),
     ))
 
@@ -103,18 +104,22 @@ def run_command(args: argparse.Namespace) -> int:
         app = GatewayApp(loaded, registry)
         loop = asyncio.get_running_loop()
 
-        def stop() -> None:
+        async def arm_on_stop() -> None:
+            # Whatever asks for the stop (a signal, a fatal plugin or worker), the
+            # countdown starts with it.
+            await app.stop_requested.wait()
             watchdog.arm()
-            app.request_stop()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop)
+            loop.add_signal_handler(sig, app.request_stop)
+        arming = loop.create_task(arm_on_stop(), name="stop watchdog")
         try:
             code = await app.run()
             watchdog.finished(code)
             return code
         finally:
-            watchdog.arm()  # a stop for another reason (a fatal plugin) is bounded too
+            watchdog.arm()  # however run() ended, exiting is bounded too
+            arming.cancel()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 

@@ -11,6 +11,7 @@ SIGKILL would not. It logs which threads were stuck and their stacks first.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
 import os
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 
 #: Exit status when the watchdog ends a stop the gateway had not finished.
 OVERRAN_EXIT = 1
+#: Seconds after the budget at which faulthandler ends the process if the watchdog's
+#: own thread could not.
+BACKSTOP_S = 5.0
 
 
 class StopWatchdog:
@@ -42,17 +46,25 @@ class StopWatchdog:
         self._timer.name = "stop-watchdog"
         self._timer.daemon = True  # never what keeps the process alive
         self._timer.start()
+        # The backstop, should the timer thread itself not get to run (the interpreter
+        # lock held by a stuck call, a log write blocked on a full pipe): faulthandler's
+        # own C thread dumps the stacks and exits with OVERRAN_EXIT, BACKSTOP_S later.
+        with contextlib.suppress(ValueError, RuntimeError, OSError, AttributeError):
+            faulthandler.dump_traceback_later(self.budget_s + BACKSTOP_S, exit=True)
 
     def finished(self, exit_code: int) -> None:
         """The stop itself is done with ``exit_code``; only exiting is left."""
         self.exit_code = exit_code
         self.arm()
 
-    def disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-
     def _fire(self) -> None:
+        code = self.exit_code if self.exit_code is not None else OVERRAN_EXIT
+        try:
+            self._report()
+        finally:  # whatever the report met (stderr closed, a handler failing): exit
+            os._exit(code)
+
+    def _report(self) -> None:
         main = threading.main_thread()
         stuck = sorted(
             t.name for t in threading.enumerate()
@@ -72,4 +84,3 @@ class StopWatchdog:
             handler.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
-        os._exit(self.exit_code if self.exit_code is not None else OVERRAN_EXIT)

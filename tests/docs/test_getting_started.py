@@ -201,16 +201,29 @@ def test_page_runs_as_written(
                 assert line in out.splitlines(), f"{name}: shown output {line!r} not printed\n{out}"
 
 
-@pytest.mark.parametrize("name", page_names())
+def yaml_snippets() -> list[tuple[str, int, str]]:
+    """(page, index, body) of every YAML block of the getting-started pages."""
+    return [
+        (name, i, body)
+        for name in page_names()
+        for i, (kind, body) in enumerate(blocks(PAGES / name))
+        if kind == "yaml"
+    ]
+
+
+def test_the_pages_show_yaml_to_check() -> None:
+    """The check below has something to check (a page rewritten without its YAML
+    would otherwise leave it passing on nothing)."""
+    assert yaml_snippets(), "no YAML block in docs/getting-started/"
+
+
+@pytest.mark.parametrize(("name", "index", "body"), yaml_snippets(),
+                         ids=[f"{name}-{index}" for name, index, _ in yaml_snippets()])
 def test_yaml_snippets_are_shipped_files_that_pass_the_check(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str, index: int, body: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shipped = {p.read_text(encoding="utf-8"): p for p in (ROOT / "examples").rglob("*.yaml")}
-    for kind, body in blocks(PAGES / name):
-        if kind != "yaml":
-            continue
-        assert body in shipped, f"{name}: a YAML snippet that is not a file under examples/"
-        source = shipped[body]
-        copy = sandbox(tmp_path) / source.relative_to(ROOT)
-        assert mqgw_main(["run", "--config", str(copy), "--check"]) == 0, capsys.readouterr()
-        assert "configuration OK" in capsys.readouterr().out
+    assert body in shipped, f"{name}: YAML block {index} is not a file under examples/"
+    copy = sandbox(tmp_path) / shipped[body].relative_to(ROOT)
+    assert mqgw_main(["run", "--config", str(copy), "--check"]) == 0, capsys.readouterr()
+    assert "configuration OK" in capsys.readouterr().out

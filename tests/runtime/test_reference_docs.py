@@ -67,6 +67,7 @@ def test_the_pages_do_not_depend_on_the_machine(
         "MQGW_KAFKA_BOOTSTRAP": "broker.example:9999",
         "MQGW_DEVSTACK_DIR": str(tmp_path / "stack"),
         "MQGW_DATA_DIR": str(tmp_path / "qmgrs"),
+        "MQGW_SPARK_MASTER": "spark://elsewhere:7077",
         "COLUMNS": "43",
         "HOME": str(tmp_path),
     }.items():

@@ -42,6 +42,9 @@ class ChildProcess:
 
     #: Seconds SIGTERM gets before :meth:`terminate` SIGKILLs.
     terminate_timeout = 40.0
+    #: Whether the child writes its thread stacks on SIGUSR1 (``mqgw``'s entry point
+    #: does; for other programs SIGUSR1 would only end them).
+    dumps_stacks = False
 
     def __init__(
         self,
@@ -99,7 +102,7 @@ class ChildProcess:
             deadline = time.monotonic() + limit
             while proc.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if proc.alive():
+            if proc.alive() and self.dumps_stacks:
                 self._dump_stacks(proc.pid, limit)
         proc.stop(timeout=5)  # SIGKILLs it only when the stop overran the timeout
         self.process = None
@@ -151,6 +154,8 @@ class ChildProcess:
 
 class GatewayProcess(ChildProcess):
     """One ``mqgw run`` child at a time on one configuration."""
+
+    dumps_stacks = True
 
     def __init__(self, config: Path, log_path: Path) -> None:
         super().__init__("mqgw", mqgw_argv(config), log_path, config.parent)
