@@ -441,3 +441,17 @@ async def route_owner(net: MoveNetwork, node: str) -> str:
     finally:
         await conn.disconnect()
     return "held" if state.held else state.owner or state.problem
+
+
+async def held(net: MoveNetwork, node: str) -> int:
+    """Publications left in ``node``'s holding queue (0 when it is gone)."""
+    from gateway.runtime.streams.move import SocketNode
+    from gateway.runtime.streams.move_plan import hold_queue_name
+
+    conn = await connect_local(net.data_dir(node))
+    try:
+        qs = await SocketNode(node, conn).queues()
+    finally:
+        await conn.disconnect()
+    return int(qs.get(hold_queue_name(STREAM), {}).get("CURDEPTH", "0") or 0)
+

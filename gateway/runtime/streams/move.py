@@ -142,13 +142,19 @@ async def _depth(node: MoveNode, q_name: str) -> int:
     return int(q.get("CURDEPTH", "0") or 0)
 
 
-async def release(node: MoveNode, journal: MoveJournal) -> None:
+async def release(
+    node: MoveNode, journal: MoveJournal, *, timeout: float = 60.0, poll: float = 0.2
+) -> None:
     """The held publications go to the new owner in their order, then the route.
 
     Most of them move while the route still holds (nothing refused); then the holding
     queue is put-inhibited for the moment the last ones move and the route changes, so
     no publication put meanwhile can overtake a held one (publishers see MQRC 2051
-    PUT_INHIBITED meanwhile and put again)."""
+    PUT_INHIBITED meanwhile and put again). The route changes only once the holding
+    queue's depth is 0: a put that passed the put check just before the inhibit is
+    visible only once its message is on disk, and a killed move's batch only once
+    backed out; CURDEPTH counts both, and a route changed before them would leave them
+    behind, to be released after the publisher's later ones."""
     target = release_target(journal, node.q_mgr)
     hq = journal.hold_queue
     if target != journal.stream:
@@ -164,8 +170,18 @@ async def release(node: MoveNode, journal: MoveJournal) -> None:
         while left > 0 and (moved := await node.move_batch(hq, target, min(BATCH, left))):
             left -= moved
         await node.mqsc(f"ALTER QLOCAL({hq}) PUT(DISABLED)")
-        while await node.move_batch(hq, target, BATCH):
-            pass
+        deadline = time.monotonic() + timeout
+        while True:
+            while await node.move_batch(hq, target, BATCH):
+                pass
+            if not (depth := await _depth(node, hq)):
+                break
+            if time.monotonic() >= deadline:
+                raise MoveError(
+                    f"{node.q_mgr}: {depth} message(s) on {hq} still being put or inside "
+                    f"a unit of work after {timeout:g} s"
+                )
+            await asyncio.sleep(poll)
     await node.mqsc(f"ALTER QALIAS({journal.route}) TARGET({target})")
     if hq in qs:
         # Left in place (put-inhibited) while a publisher still has it open.
@@ -194,7 +210,7 @@ async def run_step(
             await asyncio.sleep(poll)
         return None
     if kind == "release":
-        await release(_node(nodes, q_mgr), journal)
+        await release(_node(nodes, q_mgr), journal, timeout=drain_timeout, poll=poll)
         return None
     if kind == "finish":
         return None

@@ -9,6 +9,7 @@ import contextlib
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -253,3 +254,60 @@ async def test_a_batch_left_uncommitted_by_a_killed_move_is_moved_first(
         finally:
             await close_nodes(nodes)
         assert await bodies(qms["QMB"], S) == [b"%d" % i for i in range(6)]
+
+
+async def test_a_put_still_being_written_when_the_hold_ends_is_moved_before_the_route(
+    tmp_path: Path,
+) -> None:
+    """A publisher's persistent put that passed the holding queue's put check just
+    before the release put-inhibited it is visible only once hardened: if the route
+    changed meanwhile, that publication stayed behind in the holding queue (the
+    queue's delete refused) while the publisher's next ones went the new way, and the
+    next move released it after them (the fault suite's 1-after-the-next-100)."""
+    cfgs = configs(tmp_path)
+    hold = "MQGW.MOVE.HOLD.PRICES"
+    async with served(tmp_path, OWNER_A) as qms:
+        qmb = qms["QMB"]
+        written = asyncio.Event()
+        original = qmb._store_put
+
+        async def slow_store_put(q: Any, msg: Any) -> None:
+            if q.name == hold:
+                await written.wait()  # the disk is slow: the put is in flight
+            await original(q, msg)
+
+        qmb._store_put = slow_store_put  # type: ignore[method-assign]
+        nodes = await connect_nodes({n: tmp_path / n / "qm" for n in qms})
+        journal = MoveJournal(stream=S, route=ROUTE, from_q_mgr="QMA", to_q_mgr="QMB",
+                              nodes={n: str(c) for n, c in cfgs.items()})
+        putting: list[asyncio.Task[None]] = []
+
+        async def during(step: str) -> None:
+            if step == "release:QMB":  # the route holds: this put goes to the hold queue
+                putting.append(asyncio.create_task(put_route(qmb, [b"in flight"])))
+                while not qmb._queues[hold].pending_puts:
+                    await asyncio.sleep(0.01)
+
+        async def disk_catches_up() -> None:
+            # once the route left the holding queue, or after a moment (not an
+            # assertion: only when the write completes)
+            deadline = asyncio.get_running_loop().time() + 0.5
+            while asyncio.get_running_loop().time() < deadline:
+                alias = qmb.catalogue.queues.get(ROUTE)
+                if putting and alias is not None and alias.target != hold:
+                    break
+                await asyncio.sleep(0.01)
+            written.set()
+
+        try:
+            catching_up = asyncio.create_task(disk_catches_up())
+            j, why = await run_move(journal, nodes, lambda _: None, before_step=during,
+                                    poll=0.01)
+            assert why is None and j.complete
+            await catching_up
+            await asyncio.gather(*putting)
+            await put_route(qmb, [b"after"])
+        finally:
+            await close_nodes(nodes)
+        assert await bodies(qmb, S) == [b"in flight", b"after"]
+        assert hold not in qmb.catalogue.queues
