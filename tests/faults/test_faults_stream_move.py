@@ -67,7 +67,7 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
     kills = {QMA: 0, other(QMA): 0, "move command": 0}
     finished_before_kill = reruns = 0
     net = await start_move_network(tmp_path)
-    traffic = Traffic(net)
+    traffic = Traffic(net, retain=True)
     owner = QMA
     try:
         traffic.start()
@@ -77,6 +77,8 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
         t0 = time.monotonic()
         rc, out = await net.move(other(owner))
         assert rc == 0, out
+        # each publisher's topic is retained at the old owner: copied (as replays)
+        assert f"copying {len(NODES)} retained publication(s)" in out, out
         move_s = time.monotonic() - t0
         owner = other(owner)
         for _ in range(count):

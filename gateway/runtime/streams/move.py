@@ -30,12 +30,14 @@ from gateway.runtime.streams.move_plan import (
 )
 from gateway.wire.errors import WireError
 from gateway.wire.formats import FMT_XMIT_Q_HEADER
+from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from gateway.wire.xqh import unwrap_from_xmitq
 
 __all__ = [
     "MoveError",
     "MoveNode",
+    "RetainedCopies",
     "SocketNode",
     "close_nodes",
     "connect_nodes",
@@ -72,6 +74,14 @@ class MoveNode(Protocol):
     async def move_batch(self, source: str, target: str, limit: int) -> int:
         """Move up to ``limit`` messages from ``source`` to ``target`` in one unit of
         work (context kept); how many moved (0: ``source`` is empty)."""
+
+    async def put_all(self, target: str, messages: list[tuple[MQMD, bytes]]) -> None:
+        """Put ``messages`` on ``target`` in order, context as given, in units of work
+        of :data:`BATCH`."""
+
+
+#: The old owner's retained publications as forwards to the new owner (MQMD, body).
+RetainedCopies = Callable[[], list[tuple[MQMD, bytes]]]
 
 
 # ---------------------------------------------------------------- the steps --------
@@ -196,8 +206,10 @@ async def run_step(
     *,
     drain_timeout: float = 60.0,
     poll: float = 0.2,
+    retained: RetainedCopies | None = None,
 ) -> str | None:
-    """Carry out ``step``; None when done, else why it must wait (run again)."""
+    """Carry out ``step``; None when done, else why it must wait (run again).
+    ``retained``: what step ``retained`` copies (None: nothing)."""
     kind, _, q_mgr = step.partition(":")
     if kind == "hold":
         await hold(_node(nodes, q_mgr), journal)
@@ -211,6 +223,11 @@ async def run_step(
         return None
     if kind == "release":
         await release(_node(nodes, q_mgr), journal, timeout=drain_timeout, poll=poll)
+        return None
+    if kind == "retained":
+        copies = retained() if retained is not None else []
+        if copies:
+            await _node(nodes, journal.to_q_mgr).put_all(journal.stream, copies)
         return None
     if kind == "finish":
         return None
@@ -233,6 +250,7 @@ async def run_move(
     poll: float = 0.2,
     on_step: Callable[[str], None] | None = None,
     before_step: Callable[[str], Awaitable[None]] | None = None,
+    retained: RetainedCopies | None = None,
 ) -> tuple[MoveJournal, str | None]:
     """Run the steps still to do, saving the journal after each; (journal, None) when
     the move is complete, else (journal, why it stopped)."""
@@ -240,7 +258,8 @@ async def run_move(
         if before_step is not None:
             await before_step(step)
         try:
-            why = await run_step(step, nodes, journal, drain_timeout=drain_timeout, poll=poll)
+            why = await run_step(step, nodes, journal, drain_timeout=drain_timeout, poll=poll,
+                                 retained=retained)
         except (MoveError, MQError, OSError) as exc:  # a node went away mid-step
             why = f"{step}: {exc}"
         if why is not None:
@@ -388,6 +407,24 @@ class SocketNode:
                 with contextlib.suppress(MQError):
                     await h.close()
         return moved
+
+
+    async def put_all(self, target: str, messages: list[tuple[MQMD, bytes]]) -> None:
+        dst = await self.conn.open(target, OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT)
+        try:
+            for start in range(0, len(messages), BATCH):
+                try:
+                    for md, body in messages[start:start + BATCH]:
+                        await dst.put(md, body, PutOptions(syncpoint=True,
+                                                           set_all_context=True))
+                    await self.conn.commit()
+                except BaseException:
+                    with contextlib.suppress(MQError):
+                        await self.conn.backout()
+                    raise
+        finally:
+            with contextlib.suppress(MQError):
+                await dst.close()
 
 
 async def connect_nodes(data_dirs: Mapping[str, Path]) -> dict[str, SocketNode]:
