@@ -21,7 +21,8 @@ __all__ = ["register_move"]
 
 HELP = """\
 Move STREAM's ownership to the node whose queue manager is QM, while publishers keep
-publishing: nothing lost, nothing twice, each publisher's order kept.
+publishing: no publication lost or delivered twice to an MQ subscriber, each
+publisher's order kept (tested with SIGKILLs of either node and of this command).
 
 Every node (one --node per gateway configuration, all running) services STREAM on its
 stream queue and shares it with the others as neighbours; publishers put to the
@@ -33,12 +34,22 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
   drain       waits until everything published before the hold is taken and forwarded
               (no transmission queue holds a message for STREAM, every node's STREAM is
               empty); --timeout bounds the wait, the next run waits again
+  retained    the old owner's retained publications of STREAM (read from its pub/sub
+              store) are put on the new owner's STREAM as the old owner's forwarded
+              publications, ahead of the held ones: the new owner keeps them retained;
+              one it holds already is a replay, delivered to nobody
   release:QM  the new owner first, then every other node: the held publications go, in
               their order, to the new owner's STREAM, then ROUTE names it there (a
               QREMOTE <ROUTE>.<QM> is defined on the other nodes). For the moment the
-              last held ones move, the holding queue is put-inhibited: a publisher
-              putting then gets MQRC 2051 and puts again
+              last held ones move, the holding queue is put-inhibited (a publisher
+              putting then gets MQRC 2051 and puts again); ROUTE changes only once the
+              holding queue's depth is 0 (puts still being written, units of work)
   finish
+
+Sinks are not moved: a sink instance is part of its gateway's configuration. When a
+sink subscribes to STREAM on a node other than QM, the move refuses (exit 2, naming
+them) unless --leave-sinks: they then stay where they are, on a node that no longer
+owns STREAM (`mqgw network check` reports sink-on-non-owner).
 
 Each step is idempotent and recorded in a journal (--journal) once done: after a crash
 of the command or of a node, run the same command again and it continues where it
@@ -74,7 +85,8 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "configuration; the same file must be given to every run of one move)",
     )
     p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds the drain may wait in this run (default 60)")
+                   help="seconds the drain, and the release's wait for the holding "
+                   "queue to empty, may wait in this run (default 60)")
     p.add_argument("--leave-sinks", action="store_true",
                    help="move the stream even though sinks subscribe to it on a node "
                    "other than QM (they stay there; without this the move refuses)")
@@ -225,9 +237,8 @@ async def _start(
                     f"sink(s) subscribe to {args.stream} on nodes that would not own it: "
                     f"{where}. A move does not move sinks (docs/scaling.md, \"Sinks and "
                     "retained publications\"): give --leave-sinks to move the stream and "
-                    "leave them where they are (they keep getting every publication "
-                    f"through their node's proxy at {args.to}; `mqgw network check` "
-                    "reports them as sink-on-non-owner)"
+                    "leave them where they are (`mqgw network check` then reports them "
+                    "as sink-on-non-owner)"
                 )
             print(f"leaving sink(s) where they are: {where}")
         now = datetime.now(UTC).isoformat(timespec="seconds")
