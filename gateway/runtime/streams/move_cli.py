@@ -194,6 +194,7 @@ async def _connect(nodes: dict[str, tuple[Path, Path, Path]]) -> Any:
 async def _start(
     args: argparse.Namespace, nodes: dict[str, tuple[Path, Path, Path]], route: str, path: Path
 ) -> int:
+    from gateway.pubsub.errors import StoreError
     from gateway.runtime.streams.move import close_nodes, read_route
     from gateway.runtime.streams.move_plan import MoveJournal, sinks_off_owner, write_journal
 
@@ -229,7 +230,11 @@ async def _start(
         if old not in nodes:
             return _err(f"{args.stream}'s owner {old} is not one of the nodes: give its "
                         "configuration with --node")
-        left = sinks_off_owner(_sink_subscriptions(nodes, args.stream), args.to)
+        try:
+            sinks = _sink_subscriptions(nodes, args.stream)
+        except StoreError as exc:
+            return _err(f"cannot read a node's pub/sub store for its sinks: {exc}")
+        left = sinks_off_owner(sinks, args.to)
         if left:
             where = "; ".join(f"{', '.join(v)} on {n}" for n, v in left.items())
             if not args.leave_sinks:
@@ -288,18 +293,20 @@ async def _run(
     def retained() -> list[tuple[MQMD, bytes]]:
         """The old owner's retained publications of the stream, read from its pub/sub
         store (read only, beside the running gateway) after the drain."""
+        from gateway.pubsub.errors import StoreError
         from gateway.pubsub.sqlite_store import SqliteStore
 
         store_path = nodes[journal.from_q_mgr][2]
         if not store_path.is_file():
             return []
-        store = SqliteStore(store_path)
-        try:
-            held = store.load().retained
-        except Exception as exc:  # an unreadable store stops the move; run it again
-            raise MoveError(f"cannot read {store_path}: {exc}") from exc
-        finally:
-            store.close()
+        try:  # an unreadable store stops the move (exit 1); run it again
+            store = SqliteStore(store_path)
+            try:
+                held = store.load().retained
+            finally:
+                store.close()
+        except StoreError as exc:
+            raise MoveError(str(exc)) from exc
         copies = retained_copies(held, journal.stream, from_q_mgr=journal.from_q_mgr,
                                  to_q_mgr=journal.to_q_mgr)
         print(f"copying {len(copies)} retained publication(s) of {journal.stream} to "
