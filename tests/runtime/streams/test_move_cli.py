@@ -453,3 +453,14 @@ async def test_the_command_copies_the_old_owners_retained_publications(
         assert "copying 1 retained publication(s) of PRICES to QMB" in capsys.readouterr().out
         (md, _), = await messages(qms["QMB"], S)
         assert md.msg_id == msg_id and md.reply_to_q_mgr == "QMA"
+
+
+async def test_an_unreadable_pub_sub_store_is_a_clear_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfgs = configs(tmp_path)
+    (tmp_path / "QMA" / "pubsub.db").write_bytes(b"not a database " * 100)
+    async with served(tmp_path, OWNER_A) as qms:
+        assert await cli(move_argv(cfgs, "--to", "QMB")) == 2
+        assert "cannot read a node's pub/sub store" in capsys.readouterr().err
+        assert qms["QMA"].catalogue.queues[ROUTE].target == S  # nothing changed
