@@ -41,6 +41,7 @@ from tests.support.stream_move import (
     NODES,
     QMA,
     Traffic,
+    held,
     other,
     route_owner,
     start_move_network,
@@ -66,6 +67,9 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
     kills = {QMA: 0, other(QMA): 0, "move command": 0}
     finished_before_kill = reruns = 0
     net = await start_move_network(tmp_path)
+    # Not retained: a retained neighbour forward taken again after a crash between the
+    # broker's store commit and its MQ commit is taken for a replay and lost
+    # (tests/runtime/streams/test_move_retained.py, the strict xfail)
     traffic = Traffic(net)
     owner = QMA
     try:
@@ -76,6 +80,7 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
         t0 = time.monotonic()
         rc, out = await net.move(other(owner))
         assert rc == 0, out
+        assert "copying 0 retained publication(s)" in out, out
         move_s = time.monotonic() - t0
         owner = other(owner)
         for _ in range(count):
@@ -105,6 +110,9 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
                         break
                 assert rc == 0, f"the move to {to} never completed:\n{out}\n{net.log_tails()}"
                 assert [await route_owner(net, n) for n in NODES] == [to, to]
+                # nothing stays behind in a holding queue (it would be released after
+                # its publisher's later publications, by the next move)
+                assert [await held(net, n) for n in NODES] == [0, 0]
                 owner = to
         traffic.stop_publishing()
         await until(lambda: traffic.missing() == 0, 120, net,
@@ -135,12 +143,4 @@ async def test_sigkill_during_stream_moves_loses_duplicates_and_reorders_nothing
     for path in ledger.paths.values():
         assert_nothing_duplicated(path, table)
     problems = traffic.problems()
-    order = [p for p in problems if p.endswith("(order)")]
-    assert [p for p in problems if p not in order] == [], f"{problems}\n{table}"
-    if order:
-        # Known and not yet understood: after the fixes of the two holes found by this
-        # test (docs/scaling.md, "Measured"), one run in about four still has one
-        # publication taken after later ones of its publisher (seed 232805551:
-        # PQMA-1998 after PQMA-2098; nothing lost or duplicated). Marked here, after the
-        # lost/duplicated assertions, so those stay strict.
-        pytest.xfail(f"per-publisher order broken after SIGKILLs: {order} (seed {seed})")
+    assert problems == [], f"{problems} (seed {seed})\n{table}"

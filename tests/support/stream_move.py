@@ -171,9 +171,9 @@ def gateway_yaml(name: str, port: int) -> dict[str, Any]:
     }
 
 
-async def start_move_network(root: Path) -> MoveNetwork:
-    """Both gateways running, routes to QMA, a subscriber on each node whose proxy is
-    registered at the other node (the caller closes the network)."""
+async def start_move_network(root: Path, topic: str = "*") -> MoveNetwork:
+    """Both gateways running, routes to QMA, a subscriber on each node (on ``topic``)
+    whose proxy is registered at the other node (the caller closes the network)."""
     ports = free_ports(NODES)
     gateways = {}
     for name in NODES:
@@ -193,7 +193,7 @@ async def start_move_network(root: Path) -> MoveNetwork:
             await net.mqsc(name, route_mqsc(name, QMA) + "\n"
                            f"DEFINE QLOCAL({SUB}) DEFPSIST(YES)\n"
                            f"DEFINE QLOCAL({SUB_REPLIES})")
-            await register_subscriber(net, name)
+            await register_subscriber(net, name, topic)
         deadline = time.monotonic() + SETTLE_S
         while not all([await has_proxy(net, other(n), n) for n in NODES]):
             if time.monotonic() > deadline:
@@ -205,11 +205,12 @@ async def start_move_network(root: Path) -> MoveNetwork:
     return net
 
 
-async def register_subscriber(net: MoveNetwork, name: str) -> None:
+async def register_subscriber(net: MoveNetwork, name: str, topic: str = "*",
+                              queue: str = SUB) -> None:
     msg = rfh_message(
         CONTROL,
-        [("MQPSCommand", "RegSub"), ("MQPSStreamName", STREAM), ("MQPSTopic", "*"),
-         ("MQPSQMgrName", name), ("MQPSQName", SUB)],
+        [("MQPSCommand", "RegSub"), ("MQPSStreamName", STREAM), ("MQPSTopic", topic),
+         ("MQPSQMgrName", name), ("MQPSQName", queue)],
         reply_to_q=SUB_REPLIES, reply_to_q_mgr=name, msg_type=MsgType.REQUEST,
     )
     conn = await connect_local(net.data_dir(name))
@@ -269,8 +270,10 @@ class Subscriber:
 class Traffic:
     """A publisher and a subscriber on each node, reconnecting across restarts."""
 
-    def __init__(self, net: MoveNetwork, rate: float = 40.0) -> None:
+    def __init__(self, net: MoveNetwork, rate: float = 40.0, *, retain: bool = False) -> None:
         self.net = net
+        #: every publication retained (RetainPub): each move copies the old owner's
+        self.retain = retain
         self.publishers = {n: Publisher(n, rate) for n in NODES}
         self.subscribers = {n: Subscriber(n) for n in NODES}
         self._publishing = True
@@ -310,7 +313,8 @@ class Traffic:
             msg = rfh_message(
                 ROUTE,
                 [("MQPSCommand", "Publish"), ("MQPSStreamName", STREAM),
-                 ("MQPSTopic", f"T/{p.name}"), ("MQPSPubOpts", "NoReg")],
+                 ("MQPSTopic", f"T/{p.name}"), ("MQPSPubOpts", "NoReg")]
+                + ([("MQPSPubOpts", "RetainPub")] if self.retain else []),
                 f"{p.name}-{seq}".encode(), reply_to_q_mgr="", persistence=1,
             )
             try:
@@ -441,3 +445,17 @@ async def route_owner(net: MoveNetwork, node: str) -> str:
     finally:
         await conn.disconnect()
     return "held" if state.held else state.owner or state.problem
+
+
+async def held(net: MoveNetwork, node: str) -> int:
+    """Publications left in ``node``'s holding queue (0 when it is gone)."""
+    from gateway.runtime.streams.move import SocketNode
+    from gateway.runtime.streams.move_plan import hold_queue_name
+
+    conn = await connect_local(net.data_dir(node))
+    try:
+        qs = await SocketNode(node, conn).queues()
+    finally:
+        await conn.disconnect()
+    return int(qs.get(hold_queue_name(STREAM), {}).get("CURDEPTH", "0") or 0)
+

@@ -30,12 +30,14 @@ from gateway.runtime.streams.move_plan import (
 )
 from gateway.wire.errors import WireError
 from gateway.wire.formats import FMT_XMIT_Q_HEADER
+from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from gateway.wire.xqh import unwrap_from_xmitq
 
 __all__ = [
     "MoveError",
     "MoveNode",
+    "RetainedCopies",
     "SocketNode",
     "close_nodes",
     "connect_nodes",
@@ -72,6 +74,14 @@ class MoveNode(Protocol):
     async def move_batch(self, source: str, target: str, limit: int) -> int:
         """Move up to ``limit`` messages from ``source`` to ``target`` in one unit of
         work (context kept); how many moved (0: ``source`` is empty)."""
+
+    async def put_all(self, target: str, messages: list[tuple[MQMD, bytes]]) -> None:
+        """Put ``messages`` on ``target`` in order, context as given, in units of work
+        of :data:`BATCH`."""
+
+
+#: The old owner's retained publications as forwards to the new owner (MQMD, body).
+RetainedCopies = Callable[[], list[tuple[MQMD, bytes]]]
 
 
 # ---------------------------------------------------------------- the steps --------
@@ -142,13 +152,19 @@ async def _depth(node: MoveNode, q_name: str) -> int:
     return int(q.get("CURDEPTH", "0") or 0)
 
 
-async def release(node: MoveNode, journal: MoveJournal) -> None:
+async def release(
+    node: MoveNode, journal: MoveJournal, *, timeout: float = 60.0, poll: float = 0.2
+) -> None:
     """The held publications go to the new owner in their order, then the route.
 
     Most of them move while the route still holds (nothing refused); then the holding
     queue is put-inhibited for the moment the last ones move and the route changes, so
     no publication put meanwhile can overtake a held one (publishers see MQRC 2051
-    PUT_INHIBITED meanwhile and put again)."""
+    PUT_INHIBITED meanwhile and put again). The route changes only once the holding
+    queue's depth is 0: a put that passed the put check just before the inhibit is
+    visible only once its message is on disk, and a killed move's batch only once
+    backed out; CURDEPTH counts both, and a route changed before them would leave them
+    behind, to be released after the publisher's later ones."""
     target = release_target(journal, node.q_mgr)
     hq = journal.hold_queue
     if target != journal.stream:
@@ -164,8 +180,18 @@ async def release(node: MoveNode, journal: MoveJournal) -> None:
         while left > 0 and (moved := await node.move_batch(hq, target, min(BATCH, left))):
             left -= moved
         await node.mqsc(f"ALTER QLOCAL({hq}) PUT(DISABLED)")
-        while await node.move_batch(hq, target, BATCH):
-            pass
+        deadline = time.monotonic() + timeout
+        while True:
+            while await node.move_batch(hq, target, BATCH):
+                pass
+            if not (depth := await _depth(node, hq)):
+                break
+            if time.monotonic() >= deadline:
+                raise MoveError(
+                    f"{node.q_mgr}: {depth} message(s) on {hq} still being put or inside "
+                    f"a unit of work after {timeout:g} s"
+                )
+            await asyncio.sleep(poll)
     await node.mqsc(f"ALTER QALIAS({journal.route}) TARGET({target})")
     if hq in qs:
         # Left in place (put-inhibited) while a publisher still has it open.
@@ -180,8 +206,10 @@ async def run_step(
     *,
     drain_timeout: float = 60.0,
     poll: float = 0.2,
+    retained: RetainedCopies | None = None,
 ) -> str | None:
-    """Carry out ``step``; None when done, else why it must wait (run again)."""
+    """Carry out ``step``; None when done, else why it must wait (run again).
+    ``retained``: what step ``retained`` copies (None: nothing)."""
     kind, _, q_mgr = step.partition(":")
     if kind == "hold":
         await hold(_node(nodes, q_mgr), journal)
@@ -194,7 +222,12 @@ async def run_step(
             await asyncio.sleep(poll)
         return None
     if kind == "release":
-        await release(_node(nodes, q_mgr), journal)
+        await release(_node(nodes, q_mgr), journal, timeout=drain_timeout, poll=poll)
+        return None
+    if kind == "retained":
+        copies = retained() if retained is not None else []
+        if copies:
+            await _node(nodes, journal.to_q_mgr).put_all(journal.stream, copies)
         return None
     if kind == "finish":
         return None
@@ -217,6 +250,7 @@ async def run_move(
     poll: float = 0.2,
     on_step: Callable[[str], None] | None = None,
     before_step: Callable[[str], Awaitable[None]] | None = None,
+    retained: RetainedCopies | None = None,
 ) -> tuple[MoveJournal, str | None]:
     """Run the steps still to do, saving the journal after each; (journal, None) when
     the move is complete, else (journal, why it stopped)."""
@@ -224,7 +258,8 @@ async def run_move(
         if before_step is not None:
             await before_step(step)
         try:
-            why = await run_step(step, nodes, journal, drain_timeout=drain_timeout, poll=poll)
+            why = await run_step(step, nodes, journal, drain_timeout=drain_timeout, poll=poll,
+                                 retained=retained)
         except (MoveError, MQError, OSError) as exc:  # a node went away mid-step
             why = f"{step}: {exc}"
         if why is not None:
@@ -372,6 +407,24 @@ class SocketNode:
                 with contextlib.suppress(MQError):
                     await h.close()
         return moved
+
+
+    async def put_all(self, target: str, messages: list[tuple[MQMD, bytes]]) -> None:
+        dst = await self.conn.open(target, OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT)
+        try:
+            for start in range(0, len(messages), BATCH):
+                try:
+                    for md, body in messages[start:start + BATCH]:
+                        await dst.put(md, body, PutOptions(syncpoint=True,
+                                                           set_all_context=True))
+                    await self.conn.commit()
+                except BaseException:
+                    with contextlib.suppress(MQError):
+                        await self.conn.backout()
+                    raise
+        finally:
+            with contextlib.suppress(MQError):
+                await dst.close()
 
 
 async def connect_nodes(data_dirs: Mapping[str, Path]) -> dict[str, SocketNode]:

@@ -21,7 +21,8 @@ __all__ = ["register_move"]
 
 HELP = """\
 Move STREAM's ownership to the node whose queue manager is QM, while publishers keep
-publishing: nothing lost, nothing twice, each publisher's order kept.
+publishing: no publication lost or delivered twice to an MQ subscriber, each
+publisher's order kept (tested with SIGKILLs of either node and of this command).
 
 Every node (one --node per gateway configuration, all running) services STREAM on its
 stream queue and shares it with the others as neighbours; publishers put to the
@@ -33,12 +34,22 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
   drain       waits until everything published before the hold is taken and forwarded
               (no transmission queue holds a message for STREAM, every node's STREAM is
               empty); --timeout bounds the wait, the next run waits again
+  retained    the old owner's retained publications of STREAM (read from its pub/sub
+              store) are put on the new owner's STREAM as the old owner's forwarded
+              publications, ahead of the held ones: the new owner keeps them retained;
+              one it holds already is a replay, delivered to nobody
   release:QM  the new owner first, then every other node: the held publications go, in
               their order, to the new owner's STREAM, then ROUTE names it there (a
               QREMOTE <ROUTE>.<QM> is defined on the other nodes). For the moment the
-              last held ones move, the holding queue is put-inhibited: a publisher
-              putting then gets MQRC 2051 and puts again
+              last held ones move, the holding queue is put-inhibited (a publisher
+              putting then gets MQRC 2051 and puts again); ROUTE changes only once the
+              holding queue's depth is 0 (puts still being written, units of work)
   finish
+
+Sinks are not moved: a sink instance is part of its gateway's configuration. When a
+sink subscribes to STREAM on a node other than QM, the move refuses (exit 2, naming
+them) unless --leave-sinks: they then stay where they are, on a node that no longer
+owns STREAM (`mqgw network check` reports sink-on-non-owner).
 
 Each step is idempotent and recorded in a journal (--journal) once done: after a crash
 of the command or of a node, run the same command again and it continues where it
@@ -74,7 +85,11 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "configuration; the same file must be given to every run of one move)",
     )
     p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds the drain may wait in this run (default 60)")
+                   help="seconds the drain, and the release's wait for the holding "
+                   "queue to empty, may wait in this run (default 60)")
+    p.add_argument("--leave-sinks", action="store_true",
+                   help="move the stream even though sinks subscribe to it on a node "
+                   "other than QM (they stay there; without this the move refuses)")
     p.add_argument("--status", action="store_true", help="show the move's journal and "
                    "each node's route; change nothing")
     p.set_defaults(func=run_move_command, exit_codes=(
@@ -89,11 +104,12 @@ def _err(text: str) -> int:
     return err("streams move", text)
 
 
-def _nodes(paths: list[Path]) -> dict[str, tuple[Path, Path]] | str:
-    """queue manager -> (configuration, data directory), or an error text."""
+def _nodes(paths: list[Path]) -> dict[str, tuple[Path, Path, Path]] | str:
+    """queue manager -> (configuration, data directory, pub/sub store), or an error
+    text."""
     from gateway.runtime.config import EmbeddedQueueManagerConfig
 
-    out: dict[str, tuple[Path, Path]] = {}
+    out: dict[str, tuple[Path, Path, Path]] = {}
     for path in paths:
         loaded = load(path)
         if isinstance(loaded, str):
@@ -103,7 +119,28 @@ def _nodes(paths: list[Path]) -> dict[str, tuple[Path, Path]] | str:
             return f"{path}: a move works on embedded queue managers only"
         if qmc.name in out:
             return f"{path}: queue manager {qmc.name} is given twice"
-        out[qmc.name] = (path.resolve(), loaded.path(qmc.data_dir))
+        out[qmc.name] = (path.resolve(), loaded.path(qmc.data_dir),
+                         loaded.path(loaded.gateway.broker.store))
+    return out
+
+
+def _sink_subscriptions(nodes: dict[str, tuple[Path, Path, Path]], stream: str
+                        ) -> dict[str, list[str]]:
+    """node -> the sink instances subscribed to ``stream`` in its pub/sub store (read
+    only, as ``mqgw subscriptions`` reads it beside a running gateway)."""
+    from gateway.pubsub.sqlite_store import SqliteStore
+
+    out: dict[str, list[str]] = {}
+    for name, (_, _, path) in nodes.items():
+        if not path.is_file():
+            continue
+        store = SqliteStore(path)
+        try:
+            subs = store.load().subscriptions
+        finally:
+            store.close()
+        out[name] = sorted({s.destination.sink for s in subs
+                            if s.stream == stream and s.destination.sink})
     return out
 
 
@@ -150,20 +187,21 @@ def run_move_command(args: argparse.Namespace) -> int:
     return asyncio.run(_start(args, nodes, route, path))
 
 
-async def _connect(nodes: dict[str, tuple[Path, Path]]) -> Any:
+async def _connect(nodes: dict[str, tuple[Path, Path, Path]]) -> Any:
     from gateway.runtime.streams.move import MoveError, connect_nodes
 
     try:
-        return await connect_nodes({q: d for q, (_, d) in nodes.items()})
+        return await connect_nodes({q: d for q, (_, d, _) in nodes.items()})
     except MoveError as exc:
         return str(exc)
 
 
 async def _start(
-    args: argparse.Namespace, nodes: dict[str, tuple[Path, Path]], route: str, path: Path
+    args: argparse.Namespace, nodes: dict[str, tuple[Path, Path, Path]], route: str, path: Path
 ) -> int:
+    from gateway.pubsub.errors import StoreError
     from gateway.runtime.streams.move import close_nodes, read_route
-    from gateway.runtime.streams.move_plan import MoveJournal, write_journal
+    from gateway.runtime.streams.move_plan import MoveJournal, sinks_off_owner, write_journal
 
     conns = await _connect(nodes)
     if isinstance(conns, str):
@@ -197,20 +235,36 @@ async def _start(
         if old not in nodes:
             return _err(f"{args.stream}'s owner {old} is not one of the nodes: give its "
                         "configuration with --node")
+        try:
+            sinks = _sink_subscriptions(nodes, args.stream)
+        except StoreError as exc:
+            return _err(f"cannot read a node's pub/sub store for its sinks: {exc}")
+        left = sinks_off_owner(sinks, args.to)
+        if left:
+            where = "; ".join(f"{', '.join(v)} on {n}" for n, v in left.items())
+            if not args.leave_sinks:
+                return _err(
+                    f"sink(s) subscribe to {args.stream} on nodes that would not own it: "
+                    f"{where}. A move does not move sinks (docs/scaling.md, \"Sinks and "
+                    "retained publications\"): give --leave-sinks to move the stream and "
+                    "leave them where they are (`mqgw network check` then reports them "
+                    "as sink-on-non-owner)"
+                )
+            print(f"leaving sink(s) where they are: {where}")
         now = datetime.now(UTC).isoformat(timespec="seconds")
         journal = MoveJournal(
             stream=args.stream, route=route, from_q_mgr=old, to_q_mgr=args.to,
-            nodes={q: str(c) for q, (c, _) in nodes.items()}, started=now, updated=now,
+            nodes={q: str(c) for q, (c, _, _) in nodes.items()}, started=now, updated=now,
         )
         write_journal(path, journal)
         print(f"moving {args.stream} from {old} to {args.to} (journal {path})")
-        return await _run(args, conns, path, journal)
+        return await _run(args, nodes, conns, path, journal)
     finally:
         await close_nodes(conns)
 
 
 async def _continue(
-    args: argparse.Namespace, nodes: dict[str, tuple[Path, Path]], path: Path, journal: Any
+    args: argparse.Namespace, nodes: dict[str, tuple[Path, Path, Path]], path: Path, journal: Any
 ) -> int:
     from gateway.runtime.streams.move import close_nodes
     from gateway.runtime.streams.move_plan import write_journal
@@ -221,17 +275,48 @@ async def _continue(
         print(f"mqgw streams move: {conns}; run again when they are")
         return PROBLEM
     try:
-        return await _run(args, conns, path, journal)
+        return await _run(args, nodes, conns, path, journal)
     finally:
         await close_nodes(conns)
 
 
-async def _run(args: argparse.Namespace, conns: Any, path: Path, journal: Any) -> int:
-    from gateway.runtime.streams.move import run_move
+async def _run(
+    args: argparse.Namespace,
+    nodes: dict[str, tuple[Path, Path, Path]],
+    conns: Any,
+    path: Path,
+    journal: Any,
+) -> int:
+    from gateway.runtime.streams.move import MoveError, run_move
     from gateway.runtime.streams.move_plan import write_journal
+    from gateway.runtime.streams.move_retained import retained_copies
+    from gateway.wire.mqmd import MQMD
 
     def save(j: Any) -> None:
         write_journal(path, j)
+
+    def retained() -> list[tuple[MQMD, bytes]]:
+        """The old owner's retained publications of the stream, read from its pub/sub
+        store (read only, beside the running gateway) after the drain."""
+        from gateway.pubsub.errors import StoreError
+        from gateway.pubsub.sqlite_store import SqliteStore
+
+        store_path = nodes[journal.from_q_mgr][2]
+        if not store_path.is_file():
+            return []
+        try:  # an unreadable store stops the move (exit 1); run it again
+            store = SqliteStore(store_path)
+            try:
+                held = store.load().retained
+            finally:
+                store.close()
+        except StoreError as exc:
+            raise MoveError(str(exc)) from exc
+        copies = retained_copies(held, journal.stream, from_q_mgr=journal.from_q_mgr,
+                                 to_q_mgr=journal.to_q_mgr)
+        print(f"copying {len(copies)} retained publication(s) of {journal.stream} to "
+              f"{journal.to_q_mgr}", flush=True)
+        return copies
 
     async def starting(step: str) -> None:
         print(f"running: {step}", flush=True)
@@ -239,6 +324,7 @@ async def _run(args: argparse.Namespace, conns: Any, path: Path, journal: Any) -
     journal, why = await run_move(
         journal, conns, save, drain_timeout=args.timeout,
         on_step=lambda step: print(f"done: {step}", flush=True), before_step=starting,
+        retained=retained,
     )
     if why is not None:
         print(f"mqgw streams move: stopped: {why}; run the same command again to continue")
@@ -249,7 +335,7 @@ async def _run(args: argparse.Namespace, conns: Any, path: Path, journal: Any) -
 
 async def _status(
     args: argparse.Namespace,
-    nodes: dict[str, tuple[Path, Path]],
+    nodes: dict[str, tuple[Path, Path, Path]],
     route: str,
     path: Path,
     journal: Any,
@@ -270,7 +356,7 @@ async def _status(
         print(f"  done: {', '.join(journal.done) or 'nothing'}")
         if journal.waiting:
             print(f"  stopped: {journal.waiting}")
-    for name, (_, data_dir) in nodes.items():
+    for name, (_, data_dir, _) in nodes.items():
         try:
             conn = await connect_local(data_dir, appl_name="mqgw streams move")
         except MQError as exc:

@@ -13,6 +13,9 @@ decided when the move starts:
 2. ``drain``: wait until nothing routed before the hold is anywhere but delivered: no
    transmission queue of any node holds a message for the stream's queue, every node's
    stream queue is empty (committed), in causal order (see ``move.drained``).
+2b. ``retained`` (journals of version 2): the old owner's retained publications are put
+   on the new owner's stream queue as the old owner's forwards
+   (:mod:`gateway.runtime.streams.move_retained`), ahead of the held publications.
 3. ``release:<QM>``, the new owner first: the held publications go to the new owner's
    stream queue (in their order), then the route is pointed there.
 4. ``finish``.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -42,10 +46,11 @@ __all__ = [
     "release_target",
     "remote_def_name",
     "route_state",
+    "sinks_off_owner",
     "write_journal",
 ]
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2
 #: Prefix of the holding queue a move defines on every node (one per stream).
 HOLD = "MQGW.MOVE.HOLD."
 _MAX_NAME = 48
@@ -102,9 +107,12 @@ def remote_def_name(route: str, q_mgr: str) -> str:
 def plan_steps(journal: MoveJournal) -> list[str]:
     """Every step of the move, in order."""
     others = [n for n in journal.nodes if n != journal.to_q_mgr]
+    # a move started by version 1 (no retained copy) continues as it was planned
+    copy = ["retained"] if journal.version >= 2 else []
     return (
         [f"hold:{n}" for n in journal.nodes]
         + ["drain"]
+        + copy
         + [f"release:{journal.to_q_mgr}"]
         + [f"release:{n}" for n in others]
         + ["finish"]
@@ -172,6 +180,15 @@ def route_state(
         problem=f"QALIAS({route}) on {q_mgr} names {alias_target}, which is neither "
         f"{stream} nor a QREMOTE with RNAME({stream})",
     )
+
+
+def sinks_off_owner(
+    sinks: Mapping[str, Iterable[str]], to_q_mgr: str
+) -> dict[str, list[str]]:
+    """node -> the sink instances subscribed to the stream there, for every node but
+    the new owner (``sinks``: each node's sink subscriptions on the stream). A move
+    does not move sinks: these would stay on a node that no longer owns the stream."""
+    return {n: sorted(set(v)) for n, v in sorted(sinks.items()) if n != to_q_mgr and v}
 
 
 # ------------------------------------------------------------------ the file -------

@@ -9,11 +9,18 @@ import contextlib
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.port import Browse, GetOptions, MQError, OpenOption
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.neighbours import Neighbour, NeighbourKind, NeighbourRole
+from gateway.pubsub.outcome import InboundMessage
+from gateway.pubsub.sqlite_store import SqliteStore
+from gateway.pubsub.store import MemoryStore
+from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.runtime.cli import main
 from gateway.runtime.streams.move import close_nodes, connect_nodes, read_route, run_move
 from gateway.runtime.streams.move_plan import (
@@ -22,9 +29,11 @@ from gateway.runtime.streams.move_plan import (
     record_done,
     write_journal,
 )
+from gateway.runtime.streams.move_retained import retained_copies
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from gateway.wire.xqh import unwrap_from_xmitq
+from tests.support.pubsub_messages import rfh_publication
 from tests.support.served_qm import served_queue_manager
 
 S, ROUTE = "PRICES", "PRICES.PUB"
@@ -130,7 +139,8 @@ async def test_held_publications_reach_the_new_owner_in_order_and_the_routes_fol
         await put_route(qms["QMA"], [b"after"])
         assert (await bodies(qms["QMA"], "QMB"))[-1] == b"after"
         assert saved[-1].done == [
-            "hold:QMA", "hold:QMB", "drain", "release:QMB", "release:QMA", "finish"]
+            "hold:QMA", "hold:QMB", "drain", "retained", "release:QMB", "release:QMA",
+            "finish"]
 
         # run again: nothing to move; --status shows the routes
         assert await cli(move_argv(cfgs, "--to", "QMB")) == 0
@@ -253,3 +263,204 @@ async def test_a_batch_left_uncommitted_by_a_killed_move_is_moved_first(
         finally:
             await close_nodes(nodes)
         assert await bodies(qms["QMB"], S) == [b"%d" % i for i in range(6)]
+
+
+async def test_a_put_still_being_written_when_the_hold_ends_is_moved_before_the_route(
+    tmp_path: Path,
+) -> None:
+    """A publisher's persistent put that passed the holding queue's put check just
+    before the release put-inhibited it is visible only once hardened: if the route
+    changed meanwhile, that publication stayed behind in the holding queue (the
+    queue's delete refused) while the publisher's next ones went the new way, and the
+    next move released it after them (the fault suite's 1-after-the-next-100)."""
+    cfgs = configs(tmp_path)
+    hold = "MQGW.MOVE.HOLD.PRICES"
+    async with served(tmp_path, OWNER_A) as qms:
+        qmb = qms["QMB"]
+        written = asyncio.Event()
+        original = qmb._store_put
+
+        async def slow_store_put(q: Any, msg: Any) -> None:
+            if q.name == hold:
+                await written.wait()  # the disk is slow: the put is in flight
+            await original(q, msg)
+
+        qmb._store_put = slow_store_put  # type: ignore[method-assign]
+        nodes = await connect_nodes({n: tmp_path / n / "qm" for n in qms})
+        journal = MoveJournal(stream=S, route=ROUTE, from_q_mgr="QMA", to_q_mgr="QMB",
+                              nodes={n: str(c) for n, c in cfgs.items()})
+        putting: list[asyncio.Task[None]] = []
+
+        async def during(step: str) -> None:
+            if step == "release:QMB":  # the route holds: this put goes to the hold queue
+                putting.append(asyncio.create_task(put_route(qmb, [b"in flight"])))
+                while not qmb._queues[hold].pending_puts:
+                    await asyncio.sleep(0.01)
+
+        async def disk_catches_up() -> None:
+            # once the route left the holding queue, or after a moment (not an
+            # assertion: only when the write completes)
+            deadline = asyncio.get_running_loop().time() + 0.5
+            while asyncio.get_running_loop().time() < deadline:
+                alias = qmb.catalogue.queues.get(ROUTE)
+                if putting and alias is not None and alias.target != hold:
+                    break
+                await asyncio.sleep(0.01)
+            written.set()
+
+        try:
+            catching_up = asyncio.create_task(disk_catches_up())
+            j, why = await run_move(journal, nodes, lambda _: None, before_step=during,
+                                    poll=0.01)
+            assert why is None and j.complete
+            await catching_up
+            await asyncio.gather(*putting)
+            await put_route(qmb, [b"after"])
+        finally:
+            await close_nodes(nodes)
+        assert await bodies(qmb, S) == [b"in flight", b"after"]
+        assert hold not in qmb.catalogue.queues
+
+
+def subscribe_sink(store: Path, sink: str, topic: str) -> None:
+    """A sink's durable subscription, as its gateway's start leaves it in the store."""
+    s = SqliteStore(store)
+    try:
+        engine = PubSubEngine(store.parent.name, s)
+        engine.subscribe_sink(sink, topic)
+        engine.commit()
+    finally:
+        s.close()
+
+
+async def test_a_sink_on_a_node_that_would_not_own_the_stream_refuses_the_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A move does not move sinks: it says so and which ones, and moves only when told
+    to leave them (they keep getting the stream through their node's proxy)."""
+    cfgs = configs(tmp_path)
+    subscribe_sink(tmp_path / "QMA" / "pubsub.db", "kafka", f"$SYS/STREAM/{S}/#")
+    subscribe_sink(tmp_path / "QMA" / "pubsub.db", "other", "$SYS/STREAM/OTHER/#")
+    subscribe_sink(tmp_path / "QMB" / "pubsub.db", "mqtt", f"$SYS/STREAM/{S}/#")
+    async with served(tmp_path, OWNER_A) as qms:
+        assert await cli(move_argv(cfgs, "--to", "QMB")) == 2
+        said = capsys.readouterr().err
+        assert "kafka on QMA" in said and "--leave-sinks" in said
+        assert "other" not in said and "mqtt" not in said  # another stream; the new owner
+        assert not (tmp_path / "QMB" / "move-PRICES.json").exists()
+        assert qms["QMA"].catalogue.queues[ROUTE].target == S  # nothing changed
+        assert await cli(move_argv(cfgs, "--to", "QMB", "--leave-sinks")) == 0
+        out = capsys.readouterr().out
+        assert "leaving sink(s) where they are: kafka on QMA" in out
+        assert "PRICES is now owned by QMB" in out
+        # back to QMA: QMB's sink is left behind, so refused again
+        assert await cli(move_argv(cfgs, "--to", "QMA")) == 2
+        assert "mqtt on QMB" in capsys.readouterr().err
+
+
+def retain_at(store: Path, q_mgr: str, topic: str, payload: bytes) -> bytes:
+    """``q_mgr``'s broker took a retained publication of ``topic`` (committed to its
+    store, as a running gateway does); its MsgId."""
+    s = SqliteStore(store)
+    try:
+        engine = PubSubEngine(q_mgr, s)
+        msg = rfh_publication(S, topic, payload, pairs=[("MQPSPubOpts", "RetainPub"),
+                                                       ("MQPSRegOpts", "Anon")])
+        outcome = engine.handle(msg)
+        assert outcome.reason == 0, outcome
+        engine.commit()
+    finally:
+        s.close()
+    return msg.md.msg_id
+
+
+async def messages(qm: EmbeddedQueueManager, queue: str) -> list[tuple[MQMD, bytes]]:
+    async with await qm.connect() as conn:
+        h = await conn.open(queue, OpenOption.BROWSE)
+        out: list[tuple[MQMD, bytes]] = []
+        browse = Browse.FIRST
+        while True:
+            try:
+                m = await h.get(GetOptions(browse=browse))
+            except MQError as exc:
+                assert exc.reason == Reason.NO_MSG_AVAILABLE
+                return out
+            browse = Browse.NEXT
+            out.append((m.md, m.body))
+
+
+async def test_the_old_owners_retained_publications_reach_the_new_owner_before_the_held(
+    tmp_path: Path,
+) -> None:
+    """Retained publications only the old owner held are at the new owner after the
+    move: copied as the old owner's forwards, ahead of the held publications; a copy
+    put again (a move run again) is kept once and delivered to nobody."""
+    cfgs = configs(tmp_path)
+    ids = {t: retain_at(tmp_path / "QMA" / "pubsub.db", "QMA", t, f"{t} v1".encode())
+           for t in ("R/1", "R/2")}
+    async with served(tmp_path, OWNER_A) as qms:
+        nodes = await connect_nodes({n: tmp_path / n / "qm" for n in qms})
+        journal = MoveJournal(stream=S, route=ROUTE, from_q_mgr="QMA", to_q_mgr="QMB",
+                              nodes={n: str(c) for n, c in cfgs.items()})
+
+        async def during(step: str) -> None:
+            if step == "retained":
+                await put_route(qms["QMB"], [b"held"])
+
+        def copies() -> list[tuple[MQMD, bytes]]:
+            s = SqliteStore(tmp_path / "QMA" / "pubsub.db")
+            try:
+                return retained_copies(s.load().retained, S, from_q_mgr="QMA",
+                                       to_q_mgr="QMB")
+            finally:
+                s.close()
+
+        try:
+            j, why = await run_move(journal, nodes, lambda _: None, before_step=during,
+                                    poll=0, retained=copies)
+            assert why is None and j.complete
+        finally:
+            await close_nodes(nodes)
+        on_b = await messages(qms["QMB"], S)
+    assert [b for _, b in on_b][-1] == b"held"
+    forwards = on_b[:-1]
+    assert [md.msg_id for md, _ in forwards] == [ids["R/1"], ids["R/2"]]
+    # QMB's broker takes them as QMA's forwards: kept retained, sent back to no one
+    b_engine = PubSubEngine("QMB", MemoryStore(), neighbours={
+        "QMA": Neighbour("QMA", NeighbourKind.GATEWAY, NeighbourRole.PARENT,
+                         frozenset({S, DEFAULT_STREAM}))})
+    for md, body in forwards:
+        out = b_engine.handle(InboundMessage(S, md, body))
+        assert out.reason == 0 and out.deliveries == [] and out.forwards == []
+    assert {r.topic: r.publication.payload for r in b_engine.retained(S)} == {
+        "R/1": b"R/1 v1", "R/2": b"R/2 v1"}
+    # put twice (the move run again after a crash): a replay, delivered to nobody
+    _, had = b_engine.subscribe_sink("kafka", f"$SYS/STREAM/{S}/#")
+    assert len(had) == 2  # a subscriber there gets them once, from the retained copies
+    b_engine.commit()
+    md, body = forwards[0]
+    again = b_engine.handle(InboundMessage(S, md, body))
+    assert again.reason == 0 and again.deliveries == [] and again.forwards == []
+
+
+async def test_the_command_copies_the_old_owners_retained_publications(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfgs = configs(tmp_path)
+    msg_id = retain_at(tmp_path / "QMA" / "pubsub.db", "QMA", "R/1", b"v1")
+    async with served(tmp_path, OWNER_A) as qms:
+        assert await cli(move_argv(cfgs, "--to", "QMB")) == 0
+        assert "copying 1 retained publication(s) of PRICES to QMB" in capsys.readouterr().out
+        (md, _), = await messages(qms["QMB"], S)
+        assert md.msg_id == msg_id and md.reply_to_q_mgr == "QMA"
+
+
+async def test_an_unreadable_pub_sub_store_is_a_clear_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfgs = configs(tmp_path)
+    (tmp_path / "QMA" / "pubsub.db").write_bytes(b"not a database " * 100)
+    async with served(tmp_path, OWNER_A) as qms:
+        assert await cli(move_argv(cfgs, "--to", "QMB")) == 2
+        assert "cannot read a node's pub/sub store" in capsys.readouterr().err
+        assert qms["QMA"].catalogue.queues[ROUTE].target == S  # nothing changed
