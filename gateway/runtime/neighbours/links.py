@@ -23,8 +23,11 @@ which this module defines (embedded queue manager) and services.
   at most once per ``MIN_SYNC_SPACING``, and every ``sync_interval``; last-heard is
   written on the ``HEARD_FLUSH_INTERVAL`` timer only): wanted = ``wanted_proxies`` over the engine's
   subscriptions, registered = the rows of :mod:`.state`; the difference becomes RegSub /
-  DeregSub commands. Each command is written to the state (with its MsgId) before its
-  put is committed and settled by the response that correlates on it; unanswered ones
+  DeregSub commands, the topics of one stream for one neighbour carried together
+  (``proxy_batches``; one command of several topics the neighbour refuses is sent
+  again topic by topic, so one bad topic blocks no other). Each command is written to
+  the state (one row per topic, with its MsgId) before its put is committed and
+  settled by the response that correlates on it; unanswered ones
   are sent again (at start too: RegSub and DeregSub are idempotent), so a SIGKILL
   neither registers twice nor leaks a proxy, but only as ``resend.py`` allows (backoff,
   never while a copy waits on the transmission queue). The diff runs only when the
@@ -699,8 +702,10 @@ class NeighbourLinks:
             if not first:
                 continue
             q_mgr, withdrawing = first[0].q_mgr, first[0].withdrawing
-            n_ = self._active[q_mgr]
             if not await self._resend_due(q_mgr, msg_id, now, depths):
+                continue
+            n_ = self._active.get(q_mgr)  # (the reader may have changed it meanwhile)
+            if n_ is None:
                 continue
             # Not answered (or never put: a crash, a failed put): send it again, with
             # every topic it carried still waiting.

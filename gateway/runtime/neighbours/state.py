@@ -3,9 +3,10 @@
 Why a database and not memory: the proxy subscriptions registered at a neighbour must
 survive a SIGKILL, or a restart would register them again (harmless: RegSub is
 idempotent) or, worse, never withdraw them (a leak at the neighbour for ever). So every
-RegSub/DeregSub is written here as an *intent* (with the command's MsgId) before its put
-is committed; a row whose command was not acknowledged yet is sent again at start, and
-the neighbour's response (CorrelId = that MsgId) settles it. It is also the channel from
+RegSub/DeregSub is written here as an *intent* (a row per topic, with the command's
+MsgId: the topics of one command share it) before its put is committed; a row whose
+command was not acknowledged yet is sent again at start, and the neighbour's response
+(CorrelId = that MsgId) settles it. It is also the channel from
 the ``mqgw neighbours`` CLI to a running gateway: the CLI writes a join or clear request,
 the running links pick it up within a second; ``list`` reads it whether or not anything
 runs.
