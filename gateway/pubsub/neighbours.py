@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from gateway.pubsub.deliveries import escape_char_topic
@@ -49,6 +49,8 @@ from gateway.wire.rfh import MQRFH, encode_rfh
 from gateway.wire.rfh2 import MQRFH2, encode_rfh2
 
 __all__ = [
+    "MAX_TOPICS_PER_COMMAND",
+    "MAX_TOPIC_BYTES_PER_COMMAND",
     "METATOPIC_PREFIX",
     "PROBE_PREFIX",
     "Neighbour",
@@ -62,6 +64,8 @@ __all__ = [
     "local_topic",
     "neighbour_topic",
     "probe_publication",
+    "proxy_batch_command",
+    "proxy_batches",
     "proxy_command",
     "topic_pattern_of",
     "uses_rfh2",
@@ -74,6 +78,11 @@ __all__ = [
 METATOPIC_PREFIX = "MQ/"
 PROBE_PREFIX = "MQGW/Probe/"
 _LOCAL = int(RegOpt.LOCAL)
+#: A proxy RegSub/DeregSub carries at most this many topics and this many bytes of
+#: topic text: a burst of new topics crosses a link as few commands (one unit of work,
+#: one response each at the neighbour), each well under any queue's MAXMSGL.
+MAX_TOPICS_PER_COMMAND = 100
+MAX_TOPIC_BYTES_PER_COMMAND = 32 * 1024
 #: CCSID the command headers' own text is written in.
 _HEADER_CCSID = 1208
 
@@ -289,7 +298,7 @@ def _rfh2_body(psc: Element) -> bytes:
 def _subscription_command(
     kind: NeighbourKind,
     stream: str,
-    topic: str,
+    topics: Sequence[str],
     *,
     register: bool,
     q_name: str,
@@ -297,8 +306,9 @@ def _subscription_command(
     msg_id: bytes,
     to_q_mgr: str,
 ) -> OutboundMessage:
-    """RegSub/DeregSub of ``topic`` (a pattern in the neighbour's scheme, within
-    ``stream``) for the identity (self_q_mgr, q_name), to the neighbour's control queue."""
+    """RegSub/DeregSub of ``topics`` (patterns in the neighbour's scheme, within
+    ``stream``; the Topic parameter repeats, reference §5.4/§5.5) for the identity
+    (self_q_mgr, q_name), to the neighbour's control queue."""
     command = "RegSub" if register else "DeregSub"
     rfh2 = uses_rfh2(kind)
     md = _command_md(rfh2, MsgType.REQUEST, self_q_mgr, msg_id)
@@ -307,7 +317,8 @@ def _subscription_command(
         psc.add("Command", command)
         if register:
             psc.add("RegOpt", "PersAsPub")
-        psc.add("Topic", neighbour_topic(kind, stream, topic))
+        for topic in topics:
+            psc.add("Topic", neighbour_topic(kind, stream, topic))
         psc.add("QMgrName", self_q_mgr)
         psc.add("QName", q_name)
         body = _rfh2_body(psc)
@@ -321,12 +332,41 @@ def _subscription_command(
                 pairs.append(("MQPSRegOpts", "InformIfRet"))
         pairs += [
             ("MQPSStreamName", stream),
-            ("MQPSTopic", topic),
+            *(("MQPSTopic", topic) for topic in topics),
             ("MQPSQMgrName", self_q_mgr),
             ("MQPSQName", q_name),
         ]
         body = _rfh_body(pairs)
     return OutboundMessage(to_q_mgr, CONTROL_QUEUE, md, body)
+
+
+def proxy_batches(
+    keys: Iterable[ProxyKey],
+    *,
+    max_topics: int = MAX_TOPICS_PER_COMMAND,
+    max_topic_bytes: int = MAX_TOPIC_BYTES_PER_COMMAND,
+) -> list[list[ProxyKey]]:
+    """``keys`` split into the batches one proxy command each carries: one stream and
+    scheme per batch, at most ``max_topics`` topics and ``max_topic_bytes`` bytes of
+    topic text (a batch holds at least one key whatever its length); the order of
+    ``keys`` is kept within each (stream, scheme)."""
+    open_: dict[tuple[str, int], tuple[list[ProxyKey], int]] = {}
+    batches: list[list[ProxyKey]] = []
+    for key in keys:
+        size = len(key.topic.encode("utf-8", "surrogatepass"))
+        group = (key.stream, key.scheme)
+        current = open_.get(group)
+        if current is not None and (
+            len(current[0]) >= max_topics or current[1] + size > max_topic_bytes
+        ):
+            current = None
+        if current is None:
+            batch: list[ProxyKey] = []
+            batches.append(batch)
+            current = (batch, 0)
+        current[0].append(key)
+        open_[group] = (current[0], current[1] + size)
+    return batches
 
 
 def proxy_command(
@@ -341,12 +381,35 @@ def proxy_command(
     publications (a new proxy receives the neighbour's retained ones). REQUEST with
     ReplyToQ the inter-broker queue; responses correlate on ``msg_id``.
     """
+    return proxy_batch_command(
+        neighbour, [key], register=register, self_q_mgr=self_q_mgr, msg_id=msg_id
+    )
+
+
+def proxy_batch_command(
+    neighbour: Neighbour,
+    keys: Sequence[ProxyKey],
+    *,
+    register: bool,
+    self_q_mgr: str,
+    msg_id: bytes,
+) -> OutboundMessage:
+    """One RegSub (``register``) or DeregSub of several proxy subscriptions at
+    ``neighbour``, all of one stream and scheme (a batch of :func:`proxy_batches`): the
+    documented command with its Topic parameter repeated, one unit of work and one
+    response at the neighbour instead of one per topic. Otherwise as
+    :func:`proxy_command`."""
+    if not keys:
+        raise ValueError("a proxy command names at least one topic")
+    stream, scheme = keys[0].stream, keys[0].scheme
+    if any(k.stream != stream or k.scheme != scheme for k in keys):
+        raise ValueError("one proxy command covers one stream and one scheme")
     return _subscription_command(
         neighbour.kind,
-        key.stream,
-        key.topic,
+        stream,
+        [k.topic for k in keys],
         register=register,
-        q_name=key.stream,
+        q_name=stream,
         self_q_mgr=self_q_mgr,
         msg_id=msg_id,
         to_q_mgr=neighbour.q_mgr,
@@ -362,7 +425,7 @@ def admin_subscription(
     return _subscription_command(
         neighbour.kind,
         ADMIN_STREAM,
-        pattern,
+        [pattern],
         register=register,
         q_name=INTER_BROKER_QUEUE,
         self_q_mgr=self_q_mgr,

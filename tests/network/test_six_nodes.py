@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.mq.port import GetOptions, MQError, OpenOption
+from gateway.wire.reasons import Reason
 from tests.faults.ledger import PathLedger
 from tests.support.pubsub_messages import decode
 from tests.support.tree_network import NodeSpec, Publisher, TreeNetwork, start_tree
@@ -89,8 +91,17 @@ class Reader:
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
-        while not self._stop.is_set():
-            for m in await self.net.drain(self.queue, wait_s=0.2):
+        # Each publication is counted as it is read: a drain returns only after a quiet
+        # 0.2 s, which a network keeping up with the publisher's steady rate never has.
+        async with await self.net.tester.qm.connect() as conn:
+            h = await conn.open(self.queue, OpenOption.INPUT_SHARED)
+            while not self._stop.is_set():
+                try:
+                    m = await h.get(GetOptions(wait_ms=200))
+                except MQError as exc:
+                    if exc.reason != Reason.NO_MSG_AVAILABLE:
+                        raise
+                    continue
                 r = decode(m.md, m.body)
                 if r.get("MQPSCommand") == "Publish" and r.payload.startswith(b"seq "):
                     self.seqs.append(int(r.payload.split()[1]))

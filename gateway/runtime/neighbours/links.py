@@ -23,8 +23,11 @@ which this module defines (embedded queue manager) and services.
   at most once per ``MIN_SYNC_SPACING``, and every ``sync_interval``; last-heard is
   written on the ``HEARD_FLUSH_INTERVAL`` timer only): wanted = ``wanted_proxies`` over the engine's
   subscriptions, registered = the rows of :mod:`.state`; the difference becomes RegSub /
-  DeregSub commands. Each command is written to the state (with its MsgId) before its
-  put is committed and settled by the response that correlates on it; unanswered ones
+  DeregSub commands, the topics of one stream for one neighbour carried together
+  (``proxy_batches``; one command of several topics the neighbour refuses is sent
+  again topic by topic, so one bad topic blocks no other). Each command is written to
+  the state (one row per topic, with its MsgId) before its put is committed and
+  settled by the response that correlates on it; unanswered ones
   are sent again (at start too: RegSub and DeregSub are idempotent), so a SIGKILL
   neither registers twice nor leaks a proxy, but only as ``resend.py`` allows (backoff,
   never while a copy waits on the transmission queue). The diff runs only when the
@@ -85,7 +88,8 @@ from gateway.pubsub.neighbours import (
     ProxyKey,
     admin_subscription,
     probe_publication,
-    proxy_command,
+    proxy_batch_command,
+    proxy_batches,
     wanted_proxies,
 )
 from gateway.pubsub.outcome import OutboundMessage
@@ -102,7 +106,7 @@ from gateway.runtime.neighbours.announced import (
 from gateway.runtime.neighbours.config import NeighbourConfig
 from gateway.runtime.neighbours.resend import RETRY_PUT_AFTER, Resends
 from gateway.runtime.neighbours.responses import Received, read_received
-from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState
+from gateway.runtime.neighbours.state import NeighbourRow, NeighbourState, ProxyRow
 from gateway.runtime.neighbours.stream_support import (
     decode_stream_support,
     stream_support_command,
@@ -270,6 +274,9 @@ class NeighbourLinks:
         #: proxy commands put and not answered yet, and when each neighbour was last
         #: heard from: when a command is put again (resend.py)
         self._resends = Resends()
+        #: proxy commands of several topics the neighbour refused: each topic is sent
+        #: again on its own at the next sync, so one bad topic blocks no other
+        self._split: dict[bytes, None] = {}
         self._active: dict[str, Neighbour] = {}
         #: when each neighbour was last heard from, written to the state once a tick
         #: (never an fsync on the broker service's path)
@@ -557,11 +564,7 @@ class NeighbourLinks:
             return
         n = row.neighbour
         msgs = [self._admin_sub(n, admin_topic("StreamSupport", q_mgr), False)]
-        proxies = self.state.proxies(q_mgr)
-        msgs += [
-            proxy_command(n, p.key, register=False, self_q_mgr=self.q_mgr, msg_id=os.urandom(24))
-            for p in proxies
-        ]
+        msgs += self._withdrawals(n, self.state.proxies(q_mgr))
         if not await self._put(msgs):
             self.state.drop_proxies(q_mgr)
 
@@ -665,38 +668,73 @@ class NeighbourLinks:
         for q_mgr, n in self._active.items() if not unchanged else ():
             want = self.wanted(n, subs)
             have = self.state.proxy_map(q_mgr)
+            register: list[ProxyKey] = []
             for key in sorted(want):
                 p = have.get(key)
                 if p is None or p.withdrawing:
-                    msgs.append(self._proxy(n, key, True, intents))
-            for key, p in have.items():
-                if key not in want and not p.withdrawing:
-                    msgs.append(self._proxy(n, key, False, intents))
+                    register.append(key)
+            withdraw = sorted(
+                key for key, p in have.items() if key not in want and not p.withdrawing
+            )
+            # New proxies of one stream travel as few commands (proxy_batches).
+            for batch in proxy_batches(register):
+                msgs.append(self._proxy(n, batch, True, intents))
+            for batch in proxy_batches(withdraw):
+                msgs.append(self._proxy(n, batch, False, intents))
         if not unchanged:
             self._diff_cost = time.perf_counter() - diff_started
+        msgs += self._split_refused(intents)
         # The intents are durable before the puts are committed (module docstring).
         self.state.intend_many(intents)
         self._diffed = (seen[0], seen[1], self.state.proxies_revision)
         fresh = {m.md.msg_id for m in msgs}
         depths: dict[str, int | None] = {}
+        commands: dict[bytes, list[ProxyKey]] = {}
         for p in self.state.unsettled_proxies():
             n_ = self._active.get(p.q_mgr)
             if n_ is None or p.msg_id in fresh:
                 continue
             if p.refused and not p.withdrawing and now < p.retry_at:
                 continue  # refused: sent again after its backoff (state.py)
-            if not await self._resend_due(p.q_mgr, p.msg_id, now, depths):
+            commands.setdefault(p.msg_id, []).append(p.key)
+        for msg_id in commands:
+            first = self.state.command_rows(msg_id)
+            if not first:
                 continue
-            # Not answered (or never put: a crash, a failed put): send it again.
-            msg = proxy_command(
-                n_, p.key, register=not p.withdrawing, self_q_mgr=self.q_mgr, msg_id=p.msg_id
-            )
-            msgs.append(msg)
+            q_mgr, withdrawing = first[0].q_mgr, first[0].withdrawing
+            if not await self._resend_due(q_mgr, msg_id, now, depths):
+                continue
+            n_ = self._active.get(q_mgr)  # (the reader may have changed it meanwhile)
+            if n_ is None:
+                continue
+            # Not answered (or never put: a crash, a failed put): send it again, with
+            # every topic it carried still waiting.
+            msgs.append(proxy_batch_command(
+                n_, [r.key for r in first], register=not withdrawing,
+                self_q_mgr=self.q_mgr, msg_id=msg_id,
+            ))
         await self._put(msgs)
         # Only unanswered proxy commands are remembered (settled, cleared and admin
         # commands are dropped), so this does not grow with every command ever sent.
-        if len(self._resends) > self.state.unsettled_count:
-            self._resends.keep_only({p.msg_id for p in self.state.unsettled_proxies()})
+        if len(self._resends) > len(commands):
+            waiting = {p.msg_id for p in self.state.unsettled_proxies()}
+            if len(self._resends) > len(waiting):
+                self._resends.keep_only(waiting)
+
+    def _split_refused(
+        self, intents: list[tuple[str, ProxyKey, bytes, bool]]
+    ) -> list[OutboundMessage]:
+        """A refused command of several topics, each topic again on its own (its own
+        MsgId and intent): a topic the neighbour refuses is then refused alone, and a
+        DeregSub's rows go only as their own answers say."""
+        msgs: list[OutboundMessage] = []
+        split, self._split = self._split, {}
+        for msg_id in split:
+            for row in self.state.command_rows(msg_id):
+                n = self._active.get(row.q_mgr)
+                if n is not None:
+                    msgs.append(self._proxy(n, [row.key], not row.withdrawing, intents))
+        return msgs
 
     async def _resend_due(
         self, q_mgr: str, msg_id: bytes, now: float, depths: dict[str, int | None]
@@ -723,14 +761,26 @@ class NeighbourLinks:
     def _proxy(
         self,
         n: Neighbour,
-        key: ProxyKey,
+        keys: Sequence[ProxyKey],
         register: bool,
         intents: list[tuple[str, ProxyKey, bytes, bool]],
     ) -> OutboundMessage:
-        """A new command; its intent is added to ``intents`` (written before the put)."""
+        """A new command for ``keys`` (one batch); its intents are added to ``intents``
+        (written before the put)."""
         msg_id = os.urandom(24)
-        intents.append((n.q_mgr, key, msg_id, register))
-        return proxy_command(n, key, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id)
+        intents.extend((n.q_mgr, key, msg_id, register) for key in keys)
+        return proxy_batch_command(
+            n, keys, register=register, self_q_mgr=self.q_mgr, msg_id=msg_id
+        )
+
+    def _withdrawals(self, n: Neighbour, proxies: Iterable[ProxyRow]) -> list[OutboundMessage]:
+        """DeregSubs of every one of ``proxies`` at ``n``, batched, no intents (clear)."""
+        return [
+            proxy_batch_command(
+                n, batch, register=False, self_q_mgr=self.q_mgr, msg_id=os.urandom(24)
+            )
+            for batch in proxy_batches(p.key for p in proxies)
+        ]
 
     async def _put(self, msgs: Sequence[OutboundMessage]) -> set[str]:
         """Put ``msgs``, one unit of work per neighbour, so one that cannot be reached
@@ -774,10 +824,8 @@ class NeighbourLinks:
         join = self._joins.pop(row.q_mgr, None)
         if join is not None:
             await self._withdraw_probe(join)
-        msgs = [
-            proxy_command(n, p.key, register=False, self_q_mgr=self.q_mgr, msg_id=os.urandom(24))
-            for p in self.state.proxies(row.q_mgr)
-        ]
+        proxies = self.state.proxies(row.q_mgr)
+        msgs = self._withdrawals(n, proxies)
         msgs.append(self._admin_sub(n, admin_topic("StreamSupport", n.q_mgr), False))
         if await self._put(msgs):
             return  # cannot reach it now: the request stays, tried again next tick
@@ -792,7 +840,7 @@ class NeighbourLinks:
         self._publish_neighbours()
         log.info(
             "neighbour %s cleared (%d proxy subscriptions withdrawn, %d of its dropped here)",
-            row.q_mgr, len(msgs) - 1, dropped,
+            row.q_mgr, len(proxies), dropped,
         )
 
     # ------------------------------------------------------------- reading -------
@@ -996,11 +1044,25 @@ class NeighbourLinks:
     def _on_response(self, correl_id: bytes, r: Received) -> None:
         q_mgr = self._admin.pop(correl_id, None)
         text = f"reason {r.reason} {r.reason_text}".strip()
-        row = (
-            self.state.settle(correl_id, r.ok, reason=text, now=self._clock())
-            if q_mgr is None
-            else None
-        )
+        row = None
+        if q_mgr is None:
+            covered = self.state.command_rows(correl_id)
+            if len(covered) > 1 and not r.ok:
+                # Refused as a whole: each topic is sent again on its own (next sync).
+                self._split[correl_id] = None
+                self._resends.settled(correl_id)
+                q_mgr = covered[0].q_mgr
+                self.counters.commands[(q_mgr, "split")] += 1
+                log.info(
+                    "neighbour %s refused a proxy command of %d topics (%s): sending "
+                    "each on its own", q_mgr, len(covered), text,
+                )
+                self._heard[q_mgr] = self._clock()
+                self._resends.heard(q_mgr, self._heard[q_mgr])
+                self._wake.set()
+                return
+            rows = self.state.settle_all(correl_id, r.ok, reason=text, now=self._clock())
+            row = rows[0] if rows else None
         if row is not None:
             q_mgr = row.q_mgr
             self._resends.settled(correl_id)

@@ -3,9 +3,10 @@
 Why a database and not memory: the proxy subscriptions registered at a neighbour must
 survive a SIGKILL, or a restart would register them again (harmless: RegSub is
 idempotent) or, worse, never withdraw them (a leak at the neighbour for ever). So every
-RegSub/DeregSub is written here as an *intent* (with the command's MsgId) before its put
-is committed; a row whose command was not acknowledged yet is sent again at start, and
-the neighbour's response (CorrelId = that MsgId) settles it. It is also the channel from
+RegSub/DeregSub is written here as an *intent* (a row per topic, with the command's
+MsgId: the topics of one command share it) before its put is committed; a row whose
+command was not acknowledged yet is sent again at start, and the neighbour's response
+(CorrelId = that MsgId) settles it. It is also the channel from
 the ``mqgw neighbours`` CLI to a running gateway: the CLI writes a join or clear request,
 the running links pick it up within a second; ``list`` reads it whether or not anything
 runs.
@@ -20,10 +21,11 @@ one is brought up to date.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -201,12 +203,26 @@ class NeighbourState:
     def close(self) -> None:
         self._db.close()
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One transaction, one fsync, however many statements: the connection is in
+        autocommit mode (``isolation_level=None``), where ``with connection:`` begins
+        nothing and each statement of an ``executemany`` would commit (and fsync) on
+        its own."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.rollback()
+            raise
+        self._db.commit()
+
     # ------------------------------------------------------------- neighbours -----
 
     def request_join(self, cfg: NeighbourConfig, now: float) -> NeighbourRow:
         """Remember ``cfg`` as a neighbour to join (state ``joining``); joining again
         restarts the negotiation and keeps the registered proxies."""
-        with self._db:
+        with self._transaction():
             self._db.execute(
                 "INSERT INTO neighbours (q_mgr, kind, role, configured_streams, state, "
                 "joined_at, probe_timeout) VALUES (?, ?, ?, ?, 'joining', ?, ?) "
@@ -229,7 +245,7 @@ class NeighbourState:
 
     def request_clear(self, q_mgr: str) -> bool:
         """Ask the running links to clear ``q_mgr`` (False: no such neighbour)."""
-        with self._db:
+        with self._transaction():
             cur = self._db.execute(
                 "UPDATE neighbours SET clear_requested = 1 WHERE q_mgr = ?", (q_mgr,)
             )
@@ -266,18 +282,18 @@ class NeighbourState:
         return None
 
     def set_state(self, q_mgr: str, state: LinkState, refusal: str = "") -> None:
-        with self._db:
+        with self._transaction():
             self._db.execute(
                 "UPDATE neighbours SET state = ?, refusal = ? WHERE q_mgr = ?",
                 (state, refusal, q_mgr),
             )
 
     def set_last_error(self, q_mgr: str, text: str) -> None:
-        with self._db:
+        with self._transaction():
             self._db.execute("UPDATE neighbours SET last_error = ? WHERE q_mgr = ?", (text, q_mgr))
 
     def set_learnt_streams(self, q_mgr: str, streams: Iterable[str]) -> None:
-        with self._db:
+        with self._transaction():
             self._db.execute(
                 "UPDATE neighbours SET learnt_streams = ? WHERE q_mgr = ?",
                 (_text(streams), q_mgr),
@@ -285,7 +301,7 @@ class NeighbourState:
 
     def heard(self, q_mgr: str, when: float) -> bool:
         """``q_mgr`` sent us something at ``when``; False when it is no neighbour."""
-        with self._db:
+        with self._transaction():
             cur = self._db.execute(
                 "UPDATE neighbours SET last_heard = max(last_heard, ?) WHERE q_mgr = ?",
                 (when, q_mgr),
@@ -294,7 +310,7 @@ class NeighbourState:
 
     def forget(self, q_mgr: str) -> None:
         """Drop the neighbour and every proxy row of it (after clear)."""
-        with self._db:
+        with self._transaction():
             self._db.execute("DELETE FROM proxies WHERE q_mgr = ?", (q_mgr,))
             self._db.execute("DELETE FROM neighbours WHERE q_mgr = ?", (q_mgr,))
         for where in [w for w in self._proxy_rows if w[0] == q_mgr]:
@@ -310,7 +326,8 @@ class NeighbourState:
         #: counts rows added or removed and withdrawals begun (what a proxy diff reads)
         self.proxies_revision = 0
         self._proxy_rows: dict[tuple[str, ProxyKey], ProxyRow] = {}
-        self._by_msg_id: dict[bytes, tuple[str, ProxyKey]] = {}
+        #: the rows each command covers (a proxy command may carry several topics)
+        self._by_msg_id: dict[bytes, dict[tuple[str, ProxyKey], None]] = {}
         self._unsettled: set[tuple[str, ProxyKey]] = set()
         for row in self._proxies_where("1", ()):
             self._remember(row)
@@ -320,10 +337,10 @@ class NeighbourState:
         old = self._proxy_rows.get(where)
         if old is None or old.withdrawing != row.withdrawing:
             self.proxies_revision += 1
-        if old is not None and self._by_msg_id.get(old.msg_id) == where:
-            del self._by_msg_id[old.msg_id]
+        if old is not None:
+            self._unlink(old.msg_id, where)
         self._proxy_rows[where] = row
-        self._by_msg_id[row.msg_id] = where
+        self._by_msg_id.setdefault(row.msg_id, {})[where] = None
         if row.acknowledged:
             self._unsettled.discard(where)
         else:
@@ -332,13 +349,20 @@ class NeighbourState:
     def _forget_row(self, where: tuple[str, ProxyKey]) -> None:
         row = self._proxy_rows.pop(where, None)
         self.proxies_revision += 1
-        if row is not None and self._by_msg_id.get(row.msg_id) == where:
-            del self._by_msg_id[row.msg_id]
+        if row is not None:
+            self._unlink(row.msg_id, where)
         self._unsettled.discard(where)
+
+    def _unlink(self, msg_id: bytes, where: tuple[str, ProxyKey]) -> None:
+        covered = self._by_msg_id.get(msg_id)
+        if covered is not None:
+            covered.pop(where, None)
+            if not covered:
+                del self._by_msg_id[msg_id]
 
     def drop_proxies(self, q_mgr: str) -> None:
         """Forget every proxy row of ``q_mgr`` (their DeregSubs are put: refusal)."""
-        with self._db:
+        with self._transaction():
             self._db.execute("DELETE FROM proxies WHERE q_mgr = ?", (q_mgr,))
         for where in [w for w in self._proxy_rows if w[0] == q_mgr]:
             self._forget_row(where)
@@ -375,7 +399,7 @@ class NeighbourState:
         ]
         if not rows:
             return
-        with self._db:
+        with self._transaction():
             self._db.executemany(
                 "INSERT INTO proxies (q_mgr, stream, topic, scheme, msg_id, acknowledged, "
                 "withdrawing) VALUES (?, ?, ?, ?, ?, 0, ?) ON CONFLICT DO UPDATE SET "
@@ -392,43 +416,66 @@ class NeighbourState:
                              old.backoff, old.retry_at)
             self._remember(r)
 
+    def command_rows(self, msg_id: bytes) -> list[ProxyRow]:
+        """The rows the command ``msg_id`` covers and still waits for, in key order."""
+        covered = self._by_msg_id.get(msg_id, {})
+        rows = [self._proxy_rows[w] for w in covered if not self._proxy_rows[w].acknowledged]
+        rows.sort(key=lambda r: r.key)
+        return rows
+
     def settle(
         self, msg_id: bytes, ok: bool, *, reason: str = "", now: float = 0.0
     ) -> ProxyRow | None:
-        """The neighbour answered the command ``msg_id``: a RegSub is acknowledged, a
-        DeregSub's row goes (also when it failed: the neighbour has no such
-        subscription). A failed RegSub's row stays, refused with ``reason``, sent again
-        after its backoff (module docstring). Returns the row as it was, None when
-        ``msg_id`` is no pending proxy command."""
-        where = self._by_msg_id.get(msg_id)
-        row = None if where is None else self._proxy_rows.get(where)
-        if row is None or where is None or row.acknowledged:
-            return None
-        with self._db:
-            if row.withdrawing:
+        """:meth:`settle_all` for a command of one topic: its row as it was, or None."""
+        rows = self.settle_all(msg_id, ok, reason=reason, now=now)
+        return rows[0] if rows else None
+
+    def settle_all(
+        self, msg_id: bytes, ok: bool, *, reason: str = "", now: float = 0.0
+    ) -> list[ProxyRow]:
+        """The neighbour answered the command ``msg_id``: a RegSub's rows are
+        acknowledged, a DeregSub's rows go (also when it failed: the neighbour has no
+        such subscription). A failed RegSub's rows stay, refused with ``reason``, sent
+        again after their backoff (module docstring). One transaction for every row the
+        command covers. Returns the rows as they were (none when ``msg_id`` is no
+        pending proxy command)."""
+        rows = self.command_rows(msg_id)
+        if not rows:
+            return []
+        with self._transaction():
+            if rows[0].withdrawing:
                 self._db.execute(
                     "DELETE FROM proxies WHERE msg_id = ? AND acknowledged = 0", (msg_id,)
                 )
-                self._forget_row(where)
+                for row in rows:
+                    self._forget_row((row.q_mgr, row.key))
             elif not ok:
-                backoff = min(max(REFUSED_BACKOFF_FIRST, 2 * row.backoff), REFUSED_BACKOFF_MAX)
-                self._db.execute(
-                    "UPDATE proxies SET refused = ?, backoff = ?, retry_at = ? WHERE msg_id = ?",
-                    (reason or "refused", backoff, now + backoff, msg_id),
-                )
-                self._remember(dataclasses.replace(
-                    row, refused=reason or "refused", backoff=backoff, retry_at=now + backoff
-                ))
+                for row in rows:
+                    backoff = min(
+                        max(REFUSED_BACKOFF_FIRST, 2 * row.backoff), REFUSED_BACKOFF_MAX
+                    )
+                    self._db.execute(
+                        "UPDATE proxies SET refused = ?, backoff = ?, retry_at = ? "
+                        "WHERE q_mgr = ? AND stream = ? AND topic = ? AND scheme = ? "
+                        "AND msg_id = ?",
+                        (reason or "refused", backoff, now + backoff, row.q_mgr,
+                         row.key.stream, row.key.topic, row.key.scheme, msg_id),
+                    )
+                    self._remember(dataclasses.replace(
+                        row, refused=reason or "refused", backoff=backoff,
+                        retry_at=now + backoff,
+                    ))
             else:
                 self._db.execute(
                     "UPDATE proxies SET acknowledged = 1, refused = '', backoff = 0, "
                     "retry_at = 0 WHERE msg_id = ?",
                     (msg_id,),
                 )
-                self._remember(dataclasses.replace(
-                    row, acknowledged=True, refused="", backoff=0.0, retry_at=0.0
-                ))
-        return row
+                for row in rows:
+                    self._remember(dataclasses.replace(
+                        row, acknowledged=True, refused="", backoff=0.0, retry_at=0.0
+                    ))
+        return rows
 
     def _proxies_where(self, where: str, args: tuple[object, ...]) -> list[ProxyRow]:
         return [
