@@ -315,14 +315,28 @@ class PubSubEngine:
     def pending_mutations(self) -> list[Mutation]:
         return list(self._state.pending)
 
-    def commit(self) -> None:
-        """Write the pending mutations to the store (one atomic batch)."""
-        self._state.commit(self.store)
+    def commit(self) -> list[RetainedPublication]:
+        """Write the pending mutations to the store (one atomic batch). Returns the
+        neighbours' retained copies it stored unsettled: pass them to
+        :meth:`settle_retained` once the MQ unit of work has committed."""
+        return self._state.commit(self.store)
 
-    async def commit_async(self) -> None:
+    async def commit_async(self) -> list[RetainedPublication]:
         """:meth:`commit` with the store's commit off the event loop (when the store
         has ``apply_async``); durable when the await returns."""
-        await self._state.commit_async(self.store)
+        return await self._state.commit_async(self.store)
+
+    def settle_retained(self, copies: list[RetainedPublication]) -> None:
+        """The MQ unit of work that carried ``copies`` (from :meth:`commit`) has
+        committed: from now on, a neighbour's publication matching one is a replay.
+        Until then, the forward coming again (a crash or a failed MQ commit between the
+        two commits) is delivered, not taken for a replay (docs/neighbours.md)."""
+        self._state.settle(copies)
+
+    def write_settles(self) -> None:
+        """Write the settles that wait for the next batch now (the service stops:
+        none comes). Between units of work only."""
+        self._state.write_settles(self.store)
 
     def rollback(self) -> None:
         """Forget the pending mutations and undo them in memory."""

@@ -363,11 +363,15 @@ class CommandHandlers:
         ):
             return
         if pub_opts & _RETAIN_PUBLICATION:
+            # a neighbour's copy is unsettled until its MQ unit of work commits
+            token = state.unsettled_token() if source else 0
             for t in pub.topics:
                 one = dataclasses.replace(
                     pub, topics=[t], pub_opts=pub_opts & ~_RETAIN_PUBLICATION
                 )
-                state.put_retained(RetainedPublication(stream, t, one, now), outcome.mutations)
+                state.put_retained(
+                    RetainedPublication(stream, t, one, now, token), outcome.mutations
+                )
         exclude: tuple[str, str, bytes] | None = None
         if pub_opts & _OTHER_SUBSCRIBERS_ONLY and queue:
             exclude = (q_mgr, queue, correl)
@@ -414,6 +418,11 @@ class CommandHandlers:
         publication puts a new MsgId, so a repeat is never taken for a replay. A broker
         that is not a gateway sends its retained publications with a new MsgId but
         flagged IsRetainedPub (``flagged``): then the same data is enough.
+
+        Never a copy still *unsettled*: this broker stored it in a unit of work whose
+        MQ commit has not been seen, so this may be the same forward coming again after
+        a crash or a failed MQ commit between the store's commit and MQ's, whose
+        deliveries were backed out; delivered again, it reaches them (at least once).
         """
         if not source:
             return False
@@ -426,6 +435,7 @@ class CommandHandlers:
             held = bucket.get(topic)
             if (
                 held is None
+                or held.unsettled
                 or (not flagged and held.publication.msg_id != pub.msg_id)
                 or not _same_content(held.publication, pub)
             ):

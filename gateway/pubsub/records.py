@@ -148,12 +148,19 @@ class RetainedPublication:
 
     ``stored_at`` (seconds since the epoch) lets Expiry be reduced by the time the
     publication was held (reference §5.7).
+
+    ``unsettled`` (0: settled) marks a copy stored from a neighbour's forward whose MQ
+    unit of work may not have committed yet: the store commits first, so after a crash
+    (or a failed MQ commit) between the two the forward comes again, and must not be
+    taken for a replay of this copy (docs/neighbours.md). It is a token unique to the
+    unit of work that stored it, so settling it never settles a newer copy.
     """
 
     stream: str
     topic: str
     publication: Publication
     stored_at: float = 0.0
+    unsettled: int = 0
 
     @property
     def key(self) -> tuple[str, str]:

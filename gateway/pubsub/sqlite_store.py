@@ -39,6 +39,7 @@ from gateway.pubsub.store import (
     Mutation,
     PutRetained,
     RecordCommand,
+    SettleRetained,
     StoreSnapshot,
     UpsertPublisher,
     UpsertSubscription,
@@ -63,7 +64,8 @@ CREATE TABLE IF NOT EXISTS publishers (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS retained (
     stream TEXT NOT NULL, topic TEXT NOT NULL, meta TEXT NOT NULL, payload BLOB NOT NULL,
-    stored_at REAL NOT NULL, PRIMARY KEY (stream, topic)
+    stored_at REAL NOT NULL, unsettled INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (stream, topic)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL, msg_id BLOB NOT NULL,
@@ -77,6 +79,14 @@ def _add_suspended_column(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(subscriptions)")}
     if "suspended" not in columns:
         db.execute("ALTER TABLE subscriptions ADD COLUMN suspended INTEGER NOT NULL DEFAULT 0")
+
+
+def _add_unsettled_column(db: sqlite3.Connection) -> None:
+    """Stores written before neighbours' retained copies were settled lack the column
+    (their copies count as settled, as they were taken then)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(retained)")}
+    if "unsettled" not in columns:
+        db.execute("ALTER TABLE retained ADD COLUMN unsettled INTEGER NOT NULL DEFAULT 0")
 
 
 def _publication_meta(p: Publication) -> str:
@@ -143,6 +153,7 @@ class SqliteStore:
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.executescript(_SCHEMA)
             _add_suspended_column(self._db)
+            _add_unsettled_column(self._db)
             # journal reads on the event loop: a WAL reader of its own, never waiting
             # for the writer thread's BEGIN...COMMIT and fsync (it sees committed data)
             self._reader = sqlite3.connect(
@@ -196,11 +207,12 @@ class SqliteStore:
                     Publisher(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
                 )
             for row in self._db.execute(
-                "SELECT stream, topic, meta, payload, stored_at FROM retained"
+                "SELECT stream, topic, meta, payload, stored_at, unsettled FROM retained"
             ):
                 snap.retained.append(
                     RetainedPublication(
-                        row[0], row[1], _publication_from(row[2], bytes(row[3])), row[4]
+                        row[0], row[1], _publication_from(row[2], bytes(row[3])), row[4],
+                        row[5],
                     )
                 )
         except sqlite3.Error as exc:
@@ -318,18 +330,25 @@ class SqliteStore:
         elif isinstance(m, PutRetained):
             r = m.retained
             db.execute(
-                "INSERT INTO retained VALUES (?,?,?,?,?) ON CONFLICT DO UPDATE SET"
-                " meta=excluded.meta, payload=excluded.payload, stored_at=excluded.stored_at",
+                "INSERT INTO retained VALUES (?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
+                " meta=excluded.meta, payload=excluded.payload, stored_at=excluded.stored_at,"
+                " unsettled=excluded.unsettled",
                 (
                     r.stream,
                     r.topic,
                     _publication_meta(r.publication),
                     r.publication.payload,
                     r.stored_at,
+                    r.unsettled,
                 ),
             )
         elif isinstance(m, DeleteRetained):
             db.execute("DELETE FROM retained WHERE stream=? AND topic=?", (m.stream, m.topic))
+        elif isinstance(m, SettleRetained):
+            db.execute(
+                "UPDATE retained SET unsettled=0 WHERE stream=? AND topic=? AND unsettled=?",
+                (m.stream, m.topic, m.token),
+            )
         elif isinstance(m, RecordCommand):
             db.execute(
                 "INSERT INTO journal (queue, msg_id, comp_code, reason) VALUES (?,?,?,?)"

@@ -14,6 +14,7 @@ Two implementations: :class:`MemoryStore` (tests, throw-away brokers) and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -59,6 +60,16 @@ class DeleteRetained:
 
 
 @dataclass(frozen=True, slots=True)
+class SettleRetained:
+    """The retained copy of ``stream``/``topic`` stored unsettled with ``token`` is
+    settled (its MQ unit of work committed); a newer copy there is left as it is."""
+
+    stream: str
+    topic: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
 class RecordCommand:
     """Journal entry: the result of a command message, keyed by queue and MsgId."""
 
@@ -75,6 +86,7 @@ Mutation = (
     | DeletePublisher
     | PutRetained
     | DeleteRetained
+    | SettleRetained
     | RecordCommand
 )
 
@@ -136,6 +148,10 @@ class MemoryStore:
                 self._retained[m.retained.key] = m.retained
             elif isinstance(m, DeleteRetained):
                 self._retained.pop((m.stream, m.topic), None)
+            elif isinstance(m, SettleRetained):
+                held = self._retained.get((m.stream, m.topic))
+                if held is not None and held.unsettled == m.token:
+                    self._retained[held.key] = dataclasses.replace(held, unsettled=0)
             else:
                 self._journal[(m.queue, m.msg_id)] = (m.comp_code, m.reason)
         self.applied_batches += 1

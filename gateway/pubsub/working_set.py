@@ -6,6 +6,10 @@ store may only learn of them when the MQ unit of work commits. So every change i
 here, queued as a store :class:`~gateway.pubsub.store.Mutation` and logged with its undo;
 :meth:`WorkingSet.commit` writes the mutations, :meth:`WorkingSet.rollback` undoes them.
 See docs/pubsub.md ("Units of work").
+
+A neighbour's retained copy is stored *unsettled* and settled (:meth:`WorkingSet.settle`)
+once the MQ unit of work that carried it committed; the settle rides the next batch
+written, no write of its own (docs/neighbours.md, "Retained copies").
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from gateway.pubsub.store import (
     Mutation,
     PubSubStore,
     PutRetained,
+    SettleRetained,
     UpsertPublisher,
     UpsertSubscription,
 )
@@ -37,7 +42,18 @@ class WorkingSet:
     them only through the methods, which record the mutation and its undo.
     """
 
-    __slots__ = ("_undo", "index", "pending", "publishers", "retained", "revision", "subs")
+    __slots__ = (
+        "_last_token",
+        "_settles",
+        "_undo",
+        "_unsettled",
+        "index",
+        "pending",
+        "publishers",
+        "retained",
+        "revision",
+        "subs",
+    )
 
     def __init__(self) -> None:
         self.subs: dict[SubKey, Subscription] = {}
@@ -50,6 +66,12 @@ class WorkingSet:
         self._undo: list[Callable[[], None]] = []
         #: counts changes of ``subs`` (a reader that saw it unchanged need not look again)
         self.revision = 0
+        #: the last token given to an unsettled retained copy (tokens only grow)
+        self._last_token = 0
+        #: retained copies stored unsettled since the last commit/rollback
+        self._unsettled: list[RetainedPublication] = []
+        #: settles not written yet: they ride the next batch written
+        self._settles: list[SettleRetained] = []
 
     @classmethod
     def load(cls, store: PubSubStore) -> WorkingSet:
@@ -62,18 +84,24 @@ class WorkingSet:
             ws.publishers[pub.key] = pub
         for ret in snap.retained:
             ws.retained.setdefault(ret.stream, {})[ret.topic] = ret
+            ws._last_token = max(ws._last_token, ret.unsettled)
         return ws
 
     # ---------------------------------------------------------------- unit of work --
 
-    def commit(self, store: PubSubStore) -> None:
-        """Write the pending mutations to ``store`` (one atomic batch)."""
+    def commit(self, store: PubSubStore) -> list[RetainedPublication]:
+        """Write the pending mutations to ``store`` (one atomic batch). Returns the
+        retained copies it stored unsettled: :meth:`settle` them once the MQ unit of
+        work committed."""
+        unsettled, self._unsettled = self._unsettled, []
         if self.pending:
+            self._take_settles()
             store.apply(self.pending)
         self.pending.clear()
         self._undo.clear()
+        return unsettled
 
-    async def commit_async(self, store: PubSubStore) -> None:
+    async def commit_async(self, store: PubSubStore) -> list[RetainedPublication]:
         """:meth:`commit`, awaiting the store's ``apply_async`` when it has one (its
         commit then runs off the event loop). Only what was pending when called is
         settled; the in-memory changes stay undoable until the batch is on disk.
@@ -81,7 +109,10 @@ class WorkingSet:
         A cancellation while the store writes settles them too: ``apply_async`` raises
         ``CancelledError`` only once the submitted batch is on disk (a write that failed
         raises its own error), so a rollback afterwards cannot undo in memory what the
-        store holds."""
+        store holds. Returns what :meth:`commit` does."""
+        unsettled, self._unsettled = self._unsettled, []
+        if self.pending:
+            self._take_settles()
         pending, undo = len(self.pending), len(self._undo)
         if pending:
             apply_async = getattr(store, "apply_async", None)
@@ -96,11 +127,44 @@ class WorkingSet:
                     raise
         del self.pending[:pending]
         del self._undo[:undo]
+        return unsettled
 
     def rollback(self) -> None:
         """Forget the pending mutations and undo them in memory."""
         self.undo_since(0)
         self.pending.clear()
+        self._unsettled.clear()
+
+    def unsettled_token(self) -> int:
+        """A token for the retained copies one neighbour's forward stores, unique in
+        this store (tokens only grow, from the highest loaded)."""
+        self._last_token += 1
+        return self._last_token
+
+    def settle(self, copies: list[RetainedPublication]) -> None:
+        """The MQ unit of work that carried ``copies`` committed: they are settled now
+        (a later replay of one is taken for one), in the store with the next batch
+        written. Lost in a crash before that, a settle costs one duplicate delivery at
+        a later replay, never a loss. Not undoable: a later batch's rollback restores a
+        copy settled."""
+        for ret in copies:
+            if ret.unsettled:
+                self._settles.append(SettleRetained(ret.stream, ret.topic, ret.unsettled))
+                ret.unsettled = 0
+
+    def write_settles(self, store: PubSubStore) -> None:
+        """Write the settles waiting, on their own (a stop: no batch comes to carry
+        them). Only between units of work: nothing may be pending."""
+        if self._settles and not self.pending:
+            store.apply(self._settles)
+            self._settles = []
+
+    def _take_settles(self) -> None:
+        """Put the settles waiting into the batch about to be written (first: they
+        concern copies stored by earlier batches)."""
+        if self._settles:
+            self.pending[:0] = self._settles
+            self._settles = []
 
     def mark(self) -> int:
         """A point in the undo log to return to with :meth:`undo_since`."""
@@ -158,6 +222,8 @@ class WorkingSet:
         bucket = self.retained.setdefault(ret.stream, {})
         previous = bucket.get(ret.topic)
         bucket[ret.topic] = ret
+        if ret.unsettled:
+            self._unsettled.append(ret)
 
         def undo() -> None:
             if previous is None:

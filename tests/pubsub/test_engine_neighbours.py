@@ -82,11 +82,12 @@ class Net:
         return self.handle(q_mgr, InboundMessage(queue, md, body))
 
     def handle(self, q_mgr: str, msg: InboundMessage) -> Outcome:
-        """One unit of work at ``q_mgr``: handle, commit, put everything it produced."""
+        """One unit of work at ``q_mgr``: handle, commit (the store's, then MQ's: the
+        retained copies it stored are settled), put everything it produced."""
         engine = self.engines[q_mgr]
         out = engine.handle(msg)
         assert out.dead_letter is None, out.dead_letter
-        engine.commit()
+        engine.settle_retained(engine.commit())
         for d in out.deliveries:
             if d.destination.sink:
                 self.inbox[(q_mgr, "sink:" + d.destination.sink)].append((d.md, d.body))

@@ -23,7 +23,10 @@ and one connection (a connection owns one unit of work):
 5. the engine's store mutations are committed, then the MQ unit of work. Where the
    queue manager can begin a commit without waiting for it (the embedded one), the
    next batch is got and handled while it completes, and waits for it before any put
-   or sink hand-over of its own (:meth:`BrokerService.process_batch`).
+   or sink hand-over of its own (:meth:`BrokerService.process_batch`). Once the MQ
+   commit has ended, the neighbours' retained copies the batch stored are settled
+   (``PubSubEngine.settle_retained``): until then the same forward coming again is
+   delivered, not taken for a replay (docs/neighbours.md).
 
 Anything failing in 1-5 backs the batch out (MQ and engine), so the messages come back
 with BackoutCount + 1; a full backlog queue (MQRC 2053) is back-pressure, not poison:
@@ -67,7 +70,7 @@ from gateway.plugin_api import Sink
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import Delivery, InboundMessage
-from gateway.pubsub.records import Subscription
+from gateway.pubsub.records import RetainedPublication, Subscription
 from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.backlog_seal import BacklogSeal
@@ -123,13 +126,15 @@ class _FrontCommitFailedError(MQError):
 @dataclass(slots=True)
 class _Batch:
     """What a batch leaves for after its commit: its size, the moves and dead-letters
-    to count, the direct hand-overs to count as delivered."""
+    to count, the direct hand-overs to count as delivered, the neighbours' retained
+    copies to settle."""
 
     count: int
     done: list[Put]
     handovers: list[HandOver]
     ids: list[bytes]
     heard: set[str]
+    unsettled: list[RetainedPublication]
 
 
 @dataclass(slots=True)
@@ -379,6 +384,7 @@ class BrokerService:
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.sink_backlogs.take_back_acknowledged()  # after the batches' commits
+            await self._write_settles()
         finally:
             self.sink_backlogs.forwarders.clear()
             conn, self._sub_conn = self._sub_conn, None
@@ -389,6 +395,16 @@ class BrokerService:
             finally:
                 self._stopping = None
                 stopped.set()
+
+    async def _write_settles(self) -> None:
+        """At a stop, the neighbours' retained copies settled since the last batch was
+        written (no batch comes to carry them); not written, each would cost a
+        duplicate at a later replay, never a loss: a failure is only logged."""
+        async with self._lock:
+            try:
+                self.engine.write_settles()
+            except Exception:
+                log.exception("cannot write the settled retained copies at stop")
 
     async def run(self) -> None:
         """Start and serve until :meth:`stop` is called (or the task is cancelled)."""
@@ -633,6 +649,9 @@ class BrokerService:
         the forgiven-backout bookkeeping and the after-commit hooks."""
         if batch.handovers:
             self.sink_backlogs.delivered(batch.handovers)
+        if batch.unsettled:
+            # its neighbours' retained copies: a replay of one is a replay from now on
+            self.engine.settle_retained(batch.unsettled)
         self._account(batch.done)
         self._committed(batch.heard)
         try:
@@ -740,8 +759,9 @@ class BrokerService:
             )
         if late:
             done += await put_all(conn, late, dlq, self.engine)
-        await engine.commit_async()  # the store's commit off the loop, still before MQ's
-        return _Batch(count, done, handovers, [], set())
+        # the store's commit off the loop, still before MQ's
+        unsettled = await engine.commit_async()
+        return _Batch(count, done, handovers, [], set(), unsettled)
 
     def _others_waiting(self, name: str) -> bool:
         """Whether another serviced queue holds messages (a batch waiting for the lock

@@ -12,11 +12,12 @@ Why as the old owner's forwarded publications (docs/neighbours.md): each copy is
 Publish command the old owner sends a neighbour gateway's proxy for a retained
 publication — its ``QMgrName``, ``RetainPub``, the MsgId the publication was first put
 with. The new owner keeps it retained, never sends it back to the old owner, and takes
-one it already holds (same MsgId and data) for a replay and delivers it to nobody; so a
-copy put twice (a move run again after a crash) is kept once and delivered at most
-once. Put on the new owner's stream queue after the drain and before the held
-publications are released there, the copies come before any later publication of the
-same topic.
+one it already holds (same MsgId and data) for a replay and delivers it to nobody once
+the unit of work that stored it has committed; so a copy put twice (a move run again
+after a crash) is kept once and delivered once (again only if the new owner crashed
+between its store's commit and its MQ commit: at least once, never lost). Put on the
+new owner's stream queue after the drain and before the held publications are released
+there, the copies come before any later publication of the same topic.
 """
 
 from __future__ import annotations

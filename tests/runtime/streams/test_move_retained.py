@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.neighbours import Neighbour, NeighbourKind, NeighbourRole
 from gateway.pubsub.outcome import InboundMessage
@@ -41,11 +39,6 @@ def test_copies_leave_out_local_publications_and_keep_the_msg_id(tmp_path: Path)
     assert len(copies) == 1  # T/2 was published Local: it never leaves QMA
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known, not fixed here: the broker commits its store before its MQ unit of work, so "
-    "a crash between them leaves the forward on its queue and its retained copy "
-    "stored; taken again, it is a 'replay' and delivered to nobody (lost for the "
-    "subscribers whose deliveries were backed out)"))
 def test_a_copy_taken_again_after_a_crash_between_the_commits_is_delivered(
     tmp_path: Path,
 ) -> None:
