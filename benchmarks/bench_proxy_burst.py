@@ -23,17 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.bench_proxy_registration import until
 from gateway.mq.embedded.network import Network
 from gateway.mq.embedded.topology import topology_from_dict
 from tests.support.inprocess_brokers import Broker, broker, gw, mqsc, put_commands, regsub
-
-
-async def until(predicate, limit: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        await asyncio.sleep(0.05)
 
 
 async def run(work: Path, n: int, limit: float, profile: str | None) -> dict[str, float]:

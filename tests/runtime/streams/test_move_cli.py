@@ -85,10 +85,10 @@ async def put_route(qm: EmbeddedQueueManager, payloads: list[bytes]) -> None:
             await conn.put1(ROUTE, MQMD(persistence=1), p)
 
 
-async def bodies(qm: EmbeddedQueueManager, queue: str) -> list[bytes]:
+async def messages(qm: EmbeddedQueueManager, queue: str) -> list[tuple[MQMD, bytes]]:
     async with await qm.connect() as conn:
         h = await conn.open(queue, OpenOption.BROWSE)
-        out: list[bytes] = []
+        out: list[tuple[MQMD, bytes]] = []
         browse = Browse.FIRST
         while True:
             try:
@@ -97,12 +97,20 @@ async def bodies(qm: EmbeddedQueueManager, queue: str) -> list[bytes]:
                 assert exc.reason == Reason.NO_MSG_AVAILABLE
                 return out
             browse = Browse.NEXT
-            if m.md.format.strip() == "MQXMIT":
-                x = unwrap_from_xmitq(m.md, m.body)
-                assert (x.remote_q_name, x.remote_q_mgr_name) == (S, "QMB")
-                out.append(x.body)
-            else:
-                out.append(m.body)
+            out.append((m.md, m.body))
+
+
+async def bodies(qm: EmbeddedQueueManager, queue: str) -> list[bytes]:
+    """The bodies on ``queue``, a transmission queue's unwrapped (bound for QMB's S)."""
+    out: list[bytes] = []
+    for md, body in await messages(qm, queue):
+        if md.format.strip() == "MQXMIT":
+            x = unwrap_from_xmitq(md, body)
+            assert (x.remote_q_name, x.remote_q_mgr_name) == (S, "QMB")
+            out.append(x.body)
+        else:
+            out.append(body)
+    return out
 
 
 async def test_held_publications_reach_the_new_owner_in_order_and_the_routes_follow(
@@ -372,21 +380,6 @@ def retain_at(store: Path, q_mgr: str, topic: str, payload: bytes) -> bytes:
     finally:
         s.close()
     return msg.md.msg_id
-
-
-async def messages(qm: EmbeddedQueueManager, queue: str) -> list[tuple[MQMD, bytes]]:
-    async with await qm.connect() as conn:
-        h = await conn.open(queue, OpenOption.BROWSE)
-        out: list[tuple[MQMD, bytes]] = []
-        browse = Browse.FIRST
-        while True:
-            try:
-                m = await h.get(GetOptions(browse=browse))
-            except MQError as exc:
-                assert exc.reason == Reason.NO_MSG_AVAILABLE
-                return out
-            browse = Browse.NEXT
-            out.append((m.md, m.body))
 
 
 async def test_the_old_owners_retained_publications_reach_the_new_owner_before_the_held(
