@@ -718,6 +718,9 @@ class BrokerService:
         if q.committing is not None:
             # nothing of this batch leaves before the last batch's commit has ended
             await self._end_commit(q)
+        if to_sinks and not q.held_back:
+            # a sink finishing a short backlog: wait for it, then hand over directly
+            await self.sink_backlogs.catch_up([n for n in to_sinks if n in self.sinks])
         # no hand-over in a batch that is backed out for back-pressure: its retries
         # would send it again and again (sink_backlogs.backlogs_take)
         handing = bool(to_sinks) and not q.held_back and self.sink_backlogs.backlogs_take(
