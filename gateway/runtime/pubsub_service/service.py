@@ -19,7 +19,8 @@ and one connection (a connection owns one unit of work):
    ``SinkForwarder`` task per sink (``sink_forwarder.py``) takes them from there, so a
    sink that is down holds only its own backlog. When that forwarder is idle and the
    backlog empty, the batch hands them to the sink directly and skips the backlog put
-   only if the sink acknowledged them before the commit (``sink_backlogs.py``);
+   only if the sink acknowledged them before the commit (``sink_backlogs.py``; a
+   forwarder sending a backlog of at most one batch is waited for, briefly, first);
 5. the engine's store mutations are committed, then the MQ unit of work. Where the
    queue manager can begin a commit without waiting for it (the embedded one), the
    next batch is got and handled while it completes, and waits for it before any put

@@ -27,6 +27,11 @@ copies off then (only a send still unacknowledged by then, a stop cut short, or 
 leaves copies the next start sends again: at-least-once); if it failed, the copies are
 sent. That sink gets no hand-over for ``direct_pause_min`` seconds, doubled for each
 such hand-over in a row up to ``direct_pause``.
+
+A batch whose sink's forwarder is sending a backlog of at most one forwarder batch
+first waits for it to end (:meth:`SinkBacklogs.catch_up`, within
+``direct_ack_timeout``), so one late acknowledgement does not send every later batch
+through the backlog while the stream keeps the forwarder busy.
 """
 
 from __future__ import annotations
