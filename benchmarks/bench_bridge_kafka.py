@@ -43,6 +43,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from benchmarks import gc_setting, hand_bridge
+from benchmarks.batch_setting import batch_label, broker_config, parse_batch_sizes
 from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import WorkerRun, run_with_worker
 from gateway.devstack import KafkaBroker
@@ -51,7 +52,7 @@ from gateway.mq.port import Message
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.plugin_host import PluginHost
-from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService
 from gateway.wire.constants import Persistence
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
@@ -63,6 +64,16 @@ STREAM = "BENCH.STREAM"
 PAYLOAD = b"x" * 1024
 TOPICS = 16
 TIME_LIMIT_S = 20.0
+#: Issue 32's goal for the gateway's CPU per message on this path, default configuration.
+CPU_GOAL_US = 40.0
+
+
+#: Of the last :func:`bridge` run: deliveries handed to the sink directly (the rest went
+#: through its backlog queue) and the broker service's batches on the stream queue.
+LAST_DIRECT: list[int] = [0, 0]
+#: Of the last :func:`bridge` run: CPU seconds of the event-loop thread alone (the rest
+#: of the process's is the queue manager's writer thread and the clients' threads).
+LAST_LOOP_CPU: list[float] = [0.0]
 
 
 def _publication(i: int) -> tuple[MQMD, bytes]:
@@ -103,7 +114,7 @@ async def bridge(
     bootstrap: str,
     work: Path,
     n: int,
-    batch: int,
+    batch: int | None,
     prefix: str,
     linger_ms: int | None = None,
     backend: str = "aiokafka",
@@ -112,14 +123,15 @@ async def bridge(
     publications. Seconds and CPU cover the same window: from the broker service's start
     (included, a few ms) until the last delivery is committed. Putting the
     publications and starting/stopping the plugin are outside it, as in
-    worker_bridge.run_with_worker's window."""
+    worker_bridge.run_with_worker's window. ``batch`` None: the broker's default
+    configuration (no ``batch_size`` given)."""
     qm = EmbeddedQueueManager("QMBENCH", work / f"qm-{prefix}")
     qm.run_mqsc(f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH(1000000) REPLACE")
     store = SqliteStore(work / f"pubsub-{prefix}.db", synchronous="NORMAL")
     service = BrokerService(
         qm,
         PubSubEngine(qm.name, store),
-        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)], batch_size=batch, wait_ms=100),
+        broker_config(STREAM, batch, wait_ms=100),
     )
     host = PluginHost(qm, service, "bench")
     config = KafkaPluginConfig.model_validate(
@@ -139,7 +151,7 @@ async def bridge(
         gc_policy = gc_setting.apply_gateway_policy(f"bench bridge {prefix}")
         await hand_bridge.preload(qm, STREAM, n, _publication)
         counters = host.sink_counters["kafka"]
-        started, cpu = time.monotonic(), time.process_time()
+        started, cpu, loop_cpu = time.monotonic(), time.process_time(), time.thread_time()
         await service.start()
         deadline = started + TIME_LIMIT_S
         backlog = service.backlogs["kafka"]
@@ -151,7 +163,9 @@ async def bridge(
             await asyncio.sleep(0.005)
         took = time.monotonic() - started
         cpu = time.process_time() - cpu
+        LAST_LOOP_CPU[0] = time.thread_time() - loop_cpu
         done = counters.deliveries
+        LAST_DIRECT[:] = [service.forwarder_counters()["kafka"].direct, service.counters.batches]
     finally:
         if gc_policy is not None:
             gc_policy.release()
@@ -295,7 +309,11 @@ def raw_confluent(bootstrap: str, n: int, topic: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10_000)
-    parser.add_argument("--batch-sizes", default="32,256")
+    parser.add_argument(
+        "--batch-sizes", default="default,256",
+        help="broker batch_size settings, comma-separated; 'default': the configuration's "
+        "default (no batch_size given)",
+    )
     parser.add_argument(
         "--linger-ms", type=int, default=None,
         help="the plugin's linger_ms (default: the backend's default, 0 or 2 for confluent)",
@@ -354,15 +372,20 @@ def main(argv: list[str] | None = None) -> int:
             baselines["confluent"] = ("raw librdkafka producer", rd_rate)
         for backend in backends:
             base_name, base_rate = baselines[backend]
-            for batch, w in ((int(b), w) for b in args.batch_sizes.split(",")
-                             for w in workers):
-                prefix = f"bench{batch}-{args.linger_ms}-{backend}-w{w}"
+            for setting, w in ((b, w) for b in parse_batch_sizes(args.batch_sizes)
+                               for w in workers):
+                # the number a default configuration uses, where a number is needed
+                batch = BrokerConfig().batch_size if setting is None else setting
+                what = batch_label(setting)
+                prefix = f"bench{setting or 'default'}-{args.linger_ms}-{backend}-w{w}"
                 extra = ""
                 hand_run = None
                 if w == 0 and backend == "aiokafka" and args.hand:
                     # the hand-written bridge just before the gateway run it is set against
-                    hand_run = asyncio.run(hand(broker.bootstrap, work, n, batch, f"hand{batch}"))
-                    hand_on = asyncio.run(_end_offset(broker.bootstrap, f"hand{batch}.{STREAM}"))
+                    hand_run = asyncio.run(hand(broker.bootstrap, work, n, batch,
+                                                  f"hand{setting or 'default'}"))
+                    hand_on = asyncio.run(_end_offset(
+                        broker.bootstrap, f"hand{setting or 'default'}.{STREAM}"))
                     print(
                         f"hand-written bridge (MQ get_batch {batch} + raw aiokafka + commit): "
                         f"{hand_run.sent:,} in {hand_run.seconds:.2f} s = {hand_run.rate:,.0f} "
@@ -380,9 +403,19 @@ def main(argv: list[str] | None = None) -> int:
                     # CPU over the timed window only (not the puts before it), as the
                     # worker rows' main CPU
                     done, took, cpu = asyncio.run(
-                        bridge(broker.bootstrap, work, n, batch, prefix, args.linger_ms, backend)
+                        bridge(broker.bootstrap, work, n, setting, prefix, args.linger_ms,
+                               backend)
                     )
-                    extra = f"; CPU {cpu / max(done, 1) * 1e6:.0f} us/msg"
+                    cpu_us = cpu / max(done, 1) * 1e6
+                    extra = (f"; CPU {cpu_us:.0f} us/msg (loop thread "
+                             f"{LAST_LOOP_CPU[0] / max(done, 1) * 1e6:.0f}); "
+                             f"{LAST_DIRECT[0]:,} handed to the "
+                             f"sink directly; {done / max(LAST_DIRECT[1], 1):.0f} msgs/batch")
+                    if backend == "aiokafka":
+                        record(Row(f"MQ -> Kafka, {what}: gateway CPU per message",
+                                   cpu_us, 0.0, CPU_GOAL_US if setting is None else None,
+                                   kind="figure", unit="us/msg",
+                                   note="process, all threads, the timed window"))
                 else:
                     wr = asyncio.run(bridge_in_worker(broker.bootstrap, work, n, batch, prefix,
                                                       args.linger_ms, backend))
@@ -397,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                 label = "" if backend == "aiokafka" else f" ({backend} backend)"
                 where = "" if w == 0 else ", 1 worker"
                 print(
-                    f"MQ -> Kafka bridge{label} (persistent 1 KiB, batch_size={batch}{where}): "
+                    f"MQ -> Kafka bridge{label} (persistent 1 KiB, {what}{where}): "
                     f"{done:,} in {took:.2f} s = {rate:,.0f} msg/s; ratio bridge/"
                     f"{base_name.removesuffix(' producer')} = {rate / base_rate:.2f}"
                     + ("" if backend == "aiokafka" else
@@ -405,22 +438,23 @@ def main(argv: list[str] | None = None) -> int:
                     + f"; records on Kafka: {on_kafka:,}{extra}",
                     flush=True,
                 )
-                record(Row(f"MQ -> Kafka{label}, batch {batch}{where}", rate, base_rate, 0.8,
+                record(Row(f"MQ -> Kafka{label}, {what}{where}", rate, base_rate, 0.8,
                            note=f"vs {base_name}"))
                 if backend == "aiokafka" and w == 0:
                     print(f"ratio bridge/raw aiokafka with the plugin's max_batch_size = "
                           f"{rate / raw_big_rate:.2f}", flush=True)
-                    record(Row(f"MQ -> Kafka, batch {batch}", rate, raw_big_rate, None,
-                               kind="info", note="vs raw aiokafka producer, max_batch_size "
-                               "as the plugin's"))
+                    record(Row(f"MQ -> Kafka, {what}", rate, raw_big_rate,
+                               0.4 if setting is None else None,
+                               kind="ratio" if setting is None else "info",
+                               note="vs raw aiokafka producer, max_batch_size as the plugin's"))
                 if hand_run is not None:
                     print(f"ratio bridge/hand-written bridge = {rate / hand_run.rate:.2f}",
                           flush=True)
-                    record(Row(f"MQ -> Kafka, batch {batch}", rate, hand_run.rate, None,
+                    record(Row(f"MQ -> Kafka, {what}", rate, hand_run.rate, None,
                                kind="info",
                                note="vs hand-written bridge: MQ get + raw aiokafka + commit"))
                 if backend != "aiokafka":
-                    record(Row(f"MQ -> Kafka{label}, batch {batch}{where}", rate, raw_rate,
+                    record(Row(f"MQ -> Kafka{label}, {what}{where}", rate, raw_rate,
                                None, kind="info",
                                note="vs raw aiokafka producer; stretch > 1.0"))
                 if done != n or on_kafka != n:

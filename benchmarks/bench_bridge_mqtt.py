@@ -39,6 +39,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from benchmarks import gc_setting, hand_bridge
+from benchmarks.batch_setting import batch_label, broker_config, parse_batch_sizes
 from benchmarks.summary import Row, record
 from benchmarks.worker_bridge import run_with_worker
 from gateway.devstack import MosquittoBroker
@@ -47,7 +48,7 @@ from gateway.mq.port import Message
 from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.sqlite_store import SqliteStore
 from gateway.runtime.plugin_host import PluginHost
-from gateway.runtime.pubsub_service import BrokerConfig, BrokerService, StreamQueueConfig
+from gateway.runtime.pubsub_service import BrokerConfig, BrokerService
 from gateway.wire.constants import Persistence
 from gateway.wire.folder import Element
 from gateway.wire.formats import FMT_RF_HEADER_2, FMT_STRING
@@ -118,9 +119,13 @@ class Counter:
 LAST_CPU = [0.0]
 
 
-async def bench_gateway(broker: MosquittoBroker, n: int, batch: int, work: Path) -> float:
-    prefix = f"gw{batch}"
-    qm = EmbeddedQueueManager("QMB", work / f"qm{batch}")
+async def bench_gateway(
+    broker: MosquittoBroker, n: int, batch: int | None, work: Path
+) -> float:
+    """msg/s of the gateway; ``batch`` None: the broker's default configuration."""
+    name = batch or "default"
+    prefix = f"gw{name}"
+    qm = EmbeddedQueueManager("QMB", work / f"qm{name}")
     qm.run_mqsc(
         f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH({n + 1000}) REPLACE", stop_on_error=True
     )
@@ -128,18 +133,18 @@ async def bench_gateway(broker: MosquittoBroker, n: int, batch: int, work: Path)
     # the publications are queued, so they are not frozen (as in steady running)
     gc_policy = gc_setting.apply_gateway_policy(f"bench bridge {prefix}")
     await hand_bridge.preload(qm, STREAM, n, _publication)
-    store = SqliteStore(work / f"pubsub{batch}.db", synchronous="NORMAL")
+    store = SqliteStore(work / f"pubsub{name}.db", synchronous="NORMAL")
     service = BrokerService(
         qm,
         PubSubEngine(qm.name, store),
-        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)], batch_size=batch, wait_ms=50),
+        broker_config(STREAM, batch, wait_ms=50),
     )
     host = PluginHost(qm, service, "bench")
     config = MqttConfig.model_validate(
         {
             "host": broker.host,
             "port": broker.port,
-            "client_id": f"bench-gw-{batch}",
+            "client_id": f"bench-gw-{name}",
             "outbound": {"prefix": prefix, "topics": [f"$SYS/STREAM/{STREAM}/#"]},
         }
     )
@@ -206,14 +211,15 @@ async def bench_raw(broker: MosquittoBroker, n: int) -> float:
 async def bench_hand(
     broker: MosquittoBroker, n: int, batch: int, work: Path,
     on_start: Callable[[], None] | None = None, on_stop: Callable[[], None] | None = None,
+    label: str = "",
 ) -> hand_bridge.HandRun:
     """The hand-written bridge (benchmarks/hand_bridge.py) with a raw aiomqtt publisher
     (QoS 1, the client settings of :func:`bench_raw`), one user property (the publication's ``usr``
     Seq), on the same pre-loaded publications as :func:`bench_gateway`: each batch's
     publishes are awaited together (every PUBACK), then the MQ unit of work commits.
     The subscriber checks exactly ``n`` arrived."""
-    prefix = f"hand{batch}"
-    qm = EmbeddedQueueManager("QMB", work / f"qm-hand{batch}")
+    prefix = f"hand{label or batch}"
+    qm = EmbeddedQueueManager("QMB", work / f"qm-{prefix}")
     qm.run_mqsc(
         f"DEFINE QLOCAL('{STREAM}') DEFPSIST(YES) MAXDEPTH({n + 1000}) REPLACE", stop_on_error=True
     )
@@ -277,7 +283,9 @@ async def bench_worker(broker: MosquittoBroker, n: int, batch: int, work: Path) 
 LAST_WORKER = [0.0, 0.0, 0.0]
 
 
-async def run(n: int, batches: list[int], workers: list[int], hand: bool = True) -> None:
+async def run(
+    n: int, batches: list[int | None], workers: list[int], hand: bool = True
+) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-mqtt-"))
     broker = MosquittoBroker(work / "mosquitto")
     broker.start()
@@ -291,11 +299,14 @@ async def run(n: int, batches: list[int], workers: list[int], hand: bool = True)
             f"raw aiomqtt publisher, QoS 1, pipelined   : {raw:10,.0f} msg/s  ({n} x 1 KiB)"
             f"  CPU {LAST_CPU[0] / n * 1e6:6.0f} us/msg"
         )
-        for batch in batches:
+        for setting in batches:
+            # the number a default configuration uses, where a number is needed
+            batch = BrokerConfig().batch_size if setting is None else setting
+            what = batch_label(setting)
             hand_rate = None
             if hand and 0 in workers:
                 # the hand-written bridge just before the gateway run it is set against
-                h = await bench_hand(broker, n, batch, work)
+                h = await bench_hand(broker, n, batch, work, label=str(setting or "default"))
                 hand_rate = h.rate
                 print(
                     f"hand-written bridge (get_batch {batch:>3} + raw aiomqtt + commit): "
@@ -306,7 +317,7 @@ async def run(n: int, batches: list[int], workers: list[int], hand: bool = True)
                 )
             for w in workers:
                 if w == 0:
-                    rate = await bench_gateway(broker, n, batch, work)
+                    rate = await bench_gateway(broker, n, setting, work)
                     extra = ""
                     if hand_rate is not None:
                         extra = f"  ratio to hand-written bridge {rate / hand_rate:5.2f}"
@@ -317,22 +328,22 @@ async def run(n: int, batches: list[int], workers: list[int], hand: bool = True)
                              f"{LAST_WORKER[1]:.0f} msgs/batch")
                 where = "" if w == 0 else ", 1 worker"
                 print(
-                    f"MQ -> MQTT gateway, persistent, batch {batch:>3}{where}: {rate:10,.0f} "
+                    f"MQ -> MQTT gateway, persistent, {what}{where}: {rate:10,.0f} "
                     f"msg/s  ratio to raw {rate / raw:5.2f}  "
                     f"main CPU {LAST_CPU[0] / n * 1e6:6.0f} us/msg{extra}",
                     flush=True,
                 )
                 record(
                     Row(
-                        f"MQ -> MQTT QoS 1, batch {batch}{where}",
+                        f"MQ -> MQTT QoS 1, {what}{where}",
                         rate,
                         raw,
-                        0.8,
+                        1.0 if setting is None and w == 0 else 0.8,
                         note="vs raw aiomqtt publisher",
                     )
                 )
                 if w == 0 and hand_rate is not None:
-                    record(Row(f"MQ -> MQTT QoS 1, batch {batch}", rate, hand_rate, None,
+                    record(Row(f"MQ -> MQTT QoS 1, {what}", rate, hand_rate, None,
                                kind="info",
                                note="vs hand-written bridge: MQ get + raw aiomqtt + commit"))
     finally:
@@ -344,7 +355,11 @@ async def run(n: int, batches: list[int], workers: list[int], hand: bool = True)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10000)
-    parser.add_argument("--batch-sizes", default="32,256")
+    parser.add_argument(
+        "--batch-sizes", default="default,256",
+        help="broker batch_size settings, comma-separated; 'default': the configuration's "
+        "default (no batch_size given)",
+    )
     parser.add_argument("--workers", default="0,1",
                         help="configurations: 0 = sink in process, 1 = in one worker process")
     parser.add_argument("--hand", action=argparse.BooleanOptionalAction, default=True,
@@ -352,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     gc_setting.add_argument(parser)
     args = parser.parse_args(argv)
     gc_setting.configure(args)
-    asyncio.run(run(args.messages, [int(b) for b in args.batch_sizes.split(",")],
+    asyncio.run(run(args.messages, parse_batch_sizes(args.batch_sizes),
                     [int(w) for w in args.workers.split(",")], args.hand))
     return 0
 

@@ -94,6 +94,9 @@ Consumer = Callable[[Arrived], contextlib.AbstractAsyncContextManager[None]]
 #: The stages a message passes, in order (``--stages``); "received" is the consumer's.
 STAGES = ("scheduled", "committed", "backlog_put", "to_sink", "acked", "fw_commit", "received")
 
+#: Broker settings other than the defaults (``--batch-size``); empty: the defaults.
+BROKER_SETTINGS: dict[str, int] = {}
+
 
 class StageClock:
     """Per-message timestamps (perf_counter) of each stage, by sequence number; the
@@ -507,7 +510,7 @@ async def with_gateway(
     service = BrokerService(
         qm,
         PubSubEngine(qm.name, MemoryStore()),
-        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)]),
+        BrokerConfig(streams=[StreamQueueConfig(name=STREAM)], **BROKER_SETTINGS),
     )
     if not direct:
         service.sink_backlogs.direct_ack_timeout = 0
@@ -909,6 +912,10 @@ def main(argv: list[str] | None = None) -> int:
         help="measure on a Kafka broker just started (by default one uncounted pass at the "
         "first rate warms its JIT up first)",
     )
+    parser.add_argument(
+        "--batch-size", type=int, default=None,
+        help="the broker's batch_size (default: the configuration's default), to compare",
+    )
     parser.add_argument("--app-child", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--consumer-child", nargs="+", help=argparse.SUPPRESS)
     gc_setting.add_argument(parser)
@@ -933,6 +940,9 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(alone())
     rates = [float(r) for r in args.rates.split(",")]
     paths = set(args.paths.split(","))
+    if args.batch_size is not None:
+        BROKER_SETTINGS["batch_size"] = args.batch_size
+        print(f"broker batch_size {args.batch_size} (not the default)", flush=True)
     where = "(and the consumer in its process) " if args.consumer_in_loop else ""
     print(f"GC: the gateway {where}runs with {gc_setting.describe()}; the MQ application "
           f"{'' if args.consumer_in_loop else 'and the consumer, each '}in its own process, "

@@ -454,15 +454,19 @@ class KafkaSink:
         if self.router is None:
             raise KafkaSendError(f"kafka instance {self.instance!r} has no outbound routes")
         records: list[tuple[int, OutboundRecord]] = []
+        # an envelope's identity is needed only to skip what was delivered before a
+        # refusal or committed by a transaction (not made when neither can apply)
+        check = bool(self._delivered) or self.ledger is not None
         for index, d in enumerate(envelopes):
             if is_from_origin(d, self.instance):
                 continue  # came in from this instance's Kafka: never echo it back
-            key = envelope_identity(d)
-            if key is not None and key in self._delivered:
-                continue  # delivered before a refusal in the same batch
-            if key is not None and self.ledger is not None and key in self.ledger:
-                self.already_committed += 1
-                continue  # a transaction committed it before MQ could commit
+            if check:
+                key = envelope_identity(d)
+                if key is not None and key in self._delivered:
+                    continue  # delivered before a refusal in the same batch
+                if key is not None and self.ledger is not None and key in self.ledger:
+                    self.already_committed += 1
+                    continue  # a transaction committed it before MQ could commit
             records.extend((index, r) for r in outbound_records(d, self.router, self.gateway_id))
         await self.deliver(envelopes, records, remember=True)
 
@@ -483,7 +487,8 @@ class KafkaSink:
         if not records:
             return
         refused: dict[int, BaseException] = {}
-        self._round_keys = {
+        # the committed markers of a transaction (only then: _produce_in_transaction)
+        self._round_keys = {} if self.ledger is None else {
             i: k for i, d in enumerate(envelopes) if (k := envelope_identity(d)) is not None
         }
         todo = records

@@ -177,7 +177,7 @@ def test_the_configuration_reference_renders_types_defaults_and_descriptions(
 ) -> None:
     sections = _sections(generated["configuration.md"])
     broker = sections["broker"]
-    assert "| `batch_size` | integer (≥ 1, ≤ 5000) | `32` |" in broker
+    assert "| `batch_size` | integer (≥ 1, ≤ 5000) | `256` |" in broker
     assert "| `store` | path | `data/pubsub.db` | The subscription/retained-publication" in broker
     embedded = sections["queue_manager, type: embedded"]
     assert "| `listener_port` | integer (≥ 0, ≤ 65535) | none | Channel listener" in embedded

@@ -71,8 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="QUEUE[:noimplicit]",
         help="serviced stream queue; ':noimplicit' turns Implicit Stream Naming off",
     )
-    p.add_argument("--batch-size", type=int, default=32,
-                   help="most messages got under one unit of work (default 32)")
+    batch_default = BrokerConfig.model_fields["batch_size"].default
+    p.add_argument("--batch-size", type=int, default=batch_default,
+                   help="most messages got under one unit of work; a batch takes what is "
+                   f"waiting, it never waits to fill (default {batch_default})")
     p.add_argument(
         "--neighbour",
         action="append",

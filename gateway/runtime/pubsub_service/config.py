@@ -35,11 +35,14 @@ class BrokerConfig(BaseModel):
     SYSTEM.BROKER.CONTROL.QUEUE); one asyncio task and one MQ connection serve each."""
     default_stream_implicit_naming: bool = True
     """Implicit Stream Naming of SYSTEM.BROKER.DEFAULT.STREAM itself."""
-    batch_size: int = Field(default=32, ge=1, le=5000)
-    """Most messages got under one MQ unit of work; ``max_puts_per_unit`` may end a batch
-    sooner. Bigger batches drain a backlog faster (one commit and one sink acknowledgement
-    per batch) but hold the service's turn longer and back out more messages together
-    (docs/performance.md)."""
+    batch_size: int = Field(default=256, ge=1, le=5000)
+    """Most messages got under one MQ unit of work (the same for a sink's forwarder);
+    ``max_puts_per_unit`` may end a batch sooner. A cap, not a target: a batch takes what
+    is waiting and never waits to fill, so it grows with the backlog and an idle stream
+    still goes one message per unit of work (its latency does not depend on this). A
+    bigger cap drains a backlog faster (one commit and one sink acknowledgement per
+    batch) but holds the service's turn longer and backs out more messages together;
+    a smaller one bounds those (docs/performance.md)."""
     max_puts_per_unit: int = Field(default=2000, ge=1)
     """A batch stops growing once its unit of work holds this many messages: gets,
     puts due and sink deliveries (MQ's MaxUncommittedMsgs counts gets and puts, and

@@ -19,7 +19,8 @@ and one connection (a connection owns one unit of work):
    ``SinkForwarder`` task per sink (``sink_forwarder.py``) takes them from there, so a
    sink that is down holds only its own backlog. When that forwarder is idle and the
    backlog empty, the batch hands them to the sink directly and skips the backlog put
-   only if the sink acknowledged them before the commit (``sink_backlogs.py``);
+   only if the sink acknowledged them before the commit (``sink_backlogs.py``; a
+   forwarder sending a backlog of at most one batch is waited for, briefly, first);
 5. the engine's store mutations are committed, then the MQ unit of work. Where the
    queue manager can begin a commit without waiting for it (the embedded one), the
    next batch is got and handled while it completes, and waits for it before any put
@@ -718,6 +719,9 @@ class BrokerService:
         if q.committing is not None:
             # nothing of this batch leaves before the last batch's commit has ended
             await self._end_commit(q)
+        if to_sinks and not q.held_back:
+            # a sink finishing a short backlog: wait for it, then hand over directly
+            await self.sink_backlogs.catch_up([n for n in to_sinks if n in self.sinks])
         # no hand-over in a batch that is backed out for back-pressure: its retries
         # would send it again and again (sink_backlogs.backlogs_take)
         handing = bool(to_sinks) and not q.held_back and self.sink_backlogs.backlogs_take(

@@ -145,6 +145,9 @@ class SinkForwarder:
         self._isolate = 0
         #: True from a get until its commit or backout (tests, graceful stops)
         self.busy = False
+        #: resolved when the batch in hand (or, with none, the next) ends: the service
+        #: waits on it to catch a short backlog up (:meth:`next_batch_end`)
+        self._batch_end: asyncio.Future[object] | None = None
         #: the service's counters, which count the forwarder's work too
         self.totals = totals or ServiceCounters()
         #: envelopes this process put on the backlog, by MsgId: a hit skips the decode
@@ -206,6 +209,25 @@ class SinkForwarder:
     def direct_in_time(self) -> None:
         """A hand-over was acknowledged in time: the next miss pauses the shortest."""
         self._direct_misses = 0
+
+    @property
+    def may_hand_over_after_batch(self) -> bool:
+        """:attr:`idle` but for the batch in hand and a direct send still in flight:
+        once the forwarder has ended that batch (and it held all the backlog), the
+        service may hand deliveries over directly again (``SinkBacklogs.catch_up``)."""
+        return (
+            not self.counters.down
+            and not self._isolate
+            and self._sink() is not None
+            and (not self._no_direct_until or time.monotonic() >= self._no_direct_until)
+        )
+
+    def next_batch_end(self) -> asyncio.Future[object]:
+        """A future resolved when the batch in hand ends (committed or backed out), or
+        the next one when none is in hand. Only awaited with a timeout."""
+        if self._batch_end is None or self._batch_end.done():
+            self._batch_end = asyncio.get_running_loop().create_future()
+        return self._batch_end
 
     @property
     def direct_in_flight(self) -> bool:
@@ -436,6 +458,9 @@ class SinkForwarder:
             return await self._forward(conn, handle, threshold, boq, first)
         finally:
             self.busy = False
+            end, self._batch_end = self._batch_end, None
+            if end is not None and not end.done():
+                end.set_result(None)
 
     async def _forward(
         self, conn: Connection, handle: QueueHandle, threshold: int, boq: str, first: Message

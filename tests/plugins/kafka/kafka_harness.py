@@ -41,10 +41,14 @@ async def start_gateway(
     name: str = "kafka",
     gateway_id: str = "gw-test",
     qm: EmbeddedQueueManager | None = None,
+    batch_size: int | None = None,
 ) -> InProcessGateway:
-    """Start (or restart on ``path``) the test gateway with one kafka instance."""
+    """Start (or restart on ``path``) the test gateway with one kafka instance
+    (``batch_size``: the broker's, if not its default)."""
     return await support_gateway.start_gateway(
-        path, plugin.create(name, config), gateway_id=gateway_id, qm=qm
+        path, plugin.create(name, config), gateway_id=gateway_id, qm=qm,
+        config=None if batch_size is None else support_gateway.bridge_config(
+            batch_size=batch_size),
     )
 
 

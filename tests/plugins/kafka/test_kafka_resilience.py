@@ -48,7 +48,9 @@ async def test_graceful_stop_mid_stream_and_restart_lose_and_duplicate_nothing(
 ) -> None:
     p = unique("restart")
     n = 600
-    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend))
+    # batches of 32: the stream lasts long enough for the stop to land in it (with the
+    # default cap of 256 the 600 are three units of work)
+    gw = await start_gateway(tmp_path, _config(kafka_broker.bootstrap, p, backend), batch_size=32)
     try:
         await put_at_once(gw.qm, [_publication(i) for i in range(n)])
         # Stop while the service is still working through the queue.

@@ -66,12 +66,17 @@ async def start_gateway(
     name: str = "mqtt",
     gateway_id: str = "gw-test",
     mqsc: str = support_gateway.BRIDGE_QUEUES,
+    batch_size: int | None = None,
 ) -> InProcessGateway:
-    """Start (or restart on ``path``) the test gateway with one mqtt instance."""
+    """Start (or restart on ``path``) the test gateway with one mqtt instance
+    (``batch_size``: the broker's, if not its default)."""
+    broker: dict[str, object] = {"sink_retry_max_delay": 0.5}
+    if batch_size is not None:
+        broker["batch_size"] = batch_size
     return await support_gateway.start_gateway(
         path,
         plugin.create(name, config),
-        config=bridge_config(sink_retry_max_delay=0.5),
+        config=bridge_config(**broker),
         gateway_id=gateway_id,
         mqsc=mqsc,
     )

@@ -48,7 +48,9 @@ async def test_restart_mid_stream_loses_and_duplicates_nothing(
     cfg = config(mqtt_broker.host, mqtt_broker.port, prefix, unique("gw-"))
     async with client(mqtt_broker.host, mqtt_broker.port) as sub:
         await sub.subscribe(f"{prefix}/#", qos=1)
-        gw: Gateway | None = await start_gateway(tmp_path, cfg)
+        # batches of 32: the stream lasts long enough for the stop to land in it (with
+        # the default cap of 256 the 2,000 can be through before the stop)
+        gw: Gateway | None = await start_gateway(tmp_path, cfg, batch_size=32)
         try:
             assert gw is not None
             await put_at_once(gw.qm, [rfh_publication(STOCK, "seq", b"%d" % i) for i in range(n)])

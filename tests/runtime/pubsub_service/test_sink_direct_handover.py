@@ -718,3 +718,62 @@ async def test_a_batch_held_by_a_full_backlog_is_not_handed_over_again_and_again
     finally:
         await gw.close()
         reset_buses()
+
+
+async def test_a_batch_behind_a_short_backlog_waits_for_it_then_goes_directly(
+    tmp_path: Path,
+) -> None:
+    """Issue 32: after a late hand-over its copy is on the backlog, in the forwarder's
+    hand while the slow send goes on. The next batch waits for the forwarder to end
+    that batch (the backlog is then empty) and hands its own deliveries over directly:
+    no backlog put, get and commit of its own, and the sink still sees each
+    publication once, in the stream's order. (Before, it went through the backlog
+    behind it, and so did every batch while the forwarder had something in hand.)"""
+    reset_buses()
+    gw = _gateway(tmp_path)
+    backlogs = gw.service.sink_backlogs
+    backlogs.direct_ack_timeout = 0.02
+    backlogs.direct_ack_per_delivery = 0.0
+    backlogs.direct_pause_min = backlogs.direct_pause = 0.0  # no pause after the late one
+    puts = _count_backlog_puts(gw)
+    gate = asyncio.Event()
+    inst = _memory("gated")
+    send = inst.send
+
+    async def gated_send(envelopes: Sequence[Envelope]) -> None:
+        if any(e.payload == b"a" for e in envelopes):
+            await gate.wait()
+        await send(envelopes)
+
+    inst.send = gated_send  # type: ignore[method-assign]
+    await gw.start(inst)
+    fw = backlogs.forwarders["gated"]
+    backlog = backlog_queue_name("gated")
+    engine = gw.service.engine
+
+    async def until(check: Callable[[], bool]) -> None:
+        async with asyncio.timeout(10):
+            while not check():
+                await asyncio.sleep(0.005)
+
+    try:
+        await _publish(gw, [b"a"])
+        # a's hand-over was late: its copy is on the backlog, the forwarder holds it
+        # while it waits for a's send to end
+        await until(lambda: gw.qm.queue_depth(backlog) == 1 and fw.busy)
+        backlogs.direct_ack_timeout = 10.0  # from now on: wait as long as it takes
+        handled = engine.counters.commands
+        await _publish(gw, [b"b"])
+        await until(lambda: engine.counters.commands > handled)  # b's batch is deciding
+        gate.set()
+        await get_bus("gated").wait_for(2)
+        await settle(gw.qm, gw.service)
+        assert [r.payload for r in get_bus("gated").records] == [b"a", b"b"]
+        # a's copy was taken off unsent (acknowledged late); b went directly
+        assert (puts[0], fw.counters.direct, fw.counters.delivered) == (1, 2, 2)
+        assert gw.qm.queue_depth(backlog) == 0
+        assert gw.qm.queue_depth(STOCK) == 0
+    finally:
+        gate.set()
+        await gw.close()
+        reset_buses()
