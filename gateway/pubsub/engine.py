@@ -153,6 +153,9 @@ class PubSubEngine:
         self._fanout = Fanout(self._state, q_mgr_name, clock, dict(neighbours or {}))
         #: Stream/topic/subscriber-queue authorisation (None: everything allowed).
         self.authoriser = authoriser
+        #: backlog queue -> its registered sink (the service keeps it): a RegSub or
+        #: DeregSub naming one changes that sink's subscriptions (the gateway's only)
+        self.sink_queues: dict[str, str] = {}
         self._handlers = CommandHandlers(
             self._state,
             self._fanout,
@@ -161,8 +164,15 @@ class PubSubEngine:
             self.counters,
             self.why_broker_queue,
             authoriser,
+            self.sink_of,
         )
         self.drop_subscriptions_to_own_queues()
+
+    def sink_of(self, q_mgr: str, queue: str) -> str:
+        """The registered sink whose backlog queue ``queue`` at ``q_mgr`` is, or ""."""
+        if q_mgr.strip() not in ("", self.q_mgr_name):
+            return ""
+        return self.sink_queues.get(queue.strip(), "")
 
     def is_broker_queue(self, q_mgr: str, queue: str) -> bool:
         """True when ``queue`` at ``q_mgr`` is (or resolves to) a queue of this queue
@@ -384,6 +394,17 @@ class PubSubEngine:
         self._state.delete_sub(key, out)
         self._state.pending.extend(out)
         return existed
+
+    def unsubscribe_sinks(self, stream: str) -> list[Subscription]:
+        """Remove every sink subscription to ``stream`` (pending: the caller commits);
+        the subscriptions removed."""
+        out: list[Mutation] = []
+        gone = [s for s in self._state.subs.values()
+                if s.stream == stream and s.destination.is_sink]
+        for sub in gone:
+            self._state.delete_sub(sub.key, out)
+        self._state.pending.extend(out)
+        return gone
 
     # ---------------------------------------------------------------- handling ------
 

@@ -94,6 +94,9 @@ class CommandHandlers:
     resolves to, one the gateway keeps: "" when it may);
     ``authoriser`` (None: no authorisation) decides who may publish and subscribe where
     and which subscriber queues they may name (docs/security.md).
+    ``sink_of(q_mgr, queue)`` names the registered sink whose backlog queue that is (""
+    for any other queue): a RegSub/DeregSub naming it makes or removes that sink's
+    subscription, for the gateway itself only (``mqgw streams move``).
     """
 
     __slots__ = (
@@ -103,6 +106,7 @@ class CommandHandlers:
         "clock",
         "counters",
         "fanout",
+        "sink_of",
         "state",
         "why_broker_queue",
     )
@@ -116,8 +120,10 @@ class CommandHandlers:
         counters: Counters,
         why_broker_queue: Callable[[str, str], str] = lambda q_mgr, queue: "",
         authoriser: Authoriser | None = None,
+        sink_of: Callable[[str, str], str] = lambda q_mgr, queue: "",
     ) -> None:
         self.state = state
+        self.sink_of = sink_of
         self.authoriser = authoriser
         self.why_broker_queue = why_broker_queue
         self.fanout = fanout
@@ -480,10 +486,89 @@ class CommandHandlers:
 
     # ---------------------------------------------------------------- subscriptions -
 
+    # ---------------------------------------------------------------- sinks ---------
+
+    def _sink_identity(
+        self, msg: InboundMessage, parsed: ParsedCommand, q_mgr: str, queue: str, correl: bytes
+    ) -> str:
+        """The sink whose backlog queue a RegSub/DeregSub names ("" for any other
+        queue); refused (dead-lettered) unless the gateway itself sent it."""
+        sink = self.sink_of(q_mgr, queue)
+        if not sink:
+            return ""
+        cmd = parsed.command
+        parm = "MQPSQName" if cmd.header is HeaderKind.RFH else "QName"
+        if self.authoriser is None:
+            raise CommandError(Reason.CF_NOT_AUTHORIZED, f"sink {sink!r}: its subscriptions "
+                               "are changed only under authorisation", parm_id=parm,
+                               value=queue)
+        who = self._principal(msg, parsed, self.source_neighbour(cmd.q_mgr_name, msg.md))
+        self._require(self.authoriser.may_manage_sink(who, sink), cmd, parm, queue)
+        if correl:
+            raise CommandRefusedError(Reason.CORREL_ID_ERROR, f"sink {sink!r}: a sink's "
+                                      "subscription has no CorrelId identity")
+        return sink
+
+    def _reg_sink_sub(
+        self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome, sink: str
+    ) -> None:
+        """RegSub for a sink: its subscription as the sink itself makes it (in-process,
+        no user identity), with the command's options; retained publications go to
+        its backlog unless NewPubsOnly/PubOnReqOnly."""
+        cmd = parsed.command
+        scheme, patterns = self._command_patterns(msg, cmd)
+        now = self.clock()
+        for _raw, st in patterns:
+            sub = Subscription(
+                stream=st.stream, topic=st.topic, scheme=scheme,
+                destination=Destination(sink=sink), fmt=SubFormat.SINK,
+                reg_opts=int(cmd.reg_opts), created=now,
+            )
+            existing = self.state.subs.get(sub.key)
+            if existing is not None:
+                sub.created = existing.created
+            self.state.upsert_sub(sub, outcome.mutations)
+            if not sub.reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
+                outcome.deliveries.extend(self.fanout.retained_deliveries(sub, sub.topic))
+
+    def _dereg_sink_sub(
+        self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome, sink: str
+    ) -> None:
+        """DeregSub for a sink: as for any subscriber, MQRCCF_NOT_REGISTERED when it
+        had none of the topics (the caller decides whether that is fine)."""
+        cmd = parsed.command
+        dest = Destination(sink=sink)
+        if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
+            stream = self._command_stream(msg, cmd) if cmd.header is HeaderKind.RFH else None
+            keys = [k for k, s in self.state.subs.items()
+                    if s.destination == dest and (stream is None or s.stream == stream)]
+            if not keys:
+                raise CommandRefusedError(Reason.NOT_REGISTERED, "no subscriptions to deregister")
+            for k in keys:
+                self.state.delete_sub(k, outcome.mutations)
+            return
+        scheme, patterns = self._command_patterns(msg, cmd)
+        missing: list[str] = []
+        for raw, st in patterns:
+            key: SubKey = (st.stream, int(scheme), st.topic, "", "", sink, b"")
+            if key in self.state.subs:
+                self.state.delete_sub(key, outcome.mutations)
+            else:
+                missing.append(raw)
+        if len(missing) == len(patterns):
+            parm = _topic_parm(cmd)
+            raise CommandRefusedError(Reason.NOT_REGISTERED, f"not registered for {missing[0]!r}",
+                                      parm_id=parm, value=missing[0])
+
+    # ---------------------------------------------------------------- subscriptions -
+
     def reg_sub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
         cmd = parsed.command
         md = msg.md
         q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        if sink := self._sink_identity(msg, parsed, q_mgr, queue, correl):
+            self._reg_sink_sub(msg, parsed, outcome, sink)
+            return
         if self.authoriser is not None:
             scheme, patterns = self._command_patterns(msg, cmd)
             self._authorise_subscriber(
@@ -538,6 +623,9 @@ class CommandHandlers:
     def dereg_sub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
         cmd = parsed.command
         q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        if sink := self._sink_identity(msg, parsed, q_mgr, queue, correl):
+            self._dereg_sink_sub(msg, parsed, outcome, sink)
+            return
         parm = _topic_parm(cmd)
         dest = Destination(q_mgr, queue)
         if cmd.reg_opts & RegOpt.DEREGISTER_ALL:

@@ -71,7 +71,7 @@ from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import Delivery, InboundMessage
 from gateway.pubsub.records import RetainedPublication, Subscription
-from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
+from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM, split_subscription_topic
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.backlog_seal import BacklogSeal
 from gateway.runtime.pubsub_service.config import BrokerConfig
@@ -91,6 +91,7 @@ from gateway.runtime.pubsub_service.errors import (
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.pubsub_service.sink_backlogs import HandOver, SinkBacklogs
 from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters
+from gateway.runtime.streams.sink_ownership import SinkDecision
 from gateway.wire.reasons import Reason
 
 __all__ = ["BrokerService", "ServiceCounters"]
@@ -171,6 +172,10 @@ class BrokerService:
         #: sink subscriptions made since this process started: subscribing again within
         #: a run changes nothing (no second replay of the retained publications)
         self._sink_subs: dict[tuple[str, str, Scheme, RegOpt], Subscription] = {}
+        #: per stream, whether a sink may subscribe to it now (None: always); the
+        #: runtime sets it for ``sinks: owner`` streams (gateway/runtime/streams/
+        #: sink_ownership.py)
+        self.sink_gate: Callable[[str], SinkDecision] | None = None
         #: the dead-letter queue, once known (asked of the queue manager at start)
         self._dlq = ""
         self._batch_ids: list[bytes] = []
@@ -227,6 +232,8 @@ class BrokerService:
         Its backlog queue is defined on the embedded queue manager when missing (on IBM
         MQ the administrator defines it: :meth:`start` checks it exists)."""
         self.sink_backlogs.register(name, sink)
+        # a RegSub/DeregSub naming this backlog queue (the gateway's own) is about it
+        self.engine.sink_queues[self.sink_backlogs.queues[name]] = name
         if (self._tasks and name not in self.sink_backlogs.forwarders
                 and name not in self.sink_backlogs.remote):
             self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
@@ -242,12 +249,19 @@ class BrokerService:
         *,
         scheme: Scheme = Scheme.TOPIC,
         reg_opts: RegOpt = RegOpt.NONE,
-    ) -> Subscription:
+    ) -> Subscription | None:
         """Subscribe a registered sink to ``topic`` (unified form: ``$SYS/STREAM/<s>/...``
         for a named stream), durably; the retained publications it matches are sent to
-        the sink before this returns (unless NewPubsOnly/PubOnReqOnly)."""
+        the sink before this returns (unless NewPubsOnly/PubOnReqOnly). None when
+        :attr:`sink_gate` says no sink subscribes to that stream here now (another node
+        owns it: none is made; a move holds it: the stored one, if any, is kept)."""
         if sink not in self.sinks:
             raise BrokerError(f"no sink called {sink!r} is registered")
+        if self.sink_gate is not None:
+            stream = split_subscription_topic(topic, scheme, "Topic").stream
+            decision = self.sink_gate(stream)
+            if decision is not SinkDecision.SUBSCRIBE:
+                return None
         key = (sink, topic, scheme, reg_opts)
         made = self._sink_subs.get(key)
         if made is not None:
@@ -298,6 +312,21 @@ class BrokerService:
                         await conn.disconnect()
                 raise
         return sub
+
+    async def unsubscribe_sinks(self, stream: str) -> list[Subscription]:
+        """Remove every sink subscription to ``stream`` durably (a ``sinks: owner``
+        stream another node owns); those removed."""
+        async with self._lock:
+            try:
+                gone = self.engine.unsubscribe_sinks(stream)
+                self.engine.commit()
+                self._committed(())
+            except BaseException:
+                self.engine.rollback()
+                raise
+        for key in [k for k, v in self._sink_subs.items() if v.stream == stream]:
+            del self._sink_subs[key]
+        return gone
 
     async def unsubscribe_sink(
         self, sink: str, topic: str, *, scheme: Scheme = Scheme.TOPIC

@@ -38,6 +38,11 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
               store) are put on the new owner's STREAM as the old owner's forwarded
               publications, ahead of the held ones: the new owner keeps them retained;
               one it holds already is a replay, delivered to nobody
+  sinks       (a sink subscribes to STREAM on a node other than QM) once QM has taken
+              the retained copies and the old nodes' sink backlogs hold nothing of
+              STREAM: each such sink's subscription is made on QM (RegSub naming its
+              backlog queue, NewPubsOnly) and removed where it was (DeregSub), by each
+              node's broker
   release:QM  the new owner first, then every other node: the held publications go, in
               their order, to the new owner's STREAM, then ROUTE names it there (a
               QREMOTE <ROUTE>.<QM> is defined on the other nodes). For the moment the
@@ -46,9 +51,10 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
               holding queue's depth is 0 (puts still being written, units of work)
   finish
 
-Sinks are not moved: a sink instance is part of its gateway's configuration. When a
-sink subscribes to STREAM on a node other than QM, the move refuses (exit 2, naming
-them) unless --leave-sinks: they then stay where they are, on a node that no longer
+Sinks move with the stream when every node that has one subscribed configures the
+stream with `sinks: owner` (broker.streams) and QM has the same sink instance in its
+configuration; otherwise the move refuses before changing anything (exit 2, naming
+them), unless --leave-sinks: they then stay where they are, on a node that no longer
 owns STREAM (`mqgw network check` reports sink-on-non-owner).
 
 Each step is idempotent and recorded in a journal (--journal) once done: after a crash
@@ -77,7 +83,8 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         required=True,
         help="a node's gateway YAML; give every node of the network, the new owner too",
     )
-    p.add_argument("--route", help="the publishing route's QALIAS (default STREAM.PUB)")
+    p.add_argument("--route", help="the publishing route's QALIAS (default: the stream's "
+                   "broker.streams route in the new owner's configuration, else STREAM.PUB)")
     p.add_argument(
         "--journal",
         type=Path,
@@ -88,8 +95,9 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="seconds the drain, and the release's wait for the holding "
                    "queue to empty, may wait in this run (default 60)")
     p.add_argument("--leave-sinks", action="store_true",
-                   help="move the stream even though sinks subscribe to it on a node "
-                   "other than QM (they stay there; without this the move refuses)")
+                   help="move the stream without its sinks: those subscribed to it on a "
+                   "node other than QM stay there (without this they move with it, or, "
+                   "when they cannot, the move refuses)")
     p.add_argument("--status", action="store_true", help="show the move's journal and "
                    "each node's route; change nothing")
     p.set_defaults(func=run_move_command, exit_codes=(
@@ -125,12 +133,13 @@ def _nodes(paths: list[Path]) -> dict[str, tuple[Path, Path, Path]] | str:
 
 
 def _sink_subscriptions(nodes: dict[str, tuple[Path, Path, Path]], stream: str
-                        ) -> dict[str, list[str]]:
-    """node -> the sink instances subscribed to ``stream`` in its pub/sub store (read
-    only, as ``mqgw subscriptions`` reads it beside a running gateway)."""
+                        ) -> dict[str, list[Any]]:
+    """node -> its sink subscriptions to ``stream`` (MovedSink), read from its pub/sub
+    store (read only, as ``mqgw subscriptions`` reads it beside a running gateway)."""
     from gateway.pubsub.sqlite_store import SqliteStore
+    from gateway.runtime.streams.move_plan import MovedSink
 
-    out: dict[str, list[str]] = {}
+    out: dict[str, list[Any]] = {}
     for name, (_, _, path) in nodes.items():
         if not path.is_file():
             continue
@@ -139,9 +148,50 @@ def _sink_subscriptions(nodes: dict[str, tuple[Path, Path, Path]], stream: str
             subs = store.load().subscriptions
         finally:
             store.close()
-        out[name] = sorted({s.destination.sink for s in subs
-                            if s.stream == stream and s.destination.sink})
+        out[name] = sorted(
+            {MovedSink(q_mgr=name, sink=s.destination.sink, topic=s.topic, scheme=int(s.scheme))
+             for s in subs if s.stream == stream and s.destination.sink},
+            key=lambda m: (m.sink, m.topic, m.scheme))
     return out
+
+
+def _why_sinks_cannot_move(nodes: dict[str, tuple[Path, Path, Path]], stream: str, to: str,
+                           moved: list[Any]) -> list[str]:
+    """What keeps the sink subscriptions ``moved`` from moving to ``to``: a node they
+    leave whose configuration would subscribe them again at its next start (the stream
+    not ``sinks: owner``), a sink instance ``to`` does not have."""
+    problems: list[str] = []
+    configs = {n: load(c) for n, (c, _, _) in nodes.items()}
+
+    def entry(node: str) -> Any:
+        cfg = configs[node]
+        if isinstance(cfg, str):
+            return None
+        return next((e for e in cfg.gateway.broker.streams if e.name == stream), None)
+
+    for node in sorted({m.q_mgr for m in moved}):
+        e = entry(node)
+        if e is None or e.sinks != "owner":
+            problems.append(f"{node} does not configure {stream} with `sinks: owner` (its "
+                            "next start would subscribe its sinks again)")
+    target = configs[to]
+    have = set() if isinstance(target, str) else {
+        p.name for p in target.gateway.plugins if p.enabled}
+    for sink in sorted({m.sink for m in moved} - have):
+        problems.append(f"{to} has no enabled sink instance {sink} in its configuration")
+    return problems
+
+
+def _configured_route(nodes: dict[str, tuple[Path, Path, Path]], stream: str, to: str
+                      ) -> str | None:
+    """The stream's ``route`` in the new owner's configuration, if it sets one."""
+    if to not in nodes:
+        return None
+    loaded = load(nodes[to][0])
+    if isinstance(loaded, str):
+        return None
+    entry = next((e for e in loaded.gateway.broker.streams if e.name == stream), None)
+    return None if entry is None else entry.route
 
 
 def run_move_command(args: argparse.Namespace) -> int:
@@ -152,7 +202,8 @@ def run_move_command(args: argparse.Namespace) -> int:
         return _err(nodes)
     if len(nodes) < 2 and not args.status:
         return _err("give every node with --node (at least the old and the new owner)")
-    route = args.route or f"{args.stream}.PUB"
+    route = (args.route or _configured_route(nodes, args.stream, args.to or "")
+             or f"{args.stream}.PUB")
     if args.journal is not None:
         path = args.journal
     elif args.to and args.to in nodes:
@@ -239,22 +290,28 @@ async def _start(
             sinks = _sink_subscriptions(nodes, args.stream)
         except StoreError as exc:
             return _err(f"cannot read a node's pub/sub store for its sinks: {exc}")
-        left = sinks_off_owner(sinks, args.to)
-        if left:
-            where = "; ".join(f"{', '.join(v)} on {n}" for n, v in left.items())
-            if not args.leave_sinks:
+        left = sinks_off_owner({n: [m.sink for m in v] for n, v in sinks.items()}, args.to)
+        moved = [m for n, v in sorted(sinks.items()) if n != args.to for m in v]
+        where = "; ".join(f"{', '.join(v)} on {n}" for n, v in left.items())
+        if left and args.leave_sinks:
+            print(f"leaving sink(s) where they are: {where}")
+            moved = []
+        elif left:
+            problems = _why_sinks_cannot_move(nodes, args.stream, args.to, moved)
+            if problems:
                 return _err(
                     f"sink(s) subscribe to {args.stream} on nodes that would not own it: "
-                    f"{where}. A move does not move sinks (docs/scaling.md, \"Sinks and "
-                    "retained publications\"): give --leave-sinks to move the stream and "
-                    "leave them where they are (`mqgw network check` then reports them "
-                    "as sink-on-non-owner)"
+                    f"{where}; they cannot move to {args.to}: {'; '.join(problems)} "
+                    "(docs/scaling.md, \"Sinks and retained publications\"). Give "
+                    "--leave-sinks to move the stream and leave them where they are "
+                    "(`mqgw network check` then reports them as sink-on-non-owner)"
                 )
-            print(f"leaving sink(s) where they are: {where}")
+            print(f"moving sink(s) with the stream: {where}")
         now = datetime.now(UTC).isoformat(timespec="seconds")
         journal = MoveJournal(
             stream=args.stream, route=route, from_q_mgr=old, to_q_mgr=args.to,
             nodes={q: str(c) for q, (c, _, _) in nodes.items()}, started=now, updated=now,
+            sinks=moved,
         )
         write_journal(path, journal)
         print(f"moving {args.stream} from {old} to {args.to} (journal {path})")
@@ -354,6 +411,9 @@ async def _status(
               + ("complete" if nxt is None else f"next step {nxt}"))
         print(f"  started {journal.started}, updated {journal.updated}")
         print(f"  done: {', '.join(journal.done) or 'nothing'}")
+        if journal.sinks:
+            print("  sinks moved: " + ", ".join(f"{m.sink} from {m.q_mgr}"
+                                                for m in journal.sinks))
         if journal.waiting:
             print(f"  stopped: {journal.waiting}")
     for name, (_, data_dir, _) in nodes.items():

@@ -16,6 +16,11 @@ decided when the move starts:
 2b. ``retained`` (journals of version 2): the old owner's retained publications are put
    on the new owner's stream queue as the old owner's forwards
    (:mod:`gateway.runtime.streams.move_retained`), ahead of the held publications.
+2c. ``sinks`` (journals of version 3): once the new owner has taken the copies and the
+   old nodes' sink backlogs hold nothing of the stream, the sink subscriptions recorded
+   in ``sinks`` are made on the new owner (NewPubsOnly) and removed where they were,
+   with the broker's own RegSub/DeregSub naming each sink's backlog queue
+   (:mod:`gateway.runtime.streams.move_sinks`).
 3. ``release:<QM>``, the new owner first: the held publications go to the new owner's
    stream queue (in their order), then the route is pointed there.
 4. ``finish``.
@@ -36,6 +41,7 @@ __all__ = [
     "HOLD",
     "JOURNAL_VERSION",
     "MoveJournal",
+    "MovedSink",
     "RouteState",
     "hold_queue_name",
     "journal_path",
@@ -45,15 +51,32 @@ __all__ = [
     "record_done",
     "release_target",
     "remote_def_name",
+    "reply_queue_name",
     "route_state",
     "sinks_off_owner",
     "write_journal",
 ]
 
-JOURNAL_VERSION = 2
+JOURNAL_VERSION = 3
 #: Prefix of the holding queue a move defines on every node (one per stream).
 HOLD = "MQGW.MOVE.HOLD."
+#: Prefix of the queue the brokers answer a move's sink commands on.
+REPLY = "MQGW.MOVE.REPLY."
 _MAX_NAME = 48
+
+
+class MovedSink(BaseModel):
+    """One sink subscription to the stream that the move takes from ``q_mgr`` to the
+    new owner (decided when the move starts: the stores change during it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    q_mgr: str
+    sink: str
+    #: the pattern within the stream, as the store keeps it
+    topic: str
+    #: 1 MQRFH character patterns, 2 topic patterns (gateway.pubsub.topics.Scheme)
+    scheme: int
 
 
 class MoveJournal(BaseModel):
@@ -75,6 +98,8 @@ class MoveJournal(BaseModel):
     updated: str = ""
     #: the last reason the move stopped unfinished (for ``--status``)
     waiting: str = ""
+    #: the sink subscriptions step ``sinks`` moves to the new owner (version 3)
+    sinks: list[MovedSink] = []
 
     @property
     def hold_queue(self) -> str:
@@ -98,6 +123,11 @@ def hold_queue_name(stream: str) -> str:
     return _fit(stream, HOLD)
 
 
+def reply_queue_name(stream: str) -> str:
+    """The local queue the broker answers a move's sink commands on (deleted after)."""
+    return _fit(stream, REPLY)
+
+
 def remote_def_name(route: str, q_mgr: str) -> str:
     """The QREMOTE a non-owner's route aliases to: ``<route>.<owner QM>``."""
     name = f"{route}.{q_mgr}"
@@ -109,10 +139,13 @@ def plan_steps(journal: MoveJournal) -> list[str]:
     others = [n for n in journal.nodes if n != journal.to_q_mgr]
     # a move started by version 1 (no retained copy) continues as it was planned
     copy = ["retained"] if journal.version >= 2 else []
+    # and one started by version 2 (sinks never moved) as well
+    sinks = ["sinks"] if journal.version >= 3 else []
     return (
         [f"hold:{n}" for n in journal.nodes]
         + ["drain"]
         + copy
+        + sinks
         + [f"release:{journal.to_q_mgr}"]
         + [f"release:{n}" for n in others]
         + ["finish"]
@@ -186,8 +219,8 @@ def sinks_off_owner(
     sinks: Mapping[str, Iterable[str]], to_q_mgr: str
 ) -> dict[str, list[str]]:
     """node -> the sink instances subscribed to the stream there, for every node but
-    the new owner (``sinks``: each node's sink subscriptions on the stream). A move
-    does not move sinks: these would stay on a node that no longer owns the stream."""
+    the new owner (``sinks``: each node's sink subscriptions on the stream): those the
+    move takes to the new owner, or, with ``--leave-sinks``, leaves behind."""
     return {n: sorted(set(v)) for n, v in sorted(sinks.items()) if n != to_q_mgr and v}
 
 
