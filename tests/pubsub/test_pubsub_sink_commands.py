@@ -1,0 +1,139 @@
+"""A RegSub/DeregSub whose subscriber queue is a registered sink's backlog queue makes
+or removes that sink's subscription (what ``mqgw streams move`` sends), for the
+gateway's own user identifiers only: anyone else gets the not-authorised response and
+the command is dead-lettered, as for any other refused command (docs/security.md)."""
+
+from __future__ import annotations
+
+from gateway.pubsub.authorisation import Authoriser, Policy
+from gateway.pubsub.engine import PubSubEngine
+from gateway.pubsub.neighbours import Neighbour, NeighbourKind, NeighbourRole
+from gateway.pubsub.options import RegOpt
+from gateway.pubsub.outcome import InboundMessage
+from gateway.pubsub.records import SubFormat
+from gateway.pubsub.store import MemoryStore
+from gateway.wire.constants import MsgType
+from gateway.wire.reasons import Reason
+from tests.support.pubsub_messages import CONTROL, decode, rfh2_message, rfh_message
+
+S = "PRICES"
+BACKLOG = "SYSTEM.MQGW.SINK.mem"
+GATEWAY_USER = "mqgw"
+
+
+def engine(**kw: object) -> PubSubEngine:
+    e = PubSubEngine(
+        "QM1", MemoryStore(), broker_queues=[S],
+        authoriser=Authoriser(Policy(), "QM1", broker_queues=[S],
+                              gateway_users=[GATEWAY_USER]),
+        **kw,  # type: ignore[arg-type]
+    )
+    e.sink_queues[BACKLOG] = "mem"
+    return e
+
+
+def sink_command(command: str, user: str, *, new_only: bool = True, q_mgr: str = "QM1",
+                 reply_to_q_mgr: str = "QM1", reply_to_q: str = "REPLY.Q") -> InboundMessage:
+    psc = [("Command", command)]
+    if command == "RegSub" and new_only:
+        psc.append(("RegOpt", "NewPubsOnly"))
+    psc += [("Topic", f"$SYS/STREAM/{S}/#"), ("QMgrName", q_mgr), ("QName", BACKLOG)]
+    return rfh2_message(CONTROL, psc, reply_to_q=reply_to_q, reply_to_q_mgr=reply_to_q_mgr,
+                        msg_type=MsgType.REQUEST, user_identifier=user)
+
+
+def retain(e: PubSubEngine, topic: str) -> None:
+    out = e.handle(rfh_message(S, [("MQPSCommand", "Publish"), ("MQPSStreamName", S),
+                                   ("MQPSTopic", topic), ("MQPSPubOpts", "RetainPub")],
+                               b"v1", reply_to_q="PUB.Q"))
+    assert out.reason == 0, out
+    e.commit()
+
+
+def sink_subs(e: PubSubEngine) -> list[tuple[str, str, str, int]]:
+    return [(s.destination.sink, s.stream, s.topic, s.reg_opts) for s in e.subscriptions
+            if s.destination.is_sink]
+
+
+def test_the_gateway_makes_and_removes_a_sinks_subscription_by_its_backlog_queue() -> None:
+    e = engine()
+    retain(e, "T/1")
+    out = e.handle(sink_command("RegSub", GATEWAY_USER))
+    assert out.reason == 0 and out.dead_letter is None, out
+    assert out.deliveries == []  # NewPubsOnly: the sink's target has the retained ones
+    e.commit()
+    assert sink_subs(e) == [("mem", S, "#", int(RegOpt.NEW_PUBLICATIONS_ONLY))]
+    (sub,) = [s for s in e.subscriptions if s.destination.is_sink]
+    assert sub.fmt is SubFormat.SINK and sub.destination.queue == ""
+    assert out.response is not None
+    assert decode(out.response.md, out.response.body).get("pscr/Completion") == "ok"
+    # again: the same subscription (a move run again after a crash)
+    again = e.handle(sink_command("RegSub", GATEWAY_USER))
+    assert again.reason == 0 and again.dead_letter is None
+    e.commit()
+    assert len(sink_subs(e)) == 1
+    # a publication now reaches the sink
+    pub = e.handle(rfh_message(S, [("MQPSCommand", "Publish"), ("MQPSStreamName", S),
+                                   ("MQPSTopic", "T/2")], b"new", reply_to_q="PUB.Q"))
+    assert [d.destination.sink for d in pub.deliveries] == ["mem"]
+    e.commit()
+    gone = e.handle(sink_command("DeregSub", GATEWAY_USER))
+    assert gone.reason == 0 and gone.dead_letter is None
+    e.commit()
+    assert sink_subs(e) == []
+    # a DeregSub of a subscription that is gone is answered NOT_REGISTERED (the move
+    # counts it as done), and nothing is dead-lettered
+    twice = e.handle(sink_command("DeregSub", GATEWAY_USER))
+    assert twice.reason == Reason.NOT_REGISTERED and twice.dead_letter is None
+
+
+def test_without_new_pubs_only_the_sink_gets_the_retained_publications() -> None:
+    e = engine()
+    retain(e, "T/1")
+    out = e.handle(sink_command("RegSub", GATEWAY_USER, new_only=False))
+    assert out.reason == 0
+    assert [(d.destination.sink, d.topic) for d in out.deliveries] == [
+        ("mem", f"$SYS/STREAM/{S}/T/1")]
+
+
+def test_an_outsider_naming_a_sinks_backlog_queue_is_refused_and_dead_lettered() -> None:
+    e = engine()
+    e.handle(sink_command("RegSub", GATEWAY_USER))
+    e.commit()
+    for command in ("RegSub", "DeregSub"):
+        out = e.handle(sink_command(command, "app1"))
+        assert out.dead_letter is not None and out.dead_letter.reason == Reason.CF_NOT_AUTHORIZED
+        assert out.mutations == [] and out.deliveries == []
+        assert out.response is not None
+        answer = decode(out.response.md, out.response.body)
+        assert answer.get("pscr/Response/Reason") == "3081"
+        assert "sink 'mem'" in out.dead_letter.detail
+    assert e.authoriser is not None
+    assert e.authoriser.refusals == {("mq", "sink_subscription"): 2}
+    assert sink_subs(e) == [("mem", S, "#", int(RegOpt.NEW_PUBLICATIONS_ONLY))]  # kept
+
+
+def test_a_neighbour_may_not_change_a_sinks_subscriptions() -> None:
+    e = engine()
+    e.set_neighbours({"QM2": Neighbour("QM2", NeighbourKind.GATEWAY, NeighbourRole.CHILD,
+                                       frozenset({S}))})
+    out = e.handle(sink_command("RegSub", "mqm", reply_to_q_mgr="QM2",
+                                reply_to_q="SYSTEM.BROKER.INTER.BROKER.COMMUNICATIONS"))
+    assert out.dead_letter is not None and out.dead_letter.reason == Reason.CF_NOT_AUTHORIZED
+    assert sink_subs(e) == []
+
+
+def test_without_authorisation_nobody_changes_a_sinks_subscriptions() -> None:
+    e = PubSubEngine("QM1", MemoryStore(), broker_queues=[S])
+    e.sink_queues[BACKLOG] = "mem"
+    out = e.handle(sink_command("RegSub", GATEWAY_USER))
+    assert out.dead_letter is not None and out.dead_letter.reason == Reason.CF_NOT_AUTHORIZED
+    assert sink_subs(e) == []
+
+
+def test_a_backlog_queue_of_no_registered_sink_stays_a_refused_subscriber_queue() -> None:
+    e = engine()
+    e.sink_queues.clear()
+    out = e.handle(sink_command("RegSub", GATEWAY_USER))
+    assert out.reason == Reason.Q_NAME_ERROR  # a SYSTEM. queue, as before
+    assert sink_subs(e) == []
