@@ -115,7 +115,9 @@ class Refusal(enum.StrEnum):
     OWN_TOPIC = "own_topic"
     #: a reply topic outside a requester route's ``reply_topics``
     TOPIC_NOT_LISTED = "topic_not_listed"
-    #: a RegSub/DeregSub naming a sink's backlog queue, from anyone but the gateway
+    #: a RegSub/DeregSub naming a sink's backlog queue without the gateway's seal
+    #: (gateway/runtime/sink_command_seal.py), a stale one, a DeregAll, or for a stream
+    #: not ``sinks: owner`` here
     SINK_SUBSCRIPTION = "sink_subscription"
 
 
@@ -455,21 +457,6 @@ class Authoriser:
                 Refusal.QUEUE_NOT_LISTED,
             )
         return _ALLOWED
-
-    def may_manage_sink(self, principal: Principal, sink: str) -> Decision:
-        """May ``principal`` make or remove a subscription of sink ``sink`` (a RegSub or
-        DeregSub naming its backlog queue as the subscriber queue, as ``mqgw streams
-        move`` sends)? Only the gateway itself (one of its own user identifiers, no
-        origin marker), whatever the policy says: a sink sends on with the gateway's
-        authority, and neither a user nor a neighbour chooses what it is sent."""
-        if principal.kind is PrincipalKind.BROKER:
-            return _ALLOWED
-        return Decision(
-            False,
-            f"{principal} may not change the subscriptions of sink {sink!r}: only the "
-            "gateway's own user identifiers may",
-            Refusal.SINK_SUBSCRIPTION,
-        )
 
     def may_use_topic(
         self, principal: Principal, topic: str, own: str, allow: Collection[str] = ()

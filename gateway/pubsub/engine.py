@@ -154,8 +154,15 @@ class PubSubEngine:
         #: Stream/topic/subscriber-queue authorisation (None: everything allowed).
         self.authoriser = authoriser
         #: backlog queue -> its registered sink (the service keeps it): a RegSub or
-        #: DeregSub naming one changes that sink's subscriptions (the gateway's only)
+        #: DeregSub naming one changes that sink's subscriptions (``mqgw streams move``)
         self.sink_queues: dict[str, str] = {}
+        #: the service's check of such a command's seal, ``(md, body) -> ""`` or why not
+        #: (gateway/runtime/sink_command_seal.py); None: every one is refused (no key
+        #: here: IBM MQ). The seal is the authority, not the command's identity
+        self.sink_command_check: Callable[[MQMD, bytes], str] | None = None
+        #: the streams configured ``sinks: owner`` here: a sink command is taken for
+        #: these only (the service sets them)
+        self.sink_owner_streams: frozenset[str] = frozenset()
         self._handlers = CommandHandlers(
             self._state,
             self._fanout,
@@ -165,6 +172,7 @@ class PubSubEngine:
             self.why_broker_queue,
             authoriser,
             self.sink_of,
+            self.why_not_sink_command,
         )
         self.drop_subscriptions_to_own_queues()
 
@@ -173,6 +181,19 @@ class PubSubEngine:
         if q_mgr.strip() not in ("", self.q_mgr_name):
             return ""
         return self.sink_queues.get(queue.strip(), "")
+
+    def why_not_sink_command(self, md: MQMD, body: bytes, streams: Collection[str]) -> str:
+        """"" when a RegSub/DeregSub of a sink on ``streams`` may be taken (sealed by the
+        gateway's key, recent, every stream ``sinks: owner`` here); else why not."""
+        check = self.sink_command_check
+        if check is None:
+            return "this broker takes no sink command (it has no backlog key to check it)"
+        if why := check(md, body):
+            return why
+        others = sorted(set(streams) - self.sink_owner_streams)
+        if others:
+            return f"stream {others[0]} is not configured `sinks: owner` here"
+        return ""
 
     def is_broker_queue(self, q_mgr: str, queue: str) -> bool:
         """True when ``queue`` at ``q_mgr`` is (or resolves to) a queue of this queue
@@ -429,7 +450,7 @@ class PubSubEngine:
                 ResponseDetail(exc.parm_id, exc.value, exc.error_pos),
                 str(exc),
             )
-            outcome.dead_letter = DeadLetter(exc.reason, str(exc))
+            outcome.dead_letter = DeadLetter(exc.dead_letter_reason, str(exc))
             psc, pairs = exc.psc, exc.name_values
             self.counters.dead_letters += 1
         except CommandRefusedError as exc:

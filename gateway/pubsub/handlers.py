@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-from gateway.pubsub.authorisation import Authoriser, Decision, Principal
+from gateway.pubsub.authorisation import Authoriser, Decision, Principal, Refusal
 from gateway.pubsub.commands import STREAM_COMMANDS, Command, CommandName, HeaderKind
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
@@ -96,7 +96,8 @@ class CommandHandlers:
     and which subscriber queues they may name (docs/security.md).
     ``sink_of(q_mgr, queue)`` names the registered sink whose backlog queue that is (""
     for any other queue): a RegSub/DeregSub naming it makes or removes that sink's
-    subscription, for the gateway itself only (``mqgw streams move``).
+    subscription (``mqgw streams move``) when ``why_not_sink_command(md, body,
+    streams)`` says "" (sealed with the gateway's key, recent, ``sinks: owner`` streams).
     """
 
     __slots__ = (
@@ -109,6 +110,7 @@ class CommandHandlers:
         "sink_of",
         "state",
         "why_broker_queue",
+        "why_not_sink_command",
     )
 
     def __init__(
@@ -121,9 +123,12 @@ class CommandHandlers:
         why_broker_queue: Callable[[str, str], str] = lambda q_mgr, queue: "",
         authoriser: Authoriser | None = None,
         sink_of: Callable[[str, str], str] = lambda q_mgr, queue: "",
+        why_not_sink_command: Callable[[MQMD, bytes, Collection[str]], str] = (
+            lambda md, body, streams: "no sink command is taken"),
     ) -> None:
         self.state = state
         self.sink_of = sink_of
+        self.why_not_sink_command = why_not_sink_command
         self.authoriser = authoriser
         self.why_broker_queue = why_broker_queue
         self.fanout = fanout
@@ -492,18 +497,28 @@ class CommandHandlers:
         self, msg: InboundMessage, parsed: ParsedCommand, q_mgr: str, queue: str, correl: bytes
     ) -> str:
         """The sink whose backlog queue a RegSub/DeregSub names ("" for any other
-        queue); refused (dead-lettered) unless the gateway itself sent it."""
+        queue). Refused as not authorised (MQRCCF_NOT_AUTHORIZED in the response, the
+        command dead-lettered with MQRC_NOT_AUTHORIZED, counted, logged summarised)
+        unless sealed with the gateway's key and recent, for ``sinks: owner`` streams
+        only; a DeregAll always (a move removes each subscription by its topic). The
+        command's identity counts for nothing: anyone can write it."""
         sink = self.sink_of(q_mgr, queue)
         if not sink:
             return ""
         cmd = parsed.command
         parm = "MQPSQName" if cmd.header is HeaderKind.RFH else "QName"
-        if self.authoriser is None:
-            raise CommandError(Reason.CF_NOT_AUTHORIZED, f"sink {sink!r}: its subscriptions "
-                               "are changed only under authorisation", parm_id=parm,
-                               value=queue)
-        who = self._principal(msg, parsed, self.source_neighbour(cmd.q_mgr_name, msg.md))
-        self._require(self.authoriser.may_manage_sink(who, sink), cmd, parm, queue)
+        if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
+            why = "DeregAll is never taken for a sink"
+        else:
+            _, patterns = self._command_patterns(msg, cmd)
+            why = self.why_not_sink_command(msg.md, msg.body, {st.stream for _, st in patterns})
+        if why:
+            decision = Decision(False, f"sink {sink!r}: a {cmd.name} naming its backlog queue "
+                                f"is refused: {why}", Refusal.SINK_SUBSCRIPTION)
+            if self.authoriser is not None:
+                self.authoriser.count("mq", decision)  # counted and logged, summarised
+            raise CommandError(Reason.CF_NOT_AUTHORIZED, decision.detail, parm_id=parm,
+                               value=queue, dead_letter_reason=Reason.NOT_AUTHORIZED)
         if correl:
             raise CommandRefusedError(Reason.CORREL_ID_ERROR, f"sink {sink!r}: a sink's "
                                       "subscription has no CorrelId identity")
@@ -530,29 +545,25 @@ class CommandHandlers:
             self.state.upsert_sub(sub, outcome.mutations)
             if not sub.reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
                 outcome.deliveries.extend(self.fanout.retained_deliveries(sub, sub.topic))
+            # rare (an operator's move) and sealed: each one is worth a line
+            log.info("sink %s subscribed to %r on %s by a sealed RegSub (mqgw streams move)",
+                     sink, st.topic, st.stream)
 
     def _dereg_sink_sub(
         self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome, sink: str
     ) -> None:
-        """DeregSub for a sink: as for any subscriber, MQRCCF_NOT_REGISTERED when it
-        had none of the topics (the caller decides whether that is fine)."""
+        """DeregSub for a sink (never DeregAll: :meth:`_sink_identity`): as for any
+        subscriber, MQRCCF_NOT_REGISTERED when it had none of the topics (the caller
+        decides whether that is fine)."""
         cmd = parsed.command
-        dest = Destination(sink=sink)
-        if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
-            stream = self._command_stream(msg, cmd) if cmd.header is HeaderKind.RFH else None
-            keys = [k for k, s in self.state.subs.items()
-                    if s.destination == dest and (stream is None or s.stream == stream)]
-            if not keys:
-                raise CommandRefusedError(Reason.NOT_REGISTERED, "no subscriptions to deregister")
-            for k in keys:
-                self.state.delete_sub(k, outcome.mutations)
-            return
         scheme, patterns = self._command_patterns(msg, cmd)
         missing: list[str] = []
         for raw, st in patterns:
             key: SubKey = (st.stream, int(scheme), st.topic, "", "", sink, b"")
             if key in self.state.subs:
                 self.state.delete_sub(key, outcome.mutations)
+                log.info("sink %s unsubscribed from %r on %s by a sealed DeregSub (mqgw "
+                         "streams move)", sink, st.topic, st.stream)
             else:
                 missing.append(raw)
         if len(missing) == len(patterns):
@@ -619,6 +630,9 @@ class CommandHandlers:
                 self.state.upsert_sub(sub, outcome.mutations)
             if not sub.reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
                 outcome.deliveries.extend(self.fanout.retained_deliveries(sub, sub.topic))
+            # rare (an operator's move) and sealed: each one is worth a line
+            log.info("sink %s subscribed to %r on %s by a sealed RegSub (mqgw streams move)",
+                     sink, st.topic, st.stream)
 
     def dereg_sub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
         cmd = parsed.command

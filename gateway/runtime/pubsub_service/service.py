@@ -54,6 +54,7 @@ import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from gateway.mq.port import (
     Connection,
@@ -91,6 +92,7 @@ from gateway.runtime.pubsub_service.errors import (
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.pubsub_service.sink_backlogs import HandOver, SinkBacklogs
 from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters
+from gateway.runtime.sink_command_seal import SinkCommandCheck
 from gateway.runtime.streams.sink_ownership import SinkDecision
 from gateway.wire.reasons import Reason
 
@@ -202,6 +204,13 @@ class BrokerService:
         )
         for name, sink in (sinks or {}).items():
             self.register_sink(name, sink)
+        # a RegSub/DeregSub naming a sink's backlog queue is taken only sealed with the
+        # backlog key, which ``mqgw streams move`` reads beside the embedded queue
+        # manager's data; on IBM MQ (its key beside the store) none is taken
+        if isinstance(getattr(qm, "path", None), Path):
+            engine.sink_command_check = SinkCommandCheck(self.sink_backlogs.seal.key)
+        engine.sink_owner_streams = frozenset(
+            s.name for s in self.config.streams if s.sinks == "owner")
 
     # ---------------------------------------------------------------- lifecycle -----
 

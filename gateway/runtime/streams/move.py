@@ -27,6 +27,8 @@ from gateway.runtime.backlog_format import (
     backlog_queue_name,
     decode_backlog_message,
 )
+from gateway.runtime.backlog_seal import KEY_FILE, KEY_SIZE
+from gateway.runtime.sink_command_seal import seal_command
 from gateway.runtime.streams.move_plan import (
     MovedSink,
     MoveJournal,
@@ -366,10 +368,12 @@ def parse_display(lines: list[str]) -> dict[str, dict[str, str]]:
 
 @dataclass
 class SocketNode:
-    """A running node reached through its queue manager's local socket."""
+    """A running node reached through its queue manager's local socket; ``data_dir``
+    its queue manager's data directory (its backlog key seals the sink commands)."""
 
     name: str
     conn: Connection
+    data_dir: Path | None = None
 
     @property
     def q_mgr(self) -> str:
@@ -530,13 +534,20 @@ class SocketNode:
 
     async def sink_command(self, sub: MovedSink, stream: str, *, register: bool) -> None:
         command = "RegSub" if register else "DeregSub"
+        key = self._backlog_key()
         reply = reply_queue_name(stream)
         if reply not in await self.queues():
             await self.mqsc(f"DEFINE QLOCAL({reply}) DESCR('answers to mqgw streams move')")
         msg_id = os.urandom(24)
         md, body = sink_command(sub, stream, register=register, q_mgr=self.name,
                                 reply_q=reply, msg_id=msg_id)
-        await self.conn.put1(CONTROL_QUEUE, md, body)
+        seal_command(key, md, body, time.time())  # the broker's only proof it is ours
+        control = await self.conn.open(CONTROL_QUEUE,
+                                       OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT)
+        try:
+            await control.put(md, body, PutOptions(set_all_context=True))
+        finally:
+            await control.close()
         h = await self.conn.open(reply, OpenOption.INPUT_SHARED)
         try:
             msg = await h.get(GetOptions(wait_ms=int(self.answer_wait * 1000),
@@ -556,6 +567,22 @@ class SocketNode:
             raise MoveError(
                 f"{self.name}: its broker refused the {command} of sink {sub.sink} on "
                 f"{stream} {sub.topic!r}: {outcome[1]} {reason_text(outcome[1])}")
+
+    def _backlog_key(self) -> bytes:
+        """This node's backlog key (gateway/runtime/backlog_seal.py), read, never made."""
+        if self.data_dir is None:
+            raise MoveError(f"{self.name}: no data directory to read its backlog key from")
+        path = self.data_dir / KEY_FILE
+        try:
+            key = path.read_bytes()
+        except OSError as exc:
+            raise MoveError(
+                f"{self.name}: cannot read its backlog key {path} ({exc.strerror}): the "
+                "sink commands are sealed with it; run the move as a user who may read "
+                "the gateway's data directory") from None
+        if len(key) != KEY_SIZE:
+            raise MoveError(f"{self.name}: {path} is not a backlog key")
+        return key
 
     async def forget_replies(self, stream: str) -> None:
         with contextlib.suppress(MoveError):
@@ -578,7 +605,7 @@ async def connect_nodes(data_dirs: Mapping[str, Path]) -> dict[str, SocketNode]:
         if conn.q_mgr_name != name:
             await conn.disconnect()
             raise MoveError(f"{d} serves queue manager {conn.q_mgr_name}, not {name}")
-        nodes[name] = SocketNode(name, conn)
+        nodes[name] = SocketNode(name, conn, d)
     if missing:
         await close_nodes(nodes)
         raise MoveError(

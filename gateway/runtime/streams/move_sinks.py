@@ -5,8 +5,8 @@ Why MQ's own pub/sub commands: a sink subscription lives in its gateway's pub/su
 store, which only that gateway's broker changes. A RegSub or DeregSub put on its
 ``SYSTEM.BROKER.CONTROL.QUEUE`` whose subscriber queue (``QMgrName``/``QName``) is a
 registered sink's backlog queue makes or removes that sink's subscription; the broker
-takes it only from the gateway's own user identifiers (docs/security.md), and the local
-socket stamps the move command's puts with its OS user. Both are idempotent as the move
+takes it only sealed with its backlog key (:mod:`gateway.runtime.sink_command_seal`,
+docs/security.md), which the caller adds. Both are idempotent as the move
 needs them: a RegSub of an existing subscription replaces it, and a DeregSub's
 MQRCCF_NOT_REGISTERED (it was removed by a run before a crash) counts as done. The new
 owner's subscription is NewPubsOnly: its sink's target has the retained publications
