@@ -52,8 +52,8 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
   finish
 
 Sinks move with the stream when every node that has one subscribed configures the
-stream with `sinks: owner` (broker.streams) and QM has the same sink instance in its
-configuration; otherwise the move refuses before changing anything (exit 2, naming
+stream with `sinks: owner` (broker.streams) and has that sink instance enabled, and QM
+has the same instance (same plugin) enabled; otherwise the move refuses before changing anything (exit 2, naming
 them), unless --leave-sinks: they then stay where they are, on a node that no longer
 owns STREAM (`mqgw network check` reports sink-on-non-owner).
 
@@ -157,28 +157,56 @@ def _sink_subscriptions(nodes: dict[str, tuple[Path, Path, Path]], stream: str
 
 def _why_sinks_cannot_move(nodes: dict[str, tuple[Path, Path, Path]], stream: str, to: str,
                            moved: list[Any]) -> list[str]:
-    """What keeps the sink subscriptions ``moved`` from moving to ``to``: a node they
-    leave whose configuration would subscribe them again at its next start (the stream
-    not ``sinks: owner``), a sink instance ``to`` does not have."""
+    """What keeps the sink subscriptions ``moved`` from moving to ``to``: a
+    configuration that cannot be loaded; a node they leave whose configuration would
+    subscribe them again at its next start (the stream not ``sinks: owner``), or has
+    not the sink instance enabled (its broker changes only a registered sink's
+    subscriptions: the DeregSub would leave it there); a sink instance ``to`` does not
+    have enabled, or of another plugin."""
     problems: list[str] = []
     configs = {n: load(c) for n, (c, _, _) in nodes.items()}
+    for node in sorted({to, *(m.q_mgr for m in moved)}):
+        if isinstance(configs.get(node), str):
+            problems.append(f"{node}'s configuration cannot be read: {configs[node]}")
+
+    def sinks_of(node: str) -> dict[str, str]:
+        """The enabled plugin instances (each a sink of its broker) -> their plugin."""
+        cfg = configs.get(node)
+        if cfg is None or isinstance(cfg, str):
+            return {}
+        return {p.name: p.plugin for p in cfg.gateway.plugins if p.enabled}
 
     def entry(node: str) -> Any:
-        cfg = configs[node]
-        if isinstance(cfg, str):
+        cfg = configs.get(node)
+        if cfg is None or isinstance(cfg, str):
             return None
         return next((e for e in cfg.gateway.broker.streams if e.name == stream), None)
 
+    plugin_of: dict[str, str] = {}
     for node in sorted({m.q_mgr for m in moved}):
+        if isinstance(configs.get(node), str):
+            continue
         e = entry(node)
         if e is None or e.sinks != "owner":
             problems.append(f"{node} does not configure {stream} with `sinks: owner` (its "
                             "next start would subscribe its sinks again)")
-    target = configs[to]
-    have = set() if isinstance(target, str) else {
-        p.name for p in target.gateway.plugins if p.enabled}
-    for sink in sorted({m.sink for m in moved} - have):
-        problems.append(f"{to} has no enabled sink instance {sink} in its configuration")
+        mine = sinks_of(node)
+        for sink in sorted({m.sink for m in moved if m.q_mgr == node}):
+            if sink in mine:
+                plugin_of.setdefault(sink, mine[sink])
+            else:
+                problems.append(
+                    f"{node} has no enabled sink instance {sink} in its configuration (its "
+                    "broker changes only a registered sink's subscriptions: the one its "
+                    "store keeps would stay; enable the instance there)")
+    if not isinstance(configs.get(to), str):
+        have = sinks_of(to)
+        for sink in sorted({m.sink for m in moved}):
+            if sink not in have:
+                problems.append(f"{to} has no enabled sink instance {sink} in its configuration")
+            elif sink in plugin_of and have[sink] != plugin_of[sink]:
+                problems.append(f"{to}'s sink instance {sink} is of plugin {have[sink]}, not "
+                                f"{plugin_of[sink]} as where it moves from")
     return problems
 
 

@@ -34,21 +34,25 @@ ROUTES = {  # with a transmission queue towards the other node (no channel runs)
 }
 
 
-async def write_configs(tmp: Path, *, sink_on_b: bool = True, owner_on_a: bool = True
-                  ) -> dict[str, Path]:
+async def write_configs(tmp: Path, *, sink_on_b: bool = True, owner_on_a: bool = True,
+                        enabled_on_a: bool = True, plugin_on_b: str = "memory"
+                        ) -> dict[str, Path]:
     out = {}
     for name in ("QMA", "QMB"):
         d = tmp / name
         d.mkdir(parents=True, exist_ok=True)
         # the routes, defined once before the first start (as `mqgw qm mqsc` would)
-        qm = EmbeddedQueueManager(name, d / "qm")
-        qm.run_mqsc(ROUTES[name], stop_on_error=True)
-        await qm.close()
+        if not (d / "qm").exists():  # written again: the configurations only
+            qm = EmbeddedQueueManager(name, d / "qm")
+            qm.run_mqsc(ROUTES[name], stop_on_error=True)
+            await qm.close()
         mode = "owner" if owner_on_a or name == "QMB" else "always"
         sink = (name == "QMA" or sink_on_b)
+        enabled = "false" if name == "QMA" and not enabled_on_a else "true"
+        plugin = plugin_on_b if name == "QMB" else "memory"
         plugins = (
             "plugins:\n"
-            "  - name: mem\n    plugin: memory\n"
+            f"  - name: mem\n    plugin: {plugin}\n    enabled: {enabled}\n"
             f"    config: {{bus: {tmp.name}-{name}, record_file: {d / 'sink.jsonl'},\n"
             f"             subscribe: ['$SYS/STREAM/{S}/#']}}\n"
         ) if sink else ""
@@ -198,3 +202,48 @@ async def test_a_node_whose_start_would_subscribe_the_sink_again_refuses_the_mov
         assert await cli(move_argv(cfgs, "QMB")) == 2
         err = capsys.readouterr().err
         assert f"QMA does not configure {S} with `sinks: owner`" in err, err
+
+
+async def test_a_sink_not_enabled_on_the_node_it_leaves_refuses_the_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its subscription is in QMA's store, but QMA's broker has no such sink registered:
+    a DeregSub there would take the ordinary subscriber path and leave it."""
+    cfgs = await write_configs(tmp_path)
+    async with running({"QMA": cfgs["QMA"]}):
+        pass  # QMA's sink subscribes, its store keeps the subscription
+    await write_configs(tmp_path, enabled_on_a=False)
+    store = tmp_path / "QMA" / "pubsub.db"
+    assert sink_subs(store) == [("mem", "#", 0)]
+    async with running(cfgs) as apps:
+        assert await cli(move_argv(cfgs, "QMB")) == 2
+        err = capsys.readouterr().err
+        assert "QMA has no enabled sink instance mem in its configuration" in err, err
+        assert not (tmp_path / "QMB" / "move-PRICES.json").exists()
+        assert apps["QMA"].qm is not None
+        assert apps["QMA"].qm.catalogue.queues[ROUTE].target == S
+        assert sink_subs(store) == [("mem", "#", 0)]
+
+
+async def test_why_sinks_cannot_move_names_an_unreadable_configuration_and_another_plugin(
+    tmp_path: Path,
+) -> None:
+    from gateway.runtime.streams.move_cli import _why_sinks_cannot_move
+    from gateway.runtime.streams.move_plan import MovedSink
+
+    cfgs = await write_configs(tmp_path, plugin_on_b="nonesuch")
+    nodes = {n: (c, c.parent / "qm", c.parent / "pubsub.db") for n, c in cfgs.items()}
+    moved = [MovedSink(q_mgr="QMA", sink="mem", topic="#", scheme=2)]
+    (why,) = _why_sinks_cannot_move(nodes, S, "QMB", moved)
+    assert why.startswith("QMB's configuration cannot be read: invalid configuration"), why
+    text = cfgs["QMB"].read_text(encoding="utf-8")
+    cfgs["QMB"].write_text(text[:text.index("plugins:")] + (
+        "plugins:\n  - name: mem\n    plugin: kafka\n"
+        "    config: {bootstrap_servers: '127.0.0.1:1'}\n"), encoding="utf-8")
+    problems = _why_sinks_cannot_move(nodes, S, "QMB", moved)
+    assert any("QMB's sink instance mem is of plugin kafka, not memory" in p
+               for p in problems), problems
+    cfgs["QMA"].write_text("queue_manager: [\n", encoding="utf-8")
+    problems = _why_sinks_cannot_move(nodes, S, "QMB", moved)
+    assert problems[0].startswith("QMA's configuration cannot be read"), problems
+    assert not any("sinks: owner" in p for p in problems), problems
