@@ -256,15 +256,18 @@ async def move_sinks(
     to, stream = journal.to_q_mgr, journal.stream
     new = _node(nodes, to)
     made: set[tuple[str, str, int]] = set()
-    for sub in journal.sinks:
-        if (sub.sink, sub.topic, sub.scheme) not in made:
-            made.add((sub.sink, sub.topic, sub.scheme))
-            await new.sink_command(sub, stream, register=True)
-    for sub in journal.sinks:
-        if sub.q_mgr != to:
-            await _node(nodes, sub.q_mgr).sink_command(sub, stream, register=False)
-    for q_mgr in {to, *(s.q_mgr for s in journal.sinks)}:
-        await _node(nodes, q_mgr).forget_replies(stream)
+    try:
+        for sub in journal.sinks:
+            if (sub.sink, sub.topic, sub.scheme) not in made:
+                made.add((sub.sink, sub.topic, sub.scheme))
+                await new.sink_command(sub, stream, register=True)
+        for sub in journal.sinks:
+            if sub.q_mgr != to:
+                await _node(nodes, sub.q_mgr).sink_command(sub, stream, register=False)
+    finally:  # the reply queues go when the step fails too (a run again defines them)
+        for q_mgr in sorted({to, *(s.q_mgr for s in journal.sinks)}):
+            with contextlib.suppress(MQError, MoveError):
+                await _node(nodes, q_mgr).forget_replies(stream)
     return None
 
 

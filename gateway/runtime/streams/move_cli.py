@@ -53,9 +53,11 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
 
 Sinks move with the stream when every node that has one subscribed configures the
 stream with `sinks: owner` (broker.streams) and has that sink instance enabled, and QM
-has the same instance (same plugin) enabled; otherwise the move refuses before changing anything (exit 2, naming
-them), unless --leave-sinks: they then stay where they are, on a node that no longer
-owns STREAM (`mqgw network check` reports sink-on-non-owner).
+has the same instance (same plugin) enabled; otherwise the move refuses before changing
+anything (exit 2, naming them), unless --leave-sinks: they then stay where they are, on
+a node that no longer owns STREAM (`mqgw network check` reports sink-on-non-owner);
+on a node that configures STREAM `sinks: owner`, only until its next start, which
+removes them (that node no longer owns STREAM).
 
 Each step is idempotent and recorded in a journal (--journal) once done: after a crash
 of the command or of a node, run the same command again and it continues where it
@@ -96,8 +98,10 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    "queue to empty, may wait in this run (default 60)")
     p.add_argument("--leave-sinks", action="store_true",
                    help="move the stream without its sinks: those subscribed to it on a "
-                   "node other than QM stay there (without this they move with it, or, "
-                   "when they cannot, the move refuses)")
+                   "node other than QM stay there (until that node's next start where it "
+                   "configures the stream `sinks: owner`: that start removes them); "
+                   "without this they move with it, or, when they cannot, the move "
+                   "refuses")
     p.add_argument("--status", action="store_true", help="show the move's journal and "
                    "each node's route; change nothing")
     p.set_defaults(func=run_move_command, exit_codes=(
@@ -322,7 +326,8 @@ async def _start(
         moved = [m for n, v in sorted(sinks.items()) if n != args.to for m in v]
         where = "; ".join(f"{', '.join(v)} on {n}" for n, v in left.items())
         if left and args.leave_sinks:
-            print(f"leaving sink(s) where they are: {where}")
+            print(f"leaving sink(s) where they are: {where} (a node configuring "
+                  f"{args.stream} `sinks: owner` removes them at its next start)")
             moved = []
         elif left:
             problems = _why_sinks_cannot_move(nodes, args.stream, args.to, moved)
@@ -332,7 +337,8 @@ async def _start(
                     f"{where}; they cannot move to {args.to}: {'; '.join(problems)} "
                     "(docs/scaling.md, \"Sinks and retained publications\"). Give "
                     "--leave-sinks to move the stream and leave them where they are "
-                    "(`mqgw network check` then reports them as sink-on-non-owner)"
+                    "(`mqgw network check` then reports them as sink-on-non-owner; a node "
+                    "configuring it `sinks: owner` removes them at its next start)"
                 )
             print(f"moving sink(s) with the stream: {where}")
         now = datetime.now(UTC).isoformat(timespec="seconds")

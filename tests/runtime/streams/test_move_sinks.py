@@ -177,6 +177,8 @@ async def test_a_step_stopped_between_its_commands_ends_the_same_when_run_again(
     net.nodes[A].fail_next_dereg = True
     j, why = await run_move(at_sinks([MEM_A]), net.nodes, lambda _: None, poll=0.001)  # type: ignore[arg-type]
     assert why is not None and "connection broken" in why and next_step(j) == "sinks"
+    # the reply queues are removed though the step failed
+    assert [e for e in net.log if e[0] == "forget"] == [("forget", A, S), ("forget", B, S)]
     # both subscribed while the routes hold: nothing is published meanwhile
     assert net.nodes[B].sinks == net.nodes[A].sinks == {("mem", "#", 2)}
     j, why = await run_move(j, net.nodes, lambda _: None, poll=0.001)  # type: ignore[arg-type]
