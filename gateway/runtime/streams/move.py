@@ -53,6 +53,7 @@ __all__ = [
     "SocketNode",
     "close_nodes",
     "connect_nodes",
+    "deep_backlogs",
     "drained",
     "move_sinks",
     "parse_display",
@@ -221,6 +222,27 @@ async def release(
         # Left in place (put-inhibited) while a publisher still has it open.
         with contextlib.suppress(MoveError):
             await node.mqsc(f"DELETE QLOCAL({hq}) NOPURGE")
+
+
+#: Messages a moving sink's backlog queue may hold on its old node when the move
+#: starts. Step ``sinks`` waits, with every route holding, until that backlog holds
+#: nothing of the stream: a deeper one says the sink's target is down or behind, and
+#: the move would turn that sink outage into a publishing outage (bounded only by
+#: ``--timeout``).
+SINK_BACKLOG_LIMIT = 1000
+
+
+async def deep_backlogs(nodes: Mapping[str, MoveNode], sinks: list[MovedSink]) -> list[str]:
+    """Each sink of ``sinks`` whose backlog queue on its node holds more than
+    :data:`SINK_BACKLOG_LIMIT` messages (CURDEPTH: all its streams, a forwarder's
+    uncommitted gets included), as "sink S on QM holds N message(s)"."""
+    out: list[str] = []
+    for q_mgr, sink in sorted({(s.q_mgr, s.sink) for s in sinks}):
+        q = (await _node(nodes, q_mgr).queues()).get(backlog_queue_name(sink))
+        depth = int(q.get("CURDEPTH", "0") or 0) if q is not None else 0
+        if depth > SINK_BACKLOG_LIMIT:
+            out.append(f"sink {sink}'s backlog on {q_mgr} holds {depth} message(s)")
+    return out
 
 
 async def sinks_settled(nodes: Mapping[str, MoveNode], journal: MoveJournal) -> str | None:

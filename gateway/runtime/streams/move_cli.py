@@ -58,6 +58,9 @@ anything (exit 2, naming them), unless --leave-sinks: they then stay where they 
 a node that no longer owns STREAM (`mqgw network check` reports sink-on-non-owner);
 on a node that configures STREAM `sinks: owner`, only until its next start, which
 removes them (that node no longer owns STREAM).
+A sink to move whose backlog queue holds more than 1,000 messages on its old node
+refuses the move as well (exit 2, nothing changed): its target may be down, and step
+sinks would hold every publication of STREAM until the backlog had sent them.
 
 Each step is idempotent and recorded in a journal (--journal) once done: after a crash
 of the command or of a node, run the same command again and it continues where it
@@ -339,6 +342,16 @@ async def _start(
                     "--leave-sinks to move the stream and leave them where they are "
                     "(`mqgw network check` then reports them as sink-on-non-owner; a node "
                     "configuring it `sinks: owner` removes them at its next start)"
+                )
+            from gateway.runtime.streams.move import SINK_BACKLOG_LIMIT, deep_backlogs
+
+            if deep := await deep_backlogs(conns, moved):
+                return _err(
+                    f"{'; '.join(deep)}, more than {SINK_BACKLOG_LIMIT}: the sink's target "
+                    "may be down or behind, and step sinks would hold every publication of "
+                    f"{args.stream} (the routes held) until the backlog has sent what it "
+                    "holds of the stream. Nothing was changed: retry once it has caught up, "
+                    "or give --leave-sinks"
                 )
             print(f"moving sink(s) with the stream: {where}")
         now = datetime.now(UTC).isoformat(timespec="seconds")

@@ -247,3 +247,35 @@ async def test_why_sinks_cannot_move_names_an_unreadable_configuration_and_anoth
     problems = _why_sinks_cannot_move(nodes, S, "QMB", moved)
     assert problems[0].startswith("QMA's configuration cannot be read"), problems
     assert not any("sinks: owner" in p for p in problems), problems
+
+
+async def test_a_sink_whose_backlog_is_deep_refuses_the_move_before_anything_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sink whose target is down: its backlog grows on QMA; a move would hold every
+    publication of the stream until it had sent them, so it refuses instead."""
+    from gateway.runtime.streams import move
+
+    monkeypatch.setattr(move, "SINK_BACKLOG_LIMIT", 20)  # 1,000 in use; same code path
+    cfgs = await write_configs(tmp_path)
+    async with running(cfgs) as apps:
+        qm = apps["QMA"].qm
+        assert qm is not None
+        bus = get_bus(f"{tmp_path.name}-QMA")
+        bus.down = True  # the sink's target is unreachable: sends fail, retriably
+        for i in range(30):
+            await publish(apps["QMA"], f"p{i}".encode())
+        await until(lambda: qm.queue_depth("SYSTEM.MQGW.SINK.mem") == 30, "the backlog")
+        assert await cli(move_argv(cfgs, "QMB")) == 2
+        err = capsys.readouterr().err
+        assert ("sink mem's backlog on QMA holds 30 message(s), more than 20: the sink's "
+                "target may be down") in err, err
+        assert "--leave-sinks" in err
+        assert not (tmp_path / "QMB" / "move-PRICES.json").exists()
+        assert qm.catalogue.queues[ROUTE].target == S
+        assert not [q for q in qm.catalogue.queues if q.startswith("MQGW.MOVE.")]
+        bus.down = False  # the target is back: the backlog empties, the move goes
+        await until(lambda: qm.queue_depth("SYSTEM.MQGW.SINK.mem") == 0, "the backlog",
+                    timeout=60)
+        assert await cli(move_argv(cfgs, "QMB")) == 0
+        assert len(payloads(tmp_path, "QMA")) == 30
