@@ -534,7 +534,7 @@ class GatewayApp:
                 for sub in await service.unsubscribe_sinks(stream):
                     log.info("sinks: removed sink %s's subscription to %r on %s (another "
                              "node owns the stream)", sub.destination.sink, sub.topic, stream)
-        service.sink_gate = gate
+        service.sink_gate = lambda stream: gate(stream) is SinkDecision.SUBSCRIBE
 
     async def _register_planned_subscriptions(self, instances: list[PluginInstance]) -> None:
         """Every route's subscription exists before the first get (issue 12 item 9): what

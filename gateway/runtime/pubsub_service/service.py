@@ -93,7 +93,6 @@ from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.pubsub_service.sink_backlogs import HandOver, SinkBacklogs
 from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters
 from gateway.runtime.sink_command_seal import SinkCommandCheck
-from gateway.runtime.streams.sink_ownership import SinkDecision
 from gateway.wire.reasons import Reason
 
 __all__ = ["BrokerService", "ServiceCounters"]
@@ -174,10 +173,10 @@ class BrokerService:
         #: sink subscriptions made since this process started: subscribing again within
         #: a run changes nothing (no second replay of the retained publications)
         self._sink_subs: dict[tuple[str, str, Scheme, RegOpt], Subscription] = {}
-        #: per stream, whether a sink may subscribe to it now (None: always); the
+        #: per stream, whether a sink may subscribe to it here now (None: always); the
         #: runtime sets it for ``sinks: owner`` streams (gateway/runtime/streams/
         #: sink_ownership.py)
-        self.sink_gate: Callable[[str], SinkDecision] | None = None
+        self.sink_gate: Callable[[str], bool] | None = None
         #: the dead-letter queue, once known (asked of the queue manager at start)
         self._dlq = ""
         self._batch_ids: list[bytes] = []
@@ -268,8 +267,7 @@ class BrokerService:
             raise BrokerError(f"no sink called {sink!r} is registered")
         if self.sink_gate is not None:
             stream = split_subscription_topic(topic, scheme, "Topic").stream
-            decision = self.sink_gate(stream)
-            if decision is not SinkDecision.SUBSCRIBE:
+            if not self.sink_gate(stream):
                 return None
         key = (sink, topic, scheme, reg_opts)
         made = self._sink_subs.get(key)

@@ -28,7 +28,6 @@ decided when the move starts:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -36,6 +35,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gateway.runtime.streams.route_state import (
+    HOLD,
+    MAX_NAME,
+    RouteState,
+    fit_queue_name,
+    hold_queue_name,
+    route_state,
+)
 
 __all__ = [
     "HOLD",
@@ -58,11 +66,8 @@ __all__ = [
 ]
 
 JOURNAL_VERSION = 3
-#: Prefix of the holding queue a move defines on every node (one per stream).
-HOLD = "MQGW.MOVE.HOLD."
 #: Prefix of the queue the brokers answer a move's sink commands on.
 REPLY = "MQGW.MOVE.REPLY."
-_MAX_NAME = 48
 
 
 class MovedSink(BaseModel):
@@ -110,28 +115,15 @@ class MoveJournal(BaseModel):
         return next_step(self) is None
 
 
-def _fit(name: str, prefix: str) -> str:
-    """``prefix + name`` when it is a valid MQ name length, else a hashed stand-in."""
-    if len(prefix) + len(name) <= _MAX_NAME:
-        return prefix + name
-    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16].upper()
-    return prefix + digest
-
-
-def hold_queue_name(stream: str) -> str:
-    """The local queue that holds ``stream``'s new publications during a move."""
-    return _fit(stream, HOLD)
-
-
 def reply_queue_name(stream: str) -> str:
     """The local queue the broker answers a move's sink commands on (deleted after)."""
-    return _fit(stream, REPLY)
+    return fit_queue_name(stream, REPLY)
 
 
 def remote_def_name(route: str, q_mgr: str) -> str:
     """The QREMOTE a non-owner's route aliases to: ``<route>.<owner QM>``."""
     name = f"{route}.{q_mgr}"
-    return name if len(name) <= _MAX_NAME else _fit(name, "MQGW.ROUTE.")
+    return name if len(name) <= MAX_NAME else fit_queue_name(name, "MQGW.ROUTE.")
 
 
 def plan_steps(journal: MoveJournal) -> list[str]:
@@ -178,41 +170,6 @@ def release_target(journal: MoveJournal, q_mgr: str) -> str:
     if q_mgr == journal.to_q_mgr:
         return journal.stream
     return remote_def_name(journal.route, journal.to_q_mgr)
-
-
-class RouteState(BaseModel):
-    """What one node's route says (read from its definitions)."""
-
-    q_mgr: str
-    #: the queue manager that owns the stream by this node's route; "" when held or unknown
-    owner: str = ""
-    held: bool = False
-    problem: str = ""
-
-
-def route_state(
-    q_mgr: str,
-    stream: str,
-    route: str,
-    alias_target: str | None,
-    remote: tuple[str, str] | None,
-) -> RouteState:
-    """Decide whom ``q_mgr``'s route names. ``alias_target``: TARGET of ``QALIAS(route)``
-    (None: no such alias); ``remote``: (RNAME, RQMNAME) of that target when it is a
-    QREMOTE (None otherwise)."""
-    if alias_target is None:
-        return RouteState(q_mgr=q_mgr, problem=f"no QALIAS({route}) on {q_mgr}")
-    if alias_target == stream:
-        return RouteState(q_mgr=q_mgr, owner=q_mgr)
-    if alias_target == hold_queue_name(stream):
-        return RouteState(q_mgr=q_mgr, held=True)
-    if remote is not None and remote[0] == stream and remote[1]:
-        return RouteState(q_mgr=q_mgr, owner=remote[1])
-    return RouteState(
-        q_mgr=q_mgr,
-        problem=f"QALIAS({route}) on {q_mgr} names {alias_target}, which is neither "
-        f"{stream} nor a QREMOTE with RNAME({stream})",
-    )
 
 
 def sinks_off_owner(

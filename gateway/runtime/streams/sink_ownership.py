@@ -3,7 +3,7 @@
 
 Why from the route: ownership is what MQ routing says, the stream's publishing route
 (``QALIAS(<route>)``) naming the local stream queue, the same reading ``mqgw streams
-move`` makes (:func:`gateway.runtime.streams.move_plan.route_state`). The owner's sinks
+move`` makes (:func:`gateway.runtime.streams.route_state.route_state`). The owner's sinks
 subscribe; a node whose route names another owner does not, and drops the sink
 subscriptions its store kept (the move took them to the new owner); while a move holds
 the route (or the route cannot be read) nothing is decided: the store is kept as it is,
@@ -16,7 +16,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway.runtime.streams.move_plan import RouteState, route_state
+from gateway.runtime.streams.route_state import RouteState, route_state
 
 __all__ = [
     "QueueLookup",
@@ -79,7 +79,8 @@ def read_catalogue_route(lookup: QueueLookup, q_mgr: str, stream: str, route: st
 
 
 class SinkGate:
-    """The service's ``sink_gate``: per stream, whether a sink subscribes to it here
+    """Behind the service's ``sink_gate`` (a sink subscribes while this says
+    SUBSCRIBE): per stream, whether a sink subscribes to it here
     now, read from the route at each ask (a plugin that subscribes again after a failed
     start gets today's answer, not the one of the gateway's start). ``routes``: each
     ``sinks: owner`` stream's route; other streams always subscribe. ``report`` is told
