@@ -51,7 +51,6 @@ from gateway.pubsub.records import (
     Destination,
     Publisher,
     RetainedPublication,
-    SubFormat,
     SubKey,
     Subscription,
 )
@@ -389,22 +388,9 @@ class PubSubEngine:
         due to it; the caller commits like any other unit of work."""
         out: list[Mutation] = []
         st = split_subscription_topic(topic, scheme, "Topic")
-        sub = Subscription(
-            stream=st.stream,
-            topic=st.topic,
-            scheme=scheme,
-            destination=Destination(sink=sink),
-            fmt=SubFormat.SINK,
-            reg_opts=int(reg_opts),
-            sub_name=sub_name,
-            created=self.clock(),
-        )
-        self._state.upsert_sub(sub, out)
+        made = self._handlers.subscribe_sink(sink, st, scheme, reg_opts, sub_name, out)
         self._state.pending.extend(out)
-        deliveries: list[Delivery] = []
-        if not reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
-            deliveries = self._fanout.retained_deliveries(sub, sub.topic)
-        return sub, deliveries
+        return made
 
     def unsubscribe_sink(self, sink: str, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> bool:
         """Remove a sink subscription; False when there was none."""

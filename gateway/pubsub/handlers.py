@@ -28,7 +28,7 @@ from gateway.pubsub.inbound import ParsedCommand
 from gateway.pubsub.neighbours import NeighbourKind, delete_forwards
 from gateway.pubsub.options import DelOpt, PubOpt, RegOpt
 from gateway.pubsub.origin import split_origin
-from gateway.pubsub.outcome import Counters, InboundMessage, Outcome
+from gateway.pubsub.outcome import Counters, Delivery, InboundMessage, Outcome
 from gateway.pubsub.records import (
     Destination,
     Publication,
@@ -39,6 +39,7 @@ from gateway.pubsub.records import (
     Subscription,
 )
 from gateway.pubsub.responses import ResponseDetail
+from gateway.pubsub.store import Mutation
 from gateway.pubsub.streams import (
     DEFAULT_STREAM,
     INTER_BROKER_QUEUE,
@@ -527,27 +528,38 @@ class CommandHandlers:
     def _reg_sink_sub(
         self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome, sink: str
     ) -> None:
-        """RegSub for a sink: its subscription as the sink itself makes it (in-process,
-        no user identity), with the command's options; retained publications go to
-        its backlog unless NewPubsOnly/PubOnReqOnly."""
+        """RegSub for a sink: its subscription as the sink itself makes it
+        (:meth:`subscribe_sink`), with the command's options."""
         cmd = parsed.command
         scheme, patterns = self._command_patterns(msg, cmd)
-        now = self.clock()
         for _raw, st in patterns:
-            sub = Subscription(
-                stream=st.stream, topic=st.topic, scheme=scheme,
-                destination=Destination(sink=sink), fmt=SubFormat.SINK,
-                reg_opts=int(cmd.reg_opts), created=now,
-            )
-            existing = self.state.subs.get(sub.key)
-            if existing is not None:
-                sub.created = existing.created
-            self.state.upsert_sub(sub, outcome.mutations)
-            if not sub.reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
-                outcome.deliveries.extend(self.fanout.retained_deliveries(sub, sub.topic))
+            _, deliveries = self.subscribe_sink(sink, st, scheme, RegOpt(int(cmd.reg_opts)),
+                                                "", outcome.mutations)
+            outcome.deliveries.extend(deliveries)
             # rare (an operator's move) and sealed: each one is worth a line
             log.info("sink %s subscribed to %r on %s by a sealed RegSub (mqgw streams move)",
                      sink, st.topic, st.stream)
+
+    def subscribe_sink(
+        self, sink: str, st: StreamTopic, scheme: Scheme, reg_opts: RegOpt, sub_name: str,
+        mutations: list[Mutation],
+    ) -> tuple[Subscription, list[Delivery]]:
+        """Make (or replace: its creation time kept) the in-process sink ``sink``'s
+        subscription to ``st``; the retained deliveries due to it unless NewPubsOnly or
+        PubOnReqOnly. The engine's own :meth:`PubSubEngine.subscribe_sink` and a RegSub
+        naming the sink's backlog queue both make it here."""
+        sub = Subscription(
+            stream=st.stream, topic=st.topic, scheme=scheme,
+            destination=Destination(sink=sink), fmt=SubFormat.SINK,
+            reg_opts=int(reg_opts), sub_name=sub_name, created=self.clock(),
+        )
+        existing = self.state.subs.get(sub.key)
+        if existing is not None:
+            sub.created = existing.created
+        self.state.upsert_sub(sub, mutations)
+        if reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
+            return sub, []
+        return sub, self.fanout.retained_deliveries(sub, sub.topic)
 
     def _dereg_sink_sub(
         self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome, sink: str
@@ -557,19 +569,14 @@ class CommandHandlers:
         decides whether that is fine)."""
         cmd = parsed.command
         scheme, patterns = self._command_patterns(msg, cmd)
-        missing: list[str] = []
-        for raw, st in patterns:
-            key: SubKey = (st.stream, int(scheme), st.topic, "", "", sink, b"")
-            if key in self.state.subs:
-                self.state.delete_sub(key, outcome.mutations)
-                log.info("sink %s unsubscribed from %r on %s by a sealed DeregSub (mqgw "
-                         "streams move)", sink, st.topic, st.stream)
-            else:
-                missing.append(raw)
-        if len(missing) == len(patterns):
-            parm = _topic_parm(cmd)
-            raise CommandRefusedError(Reason.NOT_REGISTERED, f"not registered for {missing[0]!r}",
-                                      parm_id=parm, value=missing[0])
+
+        def removed(sub: Subscription) -> None:
+            log.info("sink %s unsubscribed from %r on %s by a sealed DeregSub (mqgw "
+                     "streams move)", sink, sub.topic, sub.stream)
+
+        self._deregister(cmd, outcome, patterns,
+                         lambda st: (st.stream, int(scheme), st.topic, "", "", sink, b""),
+                         removed)
 
     # ---------------------------------------------------------------- subscriptions -
 
@@ -640,7 +647,6 @@ class CommandHandlers:
         if sink := self._sink_identity(msg, parsed, q_mgr, queue, correl):
             self._dereg_sink_sub(msg, parsed, outcome, sink)
             return
-        parm = _topic_parm(cmd)
         dest = Destination(q_mgr, queue)
         if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
             stream = self._command_stream(msg, cmd) if cmd.header is HeaderKind.RFH else None
@@ -670,12 +676,30 @@ class CommandHandlers:
         self._authorise_subscriber(
             msg, parsed, (q_mgr, queue, correl), scheme, patterns, check_queue=False
         )
+        self._deregister(
+            cmd, outcome, patterns,
+            lambda st: (st.stream, int(scheme), st.topic, q_mgr, queue, "", correl),
+            lambda existing: _check_owner(existing, msg.md.user_identifier, cmd),
+        )
+
+    def _deregister(
+        self,
+        cmd: Command,
+        outcome: Outcome,
+        patterns: list[tuple[str, StreamTopic]],
+        key_of: Callable[[StreamTopic], SubKey],
+        before_delete: Callable[[Subscription], None],
+    ) -> None:
+        """Delete the subscription of each pattern (``before_delete`` sees each first,
+        and may refuse it by raising); MQRCCF_NOT_REGISTERED when none existed, a
+        warning naming the first missing one when some did not."""
+        parm = _topic_parm(cmd)
         missing: list[str] = []
         for raw, st in patterns:
-            key: SubKey = (st.stream, int(scheme), st.topic, q_mgr, queue, "", correl)
+            key = key_of(st)
             existing = self.state.subs.get(key)
             if existing is not None:
-                _check_owner(existing, msg.md.user_identifier, cmd)
+                before_delete(existing)
                 self.state.delete_sub(key, outcome.mutations)
             else:
                 missing.append(raw)

@@ -438,7 +438,21 @@ class SocketNode:
 
     async def _count_for(self, xmitq: str, q_name: str) -> tuple[int, int]:
         """(messages browsed, those whose header names ``q_name``)."""
-        h = await self.conn.open(xmitq, OpenOption.BROWSE)
+
+        def for_q_name(md: MQMD, body: bytes) -> bool:
+            if md.format != FMT_XMIT_Q_HEADER:
+                return False
+            try:
+                return unwrap_from_xmitq(md, body).remote_q_name == q_name
+            except WireError:
+                return False
+
+        return await self._browse_count(xmitq, for_q_name)
+
+    async def _browse_count(self, queue: str, matches: Callable[[MQMD, bytes], bool]
+                            ) -> tuple[int, int]:
+        """(messages a browse of ``queue`` sees, those ``matches``)."""
+        h = await self.conn.open(queue, OpenOption.BROWSE)
         count = seen = 0
         try:
             browse = Browse.FIRST
@@ -451,13 +465,7 @@ class SocketNode:
                     raise
                 seen += 1
                 browse = Browse.NEXT
-                if msg.md.format != FMT_XMIT_Q_HEADER:
-                    continue
-                try:
-                    x = unwrap_from_xmitq(msg.md, msg.body)
-                except WireError:
-                    continue
-                if x.remote_q_name == q_name:
+                if matches(msg.md, msg.body):
                     count += 1
         finally:
             await h.close()
@@ -523,7 +531,6 @@ class SocketNode:
             with contextlib.suppress(MQError):
                 await dst.close()
 
-
     async def backlog_holds(self, sink: str, stream: str) -> int:
         """Browsed messages whose envelope is of ``stream``, plus every message of the
         depth a browse cannot see (a get the forwarder has not committed may be one)."""
@@ -532,26 +539,14 @@ class SocketNode:
         depth = int(q.get("CURDEPTH", "0") or 0) if q is not None else 0
         if not depth:
             return 0
-        h = await self.conn.open(queue, OpenOption.BROWSE)
-        seen = count = 0
-        try:
-            browse = Browse.FIRST
-            while True:
-                try:
-                    msg = await h.get(GetOptions(browse=browse))
-                except MQError as exc:
-                    if exc.reason == Reason.NO_MSG_AVAILABLE:
-                        break
-                    raise
-                seen += 1
-                browse = Browse.NEXT
-                try:
-                    if decode_backlog_message(msg.body).stream == stream:
-                        count += 1
-                except BacklogFormatError:
-                    continue  # its forwarder dead-letters it: nothing of the stream
-        finally:
-            await h.close()
+
+        def of_stream(md: MQMD, body: bytes) -> bool:
+            try:
+                return decode_backlog_message(body).stream == stream
+            except BacklogFormatError:
+                return False  # its forwarder dead-letters it: nothing of the stream
+
+        seen, count = await self._browse_count(queue, of_stream)
         return count + max(0, depth - seen)
 
     #: Seconds the broker has to answer a sink command.

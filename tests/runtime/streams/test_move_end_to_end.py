@@ -24,6 +24,7 @@ from tests.support.stream_move import (
     QMB,
     ROUTE,
     STREAM,
+    MoveNetwork,
     Traffic,
     other,
     register_subscriber,
@@ -37,26 +38,51 @@ from tests.support.stream_move import (
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
 
+async def timed_move(net: MoveNetwork, to: str, took: dict[str, float]) -> str:
+    """Move PRICES to ``to`` (it must succeed); its seconds in ``took``; its output."""
+    t0 = time.monotonic()
+    rc, out = await net.move(to)
+    took[to] = round(time.monotonic() - t0, 2)
+    assert rc == 0, out
+    return out
+
+
+async def publishers_going(net: MoveNetwork, traffic: Traffic) -> None:
+    traffic.start()
+    await until(lambda: all(len(p.sent) >= 20 for p in traffic.publishers.values()), 30, net,
+                "publishers never got going")
+
+
+async def publishing_goes_on(net: MoveNetwork, traffic: Traffic) -> None:
+    """Every publisher puts 20 more (the move is over for them)."""
+    before = {n: len(p.sent) for n, p in traffic.publishers.items()}
+    await until(lambda: all(len(p.sent) >= before[n] + 20
+                            for n, p in traffic.publishers.items()),
+                30, net, "publishing did not go on after the move")
+
+
+async def all_delivered(net: MoveNetwork, traffic: Traffic, root: Path) -> None:
+    """Publishing stopped, every publication has reached both subscribers and a sink."""
+    traffic.stop_publishing()
+    await until(lambda: traffic.missing() == 0, 60, net,
+                "every publication at both subscribers")
+    sent = traffic.sent()
+    await until(lambda: sent <= set(sink_payloads(root, QMA)) | set(sink_payloads(root, QMB)),
+                60, net, "every publication at a sink")
+
+
 async def test_move_a_stream_there_and_back_under_load(tmp_path: Path) -> None:
     net = await start_move_network(tmp_path)
     traffic = Traffic(net)
     took: dict[str, float] = {}
     try:
-        traffic.start()
+        await publishers_going(net, traffic)
         pubs = traffic.publishers
-        await until(lambda: all(len(p.sent) >= 20 for p in pubs.values()), 30, net,
-                    "publishers never got going")
         for to in (QMB, QMA):
-            t0 = time.monotonic()
-            rc, out = await net.move(to)
-            took[to] = round(time.monotonic() - t0, 2)
-            assert rc == 0, out
+            out = await timed_move(net, to, took)
             assert f"{STREAM} is now owned by {to}" in out, out
             assert [await route_owner(net, n) for n in NODES] == [to, to]
-            before = {n: len(p.sent) for n, p in pubs.items()}
-            await until(lambda b=before: all(len(p.sent) >= b[n] + 20
-                                             for n, p in pubs.items()),
-                        30, net, "publishing did not go on after the move")
+            await publishing_goes_on(net, traffic)
         traffic.stop_publishing()
         await until(lambda: traffic.missing() == 0, 60, net,
                     "every publication at both subscribers")
@@ -141,29 +167,14 @@ async def test_the_sinks_move_with_the_stream_there_and_back_under_load(
     took: dict[str, float] = {}
     ended: dict[str, int] = {}  # the old owner's sink output when its move ended
     try:
-        traffic.start()
-        pubs = traffic.publishers
-        await until(lambda: all(len(p.sent) >= 20 for p in pubs.values()), 30, net,
-                    "publishers never got going")
+        await publishers_going(net, traffic)
         assert sink_payloads(tmp_path, QMB) == []  # QMB does not own PRICES
         for to in (QMB, QMA):
-            t0 = time.monotonic()
-            rc, out = await net.move(to)
-            took[to] = round(time.monotonic() - t0, 2)
-            assert rc == 0, out
+            out = await timed_move(net, to, took)
             assert f"moving sink(s) with the stream: mem on {other(to)}" in out, out
             ended[other(to)] = len(sink_payloads(tmp_path, other(to)))
-            before = {n: len(p.sent) for n, p in pubs.items()}
-            await until(lambda b=before: all(len(p.sent) >= b[n] + 20
-                                             for n, p in pubs.items()),
-                        30, net, "publishing did not go on after the move")
-        traffic.stop_publishing()
-        await until(lambda: traffic.missing() == 0, 60, net,
-                    "every publication at both subscribers")
-        sent = traffic.sent()
-        await until(lambda: sent <= set(sink_payloads(tmp_path, QMA))
-                    | set(sink_payloads(tmp_path, QMB)), 60, net,
-                    "every publication at a sink")
+            await publishing_goes_on(net, traffic)
+        await all_delivered(net, traffic, tmp_path)
     finally:
         await traffic.close()
         await net.close()
@@ -184,10 +195,7 @@ async def test_a_move_stopped_in_its_sinks_step_and_run_again_loses_and_repeats_
     net = await start_move_network(tmp_path, sinks=True)
     traffic = Traffic(net)
     try:
-        traffic.start()
-        pubs = traffic.publishers
-        await until(lambda: all(len(p.sent) >= 20 for p in pubs.values()), 30, net,
-                    "publishers never got going")
+        await publishers_going(net, traffic)
         proc = await net.spawn_move(QMB)
         assert proc.stdout is not None
         said = b""
@@ -204,16 +212,8 @@ async def test_a_move_stopped_in_its_sinks_step_and_run_again_loses_and_repeats_
         assert rc == 0, out
         assert "continuing the move of PRICES" in out, out
         ended = len(sink_payloads(tmp_path, QMA))
-        before = {n: len(p.sent) for n, p in pubs.items()}
-        await until(lambda: all(len(p.sent) >= before[n] + 20 for n, p in pubs.items()),
-                    30, net, "publishing did not go on after the move")
-        traffic.stop_publishing()
-        await until(lambda: traffic.missing() == 0, 60, net,
-                    "every publication at both subscribers")
-        sent = traffic.sent()
-        await until(lambda: sent <= set(sink_payloads(tmp_path, QMA))
-                    | set(sink_payloads(tmp_path, QMB)), 60, net,
-                    "every publication at a sink")
+        await publishing_goes_on(net, traffic)
+        await all_delivered(net, traffic, tmp_path)
     finally:
         await traffic.close()
         await net.close()
