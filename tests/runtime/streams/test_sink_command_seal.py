@@ -178,3 +178,14 @@ async def test_only_a_recent_sealed_command_for_an_owner_stream_is_taken(
                              ("mem", S, "T/#", int(RegOpt.NEW_PUBLICATIONS_ONLY))]
         assert f"sink mem subscribed to 'T/#' on {S} by a sealed RegSub" in caplog.text
         assert refusals(app) == 4
+        # whoever puts it, however it arrives: the seal is the authority (a DeregSub
+        # over a channel with a user that is not the gateway's)
+        md, body = sink_command(sub, S, register=False, q_mgr="QMA", reply_q="SINK.ANSWERS",
+                                msg_id=os.urandom(24))
+        md.user_identifier = "nobody"
+        seal_command(key, md, body, time.time())
+        async with await app.qm.connect() as conn:
+            await conn.deliver_transmission(*wrap_for_xmitq(md, body, CONTROL_QUEUE, "QMA"))
+        await until(lambda: len(subs(app)) == 1, "the sealed DeregSub taken")
+        assert subs(app) == [("mem", S, "#", 0)]
+        assert refusals(app) == 4
