@@ -42,7 +42,9 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
               the retained copies and the old nodes' sink backlogs hold nothing of
               STREAM: each such sink's subscription is made on QM (RegSub naming its
               backlog queue, NewPubsOnly) and removed where it was (DeregSub), by each
-              node's broker
+              node's broker; each command is sealed with that node's backlog key
+              (backlog.key in its queue manager's data directory: run the move as a
+              user who may read it), the only authority a broker takes it on
   release:QM  the new owner first, then every other node: the held publications go, in
               their order, to the new owner's STREAM, then ROUTE names it there (a
               QREMOTE <ROUTE>.<QM> is defined on the other nodes). For the moment the
