@@ -554,7 +554,7 @@ class SocketNode:
 
     async def sink_command(self, sub: MovedSink, stream: str, *, register: bool) -> None:
         command = "RegSub" if register else "DeregSub"
-        key = self._backlog_key()
+        key = self.backlog_key()
         reply = reply_queue_name(stream)
         if reply not in await self.queues():
             await self.mqsc(f"DEFINE QLOCAL({reply}) DESCR('answers to mqgw streams move')")
@@ -588,8 +588,9 @@ class SocketNode:
                 f"{self.name}: its broker refused the {command} of sink {sub.sink} on "
                 f"{stream} {sub.topic!r}: {outcome[1]} {reason_text(outcome[1])}")
 
-    def _backlog_key(self) -> bytes:
-        """This node's backlog key (gateway/runtime/backlog_seal.py), read, never made."""
+    def backlog_key(self) -> bytes:
+        """This node's backlog key (gateway/runtime/backlog_seal.py), read, never made;
+        MoveError when it cannot be read."""
         if self.data_dir is None:
             raise MoveError(f"{self.name}: no data directory to read its backlog key from")
         path = self.data_dir / KEY_FILE

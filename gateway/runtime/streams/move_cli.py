@@ -345,8 +345,17 @@ async def _start(
                     "(`mqgw network check` then reports them as sink-on-non-owner; a node "
                     "configuring it `sinks: owner` removes them at its next start)"
                 )
-            from gateway.runtime.streams.move import SINK_BACKLOG_LIMIT, deep_backlogs
+            from gateway.runtime.streams.move import (
+                SINK_BACKLOG_LIMIT,
+                MoveError,
+                deep_backlogs,
+            )
 
+            for q_mgr in sorted({args.to, *(m.q_mgr for m in moved)}):
+                try:  # step sinks seals its commands with it: known now, not then
+                    conns[q_mgr].backlog_key()
+                except MoveError as exc:
+                    return _err(f"{exc}. Nothing was changed")
             if deep := await deep_backlogs(conns, moved):
                 return _err(
                     f"{'; '.join(deep)}, more than {SINK_BACKLOG_LIMIT}: the sink's target "

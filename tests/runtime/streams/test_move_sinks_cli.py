@@ -279,3 +279,26 @@ async def test_a_sink_whose_backlog_is_deep_refuses_the_move_before_anything_cha
                     timeout=60)
         assert await cli(move_argv(cfgs, "QMB")) == 0
         assert len(payloads(tmp_path, "QMA")) == 30
+
+
+async def test_a_backlog_key_the_move_cannot_read_refuses_it_before_anything_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step sinks seals its commands with each node's key: one it cannot read must
+    stop the move before the routes hold, not in the step."""
+    cfgs = await write_configs(tmp_path)
+    async with running(cfgs) as apps:
+        key = tmp_path / "QMB" / "qm" / "backlog.key"
+        aside = key.with_name("aside")
+        key.rename(aside)
+        try:
+            assert await cli(move_argv(cfgs, "QMB")) == 2
+        finally:
+            aside.rename(key)
+        err = capsys.readouterr().err
+        assert "QMB: cannot read its backlog key" in err and "Nothing was changed" in err, err
+        assert not (tmp_path / "QMB" / "move-PRICES.json").exists()
+        for app in apps.values():
+            assert app.qm is not None and app.qm.catalogue.queues[ROUTE].target != (
+                "MQGW.MOVE.HOLD.PRICES")
+        assert await cli(move_argv(cfgs, "QMB")) == 0  # with the key back
