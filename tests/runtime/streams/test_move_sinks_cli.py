@@ -192,6 +192,10 @@ async def test_a_sink_the_new_owner_lacks_refuses_the_move_before_anything_chang
         assert await cli(move_argv(cfgs, "QMB", "--leave-sinks")) == 0
         assert "leaving sink(s) where they are: mem on QMA" in capsys.readouterr().out
         assert sink_subs(tmp_path / "QMA" / "pubsub.db") == [("mem", "#", 0)]
+    # left only until QMA's next start: QMA configures PRICES `sinks: owner` and no
+    # longer owns it (what --help and docs/scaling.md say)
+    async with running({"QMA": cfgs["QMA"]}):
+        assert sink_subs(tmp_path / "QMA" / "pubsub.db") == []
 
 
 async def test_a_node_whose_start_would_subscribe_the_sink_again_refuses_the_move(
