@@ -115,6 +115,10 @@ class Refusal(enum.StrEnum):
     OWN_TOPIC = "own_topic"
     #: a reply topic outside a requester route's ``reply_topics``
     TOPIC_NOT_LISTED = "topic_not_listed"
+    #: a RegSub/DeregSub naming a sink's backlog queue without the gateway's seal
+    #: (gateway/runtime/sink_command_seal.py), a stale one, a DeregAll, or for a stream
+    #: not ``sinks: owner`` here
+    SINK_SUBSCRIPTION = "sink_subscription"
 
 
 #: The refusal of each kind of :class:`~gateway.pubsub.destinations.OwnQueue`.

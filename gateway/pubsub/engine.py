@@ -51,7 +51,6 @@ from gateway.pubsub.records import (
     Destination,
     Publisher,
     RetainedPublication,
-    SubFormat,
     SubKey,
     Subscription,
 )
@@ -153,6 +152,16 @@ class PubSubEngine:
         self._fanout = Fanout(self._state, q_mgr_name, clock, dict(neighbours or {}))
         #: Stream/topic/subscriber-queue authorisation (None: everything allowed).
         self.authoriser = authoriser
+        #: backlog queue -> its registered sink (the service keeps it): a RegSub or
+        #: DeregSub naming one changes that sink's subscriptions (``mqgw streams move``)
+        self.sink_queues: dict[str, str] = {}
+        #: the service's check of such a command's seal, ``(md, body) -> ""`` or why not
+        #: (gateway/runtime/sink_command_seal.py); None: every one is refused (no key
+        #: here: IBM MQ). The seal is the authority, not the command's identity
+        self.sink_command_check: Callable[[MQMD, bytes], str] | None = None
+        #: the streams configured ``sinks: owner`` here: a sink command is taken for
+        #: these only (the service sets them)
+        self.sink_owner_streams: frozenset[str] = frozenset()
         self._handlers = CommandHandlers(
             self._state,
             self._fanout,
@@ -161,8 +170,29 @@ class PubSubEngine:
             self.counters,
             self.why_broker_queue,
             authoriser,
+            self.sink_of,
+            self.why_not_sink_command,
         )
         self.drop_subscriptions_to_own_queues()
+
+    def sink_of(self, q_mgr: str, queue: str) -> str:
+        """The registered sink whose backlog queue ``queue`` at ``q_mgr`` is, or ""."""
+        if q_mgr.strip() not in ("", self.q_mgr_name):
+            return ""
+        return self.sink_queues.get(queue.strip(), "")
+
+    def why_not_sink_command(self, md: MQMD, body: bytes, streams: Collection[str]) -> str:
+        """"" when a RegSub/DeregSub of a sink on ``streams`` may be taken (sealed by the
+        gateway's key, recent, every stream ``sinks: owner`` here); else why not."""
+        check = self.sink_command_check
+        if check is None:
+            return "this broker takes no sink command (it has no backlog key to check it)"
+        if why := check(md, body):
+            return why
+        others = sorted(set(streams) - self.sink_owner_streams)
+        if others:
+            return f"stream {others[0]} is not configured `sinks: owner` here"
+        return ""
 
     def is_broker_queue(self, q_mgr: str, queue: str) -> bool:
         """True when ``queue`` at ``q_mgr`` is (or resolves to) a queue of this queue
@@ -358,22 +388,9 @@ class PubSubEngine:
         due to it; the caller commits like any other unit of work."""
         out: list[Mutation] = []
         st = split_subscription_topic(topic, scheme, "Topic")
-        sub = Subscription(
-            stream=st.stream,
-            topic=st.topic,
-            scheme=scheme,
-            destination=Destination(sink=sink),
-            fmt=SubFormat.SINK,
-            reg_opts=int(reg_opts),
-            sub_name=sub_name,
-            created=self.clock(),
-        )
-        self._state.upsert_sub(sub, out)
+        made = self._handlers.subscribe_sink(sink, st, scheme, reg_opts, sub_name, out)
         self._state.pending.extend(out)
-        deliveries: list[Delivery] = []
-        if not reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
-            deliveries = self._fanout.retained_deliveries(sub, sub.topic)
-        return sub, deliveries
+        return made
 
     def unsubscribe_sink(self, sink: str, topic: str, *, scheme: Scheme = Scheme.TOPIC) -> bool:
         """Remove a sink subscription; False when there was none."""
@@ -384,6 +401,17 @@ class PubSubEngine:
         self._state.delete_sub(key, out)
         self._state.pending.extend(out)
         return existed
+
+    def unsubscribe_sinks(self, stream: str) -> list[Subscription]:
+        """Remove every sink subscription to ``stream`` (pending: the caller commits);
+        the subscriptions removed."""
+        out: list[Mutation] = []
+        gone = [s for s in self._state.subs.values()
+                if s.stream == stream and s.destination.is_sink]
+        for sub in gone:
+            self._state.delete_sub(sub.key, out)
+        self._state.pending.extend(out)
+        return gone
 
     # ---------------------------------------------------------------- handling ------
 
@@ -408,7 +436,7 @@ class PubSubEngine:
                 ResponseDetail(exc.parm_id, exc.value, exc.error_pos),
                 str(exc),
             )
-            outcome.dead_letter = DeadLetter(exc.reason, str(exc))
+            outcome.dead_letter = DeadLetter(exc.dead_letter_reason, str(exc))
             psc, pairs = exc.psc, exc.name_values
             self.counters.dead_letters += 1
         except CommandRefusedError as exc:

@@ -26,7 +26,8 @@ class CommandError(PubSubError):
 
     ``parm_id`` names the offending tag/element (``MQPSTopic``, ``RegOpt``...) when one
     is to blame; ``value`` is the offending value, echoed in the response; ``error_pos``
-    is the character offset in an MQRFH NameValueString when known.
+    is the character offset in an MQRFH NameValueString when known;
+    ``dead_letter_reason`` is the MQDLH reason when it is not ``reason`` (0: the same).
     """
 
     def __init__(
@@ -37,11 +38,13 @@ class CommandError(PubSubError):
         parm_id: str = "",
         value: str = "",
         error_pos: int = -1,
+        dead_letter_reason: int = 0,
     ) -> None:
         super().__init__(reason, message)
         self.parm_id = parm_id
         self.value = value
         self.error_pos = error_pos
+        self.dead_letter_reason = int(dead_letter_reason) or self.reason
         #: The command's ``psc`` folder when it was readable (returned in the ``pscr``).
         self.psc: Element | None = None
         #: The command's MQRFH name/value pairs when they were readable (appended to the

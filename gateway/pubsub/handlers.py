@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-from gateway.pubsub.authorisation import Authoriser, Decision, Principal
+from gateway.pubsub.authorisation import Authoriser, Decision, Principal, Refusal
 from gateway.pubsub.commands import STREAM_COMMANDS, Command, CommandName, HeaderKind
 from gateway.pubsub.errors import CommandError, CommandRefusedError
 from gateway.pubsub.fanout import Fanout
@@ -28,7 +28,7 @@ from gateway.pubsub.inbound import ParsedCommand
 from gateway.pubsub.neighbours import NeighbourKind, delete_forwards
 from gateway.pubsub.options import DelOpt, PubOpt, RegOpt
 from gateway.pubsub.origin import split_origin
-from gateway.pubsub.outcome import Counters, InboundMessage, Outcome
+from gateway.pubsub.outcome import Counters, Delivery, InboundMessage, Outcome
 from gateway.pubsub.records import (
     Destination,
     Publication,
@@ -39,6 +39,7 @@ from gateway.pubsub.records import (
     Subscription,
 )
 from gateway.pubsub.responses import ResponseDetail
+from gateway.pubsub.store import Mutation
 from gateway.pubsub.streams import (
     DEFAULT_STREAM,
     INTER_BROKER_QUEUE,
@@ -94,6 +95,10 @@ class CommandHandlers:
     resolves to, one the gateway keeps: "" when it may);
     ``authoriser`` (None: no authorisation) decides who may publish and subscribe where
     and which subscriber queues they may name (docs/security.md).
+    ``sink_of(q_mgr, queue)`` names the registered sink whose backlog queue that is (""
+    for any other queue): a RegSub/DeregSub naming it makes or removes that sink's
+    subscription (``mqgw streams move``) when ``why_not_sink_command(md, body,
+    streams)`` says "" (sealed with the gateway's key, recent, ``sinks: owner`` streams).
     """
 
     __slots__ = (
@@ -103,8 +108,10 @@ class CommandHandlers:
         "clock",
         "counters",
         "fanout",
+        "sink_of",
         "state",
         "why_broker_queue",
+        "why_not_sink_command",
     )
 
     def __init__(
@@ -116,8 +123,13 @@ class CommandHandlers:
         counters: Counters,
         why_broker_queue: Callable[[str, str], str] = lambda q_mgr, queue: "",
         authoriser: Authoriser | None = None,
+        sink_of: Callable[[str, str], str] = lambda q_mgr, queue: "",
+        why_not_sink_command: Callable[[MQMD, bytes, Collection[str]], str] = (
+            lambda md, body, streams: "no sink command is taken"),
     ) -> None:
         self.state = state
+        self.sink_of = sink_of
+        self.why_not_sink_command = why_not_sink_command
         self.authoriser = authoriser
         self.why_broker_queue = why_broker_queue
         self.fanout = fanout
@@ -480,10 +492,101 @@ class CommandHandlers:
 
     # ---------------------------------------------------------------- subscriptions -
 
+    # ---------------------------------------------------------------- sinks ---------
+
+    def _sink_identity(
+        self, msg: InboundMessage, parsed: ParsedCommand, q_mgr: str, queue: str, correl: bytes
+    ) -> str:
+        """The sink whose backlog queue a RegSub/DeregSub names ("" for any other
+        queue). Refused as not authorised (MQRCCF_NOT_AUTHORIZED in the response, the
+        command dead-lettered with MQRC_NOT_AUTHORIZED, counted, logged summarised)
+        unless sealed with the gateway's key and recent, for ``sinks: owner`` streams
+        only; a DeregAll always (a move removes each subscription by its topic). The
+        command's identity counts for nothing: anyone can write it."""
+        sink = self.sink_of(q_mgr, queue)
+        if not sink:
+            return ""
+        cmd = parsed.command
+        parm = "MQPSQName" if cmd.header is HeaderKind.RFH else "QName"
+        if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
+            why = "DeregAll is never taken for a sink"
+        else:
+            _, patterns = self._command_patterns(msg, cmd)
+            why = self.why_not_sink_command(msg.md, msg.body, {st.stream for _, st in patterns})
+        if why:
+            decision = Decision(False, f"sink {sink!r}: a {cmd.name} naming its backlog queue "
+                                f"is refused: {why}", Refusal.SINK_SUBSCRIPTION)
+            if self.authoriser is not None:
+                self.authoriser.count("mq", decision)  # counted and logged, summarised
+            raise CommandError(Reason.CF_NOT_AUTHORIZED, decision.detail, parm_id=parm,
+                               value=queue, dead_letter_reason=Reason.NOT_AUTHORIZED)
+        if correl:
+            raise CommandRefusedError(Reason.CORREL_ID_ERROR, f"sink {sink!r}: a sink's "
+                                      "subscription has no CorrelId identity")
+        return sink
+
+    def _reg_sink_sub(
+        self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome, sink: str
+    ) -> None:
+        """RegSub for a sink: its subscription as the sink itself makes it
+        (:meth:`subscribe_sink`), with the command's options."""
+        cmd = parsed.command
+        scheme, patterns = self._command_patterns(msg, cmd)
+        for _raw, st in patterns:
+            _, deliveries = self.subscribe_sink(sink, st, scheme, RegOpt(int(cmd.reg_opts)),
+                                                "", outcome.mutations)
+            outcome.deliveries.extend(deliveries)
+            # rare (an operator's move) and sealed: each one is worth a line
+            log.info("sink %s subscribed to %r on %s by a sealed RegSub (mqgw streams move)",
+                     sink, st.topic, st.stream)
+
+    def subscribe_sink(
+        self, sink: str, st: StreamTopic, scheme: Scheme, reg_opts: RegOpt, sub_name: str,
+        mutations: list[Mutation],
+    ) -> tuple[Subscription, list[Delivery]]:
+        """Make (or replace: its creation time kept) the in-process sink ``sink``'s
+        subscription to ``st``; the retained deliveries due to it unless NewPubsOnly or
+        PubOnReqOnly. The engine's own :meth:`PubSubEngine.subscribe_sink` and a RegSub
+        naming the sink's backlog queue both make it here."""
+        sub = Subscription(
+            stream=st.stream, topic=st.topic, scheme=scheme,
+            destination=Destination(sink=sink), fmt=SubFormat.SINK,
+            reg_opts=int(reg_opts), sub_name=sub_name, created=self.clock(),
+        )
+        existing = self.state.subs.get(sub.key)
+        if existing is not None:
+            sub.created = existing.created
+        self.state.upsert_sub(sub, mutations)
+        if reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
+            return sub, []
+        return sub, self.fanout.retained_deliveries(sub, sub.topic)
+
+    def _dereg_sink_sub(
+        self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome, sink: str
+    ) -> None:
+        """DeregSub for a sink (never DeregAll: :meth:`_sink_identity`): as for any
+        subscriber, MQRCCF_NOT_REGISTERED when it had none of the topics (the caller
+        decides whether that is fine)."""
+        cmd = parsed.command
+        scheme, patterns = self._command_patterns(msg, cmd)
+
+        def removed(sub: Subscription) -> None:
+            log.info("sink %s unsubscribed from %r on %s by a sealed DeregSub (mqgw "
+                     "streams move)", sink, sub.topic, sub.stream)
+
+        self._deregister(cmd, outcome, patterns,
+                         lambda st: (st.stream, int(scheme), st.topic, "", "", sink, b""),
+                         removed)
+
+    # ---------------------------------------------------------------- subscriptions -
+
     def reg_sub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
         cmd = parsed.command
         md = msg.md
         q_mgr, queue, correl = self._registration_identity(msg, cmd)
+        if sink := self._sink_identity(msg, parsed, q_mgr, queue, correl):
+            self._reg_sink_sub(msg, parsed, outcome, sink)
+            return
         if self.authoriser is not None:
             scheme, patterns = self._command_patterns(msg, cmd)
             self._authorise_subscriber(
@@ -534,11 +637,16 @@ class CommandHandlers:
                 self.state.upsert_sub(sub, outcome.mutations)
             if not sub.reg_opts & (RegOpt.NEW_PUBLICATIONS_ONLY | RegOpt.PUBLISH_ON_REQUEST_ONLY):
                 outcome.deliveries.extend(self.fanout.retained_deliveries(sub, sub.topic))
+            # rare (an operator's move) and sealed: each one is worth a line
+            log.info("sink %s subscribed to %r on %s by a sealed RegSub (mqgw streams move)",
+                     sink, st.topic, st.stream)
 
     def dereg_sub(self, msg: InboundMessage, parsed: ParsedCommand, outcome: Outcome) -> None:
         cmd = parsed.command
         q_mgr, queue, correl = self._registration_identity(msg, cmd)
-        parm = _topic_parm(cmd)
+        if sink := self._sink_identity(msg, parsed, q_mgr, queue, correl):
+            self._dereg_sink_sub(msg, parsed, outcome, sink)
+            return
         dest = Destination(q_mgr, queue)
         if cmd.reg_opts & RegOpt.DEREGISTER_ALL:
             stream = self._command_stream(msg, cmd) if cmd.header is HeaderKind.RFH else None
@@ -568,12 +676,30 @@ class CommandHandlers:
         self._authorise_subscriber(
             msg, parsed, (q_mgr, queue, correl), scheme, patterns, check_queue=False
         )
+        self._deregister(
+            cmd, outcome, patterns,
+            lambda st: (st.stream, int(scheme), st.topic, q_mgr, queue, "", correl),
+            lambda existing: _check_owner(existing, msg.md.user_identifier, cmd),
+        )
+
+    def _deregister(
+        self,
+        cmd: Command,
+        outcome: Outcome,
+        patterns: list[tuple[str, StreamTopic]],
+        key_of: Callable[[StreamTopic], SubKey],
+        before_delete: Callable[[Subscription], None],
+    ) -> None:
+        """Delete the subscription of each pattern (``before_delete`` sees each first,
+        and may refuse it by raising); MQRCCF_NOT_REGISTERED when none existed, a
+        warning naming the first missing one when some did not."""
+        parm = _topic_parm(cmd)
         missing: list[str] = []
         for raw, st in patterns:
-            key: SubKey = (st.stream, int(scheme), st.topic, q_mgr, queue, "", correl)
+            key = key_of(st)
             existing = self.state.subs.get(key)
             if existing is not None:
-                _check_owner(existing, msg.md.user_identifier, cmd)
+                before_delete(existing)
                 self.state.delete_sub(key, outcome.mutations)
             else:
                 missing.append(raw)

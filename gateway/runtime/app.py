@@ -76,6 +76,7 @@ from gateway.runtime.request_reply import RequestReplyService, reply_queue_mqsc,
 from gateway.runtime.streams.check import StreamReport
 from gateway.runtime.streams.health import DeadLetterCache, collect_report, remembered_neighbours
 from gateway.runtime.streams.repair import define_stream_queue
+from gateway.runtime.streams.sink_ownership import SinkDecision, SinkGate
 from gateway.runtime.switch_interval import SwitchInterval, apply_switch_interval
 
 if TYPE_CHECKING:
@@ -386,6 +387,7 @@ class GatewayApp:
         host.observer = self.metrics.observe
         await self._sample_depths()
         try:
+            await self._apply_sink_ownership()
             await self._register_planned_subscriptions([*instances, *remote.values()])
             await service.start()
             if self.stop_requested.is_set():
@@ -504,6 +506,35 @@ class GatewayApp:
         self.fatal = message
         log.error("%s", message)
         self.request_stop()
+
+    async def _apply_sink_ownership(self) -> None:
+        """``sinks: owner`` streams: their sinks subscribe only while this node owns the
+        stream by its route (docs/scaling.md, "Moving a stream"); a non-owner drops
+        the sink subscriptions its store kept."""
+        routes = {s.name: s.publishing_route for s in self.config.broker.streams
+                  if s.sinks == "owner"}
+        service, qm = self.service, self.qm
+        if not routes or service is None or qm is None:
+            return
+        catalogue = getattr(qm, "catalogue", None)
+        if catalogue is None:
+            raise GatewayRuntimeError(
+                f"broker.streams {', '.join(routes)}: sinks: owner reads the route on the "
+                "embedded queue manager; on IBM MQ use sinks: always")
+
+        def lookup(name: str) -> tuple[str, str, str, str] | None:
+            q = catalogue.get(name)
+            if q is None:
+                return None
+            return q.qtype.mqsc, q.target, q.remote_name, q.remote_q_mgr_name
+
+        gate = SinkGate(qm.name, routes, lookup, lambda why: log.info("sinks: %s", why))
+        for stream in routes:
+            if gate(stream) is SinkDecision.WITHHOLD:
+                for sub in await service.unsubscribe_sinks(stream):
+                    log.info("sinks: removed sink %s's subscription to %r on %s (another "
+                             "node owns the stream)", sub.destination.sink, sub.topic, stream)
+        service.sink_gate = lambda stream: gate(stream) is SinkDecision.SUBSCRIBE
 
     async def _register_planned_subscriptions(self, instances: list[PluginInstance]) -> None:
         """Every route's subscription exists before the first get (issue 12 item 9): what

@@ -34,6 +34,10 @@ it its real name. A start cut short meanwhile leaves :data:`NEW_KEY_FILE`, and t
 start finishes the sealing with that same key. The same happens to a backlog restored
 without its key: the next start seals what it holds.
 
+The same key authorises the sink commands of ``mqgw streams move``
+(:mod:`gateway.runtime.sink_command_seal`, a seal of its own kind): whoever can read it
+is the gateway's authority.
+
 A sealed message keeps its seal on the dead-letter queue, so a DLQ handler can put a
 refused delivery back on its backlog; the seal binds the body, not the time: someone
 who can read the dead-letter queue *and* put to a backlog can replay what was dead-

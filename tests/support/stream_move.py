@@ -154,12 +154,24 @@ async def run_mqgw(*argv: str, timeout: float = 120.0) -> tuple[int, str]:
     return proc.returncode, b"".join(chunks).decode("utf-8", "replace")
 
 
-def gateway_yaml(name: str, port: int) -> dict[str, Any]:
+#: The memory sink of each node when the network has sinks (its JSONL output).
+SINK, SINK_FILE = "mem", "sink.jsonl"
+
+
+def gateway_yaml(name: str, port: int, sink_file: Path | None = None) -> dict[str, Any]:
+    """``sink_file``: a memory sink on the stream, ``sinks: owner``, writing there."""
+    stream: dict[str, Any] = {"name": STREAM}
+    plugins: list[dict[str, Any]] = []
+    if sink_file is not None:
+        stream["sinks"] = "owner"
+        plugins.append({"name": SINK, "plugin": "memory", "config": {
+            "bus": f"{name}-sink", "record_file": str(sink_file),
+            "subscribe": [f"$SYS/STREAM/{STREAM}/#"]}})
     return {
         "id": name,
         "queue_manager": {"name": name, "data_dir": "qm", "mqsc_file": "channels.mqsc",
                           "listener_port": port},
-        "broker": {"store": "pubsub.db", "wait_ms": 20, "streams": [{"name": STREAM}]},
+        "broker": {"store": "pubsub.db", "wait_ms": 20, "streams": [stream]},
         "metrics": {"enabled": False},
         "logging": {"format": "text", "level": "info"},
         "neighbours": [{
@@ -167,21 +179,45 @@ def gateway_yaml(name: str, port: int) -> dict[str, Any]:
             "role": "child" if name == QMA else "parent",
             "streams": [STREAM], "probe_timeout": 2.0,
         }],
-        "plugins": [],
+        "plugins": plugins,
     }
 
 
-async def start_move_network(root: Path, topic: str = "*") -> MoveNetwork:
+def sink_payloads(root: Path, name: str) -> list[str]:
+    """What ``name``'s memory sink has written so far, in order (its JSONL file)."""
+    import json
+
+    path = root / name / SINK_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError):  # a line being written
+            out.append(str(json.loads(line)["payload"]))
+    return out
+
+
+async def start_move_network(root: Path, topic: str = "*", *, sinks: bool = False
+                             ) -> MoveNetwork:
     """Both gateways running, routes to QMA, a subscriber on each node (on ``topic``)
-    whose proxy is registered at the other node (the caller closes the network)."""
+    whose proxy is registered at the other node (the caller closes the network).
+    ``sinks``: a memory sink on each node (``sinks: owner``), the routes defined before
+    the first start, so the owner's sink subscribes and the other's does not."""
     ports = free_ports(NODES)
     gateways = {}
     for name in NODES:
         d = root / name
         d.mkdir(parents=True, exist_ok=True)
+        if sinks:
+            from gateway.mq.embedded.qmgr import EmbeddedQueueManager
+
+            qm = EmbeddedQueueManager(name, d / "qm")
+            qm.run_mqsc(route_mqsc(name, QMA), stop_on_error=True)
+            await qm.close()
         (d / "channels.mqsc").write_text(
             channel_pair_mqsc(name, other(name), ports[other(name)]), encoding="utf-8")
-        cfg = write_config(d / "gateway.yaml", gateway_yaml(name, ports[name]))
+        cfg = write_config(d / "gateway.yaml", gateway_yaml(
+            name, ports[name], d / SINK_FILE if sinks else None))
         gateways[name] = GatewayProcess(cfg, d / "gateway.log")
     net = MoveNetwork(root, ports, gateways)
     try:

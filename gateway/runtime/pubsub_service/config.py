@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.runtime.neighbours.config import NeighbourConfig, unique_neighbours
@@ -23,6 +25,23 @@ class StreamQueueConfig(BaseModel):
     implicit_stream_naming: bool = True
     """An MQRFH publication put on this queue without ``MQPSStreamName`` belongs to this stream;
     ``false``: to the default stream."""
+    sinks: Literal["always", "owner"] = "always"
+    """When this node's sinks (plugin instances) subscribe to the stream: ``always``, or
+    ``owner``: only while this node owns it, i.e. while its publishing route (``route``)
+    names the stream queue here. A node that does not own it makes no sink subscription
+    to it at start and removes one its store kept; while a move holds the route, the
+    store is kept as it is. ``mqgw streams move`` moves such subscriptions to the new
+    owner (docs/scaling.md, "Moving a stream"). Needs the embedded queue manager."""
+    route: str | None = Field(default=None, min_length=1, max_length=48,
+                              pattern=r"^[A-Za-z0-9._%/]{1,48}$")
+    """The stream's publishing route, a QALIAS on every node (default ``<name>.PUB``):
+    whom it names is the stream's owner (``sinks: owner``; the default of ``mqgw
+    streams move --route``)."""
+
+    @property
+    def publishing_route(self) -> str:
+        """The QALIAS publishers put to (``route``, else ``<name>.PUB``)."""
+        return self.route or f"{self.name}.PUB"
 
 
 class BrokerConfig(BaseModel):

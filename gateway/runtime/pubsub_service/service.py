@@ -55,6 +55,7 @@ import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from gateway.mq.port import (
     Connection,
@@ -72,7 +73,7 @@ from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.options import RegOpt
 from gateway.pubsub.outcome import Delivery, InboundMessage
 from gateway.pubsub.records import RetainedPublication, Subscription
-from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM
+from gateway.pubsub.streams import CONTROL_QUEUE, DEFAULT_STREAM, split_subscription_topic
 from gateway.pubsub.topics import Scheme
 from gateway.runtime.backlog_seal import BacklogSeal
 from gateway.runtime.pubsub_service.config import BrokerConfig
@@ -92,6 +93,7 @@ from gateway.runtime.pubsub_service.errors import (
 from gateway.runtime.pubsub_service.forgiven_backouts import ForgivenBackouts
 from gateway.runtime.pubsub_service.sink_backlogs import HandOver, SinkBacklogs
 from gateway.runtime.pubsub_service.sink_forwarder import ForwarderCounters
+from gateway.runtime.sink_command_seal import SinkCommandCheck
 from gateway.wire.reasons import Reason
 
 __all__ = ["BrokerService", "ServiceCounters"]
@@ -172,6 +174,10 @@ class BrokerService:
         #: sink subscriptions made since this process started: subscribing again within
         #: a run changes nothing (no second replay of the retained publications)
         self._sink_subs: dict[tuple[str, str, Scheme, RegOpt], Subscription] = {}
+        #: per stream, whether a sink may subscribe to it here now (None: always); the
+        #: runtime sets it for ``sinks: owner`` streams (gateway/runtime/streams/
+        #: sink_ownership.py)
+        self.sink_gate: Callable[[str], bool] | None = None
         #: the dead-letter queue, once known (asked of the queue manager at start)
         self._dlq = ""
         self._batch_ids: list[bytes] = []
@@ -198,6 +204,13 @@ class BrokerService:
         )
         for name, sink in (sinks or {}).items():
             self.register_sink(name, sink)
+        # a RegSub/DeregSub naming a sink's backlog queue is taken only sealed with the
+        # backlog key, which ``mqgw streams move`` reads beside the embedded queue
+        # manager's data; on IBM MQ (its key beside the store) none is taken
+        if isinstance(getattr(qm, "path", None), Path):
+            engine.sink_command_check = SinkCommandCheck(self.sink_backlogs.seal.key)
+        engine.sink_owner_streams = frozenset(
+            s.name for s in self.config.streams if s.sinks == "owner")
 
     # ---------------------------------------------------------------- lifecycle -----
 
@@ -228,6 +241,8 @@ class BrokerService:
         Its backlog queue is defined on the embedded queue manager when missing (on IBM
         MQ the administrator defines it: :meth:`start` checks it exists)."""
         self.sink_backlogs.register(name, sink)
+        # a RegSub/DeregSub naming this backlog queue (the gateway's own) is about it
+        self.engine.sink_queues[self.sink_backlogs.queues[name]] = name
         if (self._tasks and name not in self.sink_backlogs.forwarders
                 and name not in self.sink_backlogs.remote):
             self._tasks.append(self.sink_backlogs.start_forwarder(name, self._dlq))
@@ -243,12 +258,18 @@ class BrokerService:
         *,
         scheme: Scheme = Scheme.TOPIC,
         reg_opts: RegOpt = RegOpt.NONE,
-    ) -> Subscription:
+    ) -> Subscription | None:
         """Subscribe a registered sink to ``topic`` (unified form: ``$SYS/STREAM/<s>/...``
         for a named stream), durably; the retained publications it matches are sent to
-        the sink before this returns (unless NewPubsOnly/PubOnReqOnly)."""
+        the sink before this returns (unless NewPubsOnly/PubOnReqOnly). None when
+        :attr:`sink_gate` says no sink subscribes to that stream here now (another node
+        owns it: none is made; a move holds it: the stored one, if any, is kept)."""
         if sink not in self.sinks:
             raise BrokerError(f"no sink called {sink!r} is registered")
+        if self.sink_gate is not None:
+            stream = split_subscription_topic(topic, scheme, "Topic").stream
+            if not self.sink_gate(stream):
+                return None
         key = (sink, topic, scheme, reg_opts)
         made = self._sink_subs.get(key)
         if made is not None:
@@ -299,6 +320,21 @@ class BrokerService:
                         await conn.disconnect()
                 raise
         return sub
+
+    async def unsubscribe_sinks(self, stream: str) -> list[Subscription]:
+        """Remove every sink subscription to ``stream`` durably (a ``sinks: owner``
+        stream another node owns); those removed."""
+        async with self._lock:
+            try:
+                gone = self.engine.unsubscribe_sinks(stream)
+                self.engine.commit()
+                self._committed(())
+            except BaseException:
+                self.engine.rollback()
+                raise
+        for key in [k for k, v in self._sink_subs.items() if v.stream == stream]:
+            del self._sink_subs[key]
+        return gone
 
     async def unsubscribe_sink(
         self, sink: str, topic: str, *, scheme: Scheme = Scheme.TOPIC

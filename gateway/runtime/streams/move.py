@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,18 +21,29 @@ from pathlib import Path
 from typing import Protocol
 
 from gateway.mq.port import Browse, Connection, GetOptions, MQError, OpenOption, PutOptions
+from gateway.pubsub.streams import CONTROL_QUEUE
+from gateway.runtime.backlog_format import (
+    BacklogFormatError,
+    backlog_queue_name,
+    decode_backlog_message,
+)
+from gateway.runtime.backlog_seal import KEY_FILE, KEY_SIZE
+from gateway.runtime.sink_command_seal import seal_command
 from gateway.runtime.streams.move_plan import (
+    MovedSink,
     MoveJournal,
     RouteState,
     next_step,
     record_done,
     release_target,
+    reply_queue_name,
     route_state,
 )
+from gateway.runtime.streams.move_sinks import command_outcome, refused, sink_command
 from gateway.wire.errors import WireError
 from gateway.wire.formats import FMT_XMIT_Q_HEADER
 from gateway.wire.mqmd import MQMD
-from gateway.wire.reasons import Reason
+from gateway.wire.reasons import Reason, reason_text
 from gateway.wire.xqh import unwrap_from_xmitq
 
 __all__ = [
@@ -41,7 +53,9 @@ __all__ = [
     "SocketNode",
     "close_nodes",
     "connect_nodes",
+    "deep_backlogs",
     "drained",
+    "move_sinks",
     "parse_display",
     "read_route",
     "run_move",
@@ -78,6 +92,17 @@ class MoveNode(Protocol):
     async def put_all(self, target: str, messages: list[tuple[MQMD, bytes]]) -> None:
         """Put ``messages`` on ``target`` in order, context as given, in units of work
         of :data:`BATCH`."""
+
+    async def backlog_holds(self, sink: str, stream: str) -> int:
+        """Deliveries of ``stream`` on sink ``sink``'s backlog queue, those its
+        forwarder has got but not committed included."""
+
+    async def sink_command(self, sub: MovedSink, stream: str, *, register: bool) -> None:
+        """Make (RegSub, NewPubsOnly) or remove (DeregSub) ``sub``'s sink subscription
+        through this node's broker; MoveError when refused or unanswered."""
+
+    async def forget_replies(self, stream: str) -> None:
+        """Delete the reply queue :meth:`sink_command` used, if any."""
 
 
 #: The old owner's retained publications as forwards to the new owner (MQMD, body).
@@ -199,6 +224,75 @@ async def release(
             await node.mqsc(f"DELETE QLOCAL({hq}) NOPURGE")
 
 
+#: Messages a moving sink's backlog queue may hold on its old node when the move
+#: starts. Step ``sinks`` waits, with every route holding, until that backlog holds
+#: nothing of the stream: a deeper one says the sink's target is down or behind, and
+#: the move would turn that sink outage into a publishing outage (bounded only by
+#: ``--timeout``).
+SINK_BACKLOG_LIMIT = 1000
+
+
+async def deep_backlogs(nodes: Mapping[str, MoveNode], sinks: list[MovedSink]) -> list[str]:
+    """Each sink of ``sinks`` whose backlog queue on its node holds more than
+    :data:`SINK_BACKLOG_LIMIT` messages (CURDEPTH: all its streams, a forwarder's
+    uncommitted gets included), as "sink S on QM holds N message(s)"."""
+    out: list[str] = []
+    for q_mgr, sink in sorted({(s.q_mgr, s.sink) for s in sinks}):
+        q = (await _node(nodes, q_mgr).queues()).get(backlog_queue_name(sink))
+        depth = int(q.get("CURDEPTH", "0") or 0) if q is not None else 0
+        if depth > SINK_BACKLOG_LIMIT:
+            out.append(f"sink {sink}'s backlog on {q_mgr} holds {depth} message(s)")
+    return out
+
+
+async def sinks_settled(nodes: Mapping[str, MoveNode], journal: MoveJournal) -> str | None:
+    """None when the new owner has taken the retained copies (its stream queue's depth
+    is 0: committed) and no backlog of a sink to move holds a delivery of the stream
+    (its forwarder's uncommitted get included); else what still waits."""
+    stream, to = journal.stream, journal.to_q_mgr
+    if depth := await _depth(_node(nodes, to), stream):
+        return f"{depth} publication(s) on {to}'s {stream}"
+    for q_mgr, sink in sorted({(s.q_mgr, s.sink) for s in journal.sinks}):
+        if n := await _node(nodes, q_mgr).backlog_holds(sink, stream):
+            return f"{n} delivery(ies) of {stream} on {q_mgr}'s backlog of sink {sink}"
+    return None
+
+
+async def move_sinks(
+    nodes: Mapping[str, MoveNode], journal: MoveJournal, *, timeout: float = 60.0,
+    poll: float = 0.2,
+) -> str | None:
+    """Step ``sinks``: once :func:`sinks_settled`, the recorded sink subscriptions are
+    made on the new owner (NewPubsOnly), then removed from the nodes they were on; None
+    when done, else why it must wait. While the routes hold after the drain nothing is
+    published, so the old instance's last delivery comes before the new one's first.
+    Each command is idempotent (see move_sinks.py): run again after a crash, the step
+    ends in the same state."""
+    if not journal.sinks:
+        return None
+    deadline = time.monotonic() + timeout
+    while (why := await sinks_settled(nodes, journal)) is not None:
+        if time.monotonic() >= deadline:
+            return f"sinks not settled after {timeout:g} s: {why}"
+        await asyncio.sleep(poll)
+    to, stream = journal.to_q_mgr, journal.stream
+    new = _node(nodes, to)
+    made: set[tuple[str, str, int]] = set()
+    try:
+        for sub in journal.sinks:
+            if (sub.sink, sub.topic, sub.scheme) not in made:
+                made.add((sub.sink, sub.topic, sub.scheme))
+                await new.sink_command(sub, stream, register=True)
+        for sub in journal.sinks:
+            if sub.q_mgr != to:
+                await _node(nodes, sub.q_mgr).sink_command(sub, stream, register=False)
+    finally:  # the reply queues go when the step fails too (a run again defines them)
+        for q_mgr in sorted({to, *(s.q_mgr for s in journal.sinks)}):
+            with contextlib.suppress(MQError, MoveError):
+                await _node(nodes, q_mgr).forget_replies(stream)
+    return None
+
+
 async def run_step(
     step: str,
     nodes: Mapping[str, MoveNode],
@@ -229,6 +323,8 @@ async def run_step(
         if copies:
             await _node(nodes, journal.to_q_mgr).put_all(journal.stream, copies)
         return None
+    if kind == "sinks":
+        return await move_sinks(nodes, journal, timeout=drain_timeout, poll=poll)
     if kind == "finish":
         return None
     raise MoveError(f"unknown step {step!r} in the journal")
@@ -297,10 +393,12 @@ def parse_display(lines: list[str]) -> dict[str, dict[str, str]]:
 
 @dataclass
 class SocketNode:
-    """A running node reached through its queue manager's local socket."""
+    """A running node reached through its queue manager's local socket; ``data_dir``
+    its queue manager's data directory (its backlog key seals the sink commands)."""
 
     name: str
     conn: Connection
+    data_dir: Path | None = None
 
     @property
     def q_mgr(self) -> str:
@@ -340,7 +438,21 @@ class SocketNode:
 
     async def _count_for(self, xmitq: str, q_name: str) -> tuple[int, int]:
         """(messages browsed, those whose header names ``q_name``)."""
-        h = await self.conn.open(xmitq, OpenOption.BROWSE)
+
+        def for_q_name(md: MQMD, body: bytes) -> bool:
+            if md.format != FMT_XMIT_Q_HEADER:
+                return False
+            try:
+                return unwrap_from_xmitq(md, body).remote_q_name == q_name
+            except WireError:
+                return False
+
+        return await self._browse_count(xmitq, for_q_name)
+
+    async def _browse_count(self, queue: str, matches: Callable[[MQMD, bytes], bool]
+                            ) -> tuple[int, int]:
+        """(messages a browse of ``queue`` sees, those ``matches``)."""
+        h = await self.conn.open(queue, OpenOption.BROWSE)
         count = seen = 0
         try:
             browse = Browse.FIRST
@@ -353,13 +465,7 @@ class SocketNode:
                     raise
                 seen += 1
                 browse = Browse.NEXT
-                if msg.md.format != FMT_XMIT_Q_HEADER:
-                    continue
-                try:
-                    x = unwrap_from_xmitq(msg.md, msg.body)
-                except WireError:
-                    continue
-                if x.remote_q_name == q_name:
+                if matches(msg.md, msg.body):
                     count += 1
         finally:
             await h.close()
@@ -408,7 +514,6 @@ class SocketNode:
                     await h.close()
         return moved
 
-
     async def put_all(self, target: str, messages: list[tuple[MQMD, bytes]]) -> None:
         dst = await self.conn.open(target, OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT)
         try:
@@ -426,6 +531,85 @@ class SocketNode:
             with contextlib.suppress(MQError):
                 await dst.close()
 
+    async def backlog_holds(self, sink: str, stream: str) -> int:
+        """Browsed messages whose envelope is of ``stream``, plus every message of the
+        depth a browse cannot see (a get the forwarder has not committed may be one)."""
+        queue = backlog_queue_name(sink)
+        q = (await self.queues()).get(queue)
+        depth = int(q.get("CURDEPTH", "0") or 0) if q is not None else 0
+        if not depth:
+            return 0
+
+        def of_stream(md: MQMD, body: bytes) -> bool:
+            try:
+                return decode_backlog_message(body).stream == stream
+            except BacklogFormatError:
+                return False  # its forwarder dead-letters it: nothing of the stream
+
+        seen, count = await self._browse_count(queue, of_stream)
+        return count + max(0, depth - seen)
+
+    #: Seconds the broker has to answer a sink command.
+    answer_wait: float = 30.0
+
+    async def sink_command(self, sub: MovedSink, stream: str, *, register: bool) -> None:
+        command = "RegSub" if register else "DeregSub"
+        key = self.backlog_key()
+        reply = reply_queue_name(stream)
+        if reply not in await self.queues():
+            await self.mqsc(f"DEFINE QLOCAL({reply}) DESCR('answers to mqgw streams move')")
+        msg_id = os.urandom(24)
+        md, body = sink_command(sub, stream, register=register, q_mgr=self.name,
+                                reply_q=reply, msg_id=msg_id)
+        seal_command(key, md, body, time.time())  # the broker's only proof it is ours
+        control = await self.conn.open(CONTROL_QUEUE,
+                                       OpenOption.OUTPUT | OpenOption.SET_ALL_CONTEXT)
+        try:
+            await control.put(md, body, PutOptions(set_all_context=True))
+        finally:
+            await control.close()
+        h = await self.conn.open(reply, OpenOption.INPUT_SHARED)
+        try:
+            msg = await h.get(GetOptions(wait_ms=int(self.answer_wait * 1000),
+                                         match_correl_id=msg_id))
+        except MQError as exc:
+            if exc.reason == Reason.NO_MSG_AVAILABLE:
+                raise MoveError(f"{self.name}: its broker did not answer the {command} of "
+                                f"sink {sub.sink} within {self.answer_wait:g} s") from None
+            raise
+        finally:
+            await h.close()
+        outcome = command_outcome(msg.md, msg.body)
+        if outcome is None:
+            raise MoveError(f"{self.name}: the answer to the {command} of sink {sub.sink} "
+                            "is no broker response")
+        if refused(outcome, register=register):
+            raise MoveError(
+                f"{self.name}: its broker refused the {command} of sink {sub.sink} on "
+                f"{stream} {sub.topic!r}: {outcome[1]} {reason_text(outcome[1])}")
+
+    def backlog_key(self) -> bytes:
+        """This node's backlog key (gateway/runtime/backlog_seal.py), read, never made;
+        MoveError when it cannot be read."""
+        if self.data_dir is None:
+            raise MoveError(f"{self.name}: no data directory to read its backlog key from")
+        path = self.data_dir / KEY_FILE
+        try:
+            key = path.read_bytes()
+        except OSError as exc:
+            raise MoveError(
+                f"{self.name}: cannot read its backlog key {path} ({exc.strerror}): the "
+                "sink commands are sealed with it; run the move as a user who may read "
+                "the gateway's data directory") from None
+        if len(key) != KEY_SIZE:
+            raise MoveError(f"{self.name}: {path} is not a backlog key")
+        return key
+
+    async def forget_replies(self, stream: str) -> None:
+        with contextlib.suppress(MoveError):
+            if reply_queue_name(stream) in await self.queues():
+                await self.mqsc(f"DELETE QLOCAL({reply_queue_name(stream)}) PURGE")
+
 
 async def connect_nodes(data_dirs: Mapping[str, Path]) -> dict[str, SocketNode]:
     """Connect to every running node; MoveError naming the ones that do not answer."""
@@ -442,7 +626,7 @@ async def connect_nodes(data_dirs: Mapping[str, Path]) -> dict[str, SocketNode]:
         if conn.q_mgr_name != name:
             await conn.disconnect()
             raise MoveError(f"{d} serves queue manager {conn.q_mgr_name}, not {name}")
-        nodes[name] = SocketNode(name, conn)
+        nodes[name] = SocketNode(name, conn, d)
     if missing:
         await close_nodes(nodes)
         raise MoveError(

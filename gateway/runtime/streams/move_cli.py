@@ -38,6 +38,13 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
               store) are put on the new owner's STREAM as the old owner's forwarded
               publications, ahead of the held ones: the new owner keeps them retained;
               one it holds already is a replay, delivered to nobody
+  sinks       (a sink subscribes to STREAM on a node other than QM) once QM has taken
+              the retained copies and the old nodes' sink backlogs hold nothing of
+              STREAM: each such sink's subscription is made on QM (RegSub naming its
+              backlog queue, NewPubsOnly) and removed where it was (DeregSub), by each
+              node's broker; each command is sealed with that node's backlog key
+              (backlog.key in its queue manager's data directory: run the move as a
+              user who may read it), the only authority a broker takes it on
   release:QM  the new owner first, then every other node: the held publications go, in
               their order, to the new owner's STREAM, then ROUTE names it there (a
               QREMOTE <ROUTE>.<QM> is defined on the other nodes). For the moment the
@@ -46,10 +53,16 @@ elsewhere TARGET of a QREMOTE with RNAME(STREAM) RQMNAME(owner). The move:
               holding queue's depth is 0 (puts still being written, units of work)
   finish
 
-Sinks are not moved: a sink instance is part of its gateway's configuration. When a
-sink subscribes to STREAM on a node other than QM, the move refuses (exit 2, naming
-them) unless --leave-sinks: they then stay where they are, on a node that no longer
-owns STREAM (`mqgw network check` reports sink-on-non-owner).
+Sinks move with the stream when every node that has one subscribed configures the
+stream with `sinks: owner` (broker.streams) and has that sink instance enabled, and QM
+has the same instance (same plugin) enabled; otherwise the move refuses before changing
+anything (exit 2, naming them), unless --leave-sinks: they then stay where they are, on
+a node that no longer owns STREAM (`mqgw network check` reports sink-on-non-owner);
+on a node that configures STREAM `sinks: owner`, only until its next start, which
+removes them (that node no longer owns STREAM).
+A sink to move whose backlog queue holds more than 1,000 messages on its old node
+refuses the move as well (exit 2, nothing changed): its target may be down, and step
+sinks would hold every publication of STREAM until the backlog had sent them.
 
 Each step is idempotent and recorded in a journal (--journal) once done: after a crash
 of the command or of a node, run the same command again and it continues where it
@@ -77,7 +90,8 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         required=True,
         help="a node's gateway YAML; give every node of the network, the new owner too",
     )
-    p.add_argument("--route", help="the publishing route's QALIAS (default STREAM.PUB)")
+    p.add_argument("--route", help="the publishing route's QALIAS (default: the stream's "
+                   "broker.streams route in the new owner's configuration, else STREAM.PUB)")
     p.add_argument(
         "--journal",
         type=Path,
@@ -88,8 +102,11 @@ def register_move(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    help="seconds the drain, and the release's wait for the holding "
                    "queue to empty, may wait in this run (default 60)")
     p.add_argument("--leave-sinks", action="store_true",
-                   help="move the stream even though sinks subscribe to it on a node "
-                   "other than QM (they stay there; without this the move refuses)")
+                   help="move the stream without its sinks: those subscribed to it on a "
+                   "node other than QM stay there (until that node's next start where it "
+                   "configures the stream `sinks: owner`: that start removes them); "
+                   "without this they move with it, or, when they cannot, the move "
+                   "refuses")
     p.add_argument("--status", action="store_true", help="show the move's journal and "
                    "each node's route; change nothing")
     p.set_defaults(func=run_move_command, exit_codes=(
@@ -125,12 +142,13 @@ def _nodes(paths: list[Path]) -> dict[str, tuple[Path, Path, Path]] | str:
 
 
 def _sink_subscriptions(nodes: dict[str, tuple[Path, Path, Path]], stream: str
-                        ) -> dict[str, list[str]]:
-    """node -> the sink instances subscribed to ``stream`` in its pub/sub store (read
-    only, as ``mqgw subscriptions`` reads it beside a running gateway)."""
+                        ) -> dict[str, list[Any]]:
+    """node -> its sink subscriptions to ``stream`` (MovedSink), read from its pub/sub
+    store (read only, as ``mqgw subscriptions`` reads it beside a running gateway)."""
     from gateway.pubsub.sqlite_store import SqliteStore
+    from gateway.runtime.streams.move_plan import MovedSink
 
-    out: dict[str, list[str]] = {}
+    out: dict[str, list[Any]] = {}
     for name, (_, _, path) in nodes.items():
         if not path.is_file():
             continue
@@ -139,9 +157,78 @@ def _sink_subscriptions(nodes: dict[str, tuple[Path, Path, Path]], stream: str
             subs = store.load().subscriptions
         finally:
             store.close()
-        out[name] = sorted({s.destination.sink for s in subs
-                            if s.stream == stream and s.destination.sink})
+        out[name] = sorted(
+            {MovedSink(q_mgr=name, sink=s.destination.sink, topic=s.topic, scheme=int(s.scheme))
+             for s in subs if s.stream == stream and s.destination.sink},
+            key=lambda m: (m.sink, m.topic, m.scheme))
     return out
+
+
+def _why_sinks_cannot_move(nodes: dict[str, tuple[Path, Path, Path]], stream: str, to: str,
+                           moved: list[Any]) -> list[str]:
+    """What keeps the sink subscriptions ``moved`` from moving to ``to``: a
+    configuration that cannot be loaded; a node they leave whose configuration would
+    subscribe them again at its next start (the stream not ``sinks: owner``), or has
+    not the sink instance enabled (its broker changes only a registered sink's
+    subscriptions: the DeregSub would leave it there); a sink instance ``to`` does not
+    have enabled, or of another plugin."""
+    problems: list[str] = []
+    configs = {n: load(c) for n, (c, _, _) in nodes.items()}
+    for node in sorted({to, *(m.q_mgr for m in moved)}):
+        if isinstance(configs.get(node), str):
+            problems.append(f"{node}'s configuration cannot be read: {configs[node]}")
+
+    def sinks_of(node: str) -> dict[str, str]:
+        """The enabled plugin instances (each a sink of its broker) -> their plugin."""
+        cfg = configs.get(node)
+        if cfg is None or isinstance(cfg, str):
+            return {}
+        return {p.name: p.plugin for p in cfg.gateway.plugins if p.enabled}
+
+    def entry(node: str) -> Any:
+        cfg = configs.get(node)
+        if cfg is None or isinstance(cfg, str):
+            return None
+        return next((e for e in cfg.gateway.broker.streams if e.name == stream), None)
+
+    plugin_of: dict[str, str] = {}
+    for node in sorted({m.q_mgr for m in moved}):
+        if isinstance(configs.get(node), str):
+            continue
+        e = entry(node)
+        if e is None or e.sinks != "owner":
+            problems.append(f"{node} does not configure {stream} with `sinks: owner` (its "
+                            "next start would subscribe its sinks again)")
+        mine = sinks_of(node)
+        for sink in sorted({m.sink for m in moved if m.q_mgr == node}):
+            if sink in mine:
+                plugin_of.setdefault(sink, mine[sink])
+            else:
+                problems.append(
+                    f"{node} has no enabled sink instance {sink} in its configuration (its "
+                    "broker changes only a registered sink's subscriptions: the one its "
+                    "store keeps would stay; enable the instance there)")
+    if not isinstance(configs.get(to), str):
+        have = sinks_of(to)
+        for sink in sorted({m.sink for m in moved}):
+            if sink not in have:
+                problems.append(f"{to} has no enabled sink instance {sink} in its configuration")
+            elif sink in plugin_of and have[sink] != plugin_of[sink]:
+                problems.append(f"{to}'s sink instance {sink} is of plugin {have[sink]}, not "
+                                f"{plugin_of[sink]} as where it moves from")
+    return problems
+
+
+def _configured_route(nodes: dict[str, tuple[Path, Path, Path]], stream: str, to: str
+                      ) -> str | None:
+    """The stream's ``route`` in the new owner's configuration, if it sets one."""
+    if to not in nodes:
+        return None
+    loaded = load(nodes[to][0])
+    if isinstance(loaded, str):
+        return None
+    entry = next((e for e in loaded.gateway.broker.streams if e.name == stream), None)
+    return None if entry is None else entry.route
 
 
 def run_move_command(args: argparse.Namespace) -> int:
@@ -152,7 +239,8 @@ def run_move_command(args: argparse.Namespace) -> int:
         return _err(nodes)
     if len(nodes) < 2 and not args.status:
         return _err("give every node with --node (at least the old and the new owner)")
-    route = args.route or f"{args.stream}.PUB"
+    route = (args.route or _configured_route(nodes, args.stream, args.to or "")
+             or f"{args.stream}.PUB")
     if args.journal is not None:
         path = args.journal
     elif args.to and args.to in nodes:
@@ -239,22 +327,49 @@ async def _start(
             sinks = _sink_subscriptions(nodes, args.stream)
         except StoreError as exc:
             return _err(f"cannot read a node's pub/sub store for its sinks: {exc}")
-        left = sinks_off_owner(sinks, args.to)
-        if left:
-            where = "; ".join(f"{', '.join(v)} on {n}" for n, v in left.items())
-            if not args.leave_sinks:
+        left = sinks_off_owner({n: [m.sink for m in v] for n, v in sinks.items()}, args.to)
+        moved = [m for n, v in sorted(sinks.items()) if n != args.to for m in v]
+        where = "; ".join(f"{', '.join(v)} on {n}" for n, v in left.items())
+        if left and args.leave_sinks:
+            print(f"leaving sink(s) where they are: {where} (a node configuring "
+                  f"{args.stream} `sinks: owner` removes them at its next start)")
+            moved = []
+        elif left:
+            problems = _why_sinks_cannot_move(nodes, args.stream, args.to, moved)
+            if problems:
                 return _err(
                     f"sink(s) subscribe to {args.stream} on nodes that would not own it: "
-                    f"{where}. A move does not move sinks (docs/scaling.md, \"Sinks and "
-                    "retained publications\"): give --leave-sinks to move the stream and "
-                    "leave them where they are (`mqgw network check` then reports them "
-                    "as sink-on-non-owner)"
+                    f"{where}; they cannot move to {args.to}: {'; '.join(problems)} "
+                    "(docs/scaling.md, \"Sinks and retained publications\"). Give "
+                    "--leave-sinks to move the stream and leave them where they are "
+                    "(`mqgw network check` then reports them as sink-on-non-owner; a node "
+                    "configuring it `sinks: owner` removes them at its next start)"
                 )
-            print(f"leaving sink(s) where they are: {where}")
+            from gateway.runtime.streams.move import (
+                SINK_BACKLOG_LIMIT,
+                MoveError,
+                deep_backlogs,
+            )
+
+            for q_mgr in sorted({args.to, *(m.q_mgr for m in moved)}):
+                try:  # step sinks seals its commands with it: known now, not then
+                    conns[q_mgr].backlog_key()
+                except MoveError as exc:
+                    return _err(f"{exc}. Nothing was changed")
+            if deep := await deep_backlogs(conns, moved):
+                return _err(
+                    f"{'; '.join(deep)}, more than {SINK_BACKLOG_LIMIT}: the sink's target "
+                    "may be down or behind, and step sinks would hold every publication of "
+                    f"{args.stream} (the routes held) until the backlog has sent what it "
+                    "holds of the stream. Nothing was changed: retry once it has caught up, "
+                    "or give --leave-sinks"
+                )
+            print(f"moving sink(s) with the stream: {where}")
         now = datetime.now(UTC).isoformat(timespec="seconds")
         journal = MoveJournal(
             stream=args.stream, route=route, from_q_mgr=old, to_q_mgr=args.to,
             nodes={q: str(c) for q, (c, _, _) in nodes.items()}, started=now, updated=now,
+            sinks=moved,
         )
         write_journal(path, journal)
         print(f"moving {args.stream} from {old} to {args.to} (journal {path})")
@@ -354,6 +469,9 @@ async def _status(
               + ("complete" if nxt is None else f"next step {nxt}"))
         print(f"  started {journal.started}, updated {journal.updated}")
         print(f"  done: {', '.join(journal.done) or 'nothing'}")
+        if journal.sinks:
+            print("  sinks moved: " + ", ".join(f"{m.sink} from {m.q_mgr}"
+                                                for m in journal.sinks))
         if journal.waiting:
             print(f"  stopped: {journal.waiting}")
     for name, (_, data_dir, _) in nodes.items():

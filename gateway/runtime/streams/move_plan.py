@@ -16,6 +16,11 @@ decided when the move starts:
 2b. ``retained`` (journals of version 2): the old owner's retained publications are put
    on the new owner's stream queue as the old owner's forwards
    (:mod:`gateway.runtime.streams.move_retained`), ahead of the held publications.
+2c. ``sinks`` (journals of version 3): once the new owner has taken the copies and the
+   old nodes' sink backlogs hold nothing of the stream, the sink subscriptions recorded
+   in ``sinks`` are made on the new owner (NewPubsOnly) and removed where they were,
+   with the broker's own RegSub/DeregSub naming each sink's backlog queue
+   (:mod:`gateway.runtime.streams.move_sinks`).
 3. ``release:<QM>``, the new owner first: the held publications go to the new owner's
    stream queue (in their order), then the route is pointed there.
 4. ``finish``.
@@ -23,7 +28,6 @@ decided when the move starts:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -32,10 +36,20 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gateway.runtime.streams.route_state import (
+    HOLD,
+    MAX_NAME,
+    RouteState,
+    fit_queue_name,
+    hold_queue_name,
+    route_state,
+)
+
 __all__ = [
     "HOLD",
     "JOURNAL_VERSION",
     "MoveJournal",
+    "MovedSink",
     "RouteState",
     "hold_queue_name",
     "journal_path",
@@ -45,15 +59,29 @@ __all__ = [
     "record_done",
     "release_target",
     "remote_def_name",
+    "reply_queue_name",
     "route_state",
     "sinks_off_owner",
     "write_journal",
 ]
 
-JOURNAL_VERSION = 2
-#: Prefix of the holding queue a move defines on every node (one per stream).
-HOLD = "MQGW.MOVE.HOLD."
-_MAX_NAME = 48
+JOURNAL_VERSION = 3
+#: Prefix of the queue the brokers answer a move's sink commands on.
+REPLY = "MQGW.MOVE.REPLY."
+
+
+class MovedSink(BaseModel):
+    """One sink subscription to the stream that the move takes from ``q_mgr`` to the
+    new owner (decided when the move starts: the stores change during it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    q_mgr: str
+    sink: str
+    #: the pattern within the stream, as the store keeps it
+    topic: str
+    #: 1 MQRFH character patterns, 2 topic patterns (gateway.pubsub.topics.Scheme)
+    scheme: int
 
 
 class MoveJournal(BaseModel):
@@ -75,6 +103,8 @@ class MoveJournal(BaseModel):
     updated: str = ""
     #: the last reason the move stopped unfinished (for ``--status``)
     waiting: str = ""
+    #: the sink subscriptions step ``sinks`` moves to the new owner (version 3)
+    sinks: list[MovedSink] = []
 
     @property
     def hold_queue(self) -> str:
@@ -85,23 +115,15 @@ class MoveJournal(BaseModel):
         return next_step(self) is None
 
 
-def _fit(name: str, prefix: str) -> str:
-    """``prefix + name`` when it is a valid MQ name length, else a hashed stand-in."""
-    if len(prefix) + len(name) <= _MAX_NAME:
-        return prefix + name
-    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16].upper()
-    return prefix + digest
-
-
-def hold_queue_name(stream: str) -> str:
-    """The local queue that holds ``stream``'s new publications during a move."""
-    return _fit(stream, HOLD)
+def reply_queue_name(stream: str) -> str:
+    """The local queue the broker answers a move's sink commands on (deleted after)."""
+    return fit_queue_name(stream, REPLY)
 
 
 def remote_def_name(route: str, q_mgr: str) -> str:
     """The QREMOTE a non-owner's route aliases to: ``<route>.<owner QM>``."""
     name = f"{route}.{q_mgr}"
-    return name if len(name) <= _MAX_NAME else _fit(name, "MQGW.ROUTE.")
+    return name if len(name) <= MAX_NAME else fit_queue_name(name, "MQGW.ROUTE.")
 
 
 def plan_steps(journal: MoveJournal) -> list[str]:
@@ -109,10 +131,13 @@ def plan_steps(journal: MoveJournal) -> list[str]:
     others = [n for n in journal.nodes if n != journal.to_q_mgr]
     # a move started by version 1 (no retained copy) continues as it was planned
     copy = ["retained"] if journal.version >= 2 else []
+    # and one started by version 2 (sinks never moved) as well
+    sinks = ["sinks"] if journal.version >= 3 else []
     return (
         [f"hold:{n}" for n in journal.nodes]
         + ["drain"]
         + copy
+        + sinks
         + [f"release:{journal.to_q_mgr}"]
         + [f"release:{n}" for n in others]
         + ["finish"]
@@ -147,47 +172,12 @@ def release_target(journal: MoveJournal, q_mgr: str) -> str:
     return remote_def_name(journal.route, journal.to_q_mgr)
 
 
-class RouteState(BaseModel):
-    """What one node's route says (read from its definitions)."""
-
-    q_mgr: str
-    #: the queue manager that owns the stream by this node's route; "" when held or unknown
-    owner: str = ""
-    held: bool = False
-    problem: str = ""
-
-
-def route_state(
-    q_mgr: str,
-    stream: str,
-    route: str,
-    alias_target: str | None,
-    remote: tuple[str, str] | None,
-) -> RouteState:
-    """Decide whom ``q_mgr``'s route names. ``alias_target``: TARGET of ``QALIAS(route)``
-    (None: no such alias); ``remote``: (RNAME, RQMNAME) of that target when it is a
-    QREMOTE (None otherwise)."""
-    if alias_target is None:
-        return RouteState(q_mgr=q_mgr, problem=f"no QALIAS({route}) on {q_mgr}")
-    if alias_target == stream:
-        return RouteState(q_mgr=q_mgr, owner=q_mgr)
-    if alias_target == hold_queue_name(stream):
-        return RouteState(q_mgr=q_mgr, held=True)
-    if remote is not None and remote[0] == stream and remote[1]:
-        return RouteState(q_mgr=q_mgr, owner=remote[1])
-    return RouteState(
-        q_mgr=q_mgr,
-        problem=f"QALIAS({route}) on {q_mgr} names {alias_target}, which is neither "
-        f"{stream} nor a QREMOTE with RNAME({stream})",
-    )
-
-
 def sinks_off_owner(
     sinks: Mapping[str, Iterable[str]], to_q_mgr: str
 ) -> dict[str, list[str]]:
     """node -> the sink instances subscribed to the stream there, for every node but
-    the new owner (``sinks``: each node's sink subscriptions on the stream). A move
-    does not move sinks: these would stay on a node that no longer owns the stream."""
+    the new owner (``sinks``: each node's sink subscriptions on the stream): those the
+    move takes to the new owner, or, with ``--leave-sinks``, leaves behind."""
     return {n: sorted(set(v)) for n, v in sorted(sinks.items()) if n != to_q_mgr and v}
 
 

@@ -49,6 +49,11 @@ def journal(nodes: tuple[str, ...] = (A, B), to: str = B) -> MoveJournal:
 def test_plan_holds_everywhere_then_drains_then_releases_the_new_owner_first() -> None:
     j = journal((A, B, C))
     assert plan_steps(j) == [
+        "hold:QMA", "hold:QMB", "hold:QMC", "drain", "retained", "sinks",
+        "release:QMB", "release:QMA", "release:QMC", "finish",
+    ]
+    # a move started by version 2 (sinks never moved) continues as it was planned
+    assert plan_steps(j.model_copy(update={"version": 2})) == [
         "hold:QMA", "hold:QMB", "hold:QMC", "drain", "retained",
         "release:QMB", "release:QMA", "release:QMC", "finish",
     ]
