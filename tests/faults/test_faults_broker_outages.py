@@ -99,6 +99,8 @@ async def _outage(
         outbound = (ledger.paths["MQ->Kafka"], ledger.paths["MQ->MQTT"])
         if await wait_until(lambda: all(p.complete for p in outbound), RECOVERY_S):
             recovered_running = time.monotonic() - restarted_at
+        else:  # where each thread is (a producer's poll thread?) goes with the failure
+            gw.dump_stacks(f"no recovery {RECOVERY_S:.0f} s after the {name} restart")
         assert gw.running, f"the gateway died during the outage:\n{gw.log_tail()}"
         # The figures say whether the running gateway recovered by itself; the clean
         # runs that follow only collect the inbound paths' messages.

@@ -21,8 +21,8 @@ import yaml
 
 from gateway.devstack.process import ServiceProcess, spawn
 
-#: Written into a child's log before the thread stacks of a stop that overran.
-_STACKS_MARKER = "---- SIGTERM not obeyed"
+#: Written into a child's log before its thread stacks (ChildProcess.dump_stacks).
+_STACKS_MARKER = "---- thread stacks"
 
 
 def mqgw_argv(config: Path) -> list[str]:
@@ -102,8 +102,8 @@ class ChildProcess:
             deadline = time.monotonic() + limit
             while proc.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if proc.alive() and self.dumps_stacks:
-                self._dump_stacks(proc.pid, limit)
+            if proc.alive():
+                self.dump_stacks(f"SIGTERM not obeyed in {limit:.0f} s")
         proc.stop(timeout=5)  # SIGKILLs it only when the stop overran the timeout
         self.process = None
         return proc.exit_code()
@@ -112,13 +112,17 @@ class ChildProcess:
         """Seconds SIGTERM gets before the SIGKILL."""
         return self.terminate_timeout
 
-    def _dump_stacks(self, pid: int, waited: float) -> None:
-        """A stop that overran: the child's thread stacks into its log before the SIGKILL
-        (``mqgw`` dumps them on SIGUSR1), so the failure says where it hung."""
+    def dump_stacks(self, why: str) -> None:
+        """The running child's thread stacks into its log (``mqgw`` dumps them on SIGUSR1),
+        so a failure says where it hung: a stop that overran, a wait that never ended.
+        :meth:`log_tail` then shows them. Nothing for a child that does not dump them."""
+        proc = self.process
+        if proc is None or not proc.alive() or not self.dumps_stacks:
+            return
         with self.log_path.open("ab") as log:
-            log.write(f"{_STACKS_MARKER} in {waited:.0f} s: thread stacks ----\n".encode())
+            log.write(f"{_STACKS_MARKER} ({why}) ----\n".encode())
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGUSR1)
+            os.kill(proc.pid, signal.SIGUSR1)
         size, settled_at = -1, time.monotonic()
         end = settled_at + 3.0
         while time.monotonic() < end:  # the dump is written once the size stops growing
@@ -140,7 +144,7 @@ class ChildProcess:
         return text in self.log_since_start()
 
     def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` of the log; after a stop that overran, from ``lines`` before
+        """The last ``lines`` of the log; after :meth:`dump_stacks`, from ``lines`` before
         the thread stacks to the end (the stacks are what explains the hang)."""
         from gateway.devstack.process import log_tail
 

@@ -79,7 +79,9 @@ def translate(err: Any) -> AioKafkaError:
         return RdKafkaError(repr(err), retriable=True)
     code = err.code()
     text = f"{err.name()}: {err.str()}"
-    if err.fatal():
+    # ``produce()`` on a producer in librdkafka's fatal state raises ``_FATAL`` with
+    # ``fatal()`` false: fatal all the same (only a new producer can send again).
+    if err.fatal() or code == _CK._FATAL:
         if code == _CK._FENCED:
             return ProducerFenced()
         return RdKafkaError(f"fatal: {text}", retriable=False)
@@ -161,6 +163,8 @@ class ConfluentProducer:
         #: librdkafka's commit_transaction/abort_transaction flush, are settled directly)
         self._reports: list[tuple[asyncio.Future[Any], Any, Any]] = []
         self._poll_ident: int | None = None
+        #: the fatal error poll raised (then every send raises it: a new producer is due)
+        self._fatal: AioKafkaError | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -186,7 +190,18 @@ class ConfluentProducer:
         assert loop is not None
         self._poll_ident = threading.get_ident()
         while not self._stopping.is_set():
-            producer.poll(_POLL_S)
+            try:
+                producer.poll(_POLL_S)
+            except confluent_kafka.KafkaException as exc:
+                # librdkafka's fatal error, raised by poll: this thread must go on
+                # serving (the purged records' reports, the log) and the sink must
+                # replace the producer, which every later send tells it.
+                error = translate(exc)
+                if not error.retriable and self._fatal is None:
+                    self._fatal = error
+                    log.error("librdkafka producer: %r: it is replaced at the next send", error)
+                else:  # anything more: through the runtime's limiter for client logs
+                    rdkafka_log.warning("poll: %r", error)
             reports, self._reports = self._reports, []
             if reports:
                 try:
@@ -212,6 +227,8 @@ class ConfluentProducer:
         producer, loop = self._producer, self._loop
         if producer is None or loop is None:
             raise RdKafkaError("producer is not started", retriable=True)
+        if self._fatal is not None:
+            raise self._fatal
         future: asyncio.Future[Any] = loop.create_future()
 
         def delivered(err: Any, msg: Any) -> None:

@@ -15,11 +15,14 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError as AioKafkaError
+from aiokafka.errors import ProducerFenced
 
 from gateway.devstack import KafkaBroker
 from plugins.kafka import KafkaPluginConfig
-from plugins.kafka.clients import confluent_client
+from plugins.kafka.clients import confluent_client, outcome_seen
 from plugins.kafka.clients.confluent_client import ConfluentProducer
+from plugins.kafka.sink import producer_state_is_broken
 from tests.support.names import unique
 
 
@@ -193,3 +196,37 @@ async def test_transactions_settle_every_send_on_a_real_broker(kafka_broker: Kaf
         await producer.stop()
     records = await _read_committed(kafka_broker.bootstrap, topic, 300)
     assert sorted(int(r.value) for r in records) == list(range(300))
+
+
+async def test_a_send_on_a_producer_in_librdkafkas_fatal_state_says_replace_it(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """Once librdkafka has raised a fatal error, every ``produce()`` fails with
+    ``_FATAL`` whose ``fatal()`` is false. That failure must still read as "only a new
+    producer can send" (``producer_state_is_broken``), never as an outage to retry: the
+    sink would otherwise resend through a dead producer for ever. A real fatal state: a
+    transactional producer fenced by a second one with the same transactional.id."""
+    topic = unique("confatal")
+    config = KafkaPluginConfig.model_validate(
+        {"bootstrap_servers": kafka_broker.bootstrap, "backend": "confluent"}
+    )
+    txn_id = unique("tx")
+    fenced = ConfluentProducer(config, "t", transactional_id=txn_id)
+    await fenced.start()
+    newer = ConfluentProducer(config, "t", transactional_id=txn_id)
+    try:
+        await newer.start()  # init_transactions fences ``fenced``
+        await fenced.begin_transaction()
+        first = await fenced.send(topic, b"fenced")
+        with pytest.raises(ProducerFenced):
+            await fenced.commit_transaction()
+        with pytest.raises(AioKafkaError) as failure:
+            await fenced.send(topic, b"after the fatal error")
+        assert not failure.value.retriable
+        assert producer_state_is_broken(failure.value)
+        # and its poll thread still serves (the purged records' reports, the log)
+        assert fenced._thread is not None and fenced._thread.is_alive()
+        first.add_done_callback(outcome_seen)  # purged by the fatal error
+    finally:
+        await fenced.stop()
+        await newer.stop()
