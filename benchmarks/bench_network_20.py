@@ -414,10 +414,12 @@ class Traffic:
                     f"its proxies were seen) to #{len(self.sent) - 1}")
         else:
             covers = bool(leaf) and lo == 0 and hi >= owed.start
+            last = owed.stop - 1
+            after = (f"{last - hi} of those were still on their way to B3 when it left S"
+                     if hi <= last else
+                     f"{hi - last} put after it arrived too, before the clear took effect")
             what = (f"#{lo}-#{hi}, unbroken {unbroken}; it had #{owed.start} when the clear "
-                    f"was asked for, #{owed.stop - 1} was put last before it: "
-                    f"{owed.stop - 1 - hi} of those were still on their way to B3 when it "
-                    "left S")
+                    f"was asked for, #{last} was put last before it: {after}")
         res.say(f"  {SUBTREE_LEAF} (subtree): received {len(leaf):,}: {what}")
         if not (ok and unbroken and covers):
             res.ok = False
