@@ -54,6 +54,8 @@ STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
 CONTROL = "SYSTEM.BROKER.CONTROL.QUEUE"
 SUB_QUEUE = "BURST.SUB"
 KAFKA_TOPIC = "burst-in"
+#: --one-by-one: the sender awaits each acknowledgement instead of sending all at once
+ONE_BY_ONE = False
 GOAL_P99_MS = 150.0
 PAD = 1024
 
@@ -126,13 +128,13 @@ async def subscriber_gets(
 
 
 def outside_child(argv: list[str]) -> int:
-    """``--outside PATH WHERE QM_DIR N LIMIT``: sender and subscriber in their own
+    """``--outside PATH WHERE QM_DIR N LIMIT ONE_BY_ONE``: sender and subscriber in their own
     process (not competing with the gateway for its event loop), over the queue
     manager's local socket; prints ``ready`` after the warm-up, reads a line, sends the
     burst, prints the latencies."""
     from gateway.mq.embedded.client import ClientQueueManager
 
-    path, where, qm_dir, n, limit = argv
+    path, where, qm_dir, n, limit, one_by_one = argv
 
     async def go() -> None:
         print("ready", flush=True)
@@ -145,6 +147,10 @@ def outside_child(argv: list[str]) -> int:
             await producer.start()
 
             async def send_kafka(first: int, count: int) -> None:
+                if one_by_one == "1":  # as examples/demo does: send_and_wait each
+                    for i in range(count):
+                        await producer.send_and_wait(KAFKA_TOPIC, payload(max(0, first + i)))
+                    return
                 pending = [
                     await producer.send(KAFKA_TOPIC, payload(max(0, first + i)))
                     for i in range(count)
@@ -162,6 +168,10 @@ def outside_child(argv: list[str]) -> int:
             pub.pending_calls_threshold = int(n) + 1
 
             async def send_mqtt(first: int, count: int) -> None:
+                if one_by_one == "1":  # as examples/demo does: each PUBACK awaited
+                    for i in range(count):
+                        await pub.publish("burst/m", payload(max(0, first + i)), qos=1)
+                    return
                 await asyncio.gather(*(
                     pub.publish("burst/m", payload(max(0, first + i)), qos=1)
                     for i in range(count)
@@ -194,7 +204,7 @@ async def burst(
         await register(qm, "burst/#")
         child = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "benchmarks.bench_inbound_burst", "--outside", path, where,
-            str(qm.path), str(n), str(limit),
+            str(qm.path), str(n), str(limit), "1" if ONE_BY_ONE else "0",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )
         assert child.stdin is not None and child.stdout is not None
@@ -321,8 +331,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=500)
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per burst")
     parser.add_argument("--paths", default="kafka,mqtt")
-    parser.add_argument("--outside", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--one-by-one", action="store_true",
+        help="the sender awaits each message's acknowledgement (as examples/demo does)",
+    )
+    parser.add_argument("--outside", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global ONE_BY_ONE
+    ONE_BY_ONE = args.one_by_one
     if args.outside:
         return outside_child(args.outside)
     return asyncio.run(run(args.messages, args.time_limit, set(args.paths.split(","))))
