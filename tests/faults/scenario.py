@@ -62,6 +62,8 @@ class FaultWorld:
     mqtt_port: int
     tag: str = field(default_factory=lambda: unique("faults"))
     kafka_extra: dict[str, Any] = field(default_factory=dict)
+    #: Settings added to the gateway's ``broker:`` section.
+    broker_extra: dict[str, Any] = field(default_factory=dict)
     #: The embedded queue manager's directory (default ``work/qm``).
     qm_dir: Path | None = None
     #: Also route the outbound stream through an exactly-once kafka instance.
@@ -139,6 +141,7 @@ class FaultWorld:
                 "streams": [{"name": OUT_STREAM}, {"name": IN_STREAM}],
                 "wait_ms": 100,
                 "sink_retry_max_delay": 1.0,
+                **self.broker_extra,
             },
             "metrics": {"enabled": False},
             "logging": {"format": "text", "level": "info"},

@@ -56,6 +56,11 @@ async def _outage(
     stop_broker: Callable[[], object], start_broker: Callable[[], object],
 ) -> None:
     ledger = Ledger()
+    # The stop must land while the 3,000 publications are still flowing. At the default
+    # batch_size (256 since issue 32) a quiet machine moved them all to Kafka before the
+    # reader had seen MID_LOAD and the broker was stopped; batches of 32 (the default
+    # this test was written for) keep the transfer going for some seconds.
+    world.broker_extra.setdefault("batch_size", 32)
     gw = world.gateway()
     kafka_reader = KafkaReader(world, ledger.paths["MQ->Kafka"])
     mqtt_reader = MqttReader(world, ledger.paths["MQ->MQTT"])

@@ -100,7 +100,11 @@ async def main(argv: list[str]) -> int:
         deliver(self, received)
 
     MqttSource.on_message = report  # type: ignore[method-assign]
-    gw = await start_gateway(Path(work), config)
+    # feedN: the parent stops the gateway mid-stream, so the stream must last; at the
+    # default batch_size (256 since issue 32) 3,000 were all sent before the SIGTERM
+    # on a quiet machine. The restart ("run") uses the default.
+    batch = 32 if mode.startswith("feed") else None
+    gw = await start_gateway(Path(work), config, batch_size=batch)
     if mode == "hang":
         await register_mq_subscribers(gw.qm, "from-mqtt/#")
     print("ready", flush=True)
