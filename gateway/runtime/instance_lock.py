@@ -29,15 +29,20 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict
 
 __all__ = [
     "HOLDER_FILE",
     "LOCK_FILE",
+    "InstanceJson",
     "InstanceLock",
     "InstanceRecord",
+    "NodeStatusJson",
     "StandbyMarker",
     "is_locked",
     "live_standbys",
@@ -49,6 +54,37 @@ HOLDER_FILE = "mqgw.instance.json"
 STANDBY_PREFIX = "mqgw.standby."
 #: Bound on what is read of a record (it is a few dozen bytes; the directory is shared).
 RECORD_MAX = 4096
+
+
+@with_config(ConfigDict(use_attribute_docstrings=True))
+class InstanceJson(TypedDict):
+    """One instance of the node (also in ``/healthz`` as ``instance``)."""
+
+    host: str
+    """The host name it runs on."""
+    pid: int
+    """Its process id on that host."""
+    since: float
+    """When it became active, or began waiting as a standby (seconds since the epoch)."""
+    multi_instance: bool
+    """Started with ``--multi-instance``: it permits a standby."""
+
+
+@with_config(ConfigDict(use_attribute_docstrings=True))
+class NodeStatusJson(TypedDict):
+    """The node's instances as ``mqgw status --json`` prints them."""
+
+    gateway: str
+    """The gateway's id."""
+    data_directory: str
+    """The directory whose lock makes an instance active."""
+    active: InstanceJson | None
+    """The instance holding the lock; null when none does."""
+    last_active: InstanceJson | None
+    """When none holds it: the last one recorded that ended without a clean stop (a
+    clean stop removes its record); null otherwise."""
+    standbys: list[InstanceJson]
+    """The standbys waiting for the lock."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +106,9 @@ class InstanceRecord:
         stamp = datetime.fromtimestamp(self.since, UTC).isoformat(timespec="seconds")
         return f"pid {self.pid} on host {self.host} since {stamp}"
 
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
+    def to_json(self) -> InstanceJson:
+        return InstanceJson(host=self.host, pid=self.pid, since=self.since,
+                            multi_instance=self.multi_instance)
 
     @classmethod
     def parse(cls, text: str) -> InstanceRecord | None:

@@ -39,7 +39,12 @@ def status_command(args: argparse.Namespace) -> int:
     from gateway.runtime.app import node_directory
     from gateway.runtime.config import load_config
     from gateway.runtime.errors import ConfigErrors
-    from gateway.runtime.instance_lock import is_locked, live_standbys, read_holder
+    from gateway.runtime.instance_lock import (
+        NodeStatusJson,
+        is_locked,
+        live_standbys,
+        read_holder,
+    )
     from gateway.runtime.registry import PluginRegistry
 
     try:
@@ -55,13 +60,13 @@ def status_command(args: argparse.Namespace) -> int:
     holder = read_holder(directory)
     standbys = live_standbys(directory)
     if args.json:
-        print(json.dumps({
-            "gateway": loaded.gateway.gateway_id,
-            "data_directory": str(directory),
-            "active": holder.to_json() if active and holder is not None else None,
-            "last_active": holder.to_json() if not active and holder is not None else None,
-            "standbys": [s.to_json() for s in standbys],
-        }))
+        print(json.dumps(NodeStatusJson(
+            gateway=loaded.gateway.gateway_id,
+            data_directory=str(directory),
+            active=holder.to_json() if active and holder is not None else None,
+            last_active=holder.to_json() if not active and holder is not None else None,
+            standbys=[s.to_json() for s in standbys],
+        )))
         return 0 if active else 1
     print(f"node {loaded.gateway.gateway_id}: data directory {directory}")
     if active and holder is not None:
