@@ -86,10 +86,30 @@ async def _serve_http(
     return server
 
 
+async def _wait_for_admin_commands(directory: Path, stop: asyncio.Event) -> bool:
+    """Holding the node's lock: wait while a command that opened the stopped queue
+    manager's directory itself (``mqgw qm ...`` between the active instance's end and
+    this takeover) still has it, rather than fail to open it. True once free."""
+    from gateway.mq.embedded.store import dir_lock_owner
+
+    owner = dir_lock_owner(directory)
+    if owner is None:
+        return True
+    log.warning("standby: holding the lock on %s, waiting for the command that has the queue "
+                "manager's data directory open (%s) to end", directory, owner)
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), POLL_S)
+        if dir_lock_owner(directory) is None:
+            return True
+    return False
+
+
 async def wait_as_standby(
     loaded: LoadedConfig, lock: InstanceLock, stop: asyncio.Event
 ) -> bool:
-    """Wait until ``lock`` is this process's (True) or ``stop`` is set (False).
+    """Wait until ``lock`` is this process's and no administration command holds the
+    queue manager's directory (True), or until ``stop`` is set (False).
 
     Raises GatewayRuntimeError when the active instance does not permit a standby (it
     was started without ``--multi-instance``), as ``strmqm -x`` refuses then.
@@ -108,7 +128,7 @@ async def wait_as_standby(
         log.info("standby: waiting for the lock on %s held by %s", directory, _describe(holder))
         while not stop.is_set():
             if lock.try_acquire():
-                return True
+                return await _wait_for_admin_commands(directory, stop)
             latest = read_holder(directory)
             if latest != holder:  # another takeover meanwhile (a third instance won)
                 holder = latest

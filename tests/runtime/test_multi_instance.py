@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 import urllib.request
@@ -142,3 +143,36 @@ def test_a_standby_waits_out_a_frozen_active_and_takes_over_a_killed_one(
         _stop(a, b)
     code, status = mqgw_status(config)
     assert code == 1 and status["active"] is None, status  # a clean stop ends the record
+
+
+def test_a_takeover_waits_for_an_admin_command_holding_the_stopped_directory(
+    tmp_path: Path,
+) -> None:
+    """Between the active instance's end and the takeover, ``mqgw qm`` on the stopped
+    node opens the queue manager's directory itself; the standby that then takes the
+    node's lock waits for it rather than fail to open the queue manager."""
+    from gateway.mq.embedded.store import MessageStore
+
+    config = _config(tmp_path)
+    a_port, b_port = free_ports(2)
+    a, b = Instance("a", config, a_port), Instance("b", config, b_port)
+    a.start()
+    try:
+        a.wait_for("active", lambda: a.role() == "active", START_S)
+        b.start()
+        b.wait_for("standby", lambda: b.role() == "standby", START_S)
+        b.freeze()  # so the command below opens the directory before the takeover
+        a.kill()
+        admin = MessageStore(tmp_path / "qm")  # what `mqgw qm` does on a stopped node
+        try:
+            b.thaw()
+            b.wait_for("the wait for the command", lambda: b.has_logged(
+                "waiting for the command that has the queue manager's data directory "
+                f"open (pid {os.getpid()})"), START_S)
+            assert b.running and b.role() == "standby"
+        finally:
+            admin.close()
+        b.wait_for("active", lambda: b.role() == "active", START_S)
+        assert (b.health() or {}).get("status") == "ok", b.health()
+    finally:
+        _stop(a, b)
