@@ -24,7 +24,7 @@ import pytest
 from gateway.devstack.ports import free_ports
 from gateway.runtime.standby import POLL_S
 from tests.support.gateway_process import write_config
-from tests.support.instances import Instance, mqgw_status
+from tests.support.instances import Instance, mqgw_status, mqgw_status_text
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
@@ -84,8 +84,14 @@ def test_a_second_run_refuses_unless_both_permit_a_standby(tmp_path: Path) -> No
         assert c.exit_code() == 1, c.log_tail()
         assert "permits no standby" in c.log_since_start(), c.log_tail()
         assert a.role() == "active"
+        code, text = mqgw_status_text(config)
+        assert code == 0, text
+        assert f"active instance: pid {a.pid} on host " in text, text
+        assert "(permits no standby)" in text and "standby instances: none" in text, text
     finally:
         _stop(a, b, c)
+    code, text = mqgw_status_text(config)
+    assert code == 1 and "active instance: none" in text, text
 
 
 def test_a_standby_waits_out_a_frozen_active_and_takes_over_a_killed_one(

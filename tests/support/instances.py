@@ -77,6 +77,14 @@ class Instance(ChildProcess):
         return time.monotonic() - start
 
 
+def mqgw_status_text(config: Path) -> tuple[int, str]:
+    """``mqgw status`` as an operator reads it: (exit status, its text)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.runtime.cli", "status", "--config", str(config)],
+        capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
 def mqgw_status(config: Path) -> tuple[int, dict[str, Any]]:
     """``mqgw status --json`` as an operator runs it: (exit status, its JSON)."""
     done = subprocess.run(
