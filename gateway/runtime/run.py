@@ -82,8 +82,11 @@ def _take_or_refuse(lock: InstanceLock, multi_instance: bool) -> str | None:
     else why this run cannot start."""
     from gateway.runtime.instance_lock import read_holder
 
-    if lock.try_acquire() or multi_instance:
-        return None
+    try:
+        if lock.try_acquire() or multi_instance:
+            return None
+    except OSError as exc:
+        return f"cannot lock {lock.directory} ({exc.strerror})"
     holder = read_holder(lock.directory)
     who = holder.describe() if holder is not None else "another instance"
     return (f"the data directory {lock.directory} is in use by {who}; stop that instance, "

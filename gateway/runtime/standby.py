@@ -121,13 +121,25 @@ async def wait_as_standby(
             f"the data directory {directory} is in use by {holder.describe()}, which was "
             "started without --multi-instance and so permits no standby")
     record = InstanceRecord.of_this_process(True)
-    marker = StandbyMarker(directory, record)
+    try:
+        marker = StandbyMarker(directory, record)
+    except OSError as exc:
+        raise GatewayRuntimeError(f"cannot write to {directory} ({exc.strerror})") from None
     http: HealthServer | None = None
     try:
         http = await _serve_http(loaded, record, directory)
         log.info("standby: waiting for the lock on %s held by %s", directory, _describe(holder))
+        failing = False
         while not stop.is_set():
-            if lock.try_acquire():
+            try:
+                acquired = lock.try_acquire()
+                failing = False
+            except OSError as exc:  # the shared storage went away: say so once, poll on
+                if not failing:
+                    log.warning("standby: cannot try the lock on %s (%s); trying on",
+                                directory, exc.strerror)
+                failing, acquired = True, False
+            if acquired:
                 return await _wait_for_admin_commands(directory, stop)
             latest = read_holder(directory)
             if latest != holder:  # another takeover meanwhile (a third instance won)

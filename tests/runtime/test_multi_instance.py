@@ -182,3 +182,23 @@ def test_a_takeover_waits_for_an_admin_command_holding_the_stopped_directory(
         assert (b.health() or {}).get("status") == "ok", b.health()
     finally:
         _stop(a, b)
+
+
+def test_a_standby_stopped_while_waiting_exits_0_and_leaves_the_active_alone(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    a_port, b_port = free_ports(2)
+    a, b = Instance("a", config, a_port), Instance("b", config, b_port)
+    a.start()
+    try:
+        a.wait_for("active", lambda: a.role() == "active", START_S)
+        b.start()
+        b.wait_for("standby", lambda: b.role() == "standby", START_S)
+        assert b.terminate() == 0, b.log_tail()
+        assert b.has_logged("standby: stopped while waiting for the lock"), b.log_tail()
+        code, status = mqgw_status(config)
+        assert code == 0 and status["active"]["pid"] == a.pid and status["standbys"] == []
+        assert (a.health() or {}).get("status") == "ok", a.health()
+    finally:
+        _stop(a, b)
