@@ -5,16 +5,21 @@ told their brokers and ports through the environment variables the file reads.
 Under steady traffic (an MQ application putting one MQRFH publication at a time over the
 active instance's local socket, reconnecting after each takeover) the active instance is
 SIGKILLed ``TAKEOVERS`` times; each time the standby must become active and the next
-publication must reach an MQTT subscriber, and a new standby is started in place of the
-killed one. Takeover time: the SIGKILL to the first publication put after it arriving.
-Every publication whose commit returned arrives (at least once: MQ -> MQTT is
-at-least-once, docs/mqtt-plugin.md), first arrivals in the order they were put.
+publication must reach both paths, MQ -> Kafka (a Kafka consumer) and MQ -> MQTT (an MQTT
+subscriber); the killed one is started again at once (as systemd's ``Restart=always``
+does) and becomes the next standby (or, rarely, wins the lock itself: whichever instance
+holds it is the active one of the next round). Takeover time: the SIGKILL to the first
+publication put after it arriving, per path. On each path every
+publication whose commit returned arrives (at least once: both are at-least-once,
+docs/operations.md "Delivery guarantees per path"), first arrivals in the order they were
+put.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import statistics
 import time
@@ -22,8 +27,9 @@ from pathlib import Path
 
 import aiomqtt
 import pytest
+from aiokafka import AIOKafkaConsumer
 
-from gateway.devstack import MosquittoBroker
+from gateway.devstack import KafkaBroker, MosquittoBroker
 from gateway.devstack.ports import free_ports
 from gateway.mq.embedded.client import connect_local
 from gateway.mq.port import OpenOption, PutOptions
@@ -31,13 +37,15 @@ from tests.support.instances import Instance, mqgw_status
 from tests.support.names import unique
 from tests.support.pubsub_messages import rfh_message
 
-pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.mqtt]
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.mqtt, pytest.mark.kafka]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "multi-instance"
 STREAM = "STOCK.STREAM"
-#: SIGKILLs of the active instance. One takeover measured 1.5-3 s on two busy cores, a
-#: round (kill, takeover, a new standby up) 2-4 s: 20 (the issue's count) keep it under 90 s.
-TAKEOVERS = 20
+#: SIGKILLs of the active instance. A takeover measured 0.5-1.5 s on two busy cores, a
+#: round (traffic seen, kill, takeover, the killed one back as the standby) 4-5.5 s: 20
+#: took 108 s beside other agents' tests, 16 keep the test near 90 s there. The issue's
+#: 20 (or more): ``MQGW_TAKEOVERS=20``.
+TAKEOVERS = int(os.environ.get("MQGW_TAKEOVERS", "16"))
 #: Bound on one takeover / one start (the issue's goal is p99 < 10 s; this is a hang).
 TAKEOVER_S = 60.0
 #: Seconds between the publisher's puts.
@@ -82,16 +90,57 @@ class Publisher:
                     await asyncio.wait_for(conn.disconnect(), 2)
 
 
-class Subscriber:
-    """A QoS 1 MQTT subscriber to the example's outbound topics: first arrival times."""
+class Arrivals:
+    """What one path delivered: first arrival times, their order, every delivery."""
 
-    def __init__(self, broker: MosquittoBroker, prefix: str) -> None:
-        self.broker = broker
-        self.filter = f"{prefix}/{STREAM}/#"
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.arrived: dict[str, float] = {}
         self.order: list[str] = []
         self.count = 0
         self.ready = asyncio.Event()
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    def receive(self, ident: str) -> None:
+        self.count += 1
+        if ident not in self.arrived:
+            self.arrived[ident] = time.monotonic()
+            self.order.append(ident)
+
+
+class KafkaReader(Arrivals):
+    """An aiokafka consumer of the example's outbound topic, from its beginning."""
+
+    def __init__(self, broker: KafkaBroker, topic: str) -> None:
+        super().__init__("MQ->Kafka")
+        self.broker = broker
+        self.topic = topic
+
+    async def run(self) -> None:
+        consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.broker.bootstrap,
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    metadata_max_age_ms=1000)
+        await consumer.start()
+        try:
+            self.ready.set()
+            while True:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    for r in records:
+                        if r.value:
+                            self.receive(r.value.decode("utf-8", "replace"))
+        finally:
+            await consumer.stop()
+
+
+class Subscriber(Arrivals):
+    """A QoS 1 MQTT subscriber to the example's outbound topics."""
+
+    def __init__(self, broker: MosquittoBroker, prefix: str) -> None:
+        super().__init__("MQ->MQTT")
+        self.broker = broker
+        self.filter = f"{prefix}/{STREAM}/#"
 
     async def run(self) -> None:
         async with aiomqtt.Client(self.broker.host, self.broker.port,
@@ -100,11 +149,7 @@ class Subscriber:
             self.ready.set()
             async for msg in client.messages:
                 if isinstance(msg.payload, bytes | bytearray):
-                    ident = bytes(msg.payload).decode("utf-8", "replace")
-                    self.count += 1
-                    if ident not in self.arrived:
-                        self.arrived[ident] = time.monotonic()
-                        self.order.append(ident)
+                    self.receive(bytes(msg.payload).decode("utf-8", "replace"))
 
 
 async def _until(instance: Instance, what: str, check: object, timeout: float) -> float:
@@ -112,7 +157,7 @@ async def _until(instance: Instance, what: str, check: object, timeout: float) -
 
 
 async def test_the_example_takes_over_sigkill_after_sigkill(
-    mqtt_broker: MosquittoBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, mqtt_broker: MosquittoBroker, tmp_path: Path
 ) -> None:
     root = tmp_path / "multi-instance"
     shutil.copytree(EXAMPLE, root)
@@ -120,52 +165,62 @@ async def test_the_example_takes_over_sigkill_after_sigkill(
     listener, port_a, port_b = free_ports(3)
     prefix = unique("ha")
     env = {"MQGW_MQTT_HOST": mqtt_broker.host, "MQGW_MQTT_PORT": str(mqtt_broker.port),
-           "MQGW_LISTENER_PORT": str(listener), "MQGW_MQTT_PREFIX": prefix}
-    ports = [port_a, port_b]
-    active = Instance("i0", config, ports[0], env)
-    standby = Instance("i1", config, ports[1], env)
+           "MQGW_LISTENER_PORT": str(listener), "MQGW_MQTT_PREFIX": prefix,
+           "MQGW_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "MQGW_KAFKA_TOPIC": f"{prefix}.out"}
+    active = Instance("i0", config, port_a, env)
+    standby = Instance("i1", config, port_b, env)
     everyone = [active, standby]
-    subscriber = Subscriber(mqtt_broker, prefix)
+    paths: list[Arrivals] = [KafkaReader(kafka_broker, f"{prefix}.out"),
+                             Subscriber(mqtt_broker, prefix)]
     publisher = Publisher(root / "data" / "qm")
-    tasks = [asyncio.create_task(subscriber.run())]
-    takeovers: list[float] = []
+    tasks = [asyncio.create_task(p.run()) for p in paths]
+    takeovers: dict[str, list[float]] = {p.name: [] for p in paths}
+    reborn_won = 0  # takeovers won by the instance started after the kill
     try:
-        await asyncio.wait_for(subscriber.ready.wait(), 30)
+        for p in paths:
+            await asyncio.wait_for(p.ready.wait(), 30)
         active.start()
-        await _until(active, "active", lambda: active.has_logged("plugin instance mqtt started")
-                     and active.role() == "active", TAKEOVER_S)
+        await _until(active, "active", lambda: all(
+            active.has_logged(f"plugin instance {n} started") for n in ("kafka", "mqtt"))
+            and active.role() == "active", TAKEOVER_S)
         standby.start()
         await _until(standby, "standby", lambda: standby.role() == "standby", TAKEOVER_S)
-        tasks.append(asyncio.create_task(publisher.run()))
+        feeding = asyncio.create_task(publisher.run())
         for round_ in range(TAKEOVERS):
-            # traffic flows through the active instance before each kill
+            # traffic flows through the active instance on both paths before each kill
             mark = len(publisher.committed)
             await _until(active, "traffic", lambda m=mark: len(publisher.committed) > m + 3
-                         and publisher.committed[m + 3] in subscriber.arrived, TAKEOVER_S)
+                         and all(publisher.committed[m + 3] in p.arrived for p in paths),
+                         TAKEOVER_S)
             killed_at = time.monotonic()
             active.kill()
-            await _until(standby, "the first publication after the takeover", lambda t=killed_at:
-                         any(at > t and i in subscriber.arrived
-                             for i, at in list(publisher.put_at.items())[-50:]), TAKEOVER_S)
-            first = min(subscriber.arrived[i] for i, at in publisher.put_at.items()
-                        if at > killed_at and i in subscriber.arrived)
-            takeovers.append(first - killed_at)
-            assert standby.role() == "active", standby.log_tail()
-            # a new standby where the killed one ran (its metrics port, its name's log)
-            ports.reverse()
-            active, standby = standby, Instance(f"i{round_ + 2}", config, ports[1], env)
-            everyone.append(standby)
-            standby.start()
-            await _until(standby, "standby", lambda s=standby: s.role() == "standby",
-                         TAKEOVER_S)
+            # the killed one comes back at once as a new instance (systemd's
+            # Restart=always), on its metrics port: usually the next standby
+            reborn = Instance(f"i{round_ + 2}", config, active.metrics_port, env)
+            everyone.append(reborn)
+            reborn.start()
+            for p in paths:
+                await _until(standby, f"{p.name}: the first publication after the takeover",
+                             lambda t=killed_at, p=p: any(
+                                 at > t and i in p.arrived
+                                 for i, at in list(publisher.put_at.items())[-100:]),
+                             TAKEOVER_S)
+                first = min(p.arrived[i] for i, at in publisher.put_at.items()
+                            if at > killed_at and i in p.arrived)
+                takeovers[p.name].append(first - killed_at)
+            pair = (standby, reborn)
+            await _until(reborn, "one active, one standby", lambda a=pair: sorted(
+                str(i.role()) for i in a) == ["active", "standby"], TAKEOVER_S)
+            active, standby = pair if pair[0].role() == "active" else pair[::-1]
+            reborn_won += active is reborn
         code, status = await asyncio.to_thread(mqgw_status, config)
         assert code == 0 and status["active"]["pid"] == active.pid, status
         assert [s["pid"] for s in status["standbys"]] == [standby.pid], status
         publisher.stop.set()
-        await asyncio.wait_for(tasks[1], 10)
+        await asyncio.wait_for(feeding, 10)
         sent = list(publisher.committed)
         await _until(active, "every publication", lambda: all(
-            i in subscriber.arrived for i in sent), TAKEOVER_S)
+            i in p.arrived for p in paths for i in sent), TAKEOVER_S)
     finally:
         publisher.stop.set()
         for instance in everyone:
@@ -175,11 +230,14 @@ async def test_the_example_takes_over_sigkill_after_sigkill(
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-    ordered = sorted(takeovers)
-    p50 = statistics.median(ordered)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    print(f"{TAKEOVERS} takeovers: p50 {p50:.2f} s, p99 {p99:.2f} s, max {ordered[-1]:.2f} "
-          f"s; {len(sent)} publications, {subscriber.count - len(subscriber.arrived)} "
-          "duplicate deliveries")
-    assert [i for i in subscriber.order if i in set(sent)] == sent  # in order, none lost
-    assert p99 < 10.0, ordered
+    committed = set(sent)
+    for p in paths:
+        ordered = sorted(takeovers[p.name])
+        p50 = statistics.median(ordered)
+        p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+        print(f"{p.name}: {TAKEOVERS} takeovers: p50 {p50:.2f} s, p99 {p99:.2f} s, max "
+              f"{ordered[-1]:.2f} s; {len(sent)} publications, "
+              f"{p.count - len(p.arrived)} duplicate deliveries; {reborn_won} takeover(s) "
+              "won by the restarted instance")
+        assert [i for i in p.order if i in committed] == sent, p.name  # in order, none lost
+        assert p99 < 10.0, (p.name, ordered)
