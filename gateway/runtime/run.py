@@ -140,7 +140,9 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        log.error("cannot start: %s cannot be created (%s)", directory, exc.strerror)
+        key = ("queue_manager.data_dir" if cfg.queue_manager.type == "embedded"
+               else "broker.store's directory")
+        log.error("cannot start: %s %s: cannot be created (%s)", key, directory, exc.strerror)
         return 1
     lock = InstanceLock(directory, InstanceRecord.of_this_process(multi_instance))
     refusal = _take_or_refuse(lock, multi_instance)
