@@ -48,6 +48,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "scale_out": ["--quick"],
     "network_20": ["--quick"],
     "wire": ["--seconds", "0.5"],
+    "takeover": ["--takeovers", "3"],
 }
 
 

@@ -55,6 +55,7 @@ from gateway.runtime.config import (
 from gateway.runtime.dashboard import DashboardSource
 from gateway.runtime.errors import GatewayRuntimeError
 from gateway.runtime.gc_policy import GcPolicy, apply_gc_policy
+from gateway.runtime.instance_lock import InstanceRecord
 from gateway.runtime.metrics import GatewayMetrics, HealthServer, server_ssl_context
 from gateway.runtime.neighbours.attach import links_for, runs_neighbour_links, with_admin_stream
 from gateway.runtime.neighbours.links import NeighbourLinks
@@ -126,8 +127,15 @@ def _log_task_failure(task: asyncio.Task[None]) -> None:
 class GatewayApp:
     """One gateway process (see module docstring)."""
 
-    def __init__(self, loaded: LoadedConfig, registry: PluginRegistry) -> None:
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        registry: PluginRegistry,
+        instance: InstanceRecord | None = None,
+    ) -> None:
         self.loaded = loaded
+        #: This instance of the node (``mqgw run`` holds its lock; in-process: unlocked).
+        self.instance = instance or InstanceRecord.of_this_process(False)
         self.config = loaded.gateway
         self.registry = registry
         self.qm: QueueManager | None = None
@@ -383,6 +391,7 @@ class GatewayApp:
             request_reply=lambda: self.request_reply,
             authoriser=self.authoriser,
             network_report=lambda: self.network_report,
+            instance=self.instance,
         )
         host.observer = self.metrics.observe
         await self._sample_depths()
@@ -821,6 +830,7 @@ class GatewayApp:
         return ok, {
             "status": "ok" if ok else "degraded",
             "gateway": self.config.gateway_id,
+            "instance": {"role": "active", **self.instance.to_json()},
             "broker_serving": serving,
             "suspended_subscriptions": (
                 self.service.engine.suspended_subscriptions if self.service is not None else 0
@@ -838,6 +848,16 @@ class GatewayApp:
 def _workers_of(loaded: LoadedConfig) -> dict[str, str]:
     """Plugin instance -> the worker group running it (none configured: empty)."""
     return {p: w.name for w in loaded.gateway.workers for p in w.plugins}
+
+
+def node_directory(loaded: LoadedConfig) -> Path:
+    """The directory whose lock makes an instance the node's active one (gateway/runtime/
+    instance_lock.py): the embedded queue manager's data directory, on IBM MQ the
+    directory of ``broker.store``."""
+    qmc = loaded.gateway.queue_manager
+    if isinstance(qmc, EmbeddedQueueManagerConfig):
+        return loaded.path(qmc.data_dir)
+    return loaded.path(loaded.gateway.broker.store).parent
 
 
 def data_paths(loaded: LoadedConfig) -> list[Path]:

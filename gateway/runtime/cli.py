@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gateway.runtime.pubsub_service.cli",
     "gateway.runtime.neighbours.cli",
     "gateway.runtime.run",
+    "gateway.runtime.status_cli",
     "gateway.runtime.subscriptions_cli",
     "gateway.runtime.streams.cli",
     "gateway.runtime.network_check.cli",  # after gateway.mq.embedded.cli: adds `network check`

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,6 +34,7 @@ from gateway.plugin_api import Envelope, ReportsStats
 from gateway.pubsub.authorisation import Authoriser, Refusal
 from gateway.runtime.dashboard.assets import PAGE, asset
 from gateway.runtime.dashboard.snapshot import DashboardSource, stream_flow_counts
+from gateway.runtime.instance_lock import InstanceRecord
 from gateway.runtime.neighbours.links import NeighbourLinks
 from gateway.runtime.neighbours.status import neighbour_status
 from gateway.runtime.network_check.check import OWN_VIEW_CODES, NetworkReport
@@ -61,6 +62,12 @@ def put_timestamp(put_date: str, put_time: str) -> float | None:
     return None if ms is None else ms / 1000
 
 
+class Exposition(Protocol):
+    """What ``/metrics`` serves: the active gateway's metrics, or a standby's."""
+
+    def exposition(self) -> bytes: ...
+
+
 class GatewayMetrics:
     """Metrics of one running gateway (its own registry: tests run several at once)."""
 
@@ -75,6 +82,7 @@ class GatewayMetrics:
         request_reply: Callable[[], RequestReplyService | None] = lambda: None,
         authoriser: Authoriser | None = None,
         network_report: Callable[[], NetworkReport | None] = lambda: None,
+        instance: InstanceRecord | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = Histogram(
@@ -91,6 +99,9 @@ class GatewayMetrics:
         self.registry.register(RequestReplyCollector(request_reply))
         self.registry.register(AuthorisationCollector(authoriser, host))
         self.registry.register(NetworkCollector(network_report))
+        self.registry.register(
+            InstanceCollector(instance or InstanceRecord.of_this_process(False), active=True)
+        )
 
     def observe(self, plugin: str, envelopes: Sequence[Envelope]) -> None:
         """Record end-to-end latency of acknowledged envelopes (sink observer)."""
@@ -384,6 +395,37 @@ class NetworkCollector(Collector):
         yield family
 
 
+class InstanceCollector(Collector):
+    """``mqgw_instance_active`` (1 active, 0 standby) and since when (docs/operations.md,
+    "High availability"): a takeover shows as the series of another host or pid going
+    to 1."""
+
+    def __init__(self, record: InstanceRecord, *, active: bool) -> None:
+        self.record = record
+        self.active = active
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["host", "pid"]
+        values = [self.record.host, str(self.record.pid)]
+        active = GaugeMetricFamily(
+            "mqgw_instance_active",
+            "1 when this instance is the node's active instance (holds the data "
+            "directory's lock), 0 while it waits as a standby",
+            labels=labels,
+        )
+        active.add_metric(values, 1 if self.active else 0)
+        yield active
+        if self.active:
+            name, doc = ("mqgw_instance_active_since_seconds",
+                         "Unix time this instance became the node's active instance")
+        else:
+            name, doc = ("mqgw_instance_standby_since_seconds",
+                         "Unix time this standby began waiting for the data directory's lock")
+        since = GaugeMetricFamily(name, doc, labels=labels)
+        since.add_metric(values, self.record.since)
+        yield since
+
+
 class HealthServer:
     """``GET /metrics`` (Prometheus text), ``GET /healthz`` (JSON; 503 when unhealthy),
     with a ``network`` source ``GET /network`` (the node's view for ``mqgw network
@@ -400,7 +442,7 @@ class HealthServer:
 
     def __init__(
         self,
-        metrics: GatewayMetrics,
+        metrics: Exposition,
         health: Callable[[], tuple[bool, dict[str, object]]],
         host: str = "127.0.0.1",
         port: int = 9464,

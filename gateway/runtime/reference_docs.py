@@ -576,6 +576,12 @@ def _network_check() -> Any:
     return NetworkReportJson
 
 
+def _node_status() -> Any:
+    from gateway.runtime.instance_lock import NodeStatusJson
+
+    return NodeStatusJson
+
+
 def _devstack_status() -> Any:
     from gateway.devstack.state import StackStatus
 
@@ -590,6 +596,7 @@ JSON_OUTPUTS: tuple[JsonOutput, ...] = (
                _subscription),
     JsonOutput("mqgw streams check", "one JSON object", _stream_check),
     JsonOutput("mqgw network check", "one JSON object", _network_check),
+    JsonOutput("mqgw status", "one JSON object", _node_status),
     JsonOutput("mqgw devstack status", "one JSON object", _devstack_status),
 )
 

@@ -3,6 +3,11 @@
 Exit status: 0 after a clean stop (SIGTERM/SIGINT: drain, flush, commit), 1 when it
 cannot start or a plugin cannot work with its config, 2 for an invalid config (every
 problem is printed, each naming its key and the fix).
+
+Every run takes the node directory's lock first (gateway/runtime/instance_lock.py). With
+``--multi-instance`` (IBM MQ's ``strmqm -x``) a run that finds it held waits as a standby
+(gateway/runtime/standby.py) and starts as the active instance once it has it; without,
+it refuses to start, as before.
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.runtime.instance_lock import InstanceLock
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +46,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--check", action="store_true", help="validate the configuration, print a summary, exit"
     )
+    p.add_argument(
+        "-x", "--multi-instance", action="store_true",
+        help="permit a standby, as IBM MQ's strmqm -x: when another instance of this node "
+        "holds the data directory's lock, wait for it as a standby (/healthz answers "
+        "\"standby\") and take over when that instance ends; without it such a run "
+        "refuses to start, and an active instance started without it permits no standby "
+        "(docs/operations.md, \"High availability\")",
+    )
     p.set_defaults(func=run_command, exit_codes=(
-        (0, "stopped cleanly (SIGTERM, SIGINT), or --check found the configuration valid"),
-        (1, "could not start, stopped by a failure (a plugin instance that cannot start), "
-            "or the stop overran shutdown_timeout + 10 s and was cut short"),
+        (0, "stopped cleanly (SIGTERM, SIGINT; also a standby stopped while waiting), or "
+            "--check found the configuration valid"),
+        (1, "could not start (also: another instance holds the data directory and "
+            "--multi-instance was not given), stopped by a failure (a plugin instance that "
+            "cannot start), or the stop overran shutdown_timeout + 10 s and was cut short"),
         (2, "the configuration is invalid (every problem listed)"),
     ))
 
@@ -58,10 +77,27 @@ def _endpoint(plugin_config: object) -> str:
     return ""
 
 
+def _take_or_refuse(lock: InstanceLock, multi_instance: bool) -> str | None:
+    """Take the node directory's lock now; None when taken or when a standby may wait,
+    else why this run cannot start."""
+    from gateway.runtime.instance_lock import read_holder
+
+    try:
+        if lock.try_acquire() or multi_instance:
+            return None
+    except OSError as exc:
+        return f"cannot lock {lock.directory} ({exc.strerror})"
+    holder = read_holder(lock.directory)
+    who = holder.describe() if holder is not None else "another instance"
+    return (f"the data directory {lock.directory} is in use by {who}; stop that instance, "
+            "or start both with --multi-instance to run this one as its standby")
+
+
 def run_command(args: argparse.Namespace) -> int:
-    from gateway.runtime.app import GatewayApp, data_paths
+    from gateway.runtime.app import GatewayApp, data_paths, node_directory
     from gateway.runtime.config import load_config
     from gateway.runtime.errors import ConfigErrors, GatewayRuntimeError
+    from gateway.runtime.instance_lock import InstanceLock, InstanceRecord
     from gateway.runtime.logs import configure_logging
     from gateway.runtime.registry import PluginRegistry
     from gateway.runtime.stop_watchdog import StopWatchdog
@@ -99,10 +135,39 @@ def run_command(args: argparse.Namespace) -> int:
     # The stop's own budget, then STOP_GRACE_S for what follows it (closing the stores,
     # the interpreter joining threads): past that the watchdog ends the process.
     watchdog = StopWatchdog(cfg.shutdown_timeout + STOP_GRACE_S)
+    multi_instance = bool(getattr(args, "multi_instance", False))
+    directory = node_directory(loaded)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        key = ("queue_manager.data_dir" if cfg.queue_manager.type == "embedded"
+               else "broker.store's directory")
+        log.error("cannot start: %s %s: cannot be created (%s)", key, directory, exc.strerror)
+        return 1
+    lock = InstanceLock(directory, InstanceRecord.of_this_process(multi_instance))
+    refusal = _take_or_refuse(lock, multi_instance)
+    if refusal is not None:
+        log.error("cannot start: %s", refusal)
+        return 1
 
     async def main() -> int:
-        app = GatewayApp(loaded, registry)
         loop = asyncio.get_running_loop()
+        if not lock.held:
+            from gateway.runtime.standby import wait_as_standby
+
+            stop = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            try:
+                if not await wait_as_standby(loaded, lock, stop):
+                    return 0
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+        log.info("active since %s: this instance holds the lock on %s%s",
+                 lock.record.describe().rpartition(" since ")[2], directory,
+                 " (a standby may wait for it)" if multi_instance else "")
+        app = GatewayApp(loaded, registry, lock.record)
 
         async def arm_on_stop() -> None:
             # Whatever asks for the stop (a signal, a fatal plugin or worker), the
@@ -128,3 +193,5 @@ def run_command(args: argparse.Namespace) -> int:
     except GatewayRuntimeError as exc:
         log.error("cannot start: %s", exc)
         return 1
+    finally:
+        lock.release()

@@ -471,6 +471,24 @@ class _Transaction:
             self._db.execute("ROLLBACK")
 
 
+def dir_lock_owner(directory: Path) -> str | None:
+    """Who holds ``directory``'s lock (``pid N``), None when nobody does. For a process
+    that holds no store of ``directory`` itself (closing the probe would drop that lock)."""
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown pid"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def _acquire_dir_lock(directory: Path) -> int:
     path = directory / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
