@@ -22,8 +22,8 @@ The bare warm-up counts the first part; the measured bare and the fair read coun
 records. Prints records produced and produce rate, the rates and ratios (traffic/bare,
 traffic/fair) and the Spark jobs of each traffic run. ``--profile`` also writes Spark's
 event log and prints where the time went: per phase the Spark jobs' wall time and
-executors' run/CPU time, per stage of the steady-state traffic run the same, and the
-streaming query's own per-batch durations (addBatch, planning, ...).
+executors' run/CPU time, per stage of each traffic run (first write, steady state) the
+same, and per traffic run the streaming query's own batch durations (addBatch, ...).
 Run: .venv/bin/python -m benchmarks.bench_analytics [--records N] [--profile]
 """
 
@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ def event_log_profile(log_dir: Path, phases: list[tuple[str, float, float]]) -> 
     for job in jobs.values():
         per_phase[job["phase"]][0] += 1
         per_phase[job["phase"]][1] += job.get("end", job["start"]) - job["start"]
-    per_stage: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])
+    per_stage: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])
     for ev in events:
         if ev["Event"] != "SparkListenerStageCompleted":
             continue
@@ -185,10 +186,10 @@ def event_log_profile(log_dir: Path, phases: list[tuple[str, float, float]]) -> 
         cpu_ms = _accum(info, "internal.metrics.executorCpuTime") / 1e6
         per_phase[phase][2] += run_ms
         per_phase[phase][3] += cpu_ms
-        if phase == "traffic steady state":
+        if phase.startswith("traffic "):
             name = info["Stage Name"].split(" at ")[0]
             wall = float(info.get("Completion Time", 0)) - float(info.get("Submission Time", 0))
-            row = per_stage[name]
+            row = per_stage[(phase, name)]
             row[0] += 1
             row[1] += wall
             row[2] += run_ms
@@ -198,24 +199,38 @@ def event_log_profile(log_dir: Path, phases: list[tuple[str, float, float]]) -> 
     for phase, (n, wall, run_ms, cpu_ms) in per_phase.items():
         lines.append(f"  {phase:<30} {int(n):>5} {wall / 1000:>12.2f} {run_ms / 1000:>12.2f} "
                      f"{cpu_ms / 1000:>12.2f}")
-    lines.append("steady-state traffic stages:     stages  stage wall s  exec run s  exec cpu s"
-                 "  records in")
-    for name, (n, wall, run_ms, cpu_ms, rec) in sorted(per_stage.items(),
-                                                       key=lambda kv: -kv[1][2]):
-        lines.append(f"  {name:<30} {int(n):>6} {wall / 1000:>12.2f} {run_ms / 1000:>11.2f} "
-                     f"{cpu_ms / 1000:>11.2f} {int(rec):>11,}")
-    durations: dict[str, float] = defaultdict(float)
-    batches = 0
+    for traffic_phase in sorted({p for p, _ in per_stage}):
+        lines.append(f"{traffic_phase} stages:{'':<{max(0, 14 - len(traffic_phase))}}  stages"
+                     "  stage wall s  exec run s  exec cpu s  records in")
+        for (phase, name), (n, wall, run_ms, cpu_ms, rec) in sorted(
+                per_stage.items(), key=lambda kv: -kv[1][2]):
+            if phase == traffic_phase:
+                lines.append(f"  {name:<30} {int(n):>6} {wall / 1000:>12.2f} "
+                             f"{run_ms / 1000:>11.2f} {cpu_ms / 1000:>11.2f} {int(rec):>11,}")
+    # the streaming query's per-batch durations, by the traffic run the batch began in
+    durations: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    batches: dict[str, int] = defaultdict(int)
     for ev in events:
         if ev["Event"].endswith("QueryProgressEvent"):
-            batches += 1
-            for key, ms in ev["progress"].get("durationMs", {}).items():
-                durations[key] += float(ms)
-    if batches:
+            progress = ev["progress"]
+            began = _epoch_ms(progress.get("timestamp", ""))
+            phase = next((p for p, a, b in phases if a <= began <= b), "other")
+            batches[phase] += 1
+            for key, ms in progress.get("durationMs", {}).items():
+                durations[phase][key] += float(ms)
+    for phase, spent in durations.items():
         parts = ", ".join(f"{k} {v / 1000:.2f} s" for k, v in
-                          sorted(durations.items(), key=lambda kv: -kv[1]))
-        lines.append(f"streaming query, {batches} batches: {parts}")
+                          sorted(spent.items(), key=lambda kv: -kv[1]))
+        lines.append(f"streaming query, {phase}, {batches[phase]} batches: {parts}")
     return "\n".join(lines)
+
+
+def _epoch_ms(timestamp: str) -> float:
+    """Epoch ms of a query progress ``timestamp`` (ISO 8601, UTC); 0 if unreadable."""
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000
+    except ValueError:
+        return 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
