@@ -85,11 +85,12 @@ class MDPacker:
     bytes are the template's with the two identifiers patched in at their offsets,
     byte for byte what :func:`pack_md_for_store` gives."""
 
-    __slots__ = ("_key", "_packed")
+    __slots__ = ("_head", "_key", "_middle", "_tail")
 
     def __init__(self) -> None:
         self._key: tuple[object, ...] | None = None
-        self._packed = b""
+        # the template's bytes before MsgId, between MsgId and CorrelId, after CorrelId
+        self._head = self._middle = self._tail = b""
 
     def pack(self, md: MQMD) -> bytes:
         key = _MD_SHARED(md)
@@ -97,11 +98,12 @@ class MDPacker:
         if key != self._key or len(msg_id) != 24 or len(correl_id) != 24:
             packed = pack_md_for_store(md)
             if len(msg_id) == 24 and len(correl_id) == 24:
-                self._key, self._packed = key, packed
+                self._key = key
+                self._head = packed[:_MSG_ID_AT]
+                self._middle = packed[_MSG_ID_AT + 24:_CORREL_ID_AT]
+                self._tail = packed[_CORREL_ID_AT + 24:]
             return packed
-        t = self._packed
-        return b"".join((t[:_MSG_ID_AT], msg_id, t[_MSG_ID_AT + 24:_CORREL_ID_AT], correl_id,
-                         t[_CORREL_ID_AT + 24:]))
+        return b"".join((self._head, msg_id, self._middle, correl_id, self._tail))
 
 
 @dataclass(slots=True)
