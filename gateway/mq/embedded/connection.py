@@ -246,8 +246,11 @@ class EmbeddedConnection:
         open_opts = output_options(opts)
         # per queue: the handle, or why it could not be opened
         handles: dict[tuple[str, str], EmbeddedQueueHandle | MQError] = {}
-        # what an owned put needs from its handle, valid until the next await
-        ready: dict[EmbeddedQueueHandle, tuple[list[QueueDef], bool] | None] = {}
+        # what an owned put needs from its handle (the definitions that apply, whether a
+        # COA is due, the target queue's definition), valid until the next await
+        ready: dict[
+            EmbeddedQueueHandle, tuple[list[QueueDef], bool, QueueDef | None] | None
+        ] = {}
         # a descriptor handed over twice is copied (before any put completes it)
         seen: set[int] = set()
         shared: set[int] = set()
@@ -276,7 +279,8 @@ class EmbeddedConnection:
                         self._check()
                         target = handle._target
                         ready[handle] = (
-                            (handle._defs(), arrival_report(qm, target.name))
+                            (handle._defs(), arrival_report(qm, target.name),
+                             qm.catalogue.get(target.name))
                             if handle.owns_puts() and target is not None else None
                         )
                     how = ready[handle]
@@ -287,7 +291,7 @@ class EmbeddedConnection:
                         continue
                     if shared and id(md) in shared:
                         md = clone_md(md)
-                    handle.put_owned(md, body, opts, now, how[0], how[1], packer)
+                    handle.put_owned(md, body, opts, now, how[0], how[1], packer, how[2])
                     out.append(md)
                 except MQError as exc:
                     out.append(exc)

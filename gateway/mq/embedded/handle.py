@@ -488,13 +488,16 @@ class EmbeddedQueueHandle:
         defs: list[QueueDef],
         arrival: bool,
         packer: MDPacker,
+        target_def: QueueDef | None = None,
     ) -> None:
         """A syncpoint put to a local queue (:meth:`owns_puts`) that takes ``md`` over:
         it is completed in place and queued as is, not copied (the caller must not use
         it again). Same checks, reasons and outcome as :meth:`put`; a put that fails
-        leaves ``md`` as it was. ``defs``/``arrival`` are this handle's, computed once
-        by the caller for a run of puts (nothing can change them without an await)."""
-        qm = self._conn.queue_manager
+        leaves ``md`` as it was. ``defs``/``arrival`` and ``target_def`` (the target
+        queue's definition) are this handle's, computed once by the caller for a run of
+        puts (nothing can change them without an await)."""
+        conn = self._conn
+        qm = conn.queue_manager
         q = self._target
         assert q is not None and opts.syncpoint
         for d in defs:
@@ -524,9 +527,9 @@ class EmbeddedQueueHandle:
                 f"message of {len(body)} bytes exceeds the queue manager's MAXMSGL "
                 f"{cat.qmgr.max_msg_length}",
             )
-        _check_room(cat, q, len(body), self._conn)
+        _check_room(cat, q, len(body), conn, target_def)
         if persistence == _PERSISTENT and qm.space.low:
-            qm.refuse_for_space(q.name, self._conn)
+            qm.refuse_for_space(q.name, conn)
         before = _completed_of(md)
         md.persistence, md.priority = persistence, priority
         if opts.new_msg_id or md.msg_id == MI_NONE:
@@ -550,7 +553,7 @@ class EmbeddedQueueHandle:
             raise
         qm.stats.puts += 1  # counted before the syncpoint limit check, as put does
         try:
-            self._conn._track_put(q, msg, arrival)
+            conn._track_put(q, msg, arrival)
         except MQError:
             for name, value in zip(_COMPLETED, before, strict=True):
                 setattr(md, name, value)
@@ -595,7 +598,8 @@ class EmbeddedQueueHandle:
 
 
 def _check_room(
-    catalogue: ObjectCatalogue, q: LocalQueue, size: int, conn: EmbeddedConnection
+    catalogue: ObjectCatalogue, q: LocalQueue, size: int, conn: EmbeddedConnection,
+    qdef: QueueDef | None = None,
 ) -> None:
     """MAXMSGL and MAXDEPTH of the queue a put of ``conn`` lands on (2030, 2053): one
     check for put and put_owned, so the fan-out path refuses exactly what a single put
@@ -603,8 +607,10 @@ def _check_room(
     takes a got message off CURDEPTH at the get, so a unit of work that puts back what
     it got (a requeue; the sealing of a full backlog, runtime/pubsub_service/
     first_seal.py) fits a full queue there. Here CURDEPTH keeps them until the commit;
-    they are counted only when the queue looks full."""
-    qdef = catalogue.get(q.name)
+    they are counted only when the queue looks full. ``qdef``: ``q``'s definition, when
+    the caller has it already (looked up here otherwise)."""
+    if qdef is None:
+        qdef = catalogue.get(q.name)
     assert qdef is not None
     if size > qdef.max_msg_length:
         raise MQError(

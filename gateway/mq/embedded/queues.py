@@ -7,7 +7,10 @@ durable; this index is rebuilt from it at start.
 
 Order is a heap of ``(-priority, seq)`` keys with lazy deletion (keys whose message has
 left ``available`` are dropped when they reach the top), plus MsgId/CorrelId indexes so
-a matching get does not scan the queue.
+a matching get does not scan the queue. An identifier held by one message maps to its
+sequence number, only one held by several to a set: MsgIds are unique as a rule, and a
+set per queued message was a third of the objects a fan-out's messages keep alive (and
+the garbage collector walks).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
 Key = tuple[int, int]
+#: MsgId or CorrelId -> the sequence number of the one message holding it, or the set of
+#: several (never empty)
+IdIndex = dict[bytes, "int | set[int]"]
 _MD_SLOTS: tuple[str, ...] = tuple(MQMD.__slots__)
 
 
@@ -79,11 +85,12 @@ class MDPacker:
     bytes are the template's with the two identifiers patched in at their offsets,
     byte for byte what :func:`pack_md_for_store` gives."""
 
-    __slots__ = ("_key", "_packed")
+    __slots__ = ("_head", "_key", "_middle", "_tail")
 
     def __init__(self) -> None:
         self._key: tuple[object, ...] | None = None
-        self._packed = b""
+        # the template's bytes before MsgId, between MsgId and CorrelId, after CorrelId
+        self._head = self._middle = self._tail = b""
 
     def pack(self, md: MQMD) -> bytes:
         key = _MD_SHARED(md)
@@ -91,11 +98,12 @@ class MDPacker:
         if key != self._key or len(msg_id) != 24 or len(correl_id) != 24:
             packed = pack_md_for_store(md)
             if len(msg_id) == 24 and len(correl_id) == 24:
-                self._key, self._packed = key, packed
+                self._key = key
+                self._head = packed[:_MSG_ID_AT]
+                self._middle = packed[_MSG_ID_AT + 24:_CORREL_ID_AT]
+                self._tail = packed[_CORREL_ID_AT + 24:]
             return packed
-        t = self._packed
-        return b"".join((t[:_MSG_ID_AT], msg_id, t[_MSG_ID_AT + 24:_CORREL_ID_AT], correl_id,
-                         t[_CORREL_ID_AT + 24:]))
+        return b"".join((self._head, msg_id, self._middle, correl_id, self._tail))
 
 
 @dataclass(slots=True)
@@ -139,6 +147,14 @@ class QueuedMessage:
         return self.expiry_at is not None and now >= self.expiry_at
 
 
+def _seqs_of(index: IdIndex, ident: bytes) -> set[int]:
+    """The sequence numbers of the messages holding ``ident`` (a new set)."""
+    seqs = index.get(ident)
+    if seqs is None:
+        return set()
+    return {seqs} if isinstance(seqs, int) else set(seqs)
+
+
 class LocalQueue:
     """Messages of one local queue plus the bookkeeping MQ shows as attributes."""
 
@@ -160,8 +176,8 @@ class LocalQueue:
         self.name = name
         self._heap: list[Key] = []
         self.available: dict[int, QueuedMessage] = {}
-        self.by_msg_id: dict[bytes, set[int]] = {}
-        self.by_correl_id: dict[bytes, set[int]] = {}
+        self.by_msg_id: IdIndex = {}
+        self.by_correl_id: IdIndex = {}
         #: messages got under syncpoint, not yet committed (still count in CURDEPTH)
         self.locked = 0
         #: messages put under syncpoint, not yet committed (count in CURDEPTH, as on MQ)
@@ -177,32 +193,38 @@ class LocalQueue:
         return len(self.available) + self.locked + self.pending_puts
 
     def add(self, msg: QueuedMessage) -> None:
-        # every commit of a fan-out adds thousands: no throwaway set per index
+        # every commit of a fan-out adds thousands: no set for an identifier held once
         seq, md = msg.seq, msg.md
         self.available[seq] = msg
         heapq.heappush(self._heap, (-msg.priority, seq))
-        seqs = self.by_msg_id.get(md.msg_id)
-        if seqs is None:
-            self.by_msg_id[md.msg_id] = {seq}
-        else:
-            seqs.add(seq)
-        seqs = self.by_correl_id.get(md.correl_id)
-        if seqs is None:
-            self.by_correl_id[md.correl_id] = {seq}
-        else:
-            seqs.add(seq)
+        for index, ident in ((self.by_msg_id, md.msg_id), (self.by_correl_id, md.correl_id)):
+            seqs = index.get(ident)
+            if seqs is None:
+                index[ident] = seq
+            elif isinstance(seqs, int):
+                index[ident] = {seqs, seq}
+            else:
+                seqs.add(seq)
 
     def remove(self, msg: QueuedMessage) -> None:
-        del self.available[msg.seq]
+        seq = msg.seq
+        del self.available[seq]
         for index, ident in (
             (self.by_msg_id, msg.md.msg_id),
             (self.by_correl_id, msg.md.correl_id),
         ):
             seqs = index.get(ident)
-            if seqs is not None:
-                seqs.discard(msg.seq)
-                if not seqs:
+            if seqs is None:
+                continue
+            if isinstance(seqs, int):
+                if seqs == seq:
                     del index[ident]
+                continue
+            seqs.discard(seq)
+            if len(seqs) == 1:
+                index[ident] = next(iter(seqs))
+            elif not seqs:
+                del index[ident]
 
     def clear(self) -> list[QueuedMessage]:
         gone = list(self.available.values())
@@ -226,10 +248,10 @@ class LocalQueue:
             return self._first_plain(now, on_expired)
         candidates: set[int] | None = None
         if msg_id is not None:
-            candidates = set(self.by_msg_id.get(msg_id, ()))
+            candidates = _seqs_of(self.by_msg_id, msg_id)
         if correl_id is not None:
-            seqs = self.by_correl_id.get(correl_id, set())
-            candidates = set(seqs) if candidates is None else candidates & seqs
+            seqs = _seqs_of(self.by_correl_id, correl_id)
+            candidates = seqs if candidates is None else candidates & seqs
         if candidates is None:
             pool = list(self.available.values())
         else:
