@@ -13,14 +13,17 @@ for both backends: neither is on the message path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiokafka import ConsumerRecord, TopicPartition
 
 from plugins.kafka.config import KafkaPluginConfig
 
-__all__ = ["Consumer", "Producer", "new_consumer", "new_producer", "outcome_seen"]
+__all__ = [
+    "BatchSend", "Consumer", "Producer", "batch_sender", "new_consumer", "new_producer",
+    "outcome_seen",
+]
 
 
 def outcome_seen(future: asyncio.Future[Any]) -> None:
@@ -70,6 +73,21 @@ class Consumer(Protocol):
     def seek(self, partition: TopicPartition, offset: int) -> None: ...
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None: ...
+
+
+#: A producer's ``send_batch``: (topic, value, key, headers) records in, the ack future
+#: of each record produced and the error of the one the client refused (None: none).
+BatchSend = Callable[
+    [Sequence[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]]],
+    Awaitable[tuple[list[asyncio.Future[Any]], Exception | None]],
+]
+
+
+def batch_sender(producer: object) -> BatchSend | None:
+    """The producer's ``send_batch`` (the ``confluent`` backend's: a sink round's records
+    in one call, acknowledged together); None for a producer without one."""
+    send_batch: BatchSend | None = getattr(producer, "send_batch", None)
+    return send_batch
 
 
 def new_producer(
