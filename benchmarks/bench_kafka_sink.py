@@ -50,7 +50,7 @@ class SinkRun:
         return (f"{self.backend:9s} {self.records:,} records in {self.seconds:.2f} s = "
                 f"{self.records / self.seconds:,.0f} rec/s; CPU {self.cpu / n * 1e6:.1f} us/rec "
                 f"(event-loop thread {self.loop_cpu / n * 1e6:.1f}, other threads "
-                f"{(self.cpu - self.loop_cpu) / n * 1e6:.1f})")
+                f"{max(self.cpu - self.loop_cpu, 0.0) / n * 1e6:.1f})")
 
 
 def _record(prefix: str, i: int) -> OutboundRecord:

@@ -367,13 +367,15 @@ class AckBatch:
     every one was reported, each with its own outcome.
 
     librdkafka serves one delivery report per record, on the poll thread (or, in a
-    transaction's commit/abort, on the thread that called it): :meth:`report` counts it
-    and keeps a failure; the report that completes a sealed batch (or the seal that comes
-    after the last report) hands the batch to the loop once. A failure is also handed
-    over at once, as ``send``'s are: a transaction waits for its first failed record, and
-    librdkafka reports the records behind it only after the abort."""
+    transaction's commit/abort, on the thread that called it): :meth:`report` counts it;
+    the report that completes a sealed batch (or the seal that comes after the last
+    report) hands the batch to the loop once, and every record still unsettled then was
+    delivered. A failure is handed over at once, as ``send``'s are (a transaction waits
+    for its first failed record, and librdkafka reports the records behind it only after
+    the abort): its hand-over is made before it is counted, so it reaches the loop before
+    the batch's (same poll: reports first; another thread: an earlier call_soon)."""
 
-    __slots__ = ("_lock", "_owner", "_reported", "_sealed", "failures", "futures")
+    __slots__ = ("_lock", "_owner", "_reported", "_sealed", "futures")
 
     def __init__(self, owner: ConfluentProducer) -> None:
         self._owner = owner
@@ -382,16 +384,12 @@ class AckBatch:
         self._sealed = False
         #: each produced record's future, in the order produced
         self.futures: list[asyncio.Future[None]] = []
-        #: id() of the future of each record reported failed -> librdkafka's error
-        self.failures: dict[int, Any] = {}
 
     def report(self, future: asyncio.Future[None], err: Any, msg: Any) -> None:
         """librdkafka's delivery report of the record of ``future`` (any thread)."""
         if err is not None:
             self._owner.hand_over(future, err, msg)
         with self._lock:
-            if err is not None:
-                self.failures[id(future)] = err
             self._reported += 1
             complete = self._sealed and self._reported == len(self.futures)
         if complete:
@@ -406,16 +404,10 @@ class AckBatch:
             self._owner.hand_over_batch(self)
 
     def settle(self) -> None:
-        """Resolve every future not settled yet with its record's outcome (on the loop)."""
-        failures = self.failures
+        """Every record reported: the futures not settled yet were delivered (on the loop)."""
         for future in self.futures:
-            if future.done():
-                continue  # failed and settled already, or given up on
-            err = failures.get(id(future))
-            if err is None:
+            if not future.done():  # else failed and settled already, or given up on
                 future.set_result(None)
-            else:
-                future.set_exception(translate(err))
 
 
 def _settle_on(
