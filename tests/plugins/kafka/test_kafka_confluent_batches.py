@@ -86,7 +86,10 @@ async def test_a_batch_settles_on_its_last_report_each_record_with_its_own_outco
         await _settled(futures, 1)
         for value in (b"7", b"2", b"6", b"3"):
             fake.serve(value, None)
-        await asyncio.sleep(0.05)  # the poll thread's hand-over has had its chance
+        # ``serve`` joined the reporting thread, so any hand-over it made is queued on
+        # the loop already: one loop turn runs it
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
         assert [f.done() for f in futures] == [False] * 4 + [True] + [False] * 3
         fake.serve(b"5", None)  # the last report: the whole batch settles
         await _settled(futures, 8)
