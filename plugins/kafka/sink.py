@@ -45,7 +45,7 @@ from aiokafka.errors import (
 )
 
 from gateway.plugin_api import DeliveryRefusedError, Envelope
-from plugins.kafka.clients import Producer, batch_sender, new_producer, outcome_seen
+from plugins.kafka.clients import Producer, new_producer, outcome_seen, round_sender
 from plugins.kafka.clients.aiokafka_client import PartitionBatch, batch_writer, client_args
 from plugins.kafka.config import FALLBACK_BATCH_BYTES, KafkaPluginConfig
 from plugins.kafka.errors import (
@@ -615,7 +615,7 @@ class KafkaSink:
 
         An aiokafka producer is given whole record batches (``BatchWriter``): the records
         of one batch share its future, and a batch of one record is known to be alone.
-        A producer with ``send_batch`` (librdkafka) gets the round's records in one call,
+        A producer with ``send_round`` (librdkafka) gets the round's records in one call,
         others a record at a time; there a record at least as big as the batch size is
         the one known to go alone.
         """
@@ -644,12 +644,12 @@ class KafkaSink:
                 if batch.count == 1:
                     lone.add(id(batch.future))
             return sent, lone
-        send_batch = batch_sender(producer)
-        if send_batch is not None:
+        send_round = round_sender(producer)
+        if send_round is not None:
             todo = [(i, r) for i, r in records if i not in refused]
             while todo:
                 try:
-                    futures, error = await send_batch(
+                    futures, error = await send_round(
                         [(r.topic, r.value, r.key, r.headers) for _, r in todo]
                     )
                 except BaseException:

@@ -21,8 +21,13 @@ from aiokafka import ConsumerRecord, TopicPartition
 from plugins.kafka.config import KafkaPluginConfig
 
 __all__ = [
-    "BatchSend", "Consumer", "Producer", "batch_sender", "new_consumer", "new_producer",
+    "Consumer",
+    "Producer",
+    "RoundSend",
+    "new_consumer",
+    "new_producer",
     "outcome_seen",
+    "round_sender",
 ]
 
 
@@ -75,19 +80,19 @@ class Consumer(Protocol):
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None: ...
 
 
-#: A producer's ``send_batch``: (topic, value, key, headers) records in, the ack future
+#: A producer's ``send_round``: (topic, value, key, headers) records in, the ack future
 #: of each record produced and the error of the one the client refused (None: none).
-BatchSend = Callable[
+RoundSend = Callable[
     [Sequence[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]]],
     Awaitable[tuple[list[asyncio.Future[Any]], Exception | None]],
 ]
 
 
-def batch_sender(producer: object) -> BatchSend | None:
-    """The producer's ``send_batch`` (the ``confluent`` backend's: a sink round's records
+def round_sender(producer: object) -> RoundSend | None:
+    """The producer's ``send_round`` (the ``confluent`` backend's: a sink round's records
     in one call, acknowledged together); None for a producer without one."""
-    send_batch: BatchSend | None = getattr(producer, "send_batch", None)
-    return send_batch
+    send_round: RoundSend | None = getattr(producer, "send_round", None)
+    return send_round
 
 
 def new_producer(

@@ -3,7 +3,7 @@
 librdkafka is callback based and its calls may block, so the event loop never calls a
 blocking one: a producer's delivery reports are served by a poll thread, which hands
 each poll's reports to the loop in one ``call_soon_threadsafe`` (not one wake-up per
-record); a sink round's records (``send_batch``) are settled together when the last of
+record); a sink round's records (``send_round``) are settled together when the last of
 their reports came (one hand-over per round), a failed one at once; a consumer's
 ``consume``, ``commit`` and ``close`` run on a single worker thread of that consumer.
 What the rest of the plugin sees is aiokafka's shape and aiokafka's error classes
@@ -166,7 +166,7 @@ class ConfluentProducer:
         #: only the poll thread appends (reports served on another thread, e.g. inside
         #: librdkafka's commit_transaction/abort_transaction flush, are settled directly)
         self._reports: list[tuple[asyncio.Future[Any], Any, Any]] = []
-        #: batches (``send_batch``) whose last report the poll thread served
+        #: batches (``send_round``) whose last report the poll thread served
         self._batches: list[AckBatch] = []
         self._poll_ident: int | None = None
         #: the fatal error poll raised (then every send raises it: a new producer is due)
@@ -271,7 +271,7 @@ class ConfluentProducer:
             except confluent_kafka.KafkaException as exc:
                 raise translate(exc) from None
 
-    async def send_batch(
+    async def send_round(
         self, records: Sequence[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]]
     ) -> tuple[list[asyncio.Future[None]], AioKafkaError | None]:
         """Produce ``records`` ((topic, value, key, headers)) in order, until librdkafka
@@ -363,7 +363,7 @@ class ConfluentProducer:
 
 
 class AckBatch:
-    """The records of one :meth:`ConfluentProducer.send_batch`: settled together once
+    """The records of one :meth:`ConfluentProducer.send_round`: settled together once
     every one was reported, each with its own outcome.
 
     librdkafka serves one delivery report per record, on the poll thread (or, in a

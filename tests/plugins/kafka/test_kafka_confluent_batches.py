@@ -1,4 +1,4 @@
-"""The confluent producer's ``send_batch`` (a sink round in one call, issue 32 row 4):
+"""The confluent producer's ``send_round`` (a sink round in one call, issue 32 row 4):
 its records are settled together once the last delivery report came, yet each with its
 own outcome: a record that failed in the middle of a batch is reported failed (and at
 once: a transaction waits for its first failure), its neighbours delivered, and no
@@ -74,7 +74,7 @@ async def test_a_batch_settles_on_its_last_report_each_record_with_its_own_outco
     await producer.start()
     try:
         values = [b"%d" % i for i in range(8)]
-        futures, refused = await producer.send_batch([("t", v, None, []) for v in values])
+        futures, refused = await producer.send_round([("t", v, None, []) for v in values])
         assert refused is None and len(futures) == 8
         fake = producer._producer
         timed_out = confluent_client.confluent_kafka.KafkaError(
@@ -109,7 +109,7 @@ async def test_a_batch_reported_in_full_before_it_is_sealed_settles(
     producer = ConfluentProducer(KafkaPluginConfig.model_validate({"backend": "confluent"}), "t")
     await producer.start()
     try:
-        futures, _ = await producer.send_batch([("t", b"%d" % i, None, []) for i in range(5)])
+        futures, _ = await producer.send_round([("t", b"%d" % i, None, []) for i in range(5)])
         await _settled(futures, 5)
         assert all(f.exception() is None for f in futures)
     finally:
@@ -145,7 +145,7 @@ async def test_records_the_broker_refuses_in_the_middle_of_a_batch_fail_alone(
             else (ok, b"%d" % i, None, [("n", b"%d" % i)])
             for i in range(9)
         ]
-        futures, refused = await producer.send_batch(records)
+        futures, refused = await producer.send_round(records)
         assert refused is None
         async with asyncio.timeout(30):
             outcomes = await asyncio.gather(*futures, return_exceptions=True)
