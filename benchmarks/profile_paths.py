@@ -40,7 +40,7 @@ PATHS = ("kafka_out", "mqtt_out", "kafka_in", "mqtt_in", "fanout")
 #: not in the default list: the broker service's own work alone (stream queue, backlog,
 #: forwarder) with a ``memory`` sink, no external broker; and the hand-written bridges
 #: (benchmarks/hand_bridge.py, batch 256) the bridge benchmarks compare the gateway with
-EXTRA_PATHS = ("memory_out", "memory_backlog", "kafka_hand", "mqtt_hand")
+EXTRA_PATHS = ("memory_out", "memory_backlog", "kafka_hand", "mqtt_hand", "confluent_out")
 #: ``--phases``: these paths side by side, CPU us per message per phase
 PHASE_PATHS = ("kafka_out", "kafka_hand", "mqtt_out", "mqtt_hand")
 #: ``memory_backlog`` is ``memory_out`` with the direct hand-over off: every delivery goes
@@ -182,7 +182,7 @@ PHASES = (
     "delivery build (mapping, envelope, record/properties)",
     "gateway runtime (service loop, hand-over, sink glue)",
     "hand-written bridge loop",
-    "sink: client send (aiokafka / paho publish)",
+    "sink: client send (aiokafka / librdkafka produce / paho publish)",
     "sink: client network + acknowledgements",
     "MQ commit, event-loop side",
     "event loop scheduling (asyncio)",
@@ -217,6 +217,10 @@ def phase_of(filename: str, func: str) -> str | None:
         return PHASES[3]
     if f.startswith("gateway/pubsub/"):
         return PHASES[2]
+    if "cimpl." in func:  # confluent-kafka's C extension (produce, len, poll)
+        return PHASES[6]
+    if f.startswith("plugins/kafka/clients/confluent_client.py"):
+        return PHASES[6] if func in ("send", "send_many", "__init__") else PHASES[7]
     if f.startswith(("gateway/", "plugins/")):
         return PHASES[4]
     if f.startswith("aiokafka/"):
@@ -396,13 +400,14 @@ def run_path(name: str, n: int, work: Path, window: Window, stop_early: bool = F
             finally:
                 window.stop()
                 mqtt.stop()
-        elif name in ("kafka_out", "kafka_in"):
+        elif name in ("kafka_out", "confluent_out", "kafka_in"):
             kafka = KafkaBroker(work / f"kafka-{name}")
             kafka.start()
             try:
-                if name == "kafka_out":
+                if name.endswith("_out"):
+                    backend = "confluent" if name == "confluent_out" else "aiokafka"
                     body = lambda: bench_bridge_kafka.bridge(  # noqa: E731
-                        kafka.bootstrap, work, n, 256, "prof"
+                        kafka.bootstrap, work, n, 256, "prof", backend=backend
                     )
                 else:
                     body = lambda: bench_inbound.kafka_gateway(  # noqa: E731

@@ -45,7 +45,7 @@ from aiokafka.errors import (
 )
 
 from gateway.plugin_api import DeliveryRefusedError, Envelope
-from plugins.kafka.clients import Producer, new_producer, outcome_seen
+from plugins.kafka.clients import Producer, new_producer, outcome_seen, round_sender
 from plugins.kafka.clients.aiokafka_client import PartitionBatch, batch_writer, client_args
 from plugins.kafka.config import FALLBACK_BATCH_BYTES, KafkaPluginConfig
 from plugins.kafka.errors import (
@@ -615,8 +615,9 @@ class KafkaSink:
 
         An aiokafka producer is given whole record batches (``BatchWriter``): the records
         of one batch share its future, and a batch of one record is known to be alone.
-        Other producers get a record at a time; a record at least as big as the batch
-        size is the one known to go alone.
+        A producer with ``send_round`` (librdkafka) gets the round's records in one call,
+        others a record at a time; there a record at least as big as the batch size is
+        the one known to go alone.
         """
         sent: list[tuple[int, asyncio.Future[object]]] = []
         lone: set[int] = set()
@@ -642,6 +643,30 @@ class KafkaSink:
                 sent.append((index, batch.future))
                 if batch.count == 1:
                     lone.add(id(batch.future))
+            return sent, lone
+        send_round = round_sender(producer)
+        if send_round is not None:
+            todo = [(i, r) for i, r in records if i not in refused]
+            while todo:
+                try:
+                    futures, error = await send_round(
+                        [(r.topic, r.value, r.key, r.headers) for _, r in todo]
+                    )
+                except BaseException:
+                    _give_up(f for _, f in sent)
+                    raise
+                for (index, r), ack in zip(todo, futures, strict=False):
+                    sent.append((index, ack))
+                    if len(r.value or b"") >= suspects.batch_bytes:
+                        lone.add(id(ack))
+                if error is None:
+                    break
+                index = todo[len(futures)][0]
+                if not isinstance(error, _REFUSAL_TYPES):
+                    _give_up(f for _, f in sent)
+                    raise error
+                refused[index] = error  # checked by the client before sending
+                todo = [(i, r) for i, r in todo[len(futures) + 1:] if i not in refused]
             return sent, lone
         for index, r in records:
             if index in refused:

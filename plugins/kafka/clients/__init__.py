@@ -13,14 +13,22 @@ for both backends: neither is on the message path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiokafka import ConsumerRecord, TopicPartition
 
 from plugins.kafka.config import KafkaPluginConfig
 
-__all__ = ["Consumer", "Producer", "new_consumer", "new_producer", "outcome_seen"]
+__all__ = [
+    "Consumer",
+    "Producer",
+    "RoundSend",
+    "new_consumer",
+    "new_producer",
+    "outcome_seen",
+    "round_sender",
+]
 
 
 def outcome_seen(future: asyncio.Future[Any]) -> None:
@@ -70,6 +78,21 @@ class Consumer(Protocol):
     def seek(self, partition: TopicPartition, offset: int) -> None: ...
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None: ...
+
+
+#: A producer's ``send_round``: (topic, value, key, headers) records in, the ack future
+#: of each record produced and the error of the one the client refused (None: none).
+RoundSend = Callable[
+    [Sequence[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]]],
+    Awaitable[tuple[list[asyncio.Future[Any]], Exception | None]],
+]
+
+
+def round_sender(producer: object) -> RoundSend | None:
+    """The producer's ``send_round`` (the ``confluent`` backend's: a sink round's records
+    in one call, acknowledged together); None for a producer without one."""
+    send_round: RoundSend | None = getattr(producer, "send_round", None)
+    return send_round
 
 
 def new_producer(

@@ -189,7 +189,7 @@ class BatchWriter:
 
 def batch_writer(producer: object) -> BatchWriter | None:
     """A :class:`BatchWriter` for an aiokafka producer; None for any other producer
-    (the ``confluent`` backend, test doubles): those are sent a record at a time."""
+    (the ``confluent`` backend has ``send_round``; test doubles get a record at a time)."""
     if isinstance(producer, AIOKafkaProducer):
         return BatchWriter(producer)
     return None

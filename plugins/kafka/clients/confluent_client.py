@@ -3,10 +3,12 @@
 librdkafka is callback based and its calls may block, so the event loop never calls a
 blocking one: a producer's delivery reports are served by a poll thread, which hands
 each poll's reports to the loop in one ``call_soon_threadsafe`` (not one wake-up per
-record); a consumer's ``consume``, ``commit`` and ``close`` run on a single worker
-thread of that consumer. What the rest of the plugin sees is aiokafka's shape and
-aiokafka's error classes (``translate``): the sink's refusal and producer-replacement
-rules and the source's commit rules hold unchanged for this backend.
+record); a sink round's records (``send_round``) are settled together when the last of
+their reports came (one hand-over per round), a failed one at once; a consumer's
+``consume``, ``commit`` and ``close`` run on a single worker thread of that consumer.
+What the rest of the plugin sees is aiokafka's shape and aiokafka's error classes
+(``translate``): the sink's refusal and producer-replacement rules and the source's
+commit rules hold unchanged for this backend.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypeVar
 
 from aiokafka import ConsumerRecord, TopicPartition
@@ -29,6 +32,7 @@ from aiokafka.errors import (
 )
 from aiokafka.errors import KafkaError as AioKafkaError
 
+from plugins.kafka.clients import outcome_seen
 from plugins.kafka.config import KafkaPluginConfig
 from plugins.kafka.errors import KafkaPluginError
 from plugins.kafka.security import librdkafka_security
@@ -162,6 +166,8 @@ class ConfluentProducer:
         #: only the poll thread appends (reports served on another thread, e.g. inside
         #: librdkafka's commit_transaction/abort_transaction flush, are settled directly)
         self._reports: list[tuple[asyncio.Future[Any], Any, Any]] = []
+        #: batches (``send_round``) whose last report the poll thread served
+        self._batches: list[AckBatch] = []
         self._poll_ident: int | None = None
         #: the fatal error poll raised (then every send raises it: a new producer is due)
         self._fatal: AioKafkaError | None = None
@@ -203,11 +209,28 @@ class ConfluentProducer:
                 else:  # anything more: through the runtime's limiter for client logs
                     rdkafka_log.warning("poll: %r", error)
             reports, self._reports = self._reports, []
-            if reports:
+            batches, self._batches = self._batches, []
+            if reports or batches:
                 try:
-                    loop.call_soon_threadsafe(_settle, reports)
+                    loop.call_soon_threadsafe(_settle_all, reports, batches)
                 except RuntimeError:  # the loop closed under us
                     return
+
+    def hand_over(self, future: asyncio.Future[Any], err: Any, msg: Any) -> None:
+        """One delivery report, from whatever thread librdkafka served it on."""
+        if threading.get_ident() == self._poll_ident:
+            self._reports.append((future, err, msg))  # settled after this poll
+        else:  # a flush inside commit/abort_transaction, or stop() on the loop
+            assert self._loop is not None
+            _settle_on(self._loop, [(future, err, msg)])
+
+    def hand_over_batch(self, batch: AckBatch) -> None:
+        """A batch whose every record was reported, from whatever thread served the last."""
+        if threading.get_ident() == self._poll_ident:
+            self._batches.append(batch)
+        else:
+            assert self._loop is not None
+            _settle_on(self._loop, [], [batch])
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         try:
@@ -230,13 +253,7 @@ class ConfluentProducer:
         if self._fatal is not None:
             raise self._fatal
         future: asyncio.Future[Any] = loop.create_future()
-
-        def delivered(err: Any, msg: Any) -> None:
-            if threading.get_ident() == self._poll_ident:
-                self._reports.append((future, err, msg))  # settled after this poll
-            else:  # a flush inside commit/abort_transaction, or stop() on the loop
-                _settle_on(loop, [(future, err, msg)])
-
+        delivered = partial(self.hand_over, future)
         extra: dict[str, Any] = {}
         if partition is not None:
             extra["partition"] = partition
@@ -253,6 +270,50 @@ class ConfluentProducer:
                 await asyncio.sleep(0.005)
             except confluent_kafka.KafkaException as exc:
                 raise translate(exc) from None
+
+    async def send_round(
+        self, records: Sequence[tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]]
+    ) -> tuple[list[asyncio.Future[None]], AioKafkaError | None]:
+        """Produce ``records`` ((topic, value, key, headers)) in order, until librdkafka
+        refuses one: the ack future of each record produced, and the (translated) error
+        of the refused one (None: every record was produced).
+
+        Why not ``send`` per record: one coroutine, closure and settle each; here a
+        record costs its ``produce`` call, a future and one small call on the poll
+        thread per report. The futures are settled together when the last record's
+        report came (:class:`AckBatch`, one hand-over to the loop), a failed record's at
+        once (a transaction waits for its first failure), each with its own outcome.
+        A result is None (the delivered message is not kept)."""
+        producer, loop = self._producer, self._loop
+        if producer is None or loop is None:
+            raise RdKafkaError("producer is not started", retriable=True)
+        if self._fatal is not None:
+            raise self._fatal
+        batch = AckBatch(self)
+        futures = batch.futures
+        produce, report, create_future = producer.produce, batch.report, loop.create_future
+        refused: AioKafkaError | None = None
+        try:
+            for topic, value, key, headers in records:
+                future: asyncio.Future[None] = create_future()
+                while True:
+                    try:
+                        produce(topic, value, key, headers=headers or None,
+                                on_delivery=partial(report, future))
+                        break
+                    except BufferError:
+                        # librdkafka's queue is full: wait for acks to drain it.
+                        await asyncio.sleep(0.005)
+                futures.append(future)
+        except confluent_kafka.KafkaException as exc:
+            refused = translate(exc)
+        except BaseException:  # cancelled while the queue was full
+            for done in futures:
+                done.add_done_callback(outcome_seen)  # nobody awaits them now
+            raise
+        finally:
+            batch.seal()  # cancelled mid-way too: the records produced still settle
+        return futures, refused
 
     async def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every produced record is acknowledged (or failed). The poll thread
@@ -293,26 +354,87 @@ class ConfluentProducer:
         if thread is not None and thread.is_alive():
             return  # it still polls: it serves and settles the purged reports itself
         left, self._reports = self._reports, []
-        _settle(left)
+        done, self._batches = self._batches, []
+        _settle_all(left, done)
         # The poll thread is gone: this (loop) thread serves what is left, settled
         # directly by ``delivered`` (not the poll thread).
         with contextlib.suppress(Exception):
             producer.poll(0)
 
 
+class AckBatch:
+    """The records of one :meth:`ConfluentProducer.send_round`: settled together once
+    every one was reported, each with its own outcome.
+
+    librdkafka serves one delivery report per record, on the poll thread (or, in a
+    transaction's commit/abort, on the thread that called it): :meth:`report` counts it;
+    the report that completes a sealed batch (or the seal that comes after the last
+    report) hands the batch to the loop once, and every record still unsettled then was
+    delivered. A failure is handed over at once, as ``send``'s are (a transaction waits
+    for its first failed record, and librdkafka reports the records behind it only after
+    the abort): its hand-over is made before it is counted, so it reaches the loop before
+    the batch's (same poll: reports first; another thread: an earlier call_soon)."""
+
+    __slots__ = ("_lock", "_owner", "_reported", "_sealed", "futures")
+
+    def __init__(self, owner: ConfluentProducer) -> None:
+        self._owner = owner
+        self._lock = threading.Lock()
+        self._reported = 0
+        self._sealed = False
+        #: each produced record's future, in the order produced
+        self.futures: list[asyncio.Future[None]] = []
+
+    def report(self, future: asyncio.Future[None], err: Any, msg: Any) -> None:
+        """librdkafka's delivery report of the record of ``future`` (any thread)."""
+        if err is not None:
+            self._owner.hand_over(future, err, msg)
+        with self._lock:
+            self._reported += 1
+            complete = self._sealed and self._reported == len(self.futures)
+        if complete:
+            self._owner.hand_over_batch(self)
+
+    def seal(self) -> None:
+        """No more records (on the loop, after the last ``produce``)."""
+        with self._lock:
+            self._sealed = True
+            complete = self._reported == len(self.futures)
+        if complete:
+            self._owner.hand_over_batch(self)
+
+    def settle(self) -> None:
+        """Every record reported: the futures not settled yet were delivered (on the loop)."""
+        for future in self.futures:
+            if not future.done():  # else failed and settled already, or given up on
+                future.set_result(None)
+
+
 def _settle_on(
-    loop: asyncio.AbstractEventLoop, reports: list[tuple[asyncio.Future[Any], Any, Any]]
+    loop: asyncio.AbstractEventLoop,
+    reports: list[tuple[asyncio.Future[Any], Any, Any]],
+    batches: Sequence[AckBatch] = (),
 ) -> None:
-    """Settle ``reports`` on ``loop`` from any thread (now, when this is its thread)."""
+    """Settle ``reports`` and ``batches`` on ``loop`` from any thread (now, when this is
+    its thread)."""
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
         running = None
     if running is loop:
-        _settle(reports)
+        _settle_all(reports, batches)
         return
     with contextlib.suppress(RuntimeError):  # the loop closed under us
-        loop.call_soon_threadsafe(_settle, reports)
+        loop.call_soon_threadsafe(_settle_all, reports, batches)
+
+
+def _settle_all(
+    reports: list[tuple[asyncio.Future[Any], Any, Any]], batches: Sequence[AckBatch]
+) -> None:
+    """Single reports first (a batch's failed records among them), then whole batches."""
+    _settle(reports)
+    for batch in batches:
+        batch.settle()
 
 
 def _settle(reports: list[tuple[asyncio.Future[Any], Any, Any]]) -> None:
