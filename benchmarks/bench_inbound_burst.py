@@ -57,6 +57,8 @@ SUB_QUEUE = "BURST.SUB"
 KAFKA_TOPIC = "burst-in"
 #: --one-by-one: the sender awaits each acknowledgement instead of sending all at once
 ONE_BY_ONE = False
+#: --no-overlap: the plugin's units of work are put and committed one at a time
+NO_OVERLAP = False
 #: --stages: print where each message's time went (plugin unit, service batch, get)
 STAGES = False
 GOAL_P99_MS = 150.0
@@ -215,17 +217,30 @@ class StageClock:
 
     def watch(self, publisher: Any, service: BrokerService) -> None:
         publish, after_commit = publisher.publish, service._after_commit
+        begin = publisher.begin_publish
 
         async def timed_publish(publications: Any) -> None:
             began = time.perf_counter()
             await publish(publications)
             self.units.append((began, time.perf_counter(), len(publications)))
 
+        async def timed_begin(publications: Any) -> Any:
+            began = time.perf_counter()
+            ends = await begin(publications)
+
+            def ended(_: object) -> None:
+                self.units.append((began, time.perf_counter(), len(publications)))
+
+            asyncio.ensure_future(ends).add_done_callback(ended)
+            return ends
+
         def timed_after_commit(q: Any, batch: Any) -> None:
             after_commit(q, batch)
             self.batches.append((time.perf_counter(), batch.count))
 
         publisher.publish = timed_publish
+        if begin is not None:
+            publisher.begin_publish = timed_begin
         service._after_commit = timed_after_commit  # type: ignore[method-assign]
 
     def report(self, sent_at: float, n: int, sent_all: float, latencies: list[float]) -> None:
@@ -273,8 +288,11 @@ async def burst(
     child: asyncio.subprocess.Process | None = None
     clock = StageClock()
     try:
+        publisher = host.attach(instance).publisher
+        if NO_OVERLAP:
+            publisher.begin_publish = None  # type: ignore[assignment,method-assign]
         if STAGES:
-            clock.watch(host.attach(instance).publisher, service)
+            clock.watch(publisher, service)
         await host.start(instance)
         await register(qm, "burst/#")
         child = await asyncio.create_subprocess_exec(
@@ -417,10 +435,15 @@ def main(argv: list[str] | None = None) -> int:
         help="also print when the burst was handed to MQ by the plugin, committed by it,"
         " on the subscriber's queue and got (p50/p99 each)",
     )
+    parser.add_argument(
+        "--no-overlap", action="store_true",
+        help="the plugin puts a unit of work only after the one before has committed"
+        " (no begin_publish; to compare)",
+    )
     parser.add_argument("--outside", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    global ONE_BY_ONE, STAGES
-    ONE_BY_ONE, STAGES = args.one_by_one, args.stages
+    global ONE_BY_ONE, STAGES, NO_OVERLAP
+    ONE_BY_ONE, STAGES, NO_OVERLAP = args.one_by_one, args.stages, args.no_overlap
     if args.outside:
         return outside_child(args.outside)
     return asyncio.run(run(args.messages, args.time_limit, set(args.paths.split(","))))
