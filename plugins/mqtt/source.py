@@ -184,12 +184,15 @@ class MqttSource:
 
     async def _run(self) -> None:
         """Take what has arrived (up to ``batch_size``) as a unit of work; while its MQ
-        commit completes, the next unit is put (``begin_publish``), and each unit's
-        messages are acknowledged once its own commit has ended."""
+        commit completes, the next unit is put if a full batch is waiting
+        (``begin_publish``; otherwise the batch grows until that commit has ended), and
+        each unit's messages are acknowledged once its own commit has ended."""
         committing: _Committing | None = None
         try:
             while not self._stopping:
-                if committing is not None and self._queue.empty():
+                if committing is not None and self._queue.qsize() < self.config.batch_size:
+                    # less than a full batch waiting: let it grow while the unit in
+                    # front commits (a unit per commit, not one per few messages)
                     self._busy = True
                     try:
                         await self._settle(committing)
