@@ -238,9 +238,10 @@ class StageClock:
             after_commit(q, batch)
             self.batches.append((time.perf_counter(), batch.count))
 
-        publisher.publish = timed_publish
-        if begin is not None:
+        if begin is not None:  # publish goes through begin_publish: timed there
             publisher.begin_publish = timed_begin
+        else:
+            publisher.publish = timed_publish
         service._after_commit = timed_after_commit  # type: ignore[method-assign]
 
     def report(self, sent_at: float, n: int, sent_all: float, latencies: list[float]) -> None:
