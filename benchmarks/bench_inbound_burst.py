@@ -2,9 +2,10 @@
 
 One local Kafka broker and one Mosquitto (devstack), one embedded queue manager per
 path with the broker service (default batch settings) and one plugin instance on a
-plugin host; an MQ subscriber (an MQRFH2 ``RegSub`` to a local queue) gets what the
+plugin host; an MQ subscriber (an MQRFH2 ``RegSub`` to a local queue; MQGET with a wait
+under syncpoint, committing each time the queue is empty) gets what the
 service forwards. A raw client (aiokafka producer, linger 0; aiomqtt publisher, QoS 1)
-sends ``--messages`` (500) 1 KiB messages at once, after one warm-up message per path
+sends ``--messages`` (500) 1 KiB persistent messages at once, after one warm-up message per path
 (topic creation, connections). Latency of a message = the subscriber's get minus the
 moment the burst was sent (all of them: "sent at once"); goal (issue 32): p99 < 150 ms,
 i.e. a burst costs its size over the path's throughput, not a unit of work per message.
@@ -56,7 +57,13 @@ SUB_QUEUE = "BURST.SUB"
 KAFKA_TOPIC = "burst-in"
 #: --one-by-one: the sender awaits each acknowledgement instead of sending all at once
 ONE_BY_ONE = False
+#: --no-overlap: the plugin's units of work are put and committed one at a time
+NO_OVERLAP = False
+#: --stages: print where each message's time went (plugin unit, service batch, get)
+STAGES = False
 GOAL_P99_MS = 150.0
+#: the subscriber commits its gets at least every SUB_BATCH messages
+SUB_BATCH = 100
 PAD = 1024
 
 
@@ -97,19 +104,31 @@ async def subscriber_gets(
     try:
         sub = await conn.open(SUB_QUEUE, OpenOption.INPUT_SHARED)
 
+        waiting = GetOptions(wait_ms=200, syncpoint=True)
+        more = GetOptions(wait_ms=0, syncpoint=True)
+
         async def get(count: int) -> list[tuple[int, float]]:
+            """MQGET with a wait in a loop, under syncpoint, committing what it got when
+            the queue is empty or at SUB_BATCH: what MQ advises for persistent messages
+            (a get outside syncpoint is a unit of work, a disk write, per message). A
+            message counts as received when its get returns."""
             got: list[tuple[int, float]] = []
             deadline = time.perf_counter() + limit
             while len(got) < count:
                 if time.perf_counter() > deadline:
                     raise SystemExit(f"{len(got)} of {count} reached the subscriber in time")
-                try:
-                    msg = await sub.get(GetOptions(wait_ms=200))
-                except MQError as exc:
-                    if exc.reason != 2033:
-                        raise
-                    continue
-                got.append((seq_of(msg.body), time.perf_counter()))
+                options, taken = waiting, 0
+                while taken < SUB_BATCH and len(got) < count:
+                    try:
+                        msg = await sub.get(options)
+                    except MQError as exc:
+                        if exc.reason != 2033:
+                            raise
+                        break
+                    got.append((seq_of(msg.body), time.perf_counter()))
+                    options, taken = more, taken + 1
+                if taken:
+                    await conn.commit()
             return got
 
         await send(-1, 1)  # warm-up: topic creation, connections, the subscription
@@ -119,10 +138,12 @@ async def subscriber_gets(
         await asyncio.sleep(0)
         sent_at = time.perf_counter()
         await send(0, n)
+        sent_all = time.perf_counter()  # every message acknowledged to the sender
         got = await getting
         if sorted(s for s, _ in got) != list(range(n)):  # no loss, no duplicate
             raise SystemExit("lost or duplicated messages")
-        return [sent_at, *((at - sent_at) * 1000 for _, at in sorted(got))]
+        return [sent_at, (sent_all - sent_at) * 1000,
+                *((at - sent_at) * 1000 for _, at in sorted(got))]
     finally:
         await conn.disconnect()
 
@@ -183,6 +204,73 @@ def outside_child(argv: list[str]) -> int:
     return 0
 
 
+class StageClock:
+    """--stages: when each plugin unit of work was handed over and committed, and when
+    each broker-service batch committed (perf_counter, comparable with the outside
+    process's: one monotonic clock)."""
+
+    def __init__(self) -> None:
+        #: (handed to the publisher, committed, publications) per plugin unit
+        self.units: list[tuple[float, float, int]] = []
+        #: (committed, messages) per broker-service batch
+        self.batches: list[tuple[float, int]] = []
+
+    def watch(self, publisher: Any, service: BrokerService) -> None:
+        publish, after_commit = publisher.publish, service._after_commit
+        begin = publisher.begin_publish
+
+        async def timed_publish(publications: Any) -> None:
+            began = time.perf_counter()
+            await publish(publications)
+            self.units.append((began, time.perf_counter(), len(publications)))
+
+        async def timed_begin(publications: Any) -> Any:
+            began = time.perf_counter()
+            ends = await begin(publications)
+
+            def ended(_: object) -> None:
+                self.units.append((began, time.perf_counter(), len(publications)))
+
+            asyncio.ensure_future(ends).add_done_callback(ended)
+            return ends
+
+        def timed_after_commit(q: Any, batch: Any) -> None:
+            after_commit(q, batch)
+            self.batches.append((time.perf_counter(), batch.count))
+
+        if begin is not None:  # publish goes through begin_publish: timed there
+            publisher.begin_publish = timed_begin
+        else:
+            publisher.publish = timed_publish
+        service._after_commit = timed_after_commit  # type: ignore[method-assign]
+
+    def report(self, sent_at: float, n: int, sent_all: float, latencies: list[float]) -> None:
+        """Per stage, when the burst's messages passed it (ms after the send, p50/p99;
+        messages are matched to units and batches in order: one stream, one partition)."""
+
+        def per_message(spans: list[tuple[float, int]]) -> list[float]:
+            out: list[float] = []
+            for at, count in spans:
+                out.extend([(at - sent_at) * 1000] * count)
+            return out[-n:]
+
+        handed = per_message([(b, c) for b, _, c in self.units])
+        committed = per_message([(e, c) for _, e, c in self.units])
+        queued = per_message(self.batches)
+        print(f"  stages (ms after the send; sender had all acknowledged at {sent_all:.1f}):")
+        for name, values in (("handed to MQ by the plugin", handed),
+                             ("plugin unit committed", committed),
+                             ("on the subscriber's queue", queued),
+                             ("got by the subscriber", latencies)):
+            if values:
+                print(f"    {name:28s} first {min(values):7.1f}  p50"
+                      f" {percentile(values, 0.5):7.1f}  p99 {percentile(values, 0.99):7.1f}"
+                      f"  last {max(values):7.1f}")
+        tail = self.units[-12:]
+        print("    plugin units (size: handed -> committed): " + ", ".join(
+            f"{c}: {(b - sent_at) * 1000:.0f}->{(e - sent_at) * 1000:.0f}" for b, e, c in tail))
+
+
 async def burst(
     qm: EmbeddedQueueManager, instance: PluginInstance, path: str, where: str,
     units: Callable[[], int], n: int, limit: float,
@@ -199,7 +287,20 @@ async def burst(
     server = QueueManagerServer(qm)
     await server.start()
     child: asyncio.subprocess.Process | None = None
+    clock = StageClock()
     try:
+        publisher = host.attach(instance).publisher
+        if NO_OVERLAP:
+            begin = publisher.begin_publish
+
+            async def one_at_a_time(publications: Any) -> Any:
+                ends = await begin(publications)
+                await ends
+                return ends
+
+            publisher.begin_publish = one_at_a_time  # type: ignore[method-assign]
+        if STAGES:
+            clock.watch(publisher, service)
         await host.start(instance)
         await register(qm, "burst/#")
         child = await asyncio.create_subprocess_exec(
@@ -224,7 +325,9 @@ async def burst(
             await child.wait()
         if child.returncode != 0 or not line.strip():
             raise SystemExit(f"the outside process failed ({child.returncode})")
-        sent_at, *latencies = (float(v) for v in line.split())
+        sent_at, sent_all, *latencies = (float(v) for v in line.split())
+        if STAGES:
+            clock.report(sent_at, n, sent_all, latencies)
         return latencies, (committed_at - sent_at) * 1000, units() - before
     finally:
         if child is not None and child.returncode is None:
@@ -335,10 +438,20 @@ def main(argv: list[str] | None = None) -> int:
         "--one-by-one", action="store_true",
         help="the sender awaits each message's acknowledgement (as examples/demo does)",
     )
+    parser.add_argument(
+        "--stages", action="store_true",
+        help="also print when the burst was handed to MQ by the plugin, committed by it,"
+        " on the subscriber's queue and got (p50/p99 each)",
+    )
+    parser.add_argument(
+        "--no-overlap", action="store_true",
+        help="the plugin puts a unit of work only after the one before has committed"
+        " (no begin_publish; to compare)",
+    )
     parser.add_argument("--outside", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    global ONE_BY_ONE
-    ONE_BY_ONE = args.one_by_one
+    global ONE_BY_ONE, STAGES, NO_OVERLAP
+    ONE_BY_ONE, STAGES, NO_OVERLAP = args.one_by_one, args.stages, args.no_overlap
     if args.outside:
         return outside_child(args.outside)
     return asyncio.run(run(args.messages, args.time_limit, set(args.paths.split(","))))

@@ -53,6 +53,9 @@ Details every plugin relies on:
   or a put MQ refuses for good for that message, e.g. 2030/2031 too big; ``.reason`` is the
   MQ reason code): dead-letter it and acknowledge it, never retry it. A full or
   put-inhibited queue is back-pressure (retriable), never a refusal.
+* :func:`begin_publish` (optional verb ``Publisher.begin_publish``) returns once the
+  batch is put and its commit begun: an instance may put its next batch while that
+  commit completes, acknowledging each batch only when its own commit has ended.
 * The runtime implementation is ``gateway.runtime.plugin_host`` (``PluginHost``,
   ``HostedPluginContext``, ``MQPublisher``); tests may build those directly over an
   ``EmbeddedQueueManager`` and a ``BrokerService`` (``gateway.runtime.pubsub_service``).
@@ -60,6 +63,7 @@ Details every plugin relies on:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -93,6 +97,7 @@ __all__ = [
     "RouteTarget",
     "Scheme",
     "Sink",
+    "begin_publish",
     "split_unified_topic",
     "unified_topic",
 ]
@@ -270,6 +275,29 @@ class Publisher(Protocol):
         cannot, e.g. while the queue manager is unreachable.
         """
         ...
+
+
+async def begin_publish(
+    publisher: Publisher, publications: Sequence[Envelope]
+) -> Awaitable[None]:
+    """Publish ``publications`` in one MQ unit of work, returning once the messages are
+    in the unit and its commit has begun; what is returned ends when it has committed
+    (or raises as :meth:`Publisher.publish` does: nothing committed).
+
+    An instance may take its next batch and begin publishing it before awaiting what
+    this returned (its commit overlaps that batch's puts); it acknowledges a batch
+    upstream only once the batch's own awaitable has ended. Units commit in the order
+    they were begun; when one fails, every unit begun after it fails too (backed out),
+    so a retry in order loses and reorders nothing. A publisher without the optional
+    verb ``begin_publish`` publishes (and commits) before this returns."""
+    native = getattr(publisher, "begin_publish", None)
+    if native is not None:
+        begun: Awaitable[None] = await native(publications)
+        return begun
+    await publisher.publish(publications)
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
 
 
 class PluginContext(Protocol):

@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from gateway.mq.port import (
@@ -32,6 +32,7 @@ from gateway.mq.port import (
     PutOptions,
     QueueHandle,
     QueueManager,
+    start_commit,
 )
 from gateway.plugin_api import (
     DeliveryRefusedError,
@@ -131,20 +132,29 @@ class PublisherCounters:
     publications: int = 0
     units_of_work: int = 0
     failures: int = 0
+    #: units whose puts were made while the unit before was still committing
+    overlapped: int = 0
     #: publications per stream
     per_stream: dict[str, int] = field(default_factory=dict)
     #: publications refused for good, by MQ reason name (0: could not be encoded)
     refused: dict[str, int] = field(default_factory=dict)
 
 
+def _ended() -> asyncio.Future[None]:
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
+
+
 class MQPublisher:
     """:class:`~gateway.plugin_api.Publisher` over a queue manager.
 
-    One connection, one unit of work at a time (a lock): ``publish`` puts the batch's
-    commands under syncpoint and commits. The command goes to the stream's own queue
-    when that queue is serviced (so it is ordered with the stream's other publishers),
-    else to ``SYSTEM.BROKER.DEFAULT.STREAM`` (the ``$SYS/STREAM/`` prefix names the
-    stream either way).
+    One connection, one unit of work being put at a time (a lock): ``publish`` puts the
+    batch's commands under syncpoint and commits; ``begin_publish`` lets the next batch
+    be put while the last one's commit completes (units still commit in order). The
+    command goes to the stream's own queue when that queue is serviced (so it is
+    ordered with the stream's other publishers), else to ``SYSTEM.BROKER.DEFAULT.STREAM``
+    (the ``$SYS/STREAM/`` prefix names the stream either way).
     """
 
     def __init__(
@@ -166,6 +176,8 @@ class MQPublisher:
         #: output handles opened on ``_conn``, by queue (reused: an open per put is slow)
         self._handles: dict[str, QueueHandle] = {}
         self._lock = asyncio.Lock()
+        #: the last unit's begun commit, until the next unit's commit begins
+        self._front: asyncio.Future[None] | None = None
         self.counters = PublisherCounters()
 
     def queue_for(self, stream: str) -> str:
@@ -175,8 +187,21 @@ class MQPublisher:
 
     async def publish(self, publications: Sequence[Envelope]) -> None:
         """Put all of ``publications`` in one unit of work and commit (see Publisher)."""
+        await (await self.begin_publish(publications))
+
+    async def begin_publish(self, publications: Sequence[Envelope]) -> Awaitable[None]:
+        """Put all of ``publications`` in one unit of work and begin its commit; the
+        awaitable returned ends once it has committed (``gateway.plugin_api.begin_publish``).
+
+        Where the queue manager can begin a commit without waiting for it
+        (``gateway.mq.port.start_commit``, the embedded one), the next call's puts are
+        made while this unit's commit completes; that unit's own commit begins only
+        after this one has ended, and is backed out (PluginError, retriable) if this one
+        failed, so units commit in order and a failure takes every later unit with it.
+        Refusals (PublishRefusedError) are raised here, before anything is committed.
+        """
         if not publications:
-            return
+            return _ended()
         commands: list[tuple[str, MQMD, bytes]] = []
         for i, pub in enumerate(publications):
             if not pub.origin and self.origin:
@@ -207,9 +232,13 @@ class MQPublisher:
                     putting = i
                     await handle.put(md, body, opts)
                 putting = -1
-                await conn.commit()
+                await self._end_front()
+                committing = start_commit(conn)
+                if committing is None:
+                    await conn.commit()
             except MQError as exc:
                 self.counters.failures += 1
+                await self._end_front_quietly()
                 if putting >= 0 and exc.reason in REFUSED_PUT_REASONS:
                     # This message can never be put: back the others out (they are
                     # published again by the caller) but keep the connection.
@@ -225,8 +254,51 @@ class MQPublisher:
                 raise PluginError(f"cannot publish into MQ: {exc}", retriable=True) from exc
             except BaseException:
                 self.counters.failures += 1
+                await self._end_front_quietly()
                 await self._drop(conn)
                 raise
+            if committing is None:
+                self._committed(publications)
+                return _ended()
+            front = asyncio.ensure_future(self._commit_ended(committing, publications))
+            self._front = front
+            return front
+
+    async def _commit_ended(
+        self, committing: asyncio.Future[None],
+        publications: Sequence[Envelope],
+    ) -> None:
+        """The end of a begun commit: counted once committed; a failed one (the queue
+        manager backed the unit out) is raised as publish raises it, and the next unit,
+        put meanwhile, is backed out with it (:meth:`_end_front`)."""
+        try:
+            await committing
+        except MQError as exc:
+            self.counters.failures += 1
+            raise PluginError(f"cannot publish into MQ: {exc}", retriable=True) from exc
+        self._committed(publications)
+
+    async def _end_front(self) -> None:
+        """Wait for the unit before's begun commit (its failure is this unit's too)."""
+        front, self._front = self._front, None
+        if front is None:
+            return
+        if not front.done():
+            self.counters.overlapped += 1
+        try:
+            await asyncio.shield(front)
+        except Exception as exc:
+            raise MQError(
+                Reason.BACKED_OUT, f"the unit of work before this one failed: {exc}"
+            ) from exc
+
+    async def _end_front_quietly(self) -> None:
+        front, self._front = self._front, None
+        if front is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(front)
+
+    def _committed(self, publications: Sequence[Envelope]) -> None:
         self.counters.units_of_work += 1
         self.counters.publications += len(publications)
         per = self.counters.per_stream
@@ -276,6 +348,7 @@ class MQPublisher:
 
     async def close(self) -> None:
         async with self._lock:
+            await self._end_front_quietly()
             conn, self._conn = self._conn, None
             handles, self._handles = list(self._handles.values()), {}
             for handle in handles:

@@ -1,8 +1,10 @@
 """Inbound: consumed Kafka records to publications in the MQ publish/subscribe network.
 
 Offsets are committed only after ``Publisher.publish`` returned, i.e. after the MQ unit
-of work carrying the batch committed. A failed publish commits nothing and rewinds the
-consumer to the batch's first records, so they are delivered again (at-least-once).
+of work carrying the batch committed; that offset commit (a broker round trip) runs
+while the next batch is polled and handed over, one commit at a time, in order. A
+failed publish commits nothing and rewinds the consumer to the batch's first records,
+so they are delivered again (at-least-once).
 
 A record MQ can never take (refused for good: too big for the stream queue, a name MQ
 cannot carry, no usable topic) is poison, not back-pressure: it goes to the dead-letter
@@ -125,6 +127,8 @@ class KafkaSource:
         self.consumer: Consumer | None = None
         self._dead_letter_producer: Producer | None = None
         self._task: asyncio.Task[None] | None = None
+        #: the offset commit of the last batch handed over, while the next is polled
+        self._committing: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._failing = False
 
@@ -187,6 +191,26 @@ class KafkaSource:
                 await producer.stop()
 
     async def _run(self, consumer: Consumer) -> None:
+        """Poll, hand each batch over to MQ, and commit its offsets while the next batch
+        is polled and handed over (one offset commit at a time, in order)."""
+        try:
+            await self._serve(consumer)
+        finally:
+            await self._end_commit()
+
+    async def _end_commit(self) -> None:
+        """Wait for the offset commit in flight. It retries and logs its own failures;
+        anything else is logged too: the batch is in MQ already, so nothing may rewind
+        (its offsets are committed with the next batch's, or the batch comes again)."""
+        committing, self._committing = self._committing, None
+        if committing is None:
+            return
+        try:
+            await committing
+        except Exception:
+            log.exception("kafka instance %r: offset commit failed", self.instance)
+
+    async def _serve(self, consumer: Consumer) -> None:
         inbound = self.config.inbound
         delay = inbound.retry_initial_s
         while not self._stop.is_set():
@@ -202,7 +226,7 @@ class KafkaSource:
             if not batches:
                 continue
             try:
-                await self._deliver(consumer, batches)
+                offsets = await self._hand_over(batches)
             except Exception as exc:  # publish failed: rewind, retry later
                 self.counters.publish_failures += 1
                 if not self._failing:
@@ -223,12 +247,28 @@ class KafkaSource:
                 log.warning("kafka instance %r: publishing into MQ again", self.instance)
             self._failing = False
             delay = inbound.retry_initial_s
+            if offsets is None:
+                continue  # stopping before its dead letters were written: not committed
+            await self._end_commit()  # the batch before's offsets first, then these
+            self._committing = asyncio.create_task(self._commit(consumer, offsets))
 
     async def _deliver(
         self,
         consumer: Consumer,
         batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
     ) -> None:
+        """Hand ``batches`` over to MQ and commit their offsets."""
+        offsets = await self._hand_over(batches)
+        if offsets is not None:
+            await self._commit(consumer, offsets)
+
+    async def _hand_over(
+        self,
+        batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
+    ) -> dict[TopicPartition, int] | None:
+        """Publish ``batches`` into MQ (dead-lettering what MQ refuses); the offsets to
+        commit, or None when stopped before the dead letters were written (the batch
+        then comes again: at-least-once)."""
         pending: list[tuple[ConsumerRecord[bytes, bytes], Envelope]] = []
         refused: list[_Refused] = []
         offsets: dict[TopicPartition, int] = {}
@@ -265,8 +305,8 @@ class KafkaSource:
         # The batch is in MQ now: from here on nothing may rewind the consumer, or the
         # batch would be published again. The dead letters and the commit are retried.
         if refused and not await self._dead_letter(refused):
-            return  # stopping: not committed, so the batch comes again (at-least-once)
-        await self._commit(consumer, offsets)
+            return None  # stopping: not committed, so the batch comes again
+        return offsets
 
     async def _dead_letter(self, refused: Sequence[_Refused]) -> bool:
         """Write ``refused`` to the dead-letter topic (retrying, with backoff, while the

@@ -1,10 +1,12 @@
 """Inbound: MQTT messages → MQ publications (the instance's source half).
 
 Received messages are batched (up to ``inbound.batch_size``, never waiting to fill a
-batch), published into MQ with one :meth:`Publisher.publish` — which returns once the MQ
-unit of work has committed — and only then acknowledged to the MQTT broker (PUBACK /
-PUBCOMP through paho's manual acknowledgement). A crash before the acknowledgement makes
-the broker redeliver the message into our persistent session: at-least-once.
+batch), published into MQ in one unit of work and only acknowledged to the MQTT broker
+(PUBACK / PUBCOMP through paho's manual acknowledgement) once that unit has committed.
+The next batch is put while a unit's commit completes (``begin_publish``); units
+commit in order, and a failed one takes the units after it with it. A crash before
+the acknowledgement makes the broker redeliver the message into our persistent
+session: at-least-once.
 
 A message carrying this gateway's origin (user property ``mqgw-origin``: a reply or
 dead letter the gateway published itself) is acknowledged and counted, never published
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import paho.mqtt.client as paho
@@ -27,6 +29,7 @@ from gateway.plugin_api import (
     PluginError,
     Publisher,
     PublishRefusedError,
+    begin_publish,
 )
 from plugins.mqtt.config import InboundConfig, InboundFilter
 from plugins.mqtt.connection import MqttConnection, MqttConnectionError, Outgoing, Received
@@ -122,6 +125,14 @@ class _Item:
     own: bool = False
 
 
+@dataclass(slots=True)
+class _Committing:
+    """A unit of work whose commit has begun: its messages wait for its end."""
+
+    items: list[_Item]
+    ends: Awaitable[None]
+
+
 class MqttSource:
     """Feeds received MQTT messages into MQ, acknowledging after the commit."""
 
@@ -172,16 +183,87 @@ class MqttSource:
             await asyncio.wait_for(task, timeout)
 
     async def _run(self) -> None:
-        while not self._stopping:
-            first = await self._queue.get()
-            batch = [first]
-            while len(batch) < self.config.batch_size and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            self._busy = True
-            try:
-                await self._handle(batch)
-            finally:
-                self._busy = False
+        """Take what has arrived (up to ``batch_size``) as a unit of work; while its MQ
+        commit completes, the next unit is put if a full batch is waiting
+        (``begin_publish``; otherwise the batch grows until that commit has ended), and
+        each unit's messages are acknowledged once its own commit has ended."""
+        committing: _Committing | None = None
+        try:
+            while not self._stopping:
+                if committing is not None and self._queue.qsize() < self.config.batch_size:
+                    # less than a full batch waiting: let it grow while the unit in
+                    # front commits (a unit per commit, not one per few messages)
+                    self._busy = True
+                    try:
+                        await self._settle(committing)
+                    finally:
+                        committing = None
+                        self._busy = False
+                    continue
+                first = await self._queue.get()
+                batch = [first]
+                while len(batch) < self.config.batch_size and not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                self._busy = True
+                try:
+                    front, committing = committing, None
+                    committing = await self._begin(self._map(batch), front)
+                finally:
+                    self._busy = False
+        finally:
+            if committing is not None:
+                await asyncio.shield(self._settle(committing))
+
+    async def _begin(self, items: list[_Item], front: _Committing | None) -> _Committing | None:
+        """Put ``items`` and begin their commit, the unit ``front`` (begun before)
+        committing meanwhile; settles ``front``. What is left to settle, if anything.
+
+        Only a unit whose every message is published goes this way; anything else (a
+        message to dead-letter or skip, a failure) settles ``front`` first and takes
+        the one-unit-at-a-time path (:meth:`_handle`), so order and retries are as ever."""
+        plain = all(
+            it.publication is not None
+            and (
+                it.received.message.qos != 1
+                or it.received.generation == self.connection.generation
+            )
+            for it in items
+        )
+        if not plain:
+            if front is not None:
+                await self._settle(front)
+            await self._handle_items(items)
+            return None
+        try:
+            ends = await begin_publish(
+                self.publisher, [it.publication for it in items if it.publication]
+            )
+        except Exception as exc:
+            # nothing of this unit committed (a refusal, MQ unavailable, or the unit in
+            # front failed and took this one with it): in order, one at a time, this
+            # failure being the unit's first attempt (unless it was the front's)
+            if front is not None and not await self._settle(front):
+                await self._handle_items(items)
+                return None
+            await self._handle_items(items, failed=exc)
+            return None
+        if front is not None:
+            await self._settle(front)  # its commit has ended: this one's has begun
+        return _Committing(items, ends)
+
+    async def _settle(self, unit: _Committing) -> bool:
+        """Wait for ``unit``'s commit, then acknowledge its messages; a failed commit
+        (nothing of it in MQ) publishes them again, one unit at a time (False)."""
+        try:
+            await unit.ends
+        except Exception as exc:
+            await self._handle_items(unit.items, failed=exc)
+            return False
+        self.counters.units_of_work += 1
+        self.counters.published += len(unit.items)
+        for it in unit.items:
+            self.connection.ack(it.received)
+        return True
 
     def _map(self, batch: list[Received]) -> list[_Item]:
         items: list[_Item] = []
@@ -202,8 +284,14 @@ class MqttSource:
         return items
 
     async def _handle(self, batch: list[Received]) -> None:
-        items = self._map(batch)
+        await self._handle_items(self._map(batch))
+
+    async def _handle_items(self, items: list[_Item], failed: Exception | None = None) -> None:
+        """Publish ``items`` (retrying), dead-letter what MQ can never take, and
+        acknowledge them, one unit of work at a time. ``failed``: how publishing all of
+        them (:meth:`_begin`) failed already, taken as the first attempt."""
         attempt = 0
+        begun = len(items)
         #: most messages per unit of work; halved after each failure, so a batch larger
         #: than the room left on a nearly full queue still gets through (back-pressure)
         limit = len(items)
@@ -224,6 +312,10 @@ class MqttSource:
             if not to_publish:
                 break
             try:
+                if failed is not None:
+                    first, failed = failed, None
+                    if len(to_publish) == begun:  # the same list: its failure stands
+                        raise first
                 await self.publisher.publish(
                     [it.publication for it in to_publish if it.publication]
                 )

@@ -22,6 +22,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -441,3 +442,37 @@ async def test_one_client_too_many_is_told_2025_and_the_others_carry_on(tmp_path
     finally:
         await server.stop()
         await qm.close()
+
+
+async def test_a_get_that_cannot_wait_costs_the_server_no_task(
+    served: tuple[EmbeddedQueueManager, QueueManagerServer], conn: ClientConnection
+) -> None:
+    """A subscriber's gets under syncpoint without a wait (a batch after its first get)
+    are answered straight away: no socket watch, no task per get, on the server's loop
+    (the gateway's own). A waiting get is still watched
+    (test_a_client_gone_during_a_waiting_get_takes_nothing)."""
+    qm = served[0]
+    out = await conn.open("APP.Q", OpenOption.OUTPUT)
+    for i in range(50):
+        await out.put(_md(persistence=1), b"m%02d" % i, PutOptions(syncpoint=True))
+    await conn.commit()
+    inp = await conn.open("APP.Q", OpenOption.INPUT_SHARED)
+    loop = asyncio.get_running_loop()
+    created: list[str] = []
+    factory = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        created.append(getattr(coro, "__qualname__", repr(coro)))
+        if factory is not None:
+            return factory(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(counting)
+    try:
+        got = [(await inp.get(GetOptions(syncpoint=True))).body for _ in range(50)]
+    finally:
+        loop.set_task_factory(factory)
+    await conn.commit()
+    assert got == [b"m%02d" % i for i in range(50)]
+    assert qm.queue_depth("APP.Q") == 0
+    assert created == []

@@ -5,17 +5,20 @@ origin rule, retained deletions, back-pressure and refusal of unpublishable data
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import OpenOption, PutOptions
+from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
 from gateway.plugin_api import Envelope, InboundPublication, PluginError
 from gateway.runtime.plugin_host import MQPublisher, PluginHost, PublishRefusedError
 from gateway.runtime.pubsub_service import BrokerService
 from gateway.wire.constants import MsgType
 from gateway.wire.folder import Element
+from gateway.wire.reasons import Reason
 from plugins.memory import MemoryConfig, MemoryInstance, get_bus
 from tests.support.pubsub_messages import CONTROL, rfh2_message, rfh_message
 from tests.support.service_client import drain, put, settle
@@ -414,3 +417,100 @@ async def test_retained_publication_refused_on_subscribe_is_skipped_not_fatal(
     assert (
         host.sink_counters["late"].retained_skipped + service.counters.moved_to_backout_queue == 1
     )
+
+
+class _GatedStore:
+    """The queue manager's store writes wait for ``gate`` (a slow disk), the first one
+    failing once ``fail_first`` is set (a disk that fails): a commit stays in flight
+    for as long as the test needs."""
+
+    def __init__(self, qm: EmbeddedQueueManager, *, fail_first: bool = False) -> None:
+        self.gate = threading.Event()
+        self._real = qm._store.apply
+        self._fail = fail_first
+        qm._store.apply = self._apply  # type: ignore[method-assign]
+
+    def _apply(self, *args: Any, **kwargs: Any) -> None:
+        self.gate.wait(30)
+        if self._fail:
+            self._fail = False
+            raise OSError("the disk failed")
+        self._real(*args, **kwargs)
+
+
+async def _stream_payloads(qm: EmbeddedQueueManager) -> list[bytes]:
+    """The payloads of the Publish commands committed on STOCK.STREAM, in queue order
+    (got from another connection)."""
+    conn = await qm.connect()
+    try:
+        handle = await conn.open("STOCK.STREAM", OpenOption.INPUT_SHARED)
+        got: list[bytes] = []
+        while True:
+            try:
+                got.append((await handle.get(GetOptions())).body[-2:])
+            except MQError as exc:
+                assert exc.reason == Reason.NO_MSG_AVAILABLE
+                return got
+    finally:
+        await conn.disconnect()
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(10):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+async def test_next_unit_is_put_while_the_one_before_commits_and_commits_after_it(
+    qm: EmbeddedQueueManager,
+) -> None:
+    store = _GatedStore(qm)
+    publisher = MQPublisher(qm, serviced_queues={"STOCK.STREAM"})
+    try:
+        first = await publisher.begin_publish(
+            [InboundPublication("STOCK.STREAM", "t", b"a1"),
+             InboundPublication("STOCK.STREAM", "t", b"a2")]
+        )
+        second = asyncio.ensure_future(
+            publisher.begin_publish([InboundPublication("STOCK.STREAM", "t", b"b1")])
+        )
+        # the second unit is put while the first one's commit waits for the disk
+        await _until(lambda: publisher.counters.overlapped == 1, "the second unit put")
+        assert not second.done()
+        assert await _stream_payloads(qm) == []  # neither committed yet
+        store.gate.set()
+        await first
+        await (await second)
+    finally:
+        store.gate.set()
+        await publisher.close()
+    assert await _stream_payloads(qm) == [b"a1", b"a2", b"b1"]
+    assert publisher.counters.units_of_work == 2
+
+
+async def test_a_failed_commit_takes_the_unit_put_behind_it_with_it(
+    qm: EmbeddedQueueManager,
+) -> None:
+    store = _GatedStore(qm, fail_first=True)
+    publisher = MQPublisher(qm, serviced_queues={"STOCK.STREAM"})
+    first_unit = [InboundPublication("STOCK.STREAM", "t", b"a1")]
+    second_unit = [InboundPublication("STOCK.STREAM", "t", b"b1")]
+    try:
+        first = await publisher.begin_publish(first_unit)
+        second = asyncio.ensure_future(publisher.begin_publish(second_unit))
+        await _until(lambda: publisher.counters.overlapped == 1, "the second unit put")
+        store.gate.set()
+        with pytest.raises(PluginError) as failed:
+            await first
+        assert failed.value.retriable
+        with pytest.raises(PluginError) as behind:
+            await second
+        assert behind.value.retriable
+        assert await _stream_payloads(qm) == []  # nothing of either committed
+        # published again in order, as a source retries
+        await publisher.publish(first_unit)
+        await publisher.publish(second_unit)
+    finally:
+        store.gate.set()
+        await publisher.close()
+    assert await _stream_payloads(qm) == [b"a1", b"b1"]

@@ -254,7 +254,7 @@ class _Session:
                                             f"unknown operation {frame.header.get('op')!r}")
                     await self.put_async(frame)
                     continue
-                if frame.header.get("op") == "get":
+                if frame.header.get("op") == "get" and not _at_once(frame.header):
                     done = await self._watched(self.handle(frame), reader)
                     if done is None:
                         return  # the client went away while its get waited
@@ -546,6 +546,15 @@ async def _get_batch_of(
         # protocol's limit, so the packed form (the client reads both)
     lengths, data = pack_messages(got)
     return {"ok": True, "lengths": lengths}, data
+
+
+def _at_once(req: dict[str, Any]) -> bool:
+    """A get that cannot wait and whose message a vanished client gives back (under
+    syncpoint: its unit of work is backed out when the connection ends): nothing to
+    watch the socket for while it runs (no task per get, as a waiting get needs)."""
+    options = req.get("options")
+    return (isinstance(options, dict) and options.get("wait_ms") == 0
+            and options.get("syncpoint") is True and options.get("browse") is None)
 
 
 def _result_json(r: MQSCResult) -> dict[str, Any]:

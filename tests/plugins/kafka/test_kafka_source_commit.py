@@ -4,6 +4,7 @@ consumer (which would publish the batch into MQ twice)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -180,3 +181,53 @@ async def test_sink_start_stops_its_producer_when_topic_creation_is_refused(
     assert FakeProducer.instances[0].started
     assert FakeProducer.instances[0].stopped
     assert sink.producer is None
+
+
+class PollingConsumer(FakeConsumer):
+    """Hands out ``batches`` one poll at a time, then nothing; its offset commits wait
+    for ``released`` (a slow group coordinator)."""
+
+    def __init__(self, batches: list[dict[TopicPartition, list[Any]]]) -> None:
+        super().__init__()
+        self.batches = batches
+        self.released = asyncio.Event()
+        self.committing = 0
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> Any:
+        if self.batches:
+            return self.batches.pop(0)
+        await asyncio.sleep(timeout_ms / 1000)
+        return {}
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.committing += 1
+        await self.released.wait()
+        await super().commit(offsets)
+
+
+async def test_next_batch_goes_into_mq_while_the_offsets_before_are_committed(
+    qm: EmbeddedQueueManager,
+) -> None:
+    """The offset commit after a batch's MQ commit is a broker round trip: the next
+    batch is polled and handed over meanwhile, and the offsets are committed in order."""
+    publisher = CountingPublisher(MQPublisher(qm))
+    source = _source(publisher)
+    consumer = PollingConsumer([{TP: [_record(1, [])]}, {TP: [_record(2, []), _record(3, [])]}])
+    running = asyncio.create_task(source._run(cast(Any, consumer)))
+    try:
+        async with asyncio.timeout(10):
+            while publisher.calls != [1, 2]:  # the second batch, the first's commit waiting
+                await asyncio.sleep(0.005)
+        assert consumer.commits == [] and consumer.committing == 1
+        consumer.released.set()
+        async with asyncio.timeout(10):
+            while len(consumer.commits) < 2:
+                await asyncio.sleep(0.005)
+    finally:
+        source._stop.set()
+        consumer.released.set()
+        await running
+        await publisher.inner.close()
+    assert consumer.commits == [{TP: 2}, {TP: 4}]
+    assert consumer.seeks == []
+    assert qm.queue_depth(STREAM_Q) == 3

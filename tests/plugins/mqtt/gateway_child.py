@@ -43,6 +43,12 @@ class _HangingConnection:
         print("in-commit", flush=True)
         await asyncio.Event().wait()
 
+    def start_commit(self) -> asyncio.Future[None]:
+        """The commit begun without waiting for it (``gateway.mq.port.start_commit``):
+        it never ends either."""
+        print("in-commit", flush=True)
+        return asyncio.get_running_loop().create_future()
+
 
 class _HangingQM:
     """A queue manager whose units of work never commit (the crash window)."""

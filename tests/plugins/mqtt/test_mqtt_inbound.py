@@ -4,6 +4,7 @@ publishes, MQRFH and MQRFH2 subscribers read their queues on the embedded QM."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,39 @@ async def test_unpublishable_message_goes_to_dead_letter_topic(
     ]
     assert dict(user_props(parked[0]))["mqgw-topic"] == f"{base}/bad%00name"
     assert [(r.topic, r.payload) for r in rfh] == [("from-mqtt/good", b"fine")]
+
+
+async def test_a_burst_is_put_while_the_unit_before_commits_in_order_and_once(
+    mqtt_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    """A burst of QoS 1 messages on a slow disk (each store write 20 ms longer): the
+    next full batch is put while the unit before commits (``begin_publish``), and
+    every message reaches the MQ subscriber once, in the order it was sent."""
+    base = unique("burst")
+    count, batch = 120, 8
+    cfg = config(mqtt_broker, base)
+    cfg.inbound.batch_size = batch
+    gw = await start_gateway(tmp_path, cfg)
+    write = gw.qm._store.apply
+
+    def slow_write(*args: object, **kwargs: object) -> None:
+        time.sleep(0.02)  # the writer thread's disk, not the event loop
+        write(*args, **kwargs)  # type: ignore[arg-type]
+
+    gw.qm._store.apply = slow_write  # type: ignore[method-assign]
+    try:
+        await register_mq_subscribers(gw.qm, "from-mqtt/#")
+        async with client(
+            mqtt_broker.host, mqtt_broker.port, max_inflight_messages=count
+        ) as pub:
+            pub.pending_calls_threshold = count + 1
+            await asyncio.gather(
+                *(pub.publish(f"{base}/seq", b"%04d" % i, qos=1) for i in range(count))
+            )
+        got = await wait_for_queue(gw.qm, "SUB.RFH2", count)
+        got += await drain_now(gw.qm, "SUB.RFH2")
+        publisher = gw.host.contexts["mqtt"].publisher
+    finally:
+        await gw.close()
+    assert [r.payload for r in got] == [b"%04d" % i for i in range(count)]
+    assert publisher.counters.overlapped > 0
