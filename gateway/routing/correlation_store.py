@@ -324,6 +324,14 @@ class CorrelationStore:
         )
         return changed == 1
 
+    def finish_requests(self, outcomes: Sequence[tuple[bytes, str]], now: float) -> None:
+        """:meth:`finish_request` of each (key, outcome), in one durable transaction:
+        one flush for the replies of a unit of work, not one each."""
+        self._write_many(
+            "UPDATE requests SET state=?, outcome=?, finished_at=? WHERE key=? AND state=?",
+            [(str(State.DONE), outcome, now, key, str(State.OPEN)) for key, outcome in outcomes],
+        )
+
     # ---- service side -----------------------------------------------------------
 
     def add_service(self, p: PendingService) -> bool:
