@@ -20,6 +20,7 @@ takes the next messages one per unit of work until one succeeds.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -162,7 +163,7 @@ async def _produce(svc: RequestReplyService, conn: Connection, items: list[_Gath
             await svc.produce(todo[0].route.plugin, [item.env for item in todo])
         except DeliveryRefusedError as exc:
             index = exc.index if 0 <= exc.index < len(todo) else 0
-            _finish(svc, todo[:index])
+            await _finish(svc, todo[:index])
             await _refused(svc, conn, todo[index], exc)
             todo = todo[index + 1 :]
             continue
@@ -171,15 +172,17 @@ async def _produce(svc: RequestReplyService, conn: Connection, items: list[_Gath
                 for item in todo:
                     svc.reply_failing_since.setdefault(item.route.name, svc.clock())
             raise
-        _finish(svc, todo)
+        await _finish(svc, todo)
         return
 
 
-def _finish(svc: RequestReplyService, items: list[_Gathered]) -> None:
-    """Entries of produced replies: finished in one transaction, then counted."""
+async def _finish(svc: RequestReplyService, items: list[_Gathered]) -> None:
+    """Entries of produced replies: finished in one transaction (its flush off the
+    event loop, which meanwhile serves the requests), then counted."""
     if not items:
         return
-    svc.store.finish_requests([(item.pending.key, item.kind) for item in items], svc.clock())
+    outcomes = [(item.pending.key, item.kind) for item in items]
+    await asyncio.to_thread(svc.store.finish_requests, outcomes, svc.clock())
     for item in items:
         svc.reply_failing_since.pop(item.route.name, None)
         event = "replies_delivered" if item.kind == "reply" else f"error_replies.{item.kind}"

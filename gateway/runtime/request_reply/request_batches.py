@@ -147,7 +147,9 @@ async def _send_unit(
             await _put_all(svc, conn, route, plans)
             # the entries are on disk before the puts commit (a crash in between backs
             # the puts out); recorded only now, so a failed put leaves no extra entries
-            svc.store.add_requests([p.entry for p in plans if p.entry is not None])
+            await asyncio.to_thread(
+                svc.store.add_requests, [p.entry for p in plans if p.entry is not None]
+            )
         except MQError as exc:
             with contextlib.suppress(MQError):
                 await conn.backout()
@@ -203,7 +205,7 @@ async def _commit_and_mark(
                 await conn.backout()
             log.debug("route %s: batch sent one request at a time: %s", route.name, exc)
             return False
-        svc.store.mark_all_sent(keys)
+        await asyncio.to_thread(svc.store.mark_all_sent, keys)
         return True
 
     task = asyncio.ensure_future(step())
