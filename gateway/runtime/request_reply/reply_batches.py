@@ -141,8 +141,8 @@ async def _send(svc: RequestReplyService, conn: Connection, run: _Run) -> None:
     """Produce the gathered replies (one produce per plugin instance, in order), then
     finish their entries in one transaction; release their locks. A reply the plugin
     refuses for good gets the one-message way's treatment (error reply, dead-lettered,
-    entry ``refused``) under this unit of work; the replies after it are produced again
-    (docs/request-reply.md, "Batches of replies")."""
+    entry ``refused``) under this unit of work; the others are produced again, as the
+    publication path does (docs/request-reply.md, "Batches of replies")."""
     try:
         by_plugin: dict[str, list[_Gathered]] = {}
         for item in run.items:
@@ -162,10 +162,11 @@ async def _produce(svc: RequestReplyService, conn: Connection, items: list[_Gath
         try:
             await svc.produce(todo[0].route.plugin, [item.env for item in todo])
         except DeliveryRefusedError as exc:
+            # as the publication path does: nothing of a refused batch counts as
+            # produced; the refused reply is handled, the others produced again
             index = exc.index if 0 <= exc.index < len(todo) else 0
-            await _finish(svc, todo[:index])
             await _refused(svc, conn, todo[index], exc)
-            todo = todo[index + 1 :]
+            todo = todo[:index] + todo[index + 1 :]
             continue
         except PluginError as exc:
             if exc.retriable:
