@@ -126,8 +126,8 @@ async def _gather(svc: RequestReplyService, run: _Run, msg: Message, backout_lim
     if (
         pending is None
         or pending.state is not State.OPEN
-        or svc.reply_topic_refusal(route, pending.reply_topic) is not None
-    ):
+        or not svc.reply_topic_decision(route, pending.reply_topic).allowed
+    ):  # refused: counted and reported once, on the one-message way
         return False
     if kind.kind == "reply":
         env = reply_envelope(pending, md, msg.body)

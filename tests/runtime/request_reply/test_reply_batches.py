@@ -188,3 +188,30 @@ async def test_replies_together_while_the_plugin_is_down_are_delivered_once_afte
         b"re:q%d" % n for n in range(5)
     ]
     assert await drain(net["GW"].qm, "SYSTEM.DEAD.LETTER.QUEUE", wait_ms=100) == []
+
+
+async def test_a_reply_topic_refused_by_reply_time_is_refused_once_among_others(
+    net: Network, gateway: Callable[..., Gateway]
+) -> None:
+    """One of two replies waiting together is for a reply topic that became one of the
+    gateway's own after its request came in: that reply goes to the DLQ with 2035 and
+    its entry ends ``refused`` (counted once), the other is delivered."""
+    gw = gateway(requests=[_route()], reply_to_q="MQGW.REPLY.ALIAS")
+    svc, _ = await _started(gw, "rp5")
+    await svc.on_requests(svc.requests["quote"], [
+        _request(0), Envelope("", "quote/req", b"q1", reply_topic="kept",
+                              correlation_data=b"c-1"),
+    ])
+    requests = await _requests_at_the_service(net, 2)
+    svc.own_topic = lambda instance, topic: "the gateway's own" if topic == "kept" else ""
+    await _replies_together(net, [(m.md.msg_id, b"re:" + m.body) for m in requests])
+    await wait_for(lambda: svc.stats().get("replies_dead_lettered") == 1
+                   and svc.stats().get("replies_delivered") == 1, timeout=20)
+    (answer,) = get_bus("rp5").exchanges.on("answers")
+    assert answer.payload == b"re:q0"
+    assert get_bus("rp5").exchanges.on("kept") == []
+    (dead,) = await drain(net["GW"].qm, "SYSTEM.DEAD.LETTER.QUEUE", wait_ms=100)
+    dlh, _, body = unwrap_from_dlq(dead.md, dead.body)
+    assert dlh.reason == Reason.NOT_AUTHORIZED and body == b"re:q1"
+    assert svc.stats()["destinations_refused"] == 1
+    assert svc.stats()["requester_open"] == 0
