@@ -4,8 +4,12 @@ Why SQLite with synchronous=FULL: every step of the once/in-order rules
 (docs/request-reply.md) is "store write, then the next hop"; a write that returned must
 survive a process kill or power loss, or a redelivered request or reply could not be
 recognised. Each method is one statement in autocommit mode, so each is one durable
-transaction. Finished (DONE) entries are kept for ``retention`` seconds to filter
-duplicates, then purged.
+transaction. The one exception is the "sent" mark (:meth:`mark_sent`): it is written
+without a flush of its own (WAL, synchronous=NORMAL for that transaction), since a
+mark a power loss takes back only makes a redelivered request be put again with the
+same MsgId, the at-least-once window the mark narrows; a process kill keeps it, and the
+next durable write flushes it. Finished (DONE) entries are kept for ``retention``
+seconds to filter duplicates, then purged.
 
 Exclusive ownership: an ``fcntl`` lock on ``<file>.lock`` held while open, as the
 embedded queue manager's store does; a second process gets :class:`StoreInUseError`.
@@ -270,12 +274,25 @@ class CorrelationStore:
             except sqlite3.Error as exc:
                 raise CorrelationStoreError(f"{self.path}: {exc}") from exc
 
-    def _write_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Run one statement for each of ``rows``, all in one durable transaction."""
+    def _write_many(
+        self, sql: str, rows: Sequence[tuple[Any, ...]], *, flush: bool = True
+    ) -> None:
+        """Run one statement for each of ``rows``, all in one durable transaction
+        (``flush=False``: one transaction not flushed to disk on its own; the module
+        docstring says when that is enough)."""
         if not rows:
             return
-        with self._mutex, self._transaction():
-            self._db.executemany(sql, rows)
+        with self._mutex:
+            if flush:
+                with self._transaction():
+                    self._db.executemany(sql, rows)
+                return
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self._transaction():
+                    self._db.executemany(sql, rows)
+            finally:
+                self._db.execute("PRAGMA synchronous=FULL")
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -309,12 +326,15 @@ class CorrelationStore:
         return _request_from(rows[0]) if rows else None
 
     def mark_sent(self, key: bytes) -> None:
-        """The MQ put of the request has committed."""
-        self._write("UPDATE requests SET sent=1 WHERE key=?", (key,))
+        """The MQ put of the request has committed (written without a flush of its own:
+        module docstring)."""
+        self.mark_all_sent([key])
 
     def mark_all_sent(self, keys: Sequence[bytes]) -> None:
-        """:meth:`mark_sent` of each of ``keys``, in one durable transaction."""
-        self._write_many("UPDATE requests SET sent=1 WHERE key=?", [(k,) for k in keys])
+        """:meth:`mark_sent` of each of ``keys``, in one transaction."""
+        self._write_many(
+            "UPDATE requests SET sent=1 WHERE key=?", [(k,) for k in keys], flush=False
+        )
 
     def finish_request(self, key: bytes, outcome: str, now: float) -> bool:
         """OPEN -> DONE with ``outcome``; False when the entry is absent or not OPEN."""
@@ -323,6 +343,14 @@ class CorrelationStore:
             (str(State.DONE), outcome, now, key, str(State.OPEN)),
         )
         return changed == 1
+
+    def finish_requests(self, outcomes: Sequence[tuple[bytes, str]], now: float) -> None:
+        """:meth:`finish_request` of each (key, outcome), in one durable transaction:
+        one flush for the replies of a unit of work, not one each."""
+        self._write_many(
+            "UPDATE requests SET state=?, outcome=?, finished_at=? WHERE key=? AND state=?",
+            [(str(State.DONE), outcome, now, key, str(State.OPEN)) for key, outcome in outcomes],
+        )
 
     # ---- service side -----------------------------------------------------------
 

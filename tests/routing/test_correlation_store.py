@@ -101,6 +101,48 @@ def test_a_batch_of_requests_is_recorded_and_marked_in_one_transaction_each(
     store.mark_all_sent([])
 
 
+def test_the_entries_of_a_batch_of_replies_are_finished_in_one_transaction(
+    store: CorrelationStore,
+) -> None:
+    """finish_requests: each open entry gets its own outcome, one already finished keeps
+    its own (only OPEN -> DONE, once), and the whole is one SQLite commit."""
+    store.add_requests([_request(1), _request(2), _request(3)])
+    store.finish_request(bytes([3]) * 24, "timeout", 5.0)
+    commits: list[str] = []
+    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    store.finish_requests(
+        [(bytes([1]) * 24, "reply"), (bytes([2]) * 24, "expired"), (bytes([3]) * 24, "reply")],
+        9.0,
+    )
+    store._db.set_trace_callback(None)
+    assert commits == ["COMMIT"]
+    outcomes = [store.request(bytes([n]) * 24) for n in (1, 2, 3)]
+    assert [(p.state, p.outcome) for p in outcomes if p is not None] == [
+        (State.DONE, "reply"), (State.DONE, "expired"), (State.DONE, "timeout")
+    ]
+    store.finish_requests([], 9.0)  # nothing to write: no transaction
+
+
+def test_sent_marks_have_no_flush_of_their_own_and_every_other_write_has(
+    store: CorrelationStore,
+) -> None:
+    """The "sent" marks commit with synchronous=NORMAL (WAL: no fsync of their own; a
+    power loss may take one back, which only puts a redelivered request again); the
+    connection is at FULL before and after, so entries and outcomes stay durable."""
+    store.add_requests([_request(1), _request(2)])
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    store.mark_all_sent([bytes([1]) * 24])
+    store.mark_sent(bytes([2]) * 24)
+    store._db.set_trace_callback(None)
+    assert [s for s in statements if s.startswith("PRAGMA") or s == "COMMIT"] == [
+        "PRAGMA synchronous=NORMAL", "COMMIT", "PRAGMA synchronous=FULL",
+    ] * 2
+    assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert all(p is not None and p.sent for p in (store.request(bytes([n]) * 24)
+                                                  for n in (1, 2)))
+
+
 def test_a_failed_batch_write_is_rolled_back_and_leaves_no_transaction_open(
     store: CorrelationStore,
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from gateway.runtime.request_reply.service import RequestReplyService
 
 from gateway.runtime.request_reply.errors import DeadLetterRefusedError, DestinationBusyError
+from gateway.runtime.request_reply.reply_batches import read_replies_together
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ async def _serve(
     *,
     task: str,
     give_up: Callable[[Connection, Message], Awaitable[bool]] | None = None,
+    together: Together | None = None,
 ) -> None:
     """Get each message of ``queue`` under syncpoint and hand it to ``handle_one``,
     which commits; a retriable failure backs out and retries with backoff.
@@ -90,8 +93,13 @@ async def _serve(
     ``give_up``: a message already backed out the queue's BOTHRESH times (or
     :data:`BACKOUT_LIMIT` when it has none) is first offered to ``give_up``, which may
     take it (True), so one message whose route is down cannot hold back the messages
-    behind it for long."""
+    behind it for long.
+
+    ``together``: handles a message and those behind it in one unit of work
+    (reply_batches.py); after a failure, messages go one per unit of work until one
+    succeeds, so a failing message is backed out alone, as without it."""
     delay = 0.1
+    one_by_one = together is None
     while svc.running:
         try:
             conn, handle = await _open(svc, queue)
@@ -102,6 +110,7 @@ async def _serve(
             continue
         try:
             limit = await _backout_limit(handle) if give_up is not None else 0
+            single = functools.partial(_one_message, handle_one, give_up, limit)
             while svc.running:
                 try:
                     msg = await handle.get(GetOptions(wait_ms=svc.wait_ms, syncpoint=True))
@@ -111,17 +120,17 @@ async def _serve(
                         continue
                     raise
                 try:
-                    if not (
-                        give_up is not None
-                        and msg.md.backout_count >= limit
-                        and await give_up(conn, msg)
-                    ):
-                        await handle_one(conn, msg)
+                    if together is not None and not one_by_one:
+                        await together(conn, handle, msg, limit, single)
+                    else:
+                        await single(conn, msg)
                     delay = 0.1
+                    one_by_one = together is None
                     svc.task_ok(task)
                 except PluginError as exc:
                     with contextlib.suppress(MQError):
                         await conn.backout()
+                    one_by_one = True
                     svc.summarised.log(
                         logging.WARNING, f"{what} retry",
                         "%s: %s (message kept, retrying)", what, exc,
@@ -137,6 +146,29 @@ async def _serve(
                 await conn.backout()
             with contextlib.suppress(MQError):
                 await conn.disconnect()
+
+
+async def _one_message(
+    handle_one: Callable[[Connection, Message], Awaitable[None]],
+    give_up: Callable[[Connection, Message], Awaitable[bool]] | None,
+    limit: int,
+    conn: Connection,
+    msg: Message,
+) -> None:
+    """One message in its own unit of work: offered to ``give_up`` first when it was
+    backed out ``limit`` times, else to ``handle_one`` (both commit)."""
+    if give_up is not None and msg.md.backout_count >= limit and await give_up(conn, msg):
+        return
+    await handle_one(conn, msg)
+
+
+#: Handles a message got under syncpoint and those behind it, then commits:
+#: (connection, queue handle, the message, the queue's backout limit, the one-message
+#: handler).
+Together = Callable[
+    [Connection, QueueHandle, Message, int, Callable[[Connection, Message], Awaitable[None]]],
+    Awaitable[None],
+]
 
 
 async def _backout_limit(handle: QueueHandle) -> int:
@@ -167,8 +199,17 @@ async def read_replies(svc: RequestReplyService) -> None:
     async def give_up(conn: Connection, msg: Message) -> bool:
         return await give_up_reply(svc, conn, msg)
 
+    async def together(
+        conn: Connection,
+        handle: QueueHandle,
+        msg: Message,
+        limit: int,
+        single: Callable[[Connection, Message], Awaitable[None]],
+    ) -> None:
+        await read_replies_together(svc, conn, handle, msg, backout_limit=limit, one=single)
+
     await _serve(svc, svc.config.reply_queue, "reply queue", one, task=TASK_REPLIES,
-                 give_up=give_up)
+                 give_up=give_up, together=together)
 
 
 async def give_up_reply(svc: RequestReplyService, conn: Connection, msg: Message) -> bool:

@@ -1,11 +1,12 @@
 """The requests of one plugin batch in one MQ unit of work (docs/request-reply.md,
 "Batches of requests").
 
-Why: sent one per unit of work, each request costs three durable writes in a row: its
-correlation entry, the MQ commit and its "sent" mark. Requests in flight together then
-queue behind each other's disk flushes. Here a unit's requests are put under one unit
-of work, their entries written in one transaction, the unit committed once and the
-marks written in one transaction: three flushes for the unit.
+Why: sent one per unit of work, each request costs its correlation entry's flush, the
+MQ commit's and its "sent" mark. Requests in flight together then queue behind each
+other's disk flushes. Here a unit's requests are put under one unit of work, their
+entries written in one transaction, the unit committed once and the marks written in
+one transaction: two flushes for the unit (the marks have none of their own:
+gateway.routing.correlation_store).
 
 Each request's hops keep their order: its entry is on disk before its put commits, and
 it is marked sent only after the commit (commit and marks as one step a cancel cannot
@@ -147,7 +148,9 @@ async def _send_unit(
             await _put_all(svc, conn, route, plans)
             # the entries are on disk before the puts commit (a crash in between backs
             # the puts out); recorded only now, so a failed put leaves no extra entries
-            svc.store.add_requests([p.entry for p in plans if p.entry is not None])
+            await asyncio.to_thread(
+                svc.store.add_requests, [p.entry for p in plans if p.entry is not None]
+            )
         except MQError as exc:
             with contextlib.suppress(MQError):
                 await conn.backout()
@@ -203,7 +206,7 @@ async def _commit_and_mark(
                 await conn.backout()
             log.debug("route %s: batch sent one request at a time: %s", route.name, exc)
             return False
-        svc.store.mark_all_sent(keys)
+        svc.store.mark_all_sent(keys)  # no flush of its own: quick on the loop
         return True
 
     task = asyncio.ensure_future(step())

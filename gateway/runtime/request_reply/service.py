@@ -310,7 +310,7 @@ class RequestReplyService:
         self.check_reply_topic(route, reply_topic_of(route, env))  # refused: never sent
         key, md, body = plan.key, plan.md, plan.body
         if plan.entry is not None:
-            self.store.add_request(plan.entry)
+            await asyncio.to_thread(self.store.add_request, plan.entry)
         q, q_mgr = split_destination(route.destination)
         try:
             await self.put_checked(conn, route.name, q, q_mgr, QueueUse.DESTINATION, md, body)
@@ -342,7 +342,7 @@ class RequestReplyService:
                 ) from exc
             self.count(route.name, "error_replies.refused")
             return
-        self.store.mark_sent(key)
+        self.store.mark_sent(key)  # no flush of its own: quick on the loop
         self.count(route.name, "requests_sent")
 
     async def on_responder_replies(self, route: ServiceRoute, batch: Sequence[Envelope]) -> None:
