@@ -370,7 +370,7 @@ class CommandHandlers:
             int_data=list(cmd.int_data),
             string_data=list(cmd.string_data),
             user_pairs=list(cmd.user_pairs),
-            extra_folders=list(parsed.extra_folders),
+            extra_folders=parsed.extra_folders,  # made for this message alone
             publisher_q_mgr=q_mgr if queue else "",
             publisher_queue=queue,
             direct_requests=bool(reg_opts & _DIRECT_REQUESTS),
