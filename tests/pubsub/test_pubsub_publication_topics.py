@@ -1,6 +1,7 @@
 """A publication's topics, resolved once per (stream, header generation, topics) and
 then taken from a bounded cache, are what resolving them afresh gives; a topic that
-does not resolve is refused every time it comes."""
+does not resolve is refused every time it comes; a publication for sinks alone formats
+no broker PutDate/PutTime."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.pubsub import handlers
+from gateway.pubsub import fanout, handlers
+from gateway.pubsub.engine import PubSubEngine
 from gateway.pubsub.errors import CommandError
+from gateway.pubsub.store import MemoryStore
 from gateway.pubsub.streams import prefixed_topic, split_topic
 from gateway.pubsub.topics import check_topic_pattern, decode_char_publication_topic
+from tests.support.pubsub_messages import DEFAULT, rfh2_message
 
 _levels = st.sampled_from(["a", "b", "%*", "*", "$SYS", "STREAM", "S1", "S2", "", "x%"])
 _topics = st.lists(_levels, min_size=1, max_size=5).map("/".join)
@@ -71,3 +75,23 @@ def test_the_cache_is_bounded() -> None:
     long_topic = "x" * (handlers._PUB_TOPICS_MAX_CHARS + 1)
     handlers._publication_topics("S1", False, [long_topic], "Topic")
     assert not any(long_topic in key[2] for key in handlers._PUB_TOPICS)
+
+
+def test_sink_only_fanout_formats_no_broker_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sinks see the publisher's own PutDate/PutTime: a publication whose deliveries all
+    go to sinks costs no broker stamp, and its deliveries carry the publisher's."""
+    engine = PubSubEngine("QM1", MemoryStore(), clock=lambda: 1_700_000_000.0)
+    engine.subscribe_sink("kafka", "p/#")
+    engine.commit()
+
+    def no_stamp(now: object = None) -> tuple[str, str]:
+        raise AssertionError("broker stamp formatted for sink-only deliveries")
+
+    monkeypatch.setattr(fanout, "put_date_time", no_stamp)
+    msg = rfh2_message(DEFAULT, [("Command", "Publish"), ("Topic", "p/q")], b"x",
+                       msg_id=b"M" * 24)
+    msg.md.put_date, msg.md.put_time = "20240229", "23595812"  # as the queue manager stamps
+    out = engine.handle(msg)
+    (delivery,) = out.deliveries
+    assert (delivery.md.put_date, delivery.md.put_time) == ("20240229", "23595812")
+    assert delivery.md.msg_id == b"M" * 24
