@@ -104,7 +104,11 @@ class Fanout:
             if ident not in chosen:
                 chosen[ident] = (key, sub)
         cache: dict[tuple[object, ...], bytes] = {}
-        stamp = put_date_time(now)
+        if pub.msg_id and pub.put_date and all(s.fmt is _FMT_SINK for _, s in chosen.values()):
+            # sinks see the publisher's own stamp (see delivery): none of the broker's
+            stamp = (pub.put_date, pub.put_time)
+        else:
+            stamp = put_date_time(now)
         out_deliveries = [
             self.delivery(sub, pub, first_topic[key], False, now, cache=cache, stamp=stamp,
                           key=key)

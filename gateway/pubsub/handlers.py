@@ -81,6 +81,44 @@ _LOCAL = int(RegOpt.LOCAL)
 Handler = Callable[[InboundMessage, ParsedCommand, Outcome], None]
 
 
+#: A publication's topics resolved (stream, header generation, topics as sent ->
+#: (the StreamTopics, their topics)): a stream's publishers repeat a few topics, and
+#: unescaping, prefixing and splitting them again cost microseconds a message. Only
+#: topics that resolved are kept (a bad one raises each time); bounded, oldest first out.
+_PUB_TOPICS: dict[
+    tuple[str, bool, tuple[str, ...]], tuple[tuple[StreamTopic, ...], tuple[str, ...]]
+] = {}
+_PUB_TOPICS_MAX = 1024
+_PUB_TOPICS_MAX_CHARS = 1024
+
+
+def _publication_topics(
+    stream: str, rfh: bool, raws: list[str], parm: str
+) -> tuple[tuple[StreamTopic, ...], tuple[str, ...]]:
+    """The StreamTopics of a publication's ``raws`` sent on ``stream`` (all in one
+    stream, else MQRCCF_STREAM_ERROR) and their topics within it."""
+    key = (stream, rfh, tuple(raws))
+    known = _PUB_TOPICS.get(key)
+    if known is not None:
+        return known
+    topics: list[StreamTopic] = []
+    for raw in raws:
+        literal = (
+            decode_char_publication_topic(raw, parm) if rfh else check_topic_pattern(raw, parm)
+        )
+        topics.append(split_topic(prefixed_topic(stream, literal)))
+    if len({t.stream for t in topics}) != 1:
+        raise CommandError(
+            Reason.STREAM_ERROR, "one publication cannot span streams", parm_id=parm
+        )
+    resolved = (tuple(topics), tuple(t.topic for t in topics))
+    if sum(map(len, raws)) <= _PUB_TOPICS_MAX_CHARS:
+        if len(_PUB_TOPICS) >= _PUB_TOPICS_MAX:
+            del _PUB_TOPICS[next(iter(_PUB_TOPICS))]
+        _PUB_TOPICS[key] = resolved
+    return resolved
+
+
 def _topic_parm(cmd: Command) -> str:
     """The name of the topic parameter in this command's header generation."""
     return "MQPSTopic" if cmd.header is HeaderKind.RFH else "Topic"
@@ -293,19 +331,9 @@ class CommandHandlers:
             # A neighbour broker tells its subscriber (our proxy, InformIfRet) that the
             # publication is a retained one: keep it retained here too.
             pub_opts = (pub_opts & ~_IS_RETAINED_PUBLICATION) | _RETAIN_PUBLICATION
-        stream = self._command_stream(msg, cmd)
-        topics: list[StreamTopic] = []
-        for raw in cmd.topics:
-            if cmd.header is HeaderKind.RFH:
-                literal = decode_char_publication_topic(raw, parm)
-            else:
-                literal = check_topic_pattern(raw, parm)
-            topics.append(split_topic(prefixed_topic(stream, literal)))
-        streams = {t.stream for t in topics}
-        if len(streams) != 1:
-            raise CommandError(
-                Reason.STREAM_ERROR, "one publication cannot span streams", parm_id=parm
-            )
+        topics, pub_topics = _publication_topics(
+            self._command_stream(msg, cmd), cmd.header is HeaderKind.RFH, cmd.topics, parm
+        )
         stream = topics[0].stream
         if self.authoriser is not None:
             who = self._principal(msg, parsed, source)
@@ -328,7 +356,7 @@ class CommandHandlers:
                 raise CommandError(Reason.CORREL_ID_ERROR, "CorrelAsId with an all-zero CorrelId")
         pub = Publication(
             stream=stream,
-            topics=[t.topic for t in topics],
+            topics=list(pub_topics),
             payload=parsed.payload,
             payload_format=parsed.payload_format,
             payload_encoding=parsed.payload_encoding,
@@ -342,7 +370,7 @@ class CommandHandlers:
             int_data=list(cmd.int_data),
             string_data=list(cmd.string_data),
             user_pairs=list(cmd.user_pairs),
-            extra_folders=list(parsed.extra_folders),
+            extra_folders=parsed.extra_folders,  # made for this message alone
             publisher_q_mgr=q_mgr if queue else "",
             publisher_queue=queue,
             direct_requests=bool(reg_opts & _DIRECT_REQUESTS),

@@ -95,9 +95,11 @@ def decode_command_message(md: MQMD, body: bytes) -> ParsedCommand:
                 exc.psc = psc
                 raise
             extra: list[str] = []
-            for f in header.folders:
+            texts = header.folder_texts
+            for i, f in enumerate(header.folders):
                 if f.name not in ("psc", "pscr"):
-                    text = f.to_xml()
+                    # the decoder's serialization when it had one for free (a flat folder)
+                    text = (texts[i] if texts else None) or f.to_xml()
                     if f.name == "usr":
                         # the sink envelope reads its properties from this text
                         remember_usr_properties(text, f)

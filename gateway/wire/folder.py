@@ -337,6 +337,29 @@ def _parse_flat(text: str) -> Element | None:
     return Element(m.group(1), {}, "", children)
 
 
+def parse_flat_canonical(text: str) -> tuple[Element, str] | None:
+    """(tree, its serialization) of a flat folder (see ``_FLAT``) whose text needs no
+    escaping, else None. Why: a folder passed through is kept as its serialization, and
+    for such a folder that is its own text without the padding (the ``usr`` folder a
+    publisher changes each message is not re-serialised)."""
+    m = _FLAT.fullmatch(text)
+    if m is None:
+        return None
+    inner = m.group(2)
+    children = [Element(name, {}, value) for name, value in _FLAT_LEAF.findall(inner)]
+    # as in _parse_flat: the leaves found account for every character of the content;
+    # the serializer escapes > " ' in text (names hold none of them, each leaf has two >)
+    if (
+        sum(2 * len(c.name) + 5 + len(c.text) for c in children) != len(inner)
+        or inner.count(">") != 2 * len(children)
+        or '"' in inner
+        or "'" in inner
+    ):
+        return None
+    name = m.group(1)
+    return Element(name, {}, "", children), text[: m.end(2) + len(name) + 3]
+
+
 def parse_folder(text: str, *, offset: int = -1) -> Element:
     """Parse one NameValueData folder (already decoded to str).
 

@@ -45,6 +45,15 @@ def _set_last_second(value: tuple[tuple[int, ...], str, str]) -> None:
 def put_time_ms(put_date: str, put_time: str) -> int | None:
     """Milliseconds since 1970 UTC of PutDate + PutTime; None when either is absent or
     not a real date/time (e.g. month 13, blanks, non-digits)."""
+    seen = _last_read
+    if seen[1] == put_time and seen[0] == put_date:
+        return seen[2]  # a batch of one publisher's messages: the same stamp again
+    ms = _read_put_time_ms(put_date, put_time)
+    _set_last_read((put_date, put_time, ms))
+    return ms
+
+
+def _read_put_time_ms(put_date: str, put_time: str) -> int | None:
     d, t = put_date.strip(), put_time.strip()
     if len(d) != 8 or len(t) not in (6, 8) or not (d + t).isascii() or not (d + t).isdigit():
         return None
@@ -64,6 +73,15 @@ def put_time_ms(put_date: str, put_time: str) -> int | None:
         _set_last_ms((key, base))  # a stream's stamps repeat the same second
     hundredths = int(t[6:8]) if len(t) == 8 else 0
     return base + hundredths * 10
+
+
+#: the last (PutDate, PutTime) asked for and its milliseconds since 1970 (or None)
+_last_read: tuple[str, str, int | None] = ("", "", None)
+
+
+def _set_last_read(value: tuple[str, str, int | None]) -> None:
+    global _last_read
+    _last_read = value
 
 
 #: the last PutDate + PutTime's HHMMSS read, and its milliseconds since 1970

@@ -30,10 +30,16 @@ from gateway.wire.ccsid import (
 from gateway.wire.constants import CCSI_INHERIT, ENC_NATIVE
 from gateway.wire.encoding import BIG, byte_order
 from gateway.wire.errors import WireError
-from gateway.wire.folder import Element, clone_element, parse_folder, serialize_folder
+from gateway.wire.folder import (
+    Element,
+    clone_element,
+    parse_flat_canonical,
+    parse_folder,
+    serialize_folder,
+)
 from gateway.wire.formats import FMT_NONE
 from gateway.wire.reasons import Reason
-from gateway.wire.rfh import MQRFH_STRUC_ID, decode_rfh_fixed, encode_rfh_fixed
+from gateway.wire.rfh import MQRFH_STRUC_ID, RFHFixed, decode_rfh_fixed, encode_rfh_fixed
 
 MQRFH_VERSION_2 = 2
 MQRFH_STRUC_LENGTH_FIXED_2 = 36
@@ -61,6 +67,10 @@ class MQRFH2(CcsidAlias):
     version: int = MQRFH_VERSION_2
     #: As decoded; recomputed by :func:`encode_rfh2`.
     struc_length: int = field(default=0, compare=False)
+    #: Decoded with ``shared_folders`` (folders read, never edited): each folder's
+    #: serialization (``Element.to_xml``) where the decoder had it for free (a flat
+    #: folder needing no escapes is its own text), else None. Empty otherwise.
+    folder_texts: list[str | None] = field(default_factory=list, compare=False, repr=False)
 
     def folder(self, name: str) -> Element | None:
         """The first folder called ``name`` (``rfh2.folder('psc')``), or None."""
@@ -104,17 +114,24 @@ class MQRFH2(CcsidAlias):
         return f
 
 
-#: Parsed folders by their bytes (a stream's publishers repeat the same few folders):
-#: bounded, small folders only; a hit is handed out as a copy (callers may edit folders),
-#: or as the cached tree itself to a caller that only reads (``shared_folders``).
-_FOLDER_CACHE: dict[tuple[bytes, int, bool], Element] = {}
+#: Parsed folders (with their serialization when free, see ``MQRFH2.folder_texts``) by
+#: their bytes (a stream's publishers repeat the same few folders): bounded, small
+#: folders only; a hit is handed out as a copy (callers may edit folders), or as the
+#: cached tree itself to a caller that only reads (``shared_folders``).
+_FOLDER_CACHE: dict[tuple[bytes, int, bool], tuple[Element, str | None]] = {}
 _FOLDER_CACHE_MAX = 512
 _FOLDER_CACHE_MAX_BYTES = 512
 
+#: Validated fixed parts (the first 36 bytes, with the preceding structure's encoding
+#: and CCSID): a stream's messages repeat a few. Value: the fixed part, NameValueCCSID.
+#: Bounded; only StrucLength against the bytes available is checked again per message.
+_FIXED_CACHE: dict[tuple[bytes, int, int], tuple[RFHFixed, int]] = {}
+_FIXED_CACHE_MAX = 64
+
 
 def _decode_name_value(
-    data: bytes, ccsid: int, big_endian: bool, offset: int, index: int, shared: bool = False
-) -> Element:
+    data: bytes, ccsid: int, big_endian: bool, offset: int, index: int
+) -> tuple[Element, str | None]:
     if len(data) <= _FOLDER_CACHE_MAX_BYTES:
         key = (data, ccsid, big_endian)
         cached = _FOLDER_CACHE.get(key)
@@ -123,13 +140,13 @@ def _decode_name_value(
             if len(_FOLDER_CACHE) >= _FOLDER_CACHE_MAX:
                 del _FOLDER_CACHE[next(iter(_FOLDER_CACHE))]
             _FOLDER_CACHE[key] = cached
-        return cached if shared else clone_element(cached)
+        return cached
     return _parse_name_value(data, ccsid, big_endian, offset, index)
 
 
 def _parse_name_value(
     data: bytes, ccsid: int, big_endian: bool, offset: int, index: int
-) -> Element:
+) -> tuple[Element, str | None]:
     if ccsid in UTF16_CCSIDS and len(data) % 2:
         raise WireError(
             Reason.RFH_FORMAT_ERROR,
@@ -139,7 +156,11 @@ def _parse_name_value(
     text = decode_text(
         data, ccsid, big_endian=big_endian, field=f"MQRFH2 NameValueData {index}", offset=offset
     )
-    return parse_folder(text, offset=offset)
+    if text[:1] == "<":
+        flat = parse_flat_canonical(text)
+        if flat is not None:
+            return flat
+    return parse_folder(text, offset=offset), None
 
 
 def decode_rfh2(
@@ -157,24 +178,34 @@ def decode_rfh2(
     be the parse cache's own tree rather than a copy (a copy costs a microsecond per
     folder on the broker's hot path).
     """
-    fixed = decode_rfh_fixed(buf, encoding, ccsid, what="MQRFH2")
-    if fixed.version != MQRFH_VERSION_2:
-        raise WireError(
-            Reason.RFH_ERROR,
-            f"MQRFH2 Version is {fixed.version}; version 2 expected (1 is MQRFH)",
-            4,
-        )
-    if fixed.struc_length < MQRFH_STRUC_LENGTH_FIXED_2:
-        raise WireError(
-            Reason.RFH_ERROR,
-            f"MQRFH2 StrucLength {fixed.struc_length} is shorter than the fixed part (36)",
-            8,
-        )
+    fixed_key = (bytes(buf[:MQRFH_STRUC_LENGTH_FIXED_2]), encoding, ccsid)
+    known = _FIXED_CACHE.get(fixed_key)
+    if known is not None and known[0].struc_length <= len(buf):
+        fixed, nv_ccsid = known
+    else:
+        fixed = decode_rfh_fixed(buf, encoding, ccsid, what="MQRFH2")
+        if fixed.version != MQRFH_VERSION_2:
+            raise WireError(
+                Reason.RFH_ERROR,
+                f"MQRFH2 Version is {fixed.version}; version 2 expected (1 is MQRFH)",
+                4,
+            )
+        if fixed.struc_length < MQRFH_STRUC_LENGTH_FIXED_2:
+            raise WireError(
+                Reason.RFH_ERROR,
+                f"MQRFH2 StrucLength {fixed.struc_length} is shorter than the fixed part (36)",
+                8,
+            )
+        nv_ccsid = _INT[byte_order(encoding)].unpack_from(buf, 32)[0]
+        if known is None:
+            if len(_FIXED_CACHE) >= _FIXED_CACHE_MAX:
+                del _FIXED_CACHE[next(iter(_FIXED_CACHE))]
+            _FIXED_CACHE[fixed_key] = (fixed, nv_ccsid)
     order = byte_order(encoding)
     integer = _INT[order]
-    nv_ccsid = integer.unpack_from(buf, 32)[0]
     big = order == BIG
     folders: list[Element] = []
+    texts: list[str | None] = []
     cursor = MQRFH_STRUC_LENGTH_FIXED_2
     end = fixed.struc_length
     view = memoryview(buf)
@@ -195,9 +226,9 @@ def decode_rfh2(
         start = cursor + 4
         if length:
             data = bytes(view[start : start + length])
-            folders.append(
-                _decode_name_value(data, nv_ccsid, big, start, len(folders), shared_folders)
-            )
+            folder, text = _decode_name_value(data, nv_ccsid, big, start, len(folders))
+            folders.append(folder if shared_folders else clone_element(folder))
+            texts.append(text)
         cursor = start + length
     rfh2 = MQRFH2(
         folders=folders,
@@ -207,6 +238,7 @@ def decode_rfh2(
         flags=fixed.flags,
         name_value_ccsid=nv_ccsid,
         struc_length=end,
+        folder_texts=texts if shared_folders else [],
     )
     return rfh2, end
 

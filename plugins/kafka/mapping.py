@@ -237,6 +237,25 @@ class OutboundRecord:
     compacted: bool = False
 
 
+def _data_headers(
+    payload_format: str, encoding: int, ccsid: int, persistent: bool, publisher_header: str
+) -> tuple[tuple[str, bytes], ...]:
+    """The headers that describe a publication's data and how it was published."""
+    return (
+        ("mq.format", payload_format.strip().encode()),
+        ("mq.encoding", str(encoding).encode()),
+        ("mq.ccsid", str(ccsid).encode()),
+        ("mq.persistence", b"1" if persistent else b"0"),
+        ("mq.pubHeader", publisher_header.encode()),
+    )
+
+
+#: :func:`_data_headers` by their arguments: a stream's publications repeat a few
+#: (formatting them again cost a microsecond a record). Bounded, oldest first out.
+_DATA_HEADERS: dict[tuple[str, int, int, bool, str], tuple[tuple[str, bytes], ...]] = {}
+_DATA_HEADERS_MAX = 64
+
+
 def record_headers(envelope: Envelope, origin: str) -> list[tuple[str, bytes]]:
     """The contract headers of a publication record (contract "Headers")."""
     e = envelope
@@ -251,13 +270,14 @@ def record_headers(envelope: Envelope, origin: str) -> list[tuple[str, bytes]]:
         headers.append(("mq.putTime", str(e.put_time_ms).encode()))
     if e.user_identifier:
         headers.append(("mq.userId", e.user_identifier.encode()))
-    headers += [
-        ("mq.format", e.payload_format.strip().encode()),
-        ("mq.encoding", str(e.encoding).encode()),
-        ("mq.ccsid", str(e.ccsid).encode()),
-        ("mq.persistence", b"1" if e.persistent else b"0"),
-    ]
-    headers.append(("mq.pubHeader", e.publisher_header.encode()))
+    described = (e.payload_format, e.encoding, e.ccsid, e.persistent, e.publisher_header)
+    data_headers = _DATA_HEADERS.get(described)
+    if data_headers is None:
+        data_headers = _data_headers(*described)
+        if len(_DATA_HEADERS) >= _DATA_HEADERS_MAX:
+            del _DATA_HEADERS[next(iter(_DATA_HEADERS))]
+        _DATA_HEADERS[described] = data_headers
+    headers += data_headers
     if e.retain:
         headers.append(("mq.retain", b"1"))
     if e.sequence_number:

@@ -17,6 +17,7 @@ from gateway.wire.folder import (
     _parse_flat,
     _Parser,
     clone_element,
+    parse_flat_canonical,
     parse_folder,
     serialize_folder,
     usr_properties,
@@ -218,3 +219,61 @@ def test_usr_properties_from_the_cache_equal_a_fresh_parse(leaves: list[tuple[st
     first[1]["mutated"] = "x"
     again = usr_properties([text])
     assert again == (list(leaves), {})
+
+
+def _canonical(text: str) -> tuple[Element, str] | WireError:
+    try:
+        folder = parse_folder(text)
+        return folder, serialize_folder(folder)
+    except WireError as exc:
+        return exc
+
+
+_raw_leaf_text = st.text(alphabet=st.characters(blacklist_characters="<&"), max_size=12)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    name=xml_name,
+    leaves=st.lists(st.tuples(xml_name, _raw_leaf_text), max_size=5),
+    pad=_padding,
+)
+def test_a_flat_folders_own_text_is_its_serialization_when_nothing_needs_escaping(
+    name: str, leaves: list[tuple[str, str]], pad: str
+) -> None:
+    text = f"<{name}>" + "".join(f"<{n}>{t}</{n}>" for n, t in leaves) + f"</{name}>" + pad
+    expected = _canonical(text)
+    got = parse_flat_canonical(text)
+    needs_escaping = any(c in t for _, t in leaves for c in ">\"'")
+    if needs_escaping:
+        assert got is None
+    else:
+        assert got is not None and got == expected and got[1] == text[: len(text) - len(pad)]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | xml_text, max_size=12))
+def test_fuzzed_folder_text_has_its_serialization_or_none(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    got = parse_flat_canonical(text)
+    if got is not None:
+        assert got == _canonical(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    folders=st.lists(elements(6) | flat_folders, max_size=3),
+    ccsid=st.sampled_from([1208, 1200, 17584]),
+)
+def test_shared_decode_gives_each_folders_serialization_or_none(
+    folders: list[Element], ccsid: int
+) -> None:
+    raw = encode_rfh2(MQRFH2(folders=folders, name_value_ccsid=ccsid))
+    for _ in range(2):  # parsed, then from the cache
+        shared, _ = decode_rfh2(raw, shared_folders=True)
+        assert len(shared.folder_texts) == len(shared.folders) == len(folders)
+        for folder, text in zip(shared.folders, shared.folder_texts, strict=True):
+            assert text is None or text == folder.to_xml()
+            # a flat folder written as the serializer writes it: its text is known
+            assert (text is not None) == (_parse_flat(folder.to_xml()) is not None)
+    assert decode_rfh2(raw)[0].folder_texts == []  # a copy the caller may edit: none

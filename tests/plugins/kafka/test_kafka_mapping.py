@@ -17,6 +17,7 @@ from gateway.wire.folder import Element, usr_properties
 from gateway.wire.mqmd import MQMD
 from gateway.wire.put_time import put_time_ms
 from plugins.kafka import KafkaPluginConfig, plugin
+from plugins.kafka import mapping as kafka_mapping
 from plugins.kafka.config import OutboundConfig
 from plugins.kafka.errors import TopicCollisionError, TopicNameError
 from plugins.kafka.mapping import (
@@ -388,3 +389,40 @@ def test_inbound_stream_outside_the_route_allow_list_is_refused_not_authorised()
         route, b"k", b"v", [("mq.stream", STOCK.encode())], gateway_id="gw1", instance="k1"
     )
     assert same is not None and same.stream == STOCK
+
+
+def _data_headers_fresh(e: Envelope) -> list[tuple[str, bytes]]:
+    return [
+        ("mq.format", e.payload_format.strip().encode()),
+        ("mq.encoding", str(e.encoding).encode()),
+        ("mq.ccsid", str(e.ccsid).encode()),
+        ("mq.persistence", b"1" if e.persistent else b"0"),
+        ("mq.pubHeader", e.publisher_header.encode()),
+    ]
+
+
+@given(
+    fmt=st.sampled_from(["MQSTR   ", "", "MQHRF2  ", "X"]),
+    encoding=st.sampled_from([273, 546, 785]),
+    ccsid=st.sampled_from([1208, 819, 500]),
+    persistence=st.sampled_from([0, 1, 2]),
+    user_pairs=st.sampled_from([[], [("A", "1")]]),
+)
+def test_data_headers_from_the_cache_are_formatted_afresh(
+    fmt: str, encoding: int, ccsid: int, persistence: int, user_pairs: list[tuple[str, str]]
+) -> None:
+    """The headers describing a publication's data come from a cache (a stream repeats
+    them): each record still gets the ones its own envelope gives, in contract order."""
+    pub = Publication(STOCK, ["a/b"], b"x", payload_format=fmt, payload_encoding=encoding,
+                      payload_ccsid=ccsid, user_pairs=user_pairs)
+    env = sink_envelope(pub, md=MQMD(persistence=persistence))
+    for _ in range(2):
+        headers = record_headers(env, "kafka")
+        names = [n for n, _ in headers]
+        start = names.index("mq.format")
+        assert headers[start : start + 5] == _data_headers_fresh(env)
+        assert names[start - 1] in ("mq.correlId", "mq.putTime", "mq.userId")
+        headers[start] = ("changed", b"")  # a record's list is its own
+    described = (env.payload_format, env.encoding, env.ccsid, env.persistent,
+                 env.publisher_header)
+    assert described in kafka_mapping._DATA_HEADERS  # formatted once, then reused
