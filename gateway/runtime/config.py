@@ -76,7 +76,9 @@ class EmbeddedQueueManagerConfig(_Strict):
     free port (logged). The mqsc_file's channels, transmission queues, QM aliases and
     cluster definitions take effect whether or not the gateway listens."""
     address_book: dict[str, str] = Field(default_factory=dict)
-    """Queue manager name -> "host:port" for CONNAME('<QM name>') in the mqsc_file."""
+    """Queue manager name -> "host:port" for CONNAME('<QM name>') in the mqsc_file; a
+    multi-instance neighbour's instances as a list "hosta:port,hostb:port" (at most 8),
+    tried in order (a channel's CONNAME can list them too: 'hosta(port),hostb(port)')."""
     min_free_mb: int = Field(default=64, ge=0)
     """Free-space watermark of the data directory's disk (MB; 0: none): below it,
     persistent puts are refused with MQRC 2056 (retriable back-pressure) while gets

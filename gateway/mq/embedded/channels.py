@@ -38,7 +38,7 @@ import json
 import logging
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,31 +137,42 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return kind, await reader.readexactly(length - 1)
 
 
-def parse_conname(conname: str, address_book: dict[str, tuple[str, int]]) -> tuple[str, int]:
-    """``host(port)`` as MQ writes CONNAME, or a listener name from the address book."""
-    m = _CONNAME.match(conname)
-    if m:
-        return m.group(1), int(m.group(2))
+#: A listener's address, and an address book: queue manager name -> its listener, or
+#: the listeners of its instances in the order to try them (a multi-instance node).
+Address = tuple[str, int]
+AddressBook = Mapping[str, Address | list[Address]]
+
+
+def _book_entry(conname: str, address_book: AddressBook) -> list[Address]:
     found = address_book.get(conname.strip().upper())
     if found is None:
         raise ChannelError(
             Reason.HOST_NOT_AVAILABLE,
             f"CONNAME({conname}) is neither host(port) nor a known listener",
         )
-    return found
+    return found if isinstance(found, list) else [found]
 
 
-def conname_addresses(conname: str,
-                      address_book: dict[str, tuple[str, int]]) -> list[tuple[str, int]]:
+def parse_conname(conname: str, address_book: AddressBook) -> Address:
+    """``host(port)`` as MQ writes CONNAME, or a listener name from the address book (the
+    first address of an entry that lists several)."""
+    m = _CONNAME.match(conname)
+    if m:
+        return m.group(1), int(m.group(2))
+    return _book_entry(conname, address_book)[0]
+
+
+def conname_addresses(conname: str, address_book: AddressBook) -> list[Address]:
     """The addresses a CONNAME names, in the order to try them: a connection list
     ``host1(port),host2(port)`` (:mod:`gateway.mq.conname`), one ``host(port)``, or a
-    listener name from the address book. ChannelError (2538) naming what is wrong."""
+    listener name from the address book (one address or a list). ChannelError (2538)
+    naming what is wrong."""
     if is_conname_list(conname):
         try:
             return parse_conname_list(conname)
         except ConnameError as exc:
             raise ChannelError(Reason.HOST_NOT_AVAILABLE, str(exc)) from None
-    return [parse_conname(conname, address_book)]
+    return _book_entry(conname, address_book)
 
 
 def sync_key_receiver(channel: str, sender_qm: str, lane: str) -> str:
@@ -325,7 +336,7 @@ class SenderSpec:
     correl_for: Callable[[str], bytes | None] | None = None
     batch_size: int = 50
     on_partner: Callable[[str], None] | None = None
-    address_book: dict[str, tuple[str, int]] = field(default_factory=dict)
+    address_book: AddressBook = field(default_factory=dict)
 
 
 class ChannelSender:

@@ -20,7 +20,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from gateway.mq.embedded.channels import ChannelListener, ChannelSender, SenderSpec
+from gateway.mq.embedded.channels import (
+    Address,
+    ChannelListener,
+    ChannelSender,
+    SenderSpec,
+)
 from gateway.mq.embedded.cluster import ClusterManager
 from gateway.mq.embedded.cluster_transmit import cluster_correl_id
 from gateway.mq.embedded.mqsc import MQSCError
@@ -43,7 +48,7 @@ class QueueManagerNode:
         *,
         mqsc: str = "",
         port: int = 0,
-        address_book: dict[str, tuple[str, int]] | None = None,
+        address_book: dict[str, Address | list[Address]] | None = None,
         appl_name: str | None = None,
         space: SpacePolicy | None = None,
     ) -> None:
@@ -227,7 +232,8 @@ class Network:
     def __init__(self, topology: Topology, data_dir: Path | str | None = None) -> None:
         self.topology = topology
         self.data_dir = data_dir_of(topology, Path(data_dir) if data_dir is not None else None)
-        self.address_book = topology.address_book()
+        self.address_book: dict[str, Address | list[Address]] = {
+            k: v for k, v in topology.address_book().items()}
         self.nodes: dict[str, QueueManagerNode] = {}
 
     def node_for(self, name: str) -> QueueManagerNode:
