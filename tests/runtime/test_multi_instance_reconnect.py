@@ -145,6 +145,8 @@ async def test_channel_and_local_client_follow_the_active_instance(tmp_path: Pat
         await send(AFTER)
         await _wait("every message", lambda: set(consumer.committed) >= set(sent), START_S)
         assert sender.address == f"127.0.0.1({l_b})"
+        shown = neighbour.channel_status("NB.TO.HAR")[0]  # DISPLAY CHSTATUS: the address used
+        assert f"CONNAME(127.0.0.1({l_b}))" in shown and "STATUS(RUNNING)" in shown, shown
         consumer.stop.set()
         await asyncio.wait_for(task, START_S)
         await conn.disconnect()

@@ -418,6 +418,8 @@ class ChannelSender:
             self.address = f"{host}({port})"
             return reader, writer
         assert failure is not None  # conname_addresses never returns an empty list
+        if len(addresses) == 1:
+            raise failure
         raise OSError(failure.errno, f"no address of CONNAME({self.spec.conname}) accepts "
                                      f"a connection (last: {failure})")
 

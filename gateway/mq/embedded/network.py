@@ -207,7 +207,9 @@ class QueueManagerNode:
             status = ("RUNNING" if s.connected.is_set() else "RETRYING" if s.retrying
                       else "BINDING" if s.running else "STOPPED")
             kind = "CLUSSDR" if s.spec.lane else "SDR"
-            rows.append([f"CHANNEL({name})", f"CHLTYPE({kind})", f"CONNAME({s.spec.conname})",
+            # as MQ's CHSTATUS: the address in use, of a CONNAME that lists several
+            conname = s.address if s.connected.is_set() and s.address else s.spec.conname
+            rows.append([f"CHANNEL({name})", f"CHLTYPE({kind})", f"CONNAME({conname})",
                          "CURRENT", f"RQMNAME({s.partner})", f"STATUS({status})",
                          f"XMITQ({s.spec.xmit_q_name})", f"MSGS({s.stats.messages})",
                          f"BATCHES({s.stats.batches})"])
