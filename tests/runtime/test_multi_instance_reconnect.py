@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ class Consumer:
         self.interrupted: list[bytes] = []
         self.backed_out = 0
         self.reconnects = 0
+        self.got_at: dict[bytes, float] = {}
         self.stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -89,6 +91,7 @@ class Consumer:
                     await conn.backout()
                     continue
                 self.committed.append(msg.body)
+                self.got_at.setdefault(msg.body, time.monotonic())
         finally:
             self.reconnects = conn.reconnects
             await conn.disconnect()
@@ -140,6 +143,7 @@ async def test_channel_and_local_client_follow_the_active_instance(tmp_path: Pat
                     START_S)
         assert sender.address == f"127.0.0.1({l_a})"
         await send(BEFORE // 2)  # in flight at the kill
+        killed_at = time.monotonic()
         a.kill()
         await asyncio.to_thread(b.wait_for, "active", lambda: b.role() == "active", START_S)
         await send(AFTER)
@@ -147,6 +151,7 @@ async def test_channel_and_local_client_follow_the_active_instance(tmp_path: Pat
         assert sender.address == f"127.0.0.1({l_b})"
         shown = neighbour.channel_status("NB.TO.HAR")[0]  # DISPLAY CHSTATUS: the address used
         assert f"CONNAME(127.0.0.1({l_b}))" in shown and "STATUS(RUNNING)" in shown, shown
+        in_flight_at = consumer.got_at[sent[BEFORE + BEFORE // 2 - 1]] - killed_at
         consumer.stop.set()
         await asyncio.wait_for(task, START_S)
         await conn.disconnect()
@@ -159,7 +164,8 @@ async def test_channel_and_local_client_follow_the_active_instance(tmp_path: Pat
         assert consumer.reconnects >= 1
         print(f"reconnects {consumer.reconnects}, units backed out by the kill "
               f"{consumer.backed_out}, commits interrupted {len(consumer.interrupted)}, "
-              f"got twice {len(twice)}, channel errors {sender.stats.errors}")
+              f"got twice {len(twice)}, channel errors {sender.stats.errors}; the last "
+              f"message sent before the kill got {in_flight_at:.2f} s after it")
     finally:
         consumer.stop.set()
         if task is not None and not task.done():
