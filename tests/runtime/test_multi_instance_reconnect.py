@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -177,3 +180,30 @@ async def test_channel_and_local_client_follow_the_active_instance(tmp_path: Pat
         for i in (a, b):
             if i.running:
                 i.terminate()
+
+
+def _mqgw_run(config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    (metrics_port,) = free_ports(1)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.runtime.cli", "run", "--config", str(config), *extra],
+        capture_output=True, text=True, timeout=START_S, check=False, cwd=config.parent,
+        env={**os.environ, "MQGW_METRICS_PORT": str(metrics_port), "MQGW_LISTENER_PORT": "0"})
+
+
+def test_a_malformed_list_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    (tmp_path / "node.mqsc").write_text(
+        "DEFINE QLOCAL(HA.XMIT) USAGE(XMITQ)\n"
+        "DEFINE CHANNEL(TO.HA) CHLTYPE(SDR) XMITQ(HA.XMIT) "
+        "CONNAME('127.0.0.1(1414),,127.0.0.1(1415)')\n")
+    done = _mqgw_run(config)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert ("node.mqsc: line 2: CONNAME(127.0.0.1(1414),,127.0.0.1(1415)): address 2 is "
+            "empty (a stray comma?)") in done.stdout + done.stderr, done.stderr
+    text = config.read_text().replace("  listener_port:", "  address_book: {HA: 'a:1,'}\n"
+                                                         "  listener_port:")
+    config.write_text(text)
+    done = _mqgw_run(config, "--check")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "queue_manager.address_book" in done.stderr
+    assert "HA: 'a:1,': address 2 is empty (a stray comma?)" in done.stderr
