@@ -11,8 +11,9 @@ serving another queue manager is not reconnected to; malformed lists are refused
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,27 @@ def test_malformed_lists_are_refused() -> None:
     for bad, says in cases.items():
         with pytest.raises(ConnameError, match=re.escape(says)):
             parse_conname_list(bad)
+
+
+async def test_disconnect_ends_a_reconnection_in_progress(pair: tuple[Served, Served]) -> None:
+    a, b = pair
+    await a.start()
+    conn = await connect_reconnecting([a.qm.path, b.qm.path], policy=FAST)
+    await a.stop()
+    put = asyncio.create_task(conn.put1("APP.Q", _md(), b"x"))
+    await _until(lambda: conn._lock.locked())  # the put is reconnecting (none listens)
+    await conn.disconnect()
+    await b.start()
+    with pytest.raises(MQError) as info:
+        await asyncio.wait_for(put, 10)
+    assert info.value.reason == Reason.HCONN_ERROR
+    assert b.server is not None and b.server.connections == 0  # none left connected
+    assert await b.depth() == 0
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("not within 5 s")

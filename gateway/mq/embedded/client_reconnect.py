@@ -148,10 +148,15 @@ class ReconnectingConnection:
             try:
                 conn = await asyncio.wait_for(
                     connect_local(path, appl_name=self.appl_name), ATTEMPT_TIMEOUT_S)
-            except (MQError, TimeoutError) as exc:
-                failure = exc if isinstance(exc, MQError) else MQError(
-                    Reason.Q_MGR_NOT_AVAILABLE, f"{path}: no connect reply in "
-                    f"{ATTEMPT_TIMEOUT_S:.0f} s")
+            except MQError as exc:
+                failure = exc
+                continue
+            except TimeoutError:
+                failure = MQError(Reason.Q_MGR_NOT_AVAILABLE,
+                                  f"{path}: no connect reply in {ATTEMPT_TIMEOUT_S:.0f} s")
+                continue
+            except OSError as exc:  # not a socket, a path too long, ...
+                failure = MQError(Reason.Q_MGR_NOT_AVAILABLE, f"{path}: {exc}")
                 continue
             if required_name and conn.q_mgr_name != required_name:
                 await conn.disconnect()
@@ -174,6 +179,8 @@ class ReconnectingConnection:
             log.warning("connection to queue manager %s lost; reconnecting through %s",
                         self._q_mgr_name, ", ".join(str(p) for p in self.addresses))
             while True:
+                if self._closed:  # disconnected by the application meanwhile
+                    raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
                 try:
                     conn, path = await self._first_accepting(self._q_mgr_name)
                 except MQError as exc:
@@ -188,6 +195,9 @@ class ReconnectingConnection:
                     delay = min(delay * 2, self.policy.max_s)
                     continue
                 break
+            if self._closed:
+                await conn.disconnect()
+                raise MQError(Reason.HCONN_ERROR, "the connection has been disconnected")
             self._conn, self.address = conn, path
             self._generation += 1
             self.reconnects += 1
