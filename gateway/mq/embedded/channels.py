@@ -349,6 +349,10 @@ class ChannelSender:
 
     RETRY_S = 0.2
     RETRY_MAX_S = 2.0
+    #: How long one address of a CONNAME may take to accept: a host that is down drops
+    #: the connection request silently, and the next address must not wait for the OS's
+    #: own connect timeout (minutes).
+    CONNECT_TIMEOUT_S = 5.0
     GET_WAIT_MS = 2000
 
     def __init__(self, qm: EmbeddedQueueManager, spec: SenderSpec) -> None:
@@ -411,8 +415,9 @@ class ChannelSender:
         failure: OSError | None = None
         for host, port in addresses:
             try:
-                reader, writer = await asyncio.open_connection(host, port)
-            except OSError as exc:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
+                                                        self.CONNECT_TIMEOUT_S)
+            except OSError as exc:  # refused, unreachable, or TimeoutError: a host gone
                 failure = exc
                 continue
             self.address = f"{host}({port})"
