@@ -26,7 +26,15 @@ from gateway.mq.embedded.client_reconnect import (
 )
 from gateway.mq.embedded.qm_server import QueueManagerServer
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
-from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions, QueueAttr
+from gateway.mq.port import (
+    Connection,
+    GetOptions,
+    MQError,
+    OpenOption,
+    PutOptions,
+    QueueAttr,
+    QueueHandle,
+)
 from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 
@@ -81,6 +89,8 @@ async def test_the_first_address_that_accepts_is_taken(pair: tuple[Served, Serve
     conn = await connect_reconnecting([a.qm.path, b.qm.path], policy=FAST)
     try:
         assert conn.address == b.qm.path and conn.q_mgr_name == "QMR"
+        assert isinstance(conn, Connection)  # code written against the port runs on it
+        assert isinstance(await conn.open("APP.Q", OpenOption.OUTPUT), QueueHandle)
         await conn.put1("APP.Q", _md(), b"to b")
         assert await b.depth() == 1 and await a.depth() == 0
     finally:
