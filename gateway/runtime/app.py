@@ -246,10 +246,13 @@ class GatewayApp:
         from gateway.mq.ibmmq import IBMMQConfig, IBMMQQueueManager
 
         try:
+            where: dict[str, Any] = (
+                {"conname": qmc.conname} if qmc.conname is not None
+                else {"host": qmc.host, "port": qmc.port})
             config = IBMMQConfig(
                 q_mgr_name=qmc.name,
-                host=qmc.host,
-                port=qmc.port,
+                **where,
+                reconnect=qmc.reconnect,
                 channel=qmc.channel,
                 user=qmc.user,
                 password=qmc.password_secret(),

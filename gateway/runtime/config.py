@@ -27,7 +27,8 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.mq.ibmmq.config import check_tls_keys
+from gateway.mq.conname import parse_conname_list
+from gateway.mq.ibmmq.config import check_conname, check_tls_keys
 from gateway.pubsub.streams import DEFAULT_STREAM
 from gateway.routing.routes import RequestReplyConfig
 from gateway.runtime.authorisation_config import AuthorisationConfig
@@ -75,7 +76,9 @@ class EmbeddedQueueManagerConfig(_Strict):
     free port (logged). The mqsc_file's channels, transmission queues, QM aliases and
     cluster definitions take effect whether or not the gateway listens."""
     address_book: dict[str, str] = Field(default_factory=dict)
-    """Queue manager name -> "host:port" for CONNAME('<QM name>') in the mqsc_file."""
+    """Queue manager name -> "host:port" for CONNAME('<QM name>') in the mqsc_file; a
+    multi-instance neighbour's instances as a list "hosta:port,hostb:port" (at most 8),
+    tried in order (a channel's CONNAME can list them too: 'hosta(port),hostb(port)')."""
     min_free_mb: int = Field(default=64, ge=0)
     """Free-space watermark of the data directory's disk (MB; 0: none): below it,
     persistent puts are refused with MQRC 2056 (retriable back-pressure) while gets
@@ -107,6 +110,15 @@ class IBMMQQueueManagerConfig(_Strict):
     """Host of its listener."""
     port: int = Field(default=1414, ge=1, le=65535)
     """Port of its listener."""
+    conname: str | None = None
+    """A connection list instead of host/port, MQ's CONNAME form
+    ``host1(1414),host2(1414)`` (at most 8 addresses, 264 characters): each is tried in
+    order, so the gateway reaches whichever instance of a multi-instance or native-HA
+    queue manager is active (docs/operations.md, "High availability")."""
+    reconnect: Literal["default", "disabled", "yes", "qmgr"] = "default"
+    """MQ client automatic reconnection (MQCNO): ``default`` leaves it to mqclient.ini
+    and the channel's DEFRECON, ``yes`` = MQCNO_RECONNECT, ``qmgr`` =
+    MQCNO_RECONNECT_Q_MGR, ``disabled`` = MQCNO_RECONNECT_DISABLED."""
     channel: str = Field(default="DEV.APP.SVRCONN", min_length=1, max_length=20)
     """The SVRCONN channel."""
     user: str | None = None
@@ -124,10 +136,18 @@ class IBMMQQueueManagerConfig(_Strict):
     cert_label: str | None = None
     """MQSCO CertificateLabel: the client certificate's label in the key repository."""
 
+    @field_validator("conname")
+    @classmethod
+    def _conname_list(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_conname_list(value, default_port=1414)  # ValueError saying what is wrong
+        return value
+
     @model_validator(mode="after")
     def _one_password(self) -> IBMMQQueueManagerConfig:
         if self.password is not None and self.password_env is not None:
             raise ValueError("give password ({env: NAME}) or password_env, not both")
+        check_conname(self)
         check_tls_keys(self)
         return self
 

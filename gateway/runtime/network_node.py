@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gateway.mq.conname import MAX_ADDRESSES
+from gateway.mq.embedded.channels import Address
 from gateway.mq.embedded.network import QueueManagerNode
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
 from gateway.mq.embedded.space import SpacePolicy
@@ -24,15 +26,29 @@ log = logging.getLogger(__name__)
 __all__ = ["parse_address_book", "start_node"]
 
 
-def parse_address_book(entries: Mapping[str, str]) -> dict[str, tuple[str, int]]:
-    """``{"QM2": "127.0.0.1:14142"}`` -> ``{"QM2": ("127.0.0.1", 14142)}`` (ValueError
-    naming the entry when it is not ``host:port``)."""
-    out: dict[str, tuple[str, int]] = {}
+def parse_address_book(entries: Mapping[str, str]) -> dict[str, Address | list[Address]]:
+    """``{"QM2": "127.0.0.1:14142"}`` -> ``{"QM2": ("127.0.0.1", 14142)}``; a list of
+    listeners (the instances of a multi-instance node, tried in order),
+    ``"hosta:14142,hostb:14142"``, -> a list of them. ValueError naming the entry when
+    one is not ``host:port``, is empty or there are more than
+    :data:`gateway.mq.conname.MAX_ADDRESSES`."""
+    out: dict[str, Address | list[Address]] = {}
     for q_mgr, where in entries.items():
-        host, sep, port = where.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"{q_mgr}: {where!r} is not host:port (e.g. 127.0.0.1:14141)")
-        out[q_mgr] = (host, int(port))
+        parts = where.split(",")
+        if len(parts) > MAX_ADDRESSES:
+            raise ValueError(f"{q_mgr}: {len(parts)} addresses; at most {MAX_ADDRESSES}")
+        listed: list[Address] = []
+        for number, part in enumerate(parts, 1):
+            host, sep, port = part.strip().rpartition(":")
+            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                if len(parts) == 1:
+                    raise ValueError(f"{q_mgr}: {where!r} is not host:port (e.g. "
+                                     "127.0.0.1:14141, or a list hosta:14141,hostb:14141)")
+                what = "empty (a stray comma?)" if not part.strip() else repr(part.strip())
+                raise ValueError(f"{q_mgr}: {where!r}: address {number} is {what}, not "
+                                 "host:port")
+            listed.append((host, int(port)))
+        out[q_mgr] = listed[0] if len(listed) == 1 else listed
     return out
 
 

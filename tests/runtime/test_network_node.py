@@ -171,3 +171,13 @@ def test_parse_address_book() -> None:
         "A": ("127.0.0.1", 1), "B": ("host.example", 65535)}
     with pytest.raises(ValueError, match="B: 'h:0'"):
         parse_address_book({"B": "h:0"})
+
+
+def test_an_address_book_entry_can_list_the_instances_of_a_node() -> None:
+    assert parse_address_book({"HA": "hosta:1414, hostb:1415", "ONE": "h:1"}) == {
+        "HA": [("hosta", 1414), ("hostb", 1415)], "ONE": ("h", 1)}
+    for bad, says in {"hosta:1414,": "address 2 is empty", "a:1,,b:2": "address 2 is empty",
+                      "a:1,b": "address 2 is 'b', not host:port",
+                      ",".join(["h:1"] * 9): "at most 8"}.items():
+        with pytest.raises(ValueError, match=says):
+            parse_address_book({"HA": bad})

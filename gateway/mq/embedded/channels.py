@@ -38,10 +38,11 @@ import json
 import logging
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.mq.conname import ConnameError, is_conname_list, parse_conname_list
 from gateway.mq.embedded.connection import EmbeddedConnection
 from gateway.mq.embedded.objects import ChannelType
 from gateway.mq.embedded.qmgr import EmbeddedQueueManager
@@ -136,18 +137,42 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return kind, await reader.readexactly(length - 1)
 
 
-def parse_conname(conname: str, address_book: dict[str, tuple[str, int]]) -> tuple[str, int]:
-    """``host(port)`` as MQ writes CONNAME, or a listener name from the address book."""
-    m = _CONNAME.match(conname)
-    if m:
-        return m.group(1), int(m.group(2))
+#: A listener's address, and an address book: queue manager name -> its listener, or
+#: the listeners of its instances in the order to try them (a multi-instance node).
+Address = tuple[str, int]
+AddressBook = Mapping[str, Address | list[Address]]
+
+
+def _book_entry(conname: str, address_book: AddressBook) -> list[Address]:
     found = address_book.get(conname.strip().upper())
     if found is None:
         raise ChannelError(
             Reason.HOST_NOT_AVAILABLE,
             f"CONNAME({conname}) is neither host(port) nor a known listener",
         )
-    return found
+    return found if isinstance(found, list) else [found]
+
+
+def parse_conname(conname: str, address_book: AddressBook) -> Address:
+    """``host(port)`` as MQ writes CONNAME, or a listener name from the address book (the
+    first address of an entry that lists several)."""
+    m = _CONNAME.match(conname)
+    if m:
+        return m.group(1), int(m.group(2))
+    return _book_entry(conname, address_book)[0]
+
+
+def conname_addresses(conname: str, address_book: AddressBook) -> list[Address]:
+    """The addresses a CONNAME names, in the order to try them: a connection list
+    ``host1(port),host2(port)`` (:mod:`gateway.mq.conname`), one ``host(port)``, or a
+    listener name from the address book (one address or a list). ChannelError (2538)
+    naming what is wrong."""
+    if is_conname_list(conname):
+        try:
+            return parse_conname_list(conname)
+        except ConnameError as exc:
+            raise ChannelError(Reason.HOST_NOT_AVAILABLE, str(exc)) from None
+    return _book_entry(conname, address_book)
 
 
 def sync_key_receiver(channel: str, sender_qm: str, lane: str) -> str:
@@ -311,14 +336,23 @@ class SenderSpec:
     correl_for: Callable[[str], bytes | None] | None = None
     batch_size: int = 50
     on_partner: Callable[[str], None] | None = None
-    address_book: dict[str, tuple[str, int]] = field(default_factory=dict)
+    address_book: AddressBook = field(default_factory=dict)
 
 
 class ChannelSender:
     """A sending MCA: a task that moves batches from a transmission queue to a partner,
-    reconnecting after failures (MQ's short retry)."""
+    reconnecting after failures (MQ's short retry). A CONNAME list is tried in order at
+    every start, the first address whose listener answers wins (a standby instance of
+    a multi-instance node does not listen); after a failed round the wait doubles from
+    ``RETRY_S`` up to ``RETRY_MAX_S`` and starts again at ``RETRY_S`` once a session
+    has been established."""
 
     RETRY_S = 0.2
+    RETRY_MAX_S = 2.0
+    #: How long one address of a CONNAME may take to accept: a host that is down drops
+    #: the connection request silently, and the next address must not wait for the OS's
+    #: own connect timeout (minutes).
+    CONNECT_TIMEOUT_S = 5.0
     GET_WAIT_MS = 2000
 
     def __init__(self, qm: EmbeddedQueueManager, spec: SenderSpec) -> None:
@@ -329,6 +363,9 @@ class ChannelSender:
         self.connected = asyncio.Event()
         self.retrying = False
         self.last_error = ""
+        #: the address of the CONNAME (list) the current or last session went to
+        self.address = ""
+        self.connected_once = False
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -349,6 +386,7 @@ class ChannelSender:
             self._task = None
 
     async def _run(self) -> None:
+        delay = self.RETRY_S
         while not self.qm.stopping:
             try:
                 await self._session()
@@ -364,12 +402,35 @@ class ChannelSender:
                     log.warning("channel %s on %s retrying: %s",
                                 self.spec.channel, self.qm.name, exc)
                 self.stats.errors += 1
-                await asyncio.sleep(self.RETRY_S)
+                if self.connected_once:  # a session ran since the last wait: short again
+                    self.connected_once = False
+                    delay = self.RETRY_S
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.RETRY_MAX_S)
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the first address of the CONNAME (list) that accepts one;
+        the last address's error when none does."""
+        addresses = conname_addresses(self.spec.conname, self.spec.address_book)
+        failure: OSError | None = None
+        for host, port in addresses:
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
+                                                        self.CONNECT_TIMEOUT_S)
+            except OSError as exc:  # refused, unreachable, or TimeoutError: a host gone
+                failure = exc
+                continue
+            self.address = f"{host}({port})"
+            return reader, writer
+        assert failure is not None  # conname_addresses never returns an empty list
+        if len(addresses) == 1:
+            raise failure
+        raise OSError(failure.errno, f"no address of CONNAME({self.spec.conname}) accepts "
+                                     f"a connection (last: {failure})")
 
     async def _session(self) -> None:
         spec = self.spec
-        host, port = parse_conname(spec.conname, spec.address_book)
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await self._open()
         conn: EmbeddedConnection | None = None
         try:
             writer.write(encode_json(HELLO, {"channel": spec.channel, "sender_qm": self.qm.name,
@@ -403,6 +464,7 @@ class ChannelSender:
             )
             self.retrying = False
             self.last_error = ""
+            self.connected_once = True
             self.connected.set()
             while True:
                 batch = await self._get_batch(q, correl)

@@ -148,6 +148,13 @@ class ClientConnection:
     def q_mgr_name(self) -> str:
         return self._q_mgr_name
 
+    @property
+    def broken(self) -> bool:
+        """Closed, or the server ended the connection: its end-of-file has arrived
+        (between calls nothing else can: the protocol is one reply per request), so a
+        call made now would not reach the queue manager."""
+        return not self._open or self._reader.at_eof() or self._writer.is_closing()
+
     async def _call(self, header: dict[str, Any], data: bytes = b"") -> tuple[dict[str, Any],
                                                                               bytes]:
         if not self._open:

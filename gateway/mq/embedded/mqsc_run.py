@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from gateway.mq.conname import (
+    MAX_CONNAME_LENGTH,
+    ConnameError,
+    is_conname_list,
+    parse_conname_list,
+)
 from gateway.mq.embedded.mqsc import (
     CHLTYPES,
     IGNORED_ATTRS,
@@ -255,7 +261,7 @@ def _channel_changes(cmd: MQSCCommand) -> dict[str, object]:
                 )
             changes["chltype"] = CHLTYPES[value]
         elif kw == "CONNAME":
-            changes["conname"] = value.strip()
+            changes["conname"] = _conname_attr(cmd, value)
         elif kw == "XMITQ":
             changes["xmit_q_name"] = _name_attr(cmd, kw)
         elif kw == "CLUSTER":
@@ -267,6 +273,22 @@ def _channel_changes(cmd: MQSCCommand) -> dict[str, object]:
         else:
             raise MQSCError(cmd.line, f"keyword {kw} is not valid for CHANNEL")
     return changes
+
+
+def _conname_attr(cmd: MQSCCommand, value: str) -> str:
+    """CONNAME as given: a listener name, ``host(port)`` or a connection list
+    ``host1(port),host2(port)``, the last two checked here (MQSCError saying what is
+    wrong), not when the channel first starts."""
+    conname = value.strip()
+    if is_conname_list(conname):
+        try:
+            parse_conname_list(conname)
+        except ConnameError as exc:
+            raise MQSCError(cmd.line, str(exc)) from None
+    elif len(conname) > MAX_CONNAME_LENGTH:
+        raise MQSCError(cmd.line, f"CONNAME has {len(conname)} characters; at most "
+                                  f"{MAX_CONNAME_LENGTH}")
+    return conname
 
 
 def _check_channel(cmd: MQSCCommand, d: ChannelDef) -> None:

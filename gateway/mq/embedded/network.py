@@ -20,7 +20,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from gateway.mq.embedded.channels import ChannelListener, ChannelSender, SenderSpec
+from gateway.mq.embedded.channels import (
+    Address,
+    ChannelListener,
+    ChannelSender,
+    SenderSpec,
+)
 from gateway.mq.embedded.cluster import ClusterManager
 from gateway.mq.embedded.cluster_transmit import cluster_correl_id
 from gateway.mq.embedded.mqsc import MQSCError
@@ -43,7 +48,7 @@ class QueueManagerNode:
         *,
         mqsc: str = "",
         port: int = 0,
-        address_book: dict[str, tuple[str, int]] | None = None,
+        address_book: dict[str, Address | list[Address]] | None = None,
         appl_name: str | None = None,
         space: SpacePolicy | None = None,
     ) -> None:
@@ -202,7 +207,9 @@ class QueueManagerNode:
             status = ("RUNNING" if s.connected.is_set() else "RETRYING" if s.retrying
                       else "BINDING" if s.running else "STOPPED")
             kind = "CLUSSDR" if s.spec.lane else "SDR"
-            rows.append([f"CHANNEL({name})", f"CHLTYPE({kind})", f"CONNAME({s.spec.conname})",
+            # as MQ's CHSTATUS: the address in use, of a CONNAME that lists several
+            conname = s.address if s.connected.is_set() and s.address else s.spec.conname
+            rows.append([f"CHANNEL({name})", f"CHLTYPE({kind})", f"CONNAME({conname})",
                          "CURRENT", f"RQMNAME({s.partner})", f"STATUS({status})",
                          f"XMITQ({s.spec.xmit_q_name})", f"MSGS({s.stats.messages})",
                          f"BATCHES({s.stats.batches})"])
@@ -227,7 +234,8 @@ class Network:
     def __init__(self, topology: Topology, data_dir: Path | str | None = None) -> None:
         self.topology = topology
         self.data_dir = data_dir_of(topology, Path(data_dir) if data_dir is not None else None)
-        self.address_book = topology.address_book()
+        self.address_book: dict[str, Address | list[Address]] = {
+            k: v for k, v in topology.address_book().items()}
         self.nodes: dict[str, QueueManagerNode] = {}
 
     def node_for(self, name: str) -> QueueManagerNode:

@@ -11,12 +11,14 @@ takes effect on the next connect) and never appears in a repr, a log line or an 
 from __future__ import annotations
 
 import random
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.mq.conname import format_conname, parse_conname_list
 from gateway.secrets import Secret
 
-__all__ = ["IBMMQConfig", "backoff_delays", "check_tls_keys"]
+__all__ = ["IBMMQConfig", "backoff_delays", "check_conname", "check_tls_keys"]
 
 
 class IBMMQConfig(BaseModel):
@@ -27,6 +29,14 @@ class IBMMQConfig(BaseModel):
     q_mgr_name: str = Field(min_length=1, max_length=48)
     host: str = "127.0.0.1"
     port: int = Field(default=1414, ge=1, le=65535)
+    #: A connection list, MQ's ``CONNAME('host1(port),host2(port)')`` (a port left out
+    #: is 1414): the MQ client tries each in order, so it reaches whichever instance of
+    #: a multi-instance or native-HA queue manager is active. Instead of host/port.
+    conname: str | None = None
+    #: MQCNO reconnect option: ``default`` (none set: the client's mqclient.ini or the
+    #: channel's DEFRECON decide), ``disabled``, ``yes`` (MQCNO_RECONNECT: any queue
+    #: manager of the list) or ``qmgr`` (MQCNO_RECONNECT_Q_MGR: only the same one).
+    reconnect: Literal["default", "disabled", "yes", "qmgr"] = "default"
     channel: str = Field(default="DEV.APP.SVRCONN", min_length=1, max_length=20)
     #: MQCSP user id (connection authentication, CONNAUTH); without ``password`` an
     #: empty password is sent (as before: a queue manager without CONNAUTH checks).
@@ -48,17 +58,35 @@ class IBMMQConfig(BaseModel):
     backoff_initial_s: float = Field(default=0.5, gt=0)
     backoff_max_s: float = Field(default=30.0, gt=0)
 
+    @field_validator("conname")
+    @classmethod
+    def _conname_list(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return format_conname(parse_conname_list(value, default_port=1414))
+
     @model_validator(mode="after")
     def _consistent(self) -> IBMMQConfig:
         if self.password is not None and self.user is None:
             raise ValueError("password is set but user is not: MQ sends both or neither")
+        check_conname(self)
         check_tls_keys(self)
         return self
 
     @property
     def connection_name(self) -> str:
-        """The MQCD ConnectionName: ``host(port)``."""
-        return f"{self.host}({self.port})"
+        """The MQCD ConnectionName: the connection list, else ``host(port)``."""
+        return self.conname if self.conname is not None else f"{self.host}({self.port})"
+
+
+def check_conname(config: BaseModel) -> None:
+    """Refuse ``conname`` together with an explicit host or port (the runtime's YAML
+    section and :class:`IBMMQConfig` share this rule)."""
+    if getattr(config, "conname", None) is not None:
+        both = {"host", "port"} & config.model_fields_set
+        if both:
+            raise ValueError(f"give conname (a connection list) or {' and '.join(sorted(both))}"
+                             ", not both")
 
 
 def check_tls_keys(config: object) -> None:

@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 #: Reasons after which connecting again later can succeed.
-RECONNECT_REASONS = frozenset({2009, 2059, 2161, 2162, 2538, 2543})
+RECONNECT_REASONS = frozenset({2009, 2059, 2161, 2162, 2538, 2543, 2548})
 
 #: What an MQCONNX failure means for an operator, by reason (docs/ibmmq.md). Whether it is
 #: retried is :data:`RECONNECT_REASONS`; the rest are fatal at connect: retrying cannot
@@ -77,6 +77,8 @@ CONNECT_CAUSES: dict[int, str] = {
           "not trusted or has expired; not retried: fix the key repository or certificates",
     2538: "host not available: nothing answers at host(port) (DNS, firewall, listener)",
     2543: "the channel is stopped or in use up to its limit",
+    2548: "the MQ client's automatic reconnection (MQCNO_RECONNECT) gave up: no address "
+          "of the connection list answered within its reconnect timeout",
 }
 
 # MQI constants (cmqc.h); passed as plain integers so any MQI module accepts them.
@@ -100,6 +102,8 @@ MQPMO_FAIL_IF_QUIESCING = 0x2000
 MQPMO_ASYNC_RESPONSE = PMO_ASYNC_RESPONSE
 MQSTAT_TYPE_ASYNC_ERROR = STAT_TYPE_ASYNC_ERROR
 MQCHT_CLNTCONN = 6
+#: MQCNO reconnect options (cmqc.h), by IBMMQConfig.reconnect
+MQCNO_RECONNECT_OPTIONS = {"disabled": 0x02000000, "yes": 0x01000000, "qmgr": 0x04000000}
 MQXPT_TCP = 2
 MQMD_VERSION_2 = 2
 MQGMO_VERSION_2 = 2
@@ -233,6 +237,10 @@ def md_from_mqi(raw: Any) -> MQMD:
 def connect_client(mqi: ModuleType, cfg: IBMMQConfig) -> Any:
     """MQCONNX as a client: channel, ConnectionName, optional TLS and MQCSP user/password.
 
+    ConnectionName is ``host(port)`` or a connection list ``host1(port),host2(port)``
+    (the MQ client tries each in order); a ``reconnect`` other than ``default`` sets the
+    MQCNO reconnect option (``opts``, which ``ibmmq`` and pymqi put into the MQCNO).
+
     TLS: MQCD.SSLCipherSpec (the MQI module raises the MQCD version it needs) and an MQSCO
     with KeyRepository, CertificateLabel (MQSCO version 5) and KeyRepoPassword (version 6,
     read from its Secret). User/password go as the
@@ -269,6 +277,8 @@ def connect_client(mqi: ModuleType, cfg: IBMMQConfig) -> Any:
             raise MQError(Reason.NOT_AUTHORIZED, f"the password cannot be read: {exc}") from None
         kwargs["user"] = cfg.user
         kwargs["password"] = password
+    if cfg.reconnect != "default":
+        kwargs["opts"] = MQCNO_RECONNECT_OPTIONS[cfg.reconnect]
     hconn = mqi.QueueManager(None)
     hconn.connect_with_options(cfg.q_mgr_name, **kwargs)
     return hconn

@@ -61,10 +61,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     mqsc.add_argument("q_mgr", metavar="QM", help="the neighbour's queue manager")
     mqsc.add_argument("--self-qmgr", help="our queue manager (default: from --config)")
     mqsc.add_argument(
-        "--conname", default="127.0.0.1(1414)", help="our listener as the neighbour sees it"
+        "--conname", default="127.0.0.1(1414)", type=_conname,
+        help="our listener as the neighbour sees it: host(port), or a connection list "
+        "host1(port),host2(port) for a multi-instance node (one address per instance)"
     )
     mqsc.add_argument(
-        "--neighbour-conname", default="", help="the neighbour's listener as we see it"
+        "--neighbour-conname", default="", type=_conname,
+        help="the neighbour's listener as we see it (host(port) or a connection list)"
     )
     for q in (join, lst, clear, mqsc):
         where = q.add_mutually_exclusive_group(required=True)
@@ -204,6 +207,19 @@ def _list(state: NeighbourState, *, as_json: bool) -> None:
             )
     if not as_json:
         print(f"{len(items)} neighbour(s)")
+
+
+def _conname(text: str) -> str:
+    """A CONNAME for the MQSC printed: ``host(port)`` or a connection list, checked here
+    (an argparse error saying what is wrong) rather than by runmqsc on the other side."""
+    if not text:
+        return text
+    from gateway.mq.conname import ConnameError, format_conname, parse_conname_list
+
+    try:
+        return format_conname(parse_conname_list(text))
+    except ConnameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def mqsc_for(

@@ -164,3 +164,21 @@ def test_mqsc_for_an_mqv7_neighbour(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "DEFINE QLOCAL('GW') USAGE(XMITQ) REPLACE" in lines
     assert "  CONNAME('gw.example(1415)') XMITQ('GW') REPLACE" in lines
     assert not any(line.startswith("ALTER QMGR PARENT") for line in lines)
+
+
+def test_mqsc_for_a_multi_instance_node_takes_a_connection_list(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = str(tmp_path)
+    run(capsys, "join", "QMV7", "--kind", "mqv7", "--data-dir", d)
+    code, out, _ = run(capsys, "mqsc", "QMV7", "--data-dir", d, "--self-qmgr", "GW",
+                       "--conname", "gwa.example(1415), gwb.example(1415)",
+                       "--neighbour-conname", "mqa(1414),mqb(1414)")
+    assert code == 0
+    assert "  CONNAME('gwa.example(1415),gwb.example(1415)') XMITQ('GW') REPLACE" in (
+        out.splitlines())
+    assert "CONNAME('mqa(1414),mqb(1414)') XMITQ('QMV7')" in out
+    for bad, says in {"gwa(1415),": "address 2 is empty", "gwa": "not host(port)"}.items():
+        with pytest.raises(SystemExit) as exc:
+            main(["neighbours", "mqsc", "QMV7", "--data-dir", d, "--conname", bad])
+        assert exc.value.code == 2
+        assert says in capsys.readouterr().err
