@@ -2,17 +2,18 @@
 two ``mqgw run --multi-instance`` processes on one configuration and data directory,
 told their brokers and ports through the environment variables the file reads.
 
-Under steady traffic (an MQ application putting one MQRFH publication at a time over the
-active instance's local socket, reconnecting after each takeover) the active instance is
-SIGKILLed ``TAKEOVERS`` times; each time the standby must become active and the next
-publication must reach both paths, MQ -> Kafka (a Kafka consumer) and MQ -> MQTT (an MQTT
-subscriber); the killed one is started again at once (as systemd's ``Restart=always``
-does) and becomes the next standby (or, rarely, wins the lock itself: whichever instance
-holds it is the active one of the next round). Takeover time: the SIGKILL to the first
-publication put after it arriving, per path. On each path every
-publication whose commit returned arrives (at least once: both are at-least-once,
-docs/operations.md "Delivery guarantees per path"), first arrivals in the order they were
-put.
+Under steady traffic on four paths (tests/support/takeover.py: MQ -> Kafka and MQ ->
+MQTT from an MQ application's publications, Kafka -> MQ from a Kafka producer to an MQ
+application's subscriber queue, and the request/reply route ``echo``: a Kafka requester,
+an MQ echo service; the MQ applications reconnect over the local socket after each
+takeover) the active instance is SIGKILLed ``TAKEOVERS`` times; each time the standby
+must become active and the next message sent must arrive on every path; the killed one is
+started again at once (as systemd's ``Restart=always`` does) and becomes the next standby
+(or, rarely, wins the lock itself: whichever instance holds it is the active one of the
+next round). Takeover time: the SIGKILL to the first message sent after it arriving, per
+path. On each path every message whose send returned arrives (at least once: all four
+are at-least-once, docs/operations.md "Delivery guarantees per path" and
+docs/request-reply.md "Once and in order"), first arrivals in the order they were sent.
 """
 
 from __future__ import annotations

@@ -36,8 +36,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from gateway.devstack import KafkaBroker, MosquittoBroker
 from gateway.devstack.ports import free_ports
-from gateway.mq.embedded.client import connect_local
+from gateway.mq.embedded.client import ClientConnection, connect_local
 from gateway.mq.port import GetOptions, MQError, OpenOption, PutOptions
+from gateway.wire.mqmd import MQMD
 from gateway.wire.reasons import Reason
 from tests.support.instances import Instance
 from tests.support.mq_app import ECHO_PREFIX, reply_md
@@ -151,7 +152,7 @@ class MQGetter:
     def __init__(self, data_dir: Path, queue: str, appl_name: str) -> None:
         self.data_dir, self.queue, self.appl_name = data_dir, queue, appl_name
 
-    async def handle(self, conn: object, md: object, body: bytes) -> None:
+    async def handle(self, conn: ClientConnection, md: MQMD, body: bytes) -> None:
         raise NotImplementedError
 
     async def get_forever(self) -> None:
@@ -187,11 +188,7 @@ class Echo(MQGetter, Sender):
         MQGetter.__init__(self, data_dir, ECHO_QUEUE, "ha echo service")
         Sender.__init__(self)
 
-    async def handle(self, conn: object, md: object, body: bytes) -> None:
-        from gateway.mq.embedded.client import ClientConnection
-        from gateway.wire.mqmd import MQMD
-
-        assert isinstance(conn, ClientConnection) and isinstance(md, MQMD)
+    async def handle(self, conn: ClientConnection, md: MQMD, body: bytes) -> None:
         await conn.put1(md.reply_to_q, reply_md(md), ECHO_PREFIX + body,
                         PutOptions(syncpoint=True), q_mgr_name=md.reply_to_q_mgr)
 
@@ -279,10 +276,7 @@ class MQReader(MQGetter, Arrivals):
         Arrivals.__init__(self, "Kafka->MQ")
         self.sender = sender
 
-    async def handle(self, conn: object, md: object, body: bytes) -> None:
-        from gateway.wire.mqmd import MQMD
-
-        assert isinstance(md, MQMD)
+    async def handle(self, conn: ClientConnection, md: MQMD, body: bytes) -> None:
         got = decode(md, body)
         if got.get("MQPSCommand") == "Publish":
             self.receive(got.payload.decode("utf-8", "replace"))
