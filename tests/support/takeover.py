@@ -62,8 +62,16 @@ class Sender:
 
     def __init__(self) -> None:
         self.put_at: dict[str, float] = {}
+        #: ``put_at`` as a list, which the checks polled in a thread may slice while the
+        #: loop appends (a dict being iterated must not change size)
+        self.sends: list[tuple[str, float]] = []
         self.committed: list[str] = []
         self.stop = asyncio.Event()
+
+    def sending(self, ident: str) -> None:
+        if ident not in self.put_at:
+            self.put_at[ident] = now = time.monotonic()
+            self.sends.append((ident, now))
 
     async def run(self) -> None:
         raise NotImplementedError
@@ -92,7 +100,7 @@ class Publisher(Sender):
                     msg = rfh_message(STREAM, [("MQPSCommand", "Publish"),
                                                ("MQPSStreamName", STREAM),
                                                ("MQPSTopic", f"HA/{ident}")], ident.encode())
-                    self.put_at.setdefault(ident, time.monotonic())
+                    self.sending(ident)
                     await handle.put(msg.md, msg.body, PutOptions(syncpoint=True))
                     await conn.commit()
                     self.committed.append(ident)
@@ -130,7 +138,7 @@ class KafkaProducer(Sender):
             n = 0
             while not self.stop.is_set():
                 ident = f"{self.tag}{n:06d}"
-                self.put_at.setdefault(ident, time.monotonic())
+                self.sending(ident)
                 try:
                     await producer.send_and_wait(self.topic, ident.encode(),
                                                  headers=self.headers(ident))
@@ -411,7 +419,7 @@ class TakeoverRun:
                 await _until(standby, f"{p.name}: the first message after the takeover",
                              lambda t=killed_at, p=p: any(
                                  at > t and i in p.arrived
-                                 for i, at in list(p.sender.put_at.items())[-200:]),
+                                 for i, at in p.sender.sends[-200:]),
                              TAKEOVER_S, paths)
                 first = min(p.arrived[i] for i, at in p.sender.put_at.items()
                             if at > killed_at and i in p.arrived)
