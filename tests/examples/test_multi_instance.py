@@ -31,8 +31,9 @@ from tests.support.takeover import TakeoverRun, percentiles
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.mqtt, pytest.mark.kafka]
 
 #: SIGKILLs of the active instance: the issue's 20 (``MQGW_TAKEOVERS`` for more). A
-#: takeover measured 0.5-1.5 s on two busy cores, a round (traffic seen, kill, takeover,
-#: the killed one back as the standby) 4-5.5 s: 20 took 108 s beside other agents' tests.
+#: takeover measured 0.5-1.5 s per path on two busy cores, a round (traffic seen on the
+#: four paths, kill, takeover, the killed one back as the standby) 2.5-4 s: 20 took
+#: 48-79 s (58-94 s with the brokers' start) beside other agents' tests.
 TAKEOVERS = int(os.environ.get("MQGW_TAKEOVERS", "20"))
 
 
