@@ -27,7 +27,7 @@ from plugins.kafka.mapping import TopicRouter, TopicTemplate
 from plugins.kafka.namespace import KafkaNamespace
 from plugins.kafka.security import preflight
 from plugins.kafka.sink import KafkaSink
-from plugins.kafka.source import KafkaSource
+from plugins.kafka.source import KafkaSource, inbound_member_id
 
 __all__ = [
     "KafkaInstance",
@@ -115,7 +115,11 @@ class KafkaInstance:
                     await context.subscribe(route.unified_topic)
             if self.config.inbound.topics:
                 self.source = KafkaSource(
-                    self.config, context.publisher, instance=self._name, gateway_id=gateway_id
+                    self.config, context.publisher, instance=self._name, gateway_id=gateway_id,
+                    # a static member: the instance of a multi-instance node that takes
+                    # over after a crash (or a restart) gets the partitions at once,
+                    # instead of after the dead member's session timeout
+                    group_instance_id=inbound_member_id(gateway_id, self._name),
                 )
                 await self.source.start()
         except BaseException:

@@ -86,6 +86,13 @@ class _Refused:
     reason: int = 0
 
 
+def inbound_member_id(gateway_id: str, instance: str) -> str:
+    """The inbound consumer's ``group.instance.id`` (KIP-345): one per node and plugin
+    instance, the same in every instance of a multi-instance node (only the active one
+    consumes), different for each gateway sharing a configured ``inbound.group_id``."""
+    return f"mqgw.{gateway_id}.{instance}"
+
+
 class KafkaSource:
     """Consumes the configured topics and publishes each batch in one MQ unit of work.
 
