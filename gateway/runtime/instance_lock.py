@@ -202,10 +202,35 @@ class InstanceLock:
         except OSError:
             os.close(fd)
             return False
-        self._fd = fd
-        self.record = InstanceRecord(self.record.host, self.record.pid, time.time(),
-                                     self.record.multi_instance)
-        _write_atomically(self.directory / HOLDER_FILE, json.dumps(self.record.to_json()))
+        record = InstanceRecord(self.record.host, self.record.pid, time.time(),
+                                self.record.multi_instance)
+        try:
+            _write_atomically(self.directory / HOLDER_FILE, json.dumps(record.to_json()))
+        except OSError:
+            # not active without its record: give the lock back, so no instance ever runs
+            # under the previous holder's record (the caller sees the error)
+            os.close(fd)
+            raise
+        self._fd, self.record = fd, record
+        return True
+
+    def still_held(self) -> bool:
+        """Whether the lock is still this process's, as far as the filesystem can say.
+
+        On a local filesystem only the process's end releases it. On NFS the server
+        releases a lock whose client lost its lease (a host cut off from the server for
+        longer than the lease time, 90 s by default) and may give it to a standby; the
+        Linux client then fails every write through the old descriptor (EIO). So the
+        active instance writes and flushes a byte of the lock file now and then, and ends
+        when that fails (:func:`gateway.runtime.run`), as IBM MQ's multi-instance queue
+        managers check that they still own their lock."""
+        if self._fd is None:
+            return False
+        try:
+            os.pwrite(self._fd, b"\n", 0)
+            os.fsync(self._fd)
+        except OSError:
+            return False
         return True
 
     def release(self) -> None:

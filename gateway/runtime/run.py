@@ -2,7 +2,8 @@
 
 Exit status: 0 after a clean stop (SIGTERM/SIGINT: drain, flush, commit), 1 when it
 cannot start or a plugin cannot work with its config, 2 for an invalid config (every
-problem is printed, each naming its key and the fix).
+problem is printed, each naming its key and the fix), 3 when the active instance finds
+that it no longer holds the node directory's lock (it ends at once: :func:`watch_lock`).
 
 Every run takes the node directory's lock first (gateway/runtime/instance_lock.py). With
 ``--multi-instance`` (IBM MQ's ``strmqm -x``) a run that finds it held waits as a standby
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -27,6 +29,38 @@ log = logging.getLogger(__name__)
 
 #: Seconds past ``shutdown_timeout`` a stopping gateway gets before it exits anyway.
 STOP_GRACE_S = 10.0
+#: How often the active instance checks that it still holds the node directory's lock
+#: (:meth:`InstanceLock.still_held`): well inside an NFS lease (90 s by default).
+LOCK_CHECK_S = 5.0
+#: Exit status of an active instance that found its lock gone (it ends at once).
+LOCK_LOST_EXIT = 3
+
+
+async def watch_lock(lock: InstanceLock, interval: float = LOCK_CHECK_S) -> None:
+    """Return when the lock is no longer this process's (checked every ``interval``
+    seconds, off the event loop: a write and a flush of the lock file)."""
+    while await asyncio.to_thread(lock.still_held):
+        await asyncio.sleep(interval)
+
+
+def guard_lock(lock: InstanceLock, interval: float = LOCK_CHECK_S) -> asyncio.Task[None]:
+    """Check the lock for as long as the returned task runs (cancel it to stop); a lost
+    lock ends the process at once (:func:`_end_at_once`)."""
+    task = asyncio.get_running_loop().create_task(
+        watch_lock(lock, interval), name="instance lock check")
+    task.add_done_callback(lambda t: None if t.cancelled() else _end_at_once(lock.directory))
+    return task
+
+
+def _end_at_once(directory: Path) -> None:
+    """The lock is lost: another instance may already be active on the directory, so
+    this one must not write another byte there. No drain, no commit, no clean-up: what
+    is uncommitted is backed out by the store, as after a crash."""
+    log.critical("lost the lock on %s (the filesystem no longer lets this instance write "
+                 "its lock file; on NFS: its lease expired); ending at once so that only "
+                 "the instance holding the lock writes", directory)
+    logging.shutdown()
+    os._exit(LOCK_LOST_EXIT)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,6 +95,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--multi-instance was not given), stopped by a failure (a plugin instance that "
             "cannot start), or the stop overran shutdown_timeout + 10 s and was cut short"),
         (2, "the configuration is invalid (every problem listed)"),
+        (3, "the active instance lost the data directory's lock (on NFS: its lease "
+            "expired) and ended at once, so that only the lock's holder writes"),
     ))
 
 
@@ -178,6 +214,7 @@ def run_command(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, app.request_stop)
         arming = loop.create_task(arm_on_stop(), name="stop watchdog")
+        watching = guard_lock(lock)
         try:
             code = await app.run()
             watchdog.finished(code)
@@ -185,6 +222,7 @@ def run_command(args: argparse.Namespace) -> int:
         finally:
             watchdog.arm()  # however run() ended, exiting is bounded too
             arming.cancel()
+            watching.cancel()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 

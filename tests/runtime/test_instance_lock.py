@@ -96,3 +96,61 @@ def test_standbys_are_listed_while_they_live(tmp_path: Path) -> None:
     assert probe.stdout.strip() == "[4242]"
     marker.remove()
     assert live_standbys(tmp_path) == []
+
+
+#: An active instance whose lock is lost under it: the lock file's descriptor is replaced
+#: by a read-only one of the same file (closing the old one releases the record lock, and
+#: a write through the new one fails, as every write does on an NFS client whose lease
+#: expired); :func:`gateway.runtime.run.guard_lock` must end the process with status 3.
+LOSES_ITS_LOCK = """
+import asyncio, logging, os, sys, time
+from pathlib import Path
+from gateway.runtime.instance_lock import LOCK_FILE, InstanceLock, InstanceRecord
+from gateway.runtime.run import guard_lock
+logging.basicConfig(level=logging.INFO)
+directory = Path(sys.argv[1])
+lock = InstanceLock(directory, InstanceRecord.of_this_process(True))
+assert lock.try_acquire()
+
+async def main():
+    guard_lock(lock, interval=0.05)
+    assert lock.still_held()
+    print("holding", flush=True)
+    readonly = os.open(directory / LOCK_FILE, os.O_RDONLY)
+    os.dup2(readonly, lock._fd)
+    await asyncio.sleep(60)
+    print("still running", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_an_active_instance_that_loses_its_lock_ends_at_once(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", LOSES_ITS_LOCK, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines() == ["holding"], (done.stdout, done.stderr)
+    assert done.returncode == 3, done.stderr
+    assert "lost the lock on" in done.stderr
+
+
+def test_the_lock_is_given_back_when_its_record_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.runtime import instance_lock
+
+    def full_disk(_path: Path, _text: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(instance_lock, "_write_atomically", full_disk)
+    lock = InstanceLock(tmp_path, InstanceRecord.of_this_process(True))
+    with pytest.raises(OSError):
+        lock.try_acquire()
+    assert not lock.held
+    # another process sees the lock free (in this process a probe always succeeds)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from gateway.runtime.instance_lock import is_locked; "
+         "print(is_locked(Path(sys.argv[1])))", str(tmp_path)],
+        capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "False", probe.stderr
+    assert read_holder(tmp_path) is None
