@@ -286,6 +286,8 @@ class Publisher:
     sent: list[int] = field(default_factory=list)
     uncertain: set[int] = field(default_factory=set)
     refused: int = 0
+    #: a put is on its way: its publication is neither sent nor uncertain yet
+    in_flight: bool = False
 
     @property
     def name(self) -> str:
@@ -353,6 +355,7 @@ class Traffic:
                 + ([("MQPSPubOpts", "RetainPub")] if self.retain else []),
                 f"{p.name}-{seq}".encode(), reply_to_q_mgr="", persistence=1,
             )
+            p.in_flight = True
             try:
                 await conn.put1(ROUTE, msg.md, msg.body)
             except MQError as exc:
@@ -372,6 +375,8 @@ class Traffic:
                 seq += 1
                 conn = None
                 continue
+            finally:
+                p.in_flight = False
             p.sent.append(seq)
             seq += 1
             await asyncio.sleep(1 / p.rate)
@@ -433,9 +438,12 @@ class Traffic:
     # ---------------------------------------------------------------- outcome
 
     def missing(self) -> int:
-        """Sent publications some subscriber has not received yet."""
+        """Sent publications some subscriber has not received yet, plus one for each
+        put still on its way (so that a wait for none missing after
+        :meth:`stop_publishing` also waits for the last put: it may yet be sent)."""
         sent = self.sent()
-        return sum(len(sent - set(self.received(n))) for n in NODES)
+        on_the_way = sum(p.in_flight for p in self.publishers.values())
+        return on_the_way + sum(len(sent - set(self.received(n))) for n in NODES)
 
     def problems(self) -> list[str]:
         """Lost, duplicated, unexpected or out-of-order publications, per subscriber."""
