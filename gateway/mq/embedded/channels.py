@@ -415,8 +415,11 @@ class ChannelSender:
         failure: OSError | None = None
         for host, port in addresses:
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
-                                                        self.CONNECT_TIMEOUT_S)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a
+                # cancellation that arrives as the connect fails (refused at once), and
+                # the channel would then never stop
+                async with asyncio.timeout(self.CONNECT_TIMEOUT_S):
+                    reader, writer = await asyncio.open_connection(host, port)
             except OSError as exc:  # refused, unreachable, or TimeoutError: a host gone
                 failure = exc
                 continue
