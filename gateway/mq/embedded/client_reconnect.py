@@ -146,8 +146,10 @@ class ReconnectingConnection:
         failure: MQError | None = None
         for path in self.addresses:
             try:
-                conn = await asyncio.wait_for(
-                    connect_local(path, appl_name=self.appl_name), ATTEMPT_TIMEOUT_S)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a
+                # cancellation that arrives as the connect fails at once
+                async with asyncio.timeout(ATTEMPT_TIMEOUT_S):
+                    conn = await connect_local(path, appl_name=self.appl_name)
             except MQError as exc:
                 failure = exc
                 continue
